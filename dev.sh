@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# specmon developer entry point. Every command sets up what it needs by itself.
+#
+#   ./dev.sh demo [ARGS]   run specmon's main job on the built-in demo fleet (no engine needed)
+#   ./dev.sh test          the whole test suite, as CI runs it: lint, types, fast tier, real engines
+#   ./dev.sh test-fast     lint, types and the fast tier only (no real engines, no downloads)
+#   ./dev.sh provision     build/install the real engines and Debian tools the slow tier needs
+#   ./dev.sh bench         run the benchmarks in bench/
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+
+find_python() {
+    for candidate in python3.13 python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    echo "specmon needs Python 3.11 or newer; none found on PATH" >&2
+    return 1
+}
+
+ensure_venv() {
+    local stamp="$VENV/.specmon-installed"
+    if [[ ! -x "$PY" ]]; then
+        "$(find_python)" -m venv "$VENV"
+    fi
+    # Reinstall only when the project metadata changed since the last install.
+    if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
+        "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
+        "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+        touch "$stamp"
+    fi
+}
+
+lint() {
+    echo "==> ruff"
+    "$VENV/bin/ruff" check specmon tests bench
+    "$VENV/bin/ruff" format --check specmon tests bench
+    echo "==> mypy --strict"
+    "$VENV/bin/mypy"
+}
+
+cmd="${1:-help}"
+shift || true
+case "$cmd" in
+    demo)
+        ensure_venv
+        exec "$VENV/bin/specmon" demo "$@"
+        ;;
+    test)
+        ensure_venv
+        lint
+        echo "==> provisioning real engines and tools (cached after the first run)"
+        "$PY" -m tests.realengines.provision all
+        echo "==> pytest (fast tier and real-engine tier)"
+        exec "$PY" -m pytest "$@"
+        ;;
+    test-fast)
+        ensure_venv
+        lint
+        exec "$PY" -m pytest -m "not realengine and not prometheus and not browser" "$@"
+        ;;
+    provision)
+        ensure_venv
+        exec "$PY" -m tests.realengines.provision "${@:-all}"
+        ;;
+    bench)
+        ensure_venv
+        exec "$PY" -m bench "$@"
+        ;;
+    *)
+        sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+        [[ "$cmd" == help || "$cmd" == -h || "$cmd" == --help ]] && exit 0
+        exit 2
+        ;;
+esac

@@ -1,0 +1,160 @@
+"""The acceptance arithmetic: pure functions, no I/O, shared by the daemon, the CLI and the A/B tool.
+
+Notation (the lesson's): ``alpha`` is the per-token acceptance rate, ``k`` the chain length
+(tokens drafted per verification step), ``c`` the cost of one drafted token as a fraction of a
+target step.
+
+- Expected tokens per step, independent acceptance: E(alpha, k) = 1 + alpha + ... + alpha^k.
+- Speed-up: S(alpha, k, c) = E(alpha, k) / (1 + k c).
+- Break-even alpha: the alpha in [0, 1] with S = 1.
+- Effective alpha: the alpha whose yield alpha + ... + alpha^k equals the measured mean
+  number of accepted draft tokens per draft.
+- With measured survival s_i = per_pos_i / drafts (P(accepted length >= i)), the expected
+  tokens per step are 1 + sum s_i exactly, without assuming independence.
+
+Functions return ``None`` ("no value") where an answer does not exist; none of them raises
+on degenerate input (no drafts, alpha = 1, c = 0, k = 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "BestChain",
+    "best_chain_length",
+    "breakeven_alpha",
+    "conditional_acceptance",
+    "effective_alpha",
+    "expected_tokens",
+    "measured_speedup",
+    "speedup",
+    "survival",
+]
+
+_BISECTION_STEPS = 200
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E = 1 + alpha + ... + alpha^k: tokens per verification step under independent acceptance."""
+    if k < 0:
+        raise ValueError("chain length must be >= 0")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError("alpha must be within [0, 1]")
+    if alpha == 1.0:
+        return float(k + 1)
+    # The closed form (1 - a^(k+1)) / (1 - a) loses digits near a = 1; Horner does not.
+    total = 1.0
+    for _ in range(k):
+        total = 1.0 + alpha * total
+    return total
+
+
+def speedup(alpha: float, k: int, c: float) -> float:
+    """S(alpha, k, c) = E(alpha, k) / (1 + k c)."""
+    if c < 0:
+        raise ValueError("draft cost must be >= 0")
+    return expected_tokens(alpha, k) / (1.0 + k * c)
+
+
+def _solve_increasing(target: float, k: int) -> float:
+    """The alpha in [0, 1] with alpha + ... + alpha^k == target, for 0 <= target <= k."""
+    lo, hi = 0.0, 1.0
+    for _ in range(_BISECTION_STEPS):
+        mid = (lo + hi) / 2.0
+        if mid in (lo, hi):
+            break
+        if expected_tokens(mid, k) - 1.0 < target:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def breakeven_alpha(k: int, c: float) -> float | None:
+    """The acceptance rate below which speculation at (k, c) costs time (S = 1).
+
+    ``None`` when no alpha breaks even: k = 0 (nothing drafted) or c > 1 (even a draft that
+    is always right cannot pay for itself). c = 0 gives 0; c = 1 gives 1. Accurate to well
+    under 1e-9 (bisection to the last bit of a double).
+    """
+    if k < 0 or c < 0 or math.isnan(c):
+        raise ValueError("chain length and draft cost must be >= 0")
+    if k == 0 or c > 1.0:
+        return None
+    if c == 0.0:
+        return 0.0
+    if c == 1.0:
+        return 1.0
+    return _solve_increasing(k * c, k)
+
+
+def effective_alpha(mean_accepted: float, k: int) -> float | None:
+    """The alpha whose yield alpha + ... + alpha^k equals ``mean_accepted`` (per draft).
+
+    ``None`` when k = 0 or the mean is outside [0, k] (a configured k shorter than the
+    engine's real chain, or corrupt counters).
+    """
+    if k <= 0 or not math.isfinite(mean_accepted):
+        return None
+    if mean_accepted < 0.0 or mean_accepted > k:
+        return None
+    if mean_accepted == 0.0:
+        return 0.0
+    if mean_accepted == float(k):
+        return 1.0
+    return _solve_increasing(mean_accepted, k)
+
+
+def survival(accepted_per_position: Sequence[int], drafts: int) -> list[float] | None:
+    """s_i = per_pos_i / drafts: the share of drafts accepted at least i tokens deep."""
+    if drafts <= 0:
+        return None
+    return [count / drafts for count in accepted_per_position]
+
+
+def conditional_acceptance(accepted_per_position: Sequence[int], drafts: int) -> list[float | None]:
+    """a_i = per_pos_i / per_pos_(i-1), with per_pos_0 = drafts; ``None`` where the divisor is 0."""
+    out: list[float | None] = []
+    previous = drafts
+    for count in accepted_per_position:
+        out.append(count / previous if previous > 0 else None)
+        previous = count
+    return out
+
+
+def measured_speedup(
+    survival_rates: Sequence[float], c: float, draft_tokens_per_draft: float
+) -> float:
+    """(1 + sum s_i) / (1 + c * drafted tokens per draft): speed-up from measured survival."""
+    if c < 0:
+        raise ValueError("draft cost must be >= 0")
+    return (1.0 + math.fsum(survival_rates)) / (1.0 + c * draft_tokens_per_draft)
+
+
+@dataclass(frozen=True, slots=True)
+class BestChain:
+    """The chain length that maximises the expected speed-up, and that speed-up."""
+
+    chain_length: int
+    speedup: float
+
+
+def best_chain_length(survival_rates: Sequence[float], c: float) -> BestChain:
+    """k' in 0..k maximising (1 + s_1 + ... + s_k') / (1 + k' c).
+
+    k' = 0 (speed-up 1) means speculation does not pay. Ties go to the shorter chain: it costs
+    less memory and latency variance for the same expected gain.
+    """
+    if c < 0:
+        raise ValueError("draft cost must be >= 0")
+    best = BestChain(0, 1.0)
+    total = 1.0
+    for index, rate in enumerate(survival_rates, start=1):
+        total += rate
+        value = total / (1.0 + index * c)
+        if value > best.speedup:
+            best = BestChain(index, value)
+    return best

@@ -1,0 +1,56 @@
+"""Argument types shared by the subcommands: clear messages for bad values."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["chain_length", "draft_cost", "float_list", "int_list", "unit_ratio"]
+
+
+def _number_list(text: str, kind: type[int] | type[float]) -> list[float] | list[int]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    try:
+        return [kind(item) for item in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of {kind.__name__}s"
+        ) from None
+
+
+def int_list(text: str) -> list[int]:
+    values = _number_list(text, int)
+    if any(v < 1 or v > 64 for v in values):
+        raise argparse.ArgumentTypeError("chain lengths must be between 1 and 64")
+    return [int(v) for v in values]
+
+
+def float_list(text: str) -> list[float]:
+    values = [float(v) for v in _number_list(text, float)]
+    if any(not 0.0 <= v <= 1.0 for v in values):
+        raise argparse.ArgumentTypeError("draft costs must be between 0 and 1")
+    return values
+
+
+def unit_ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+draft_cost = unit_ratio
+
+
+def chain_length(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError("must be between 1 and 64")
+    return value

@@ -1,0 +1,112 @@
+"""llama.cpp ``llama-server`` (builds since about August 2026): the vLLM counters, no labels.
+
+- Needs ``--metrics`` (HTTP 501 without it). No model label: the model is "default" unless
+  the caller overrides it.
+- Counters move only when a request finishes; the per-position series are absent until the
+  first speculative request completes, and there are ``--spec-draft-n-max`` of them.
+- Names are accepted with and without the ``_total`` suffix.
+- Scalar counters are printed with 6 significant digits (``1.23457e+06``): above a million
+  they are rounded. Per-position values are exact integers, and their sum is exactly the
+  accepted-token count, so that sum is preferred when present.
+"""
+
+from __future__ import annotations
+
+from specmon.engines._common import count, first_present, positions_tuple, sum_positions
+from specmon.engines.model import Context, Engine, ModelReading, SpecCounters
+from specmon.exposition import Page, Sample
+
+__all__ = ["LlamacppAdapter"]
+
+_P = "llamacpp:"
+
+
+def _both(base: str) -> tuple[str, str]:
+    return (_P + base + "_total", _P + base)
+
+
+_DRAFTS = _both("spec_decode_num_drafts")
+_DRAFT_TOKENS = _both("spec_decode_num_draft_tokens")
+_ACCEPTED = _both("spec_decode_num_accepted_tokens")
+_PER_POS = _both("spec_decode_num_accepted_tokens_per_pos")
+_PREDICTED = _both("tokens_predicted")
+_PROCESSING = (_P + "requests_processing",)
+
+
+def _is_rounded(sample: Sample) -> bool:
+    """True when the printed value carries fewer digits than the integer it stands for."""
+    raw = sample.raw_value
+    if "e" not in raw and "E" not in raw:
+        return False
+    return abs(sample.value) >= 1e6
+
+
+class LlamacppAdapter:
+    engine = Engine.LLAMACPP
+    wanted: tuple[str, ...] = (
+        _DRAFTS + _DRAFT_TOKENS + _ACCEPTED + _PER_POS + _PREDICTED + _PROCESSING
+    )
+    markers: tuple[str, ...] = (_P + "spec_decode_num_drafts",)
+
+    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+        drafts_name = first_present(page, _DRAFTS)
+        if drafts_name is None:
+            return [], []
+        notes: list[str] = []
+        rounded: list[str] = []
+
+        def scalar(names: tuple[str, str], label: str) -> int:
+            name = first_present(page, names)
+            if name is None:
+                return 0
+            samples = page.get(name)
+            if any(_is_rounded(s) for s in samples):
+                rounded.append(label)
+            return count(sum(s.value for s in samples), label)
+
+        drafts = scalar(_DRAFTS, "drafts")
+        draft_tokens = scalar(_DRAFT_TOKENS, "draft_tokens")
+        printed_accepted = scalar(_ACCEPTED, "accepted_tokens")
+        per_pos_name = first_present(page, _PER_POS)
+        per_pos: tuple[int, ...] = ()
+        if per_pos_name is not None:
+            per_pos = positions_tuple(
+                sum_positions(page.get(per_pos_name), None).get("", {}), "per_pos"
+            )
+        accepted = printed_accepted
+        if per_pos:
+            exact = sum(per_pos)
+            if "accepted_tokens" in rounded:
+                rounded.remove("accepted_tokens")
+                notes.append(
+                    "accepted tokens taken from the exact per-position sum "
+                    f"({exact}); the scalar counter was printed rounded ({printed_accepted})"
+                )
+            accepted = exact
+        if rounded:
+            notes.append(
+                "llama.cpp prints " + " and ".join(rounded) + " with 6 significant digits; "
+                "above a million these counters are rounded"
+            )
+        processing = page.get(_PROCESSING[0])
+        predicted_name = first_present(page, _PREDICTED)
+        context = Context(
+            requests_running=sum(s.value for s in processing) if processing else None,
+            generation_tokens=(
+                count(sum(s.value for s in page.get(predicted_name)), "tokens_predicted")
+                if predicted_name
+                else None
+            ),
+        )
+        reading = ModelReading(
+            model="default",
+            counters=SpecCounters(
+                drafts=drafts,
+                draft_tokens=draft_tokens,
+                accepted_tokens=accepted,
+                accepted_per_position=per_pos,
+                rounded=tuple(rounded),
+            ),
+            context=context,
+        )
+        return [reading], notes

@@ -1,0 +1,62 @@
+"""SGLang: gauges over the last logging interval, no per-position data, no chain length.
+
+``sglang:spec_accept_length`` is the mean acceptance length (tokens per verification step,
+bonus token included); ``sglang:spec_accept_rate`` the acceptance rate. Alpha needs a
+configured chain length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from specmon.engines.model import Context, Engine, ModelReading, SpecGauges
+from specmon.exposition import Page
+
+__all__ = ["SglangAdapter"]
+
+_LENGTH = "sglang:spec_accept_length"
+_RATE = "sglang:spec_accept_rate"
+_RUNNING = "sglang:num_running_reqs"
+
+NOTE = (
+    "SGLang publishes gauges over its last logging interval: no draft counts (sample size), "
+    "no per-position data, and no chain length (configure chain_length for alpha)"
+)
+
+
+def _mean_by_model(page: Page, name: str) -> dict[str, float]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for sample in page.get(name):
+        if math.isfinite(sample.value):
+            groups[sample.label("model_name")].append(sample.value)
+    return {model: sum(v) / len(v) for model, v in groups.items() if v}
+
+
+class SglangAdapter:
+    engine = Engine.SGLANG
+    wanted: tuple[str, ...] = (_LENGTH, _RATE, _RUNNING)
+    markers: tuple[str, ...] = (_LENGTH, _RATE)
+
+    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+        lengths = _mean_by_model(page, _LENGTH)
+        rates = _mean_by_model(page, _RATE)
+        if not lengths and not rates:
+            return [], []
+        running = _mean_by_model(page, _RUNNING)
+        models = []
+        for model in sorted(set(lengths) | set(rates)):
+            length = lengths.get(model)
+            rate = rates.get(model)
+            models.append(
+                ModelReading(
+                    model=model,
+                    gauges=SpecGauges(
+                        scope="last logging interval",
+                        acceptance_rate=rate if rate is not None and 0 <= rate <= 1 else None,
+                        mean_acceptance_length=length if length is not None and length >= 1 else None,
+                    ),
+                    context=Context(requests_running=running.get(model)),
+                )
+            )
+        return models, [NOTE]

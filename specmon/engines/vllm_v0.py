@@ -1,0 +1,60 @@
+"""vLLM V0 engine (v0.5.3 to v0.9): lifetime gauges only.
+
+V0 publishes ``vllm:spec_decode_draft_acceptance_rate`` (lifetime accepted / drafted tokens;
+V0 counts every accepted position, so this estimates the per-token alpha directly) and
+``vllm:spec_decode_efficiency``. Its ``*_total`` series are not usable counters (each update
+adds the cumulative value), so there is no window and no per-position data: every figure is
+over the server's lifetime.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from specmon.engines.model import Engine, ModelReading, SpecGauges
+from specmon.exposition import Page
+
+__all__ = ["VllmV0Adapter"]
+
+_PREFIXES = ("vllm:", "vllm_")
+_RATE = "spec_decode_draft_acceptance_rate"
+_EFFICIENCY = "spec_decode_efficiency"
+
+NOTE = (
+    "vLLM V0 publishes lifetime gauges only: no window and no per-position data exist; "
+    "figures cover the server's whole lifetime"
+)
+
+
+def _mean_by_model(page: Page, name: str) -> dict[str, float]:
+    groups: dict[str, list[float]] = defaultdict(list)
+    for sample in page.get(name):
+        if math.isfinite(sample.value):
+            groups[sample.label("model_name")].append(sample.value)
+    return {model: sum(v) / len(v) for model, v in groups.items() if v}
+
+
+class VllmV0Adapter:
+    engine = Engine.VLLM_V0
+    wanted: tuple[str, ...] = tuple(p + n for p in _PREFIXES for n in (_RATE, _EFFICIENCY))
+    markers: tuple[str, ...] = tuple(p + _RATE for p in _PREFIXES)
+
+    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+        prefix = next((p for p in _PREFIXES if page.has(p + _RATE)), None)
+        if prefix is None:
+            return [], []
+        rates = _mean_by_model(page, prefix + _RATE)
+        efficiency = _mean_by_model(page, prefix + _EFFICIENCY)
+        models = [
+            ModelReading(
+                model=model,
+                gauges=SpecGauges(
+                    scope="lifetime",
+                    acceptance_rate=rate if 0.0 <= rate <= 1.0 else None,
+                    efficiency=efficiency.get(model),
+                ),
+            )
+            for model, rate in sorted(rates.items())
+        ]
+        return models, [NOTE]

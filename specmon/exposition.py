@@ -1,0 +1,311 @@
+"""One parser for Prometheus text format 0.0.4 and OpenMetrics 1.0 pages.
+
+Engines publish hundreds of families and specmon needs a handful, so the parser only
+materialises the sample names the caller asks for (``wanted``); every other sample line is
+skipped after a cheap check of its first character. Comment lines are read for ``# TYPE`` and
+``# EOF``. Lines of wanted families that do not parse are counted and reported, never fatal;
+``validate_all=True`` also validates every other sample line (slower; ``specmon inspect``).
+
+Input size is the caller's business: sources cap the bytes they read before calling this.
+No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Page",
+    "Problem",
+    "Sample",
+    "parse",
+]
+
+#: Keep at most this many problem descriptions per page (the count is always exact).
+MAX_PROBLEMS = 10
+_MAX_LINE_ECHO = 160
+
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
+_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Label sets without backslashes (the overwhelmingly common case) parse with one findall.
+_SIMPLE_LABELS_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*)"\s*(?:,|$)')
+# A whole sample line, used only for validation of lines nobody asked for.
+_SAMPLE_LINE_RE = re.compile(
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+    r'(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
+    r"[ \t]+(\S+)(?:[ \t]+(\S+))?(?:[ \t]+#.*)?[ \t]*"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One sample line: name, labels, value and optional timestamp (seconds)."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: float
+    timestamp: float | None = None
+    #: The value exactly as printed, so callers can judge its precision.
+    raw_value: str = ""
+
+    def label(self, key: str, default: str = "") -> str:
+        return self.labels.get(key, default)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A line that could not be parsed."""
+
+    line_number: int
+    line: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line_number}: {self.reason}: {self.line!r}"
+
+
+@dataclass(slots=True)
+class Page:
+    """What the parser extracted from one page."""
+
+    #: Samples of the wanted names, by sample name, in page order.
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    #: ``# TYPE`` declarations seen (family name -> type), for every family on the page.
+    types: dict[str, str] = field(default_factory=dict)
+    #: Lines that failed to parse (among those examined).
+    malformed: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    #: Sample lines examined in any way (wanted or validated).
+    sample_lines: int = 0
+    #: Valid sample lines seen; zero on a non-empty page means it is not an exposition page.
+    valid_lines: int = 0
+    openmetrics: bool = False
+    saw_eof: bool = False
+
+    def get(self, name: str) -> list[Sample]:
+        return self.samples.get(name, [])
+
+    def has(self, name: str) -> bool:
+        return bool(self.samples.get(name))
+
+    def _problem(self, line_number: int, line: str, reason: str) -> None:
+        self.malformed += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            echo = line if len(line) <= _MAX_LINE_ECHO else line[:_MAX_LINE_ECHO] + "..."
+            self.problems.append(Problem(line_number, echo, reason))
+
+
+class _LineError(ValueError):
+    pass
+
+
+def parse(
+    text: str,
+    *,
+    wanted: Iterable[str] | None = None,
+    openmetrics: bool | None = None,
+    validate_all: bool = False,
+) -> Page:
+    """Parse an exposition page.
+
+    ``wanted``: exact sample names to materialise (``None`` = all). ``openmetrics``: the
+    format if known from the Content-Type; ``None`` detects it from a ``# EOF`` line.
+    Timestamps are returned in seconds for both formats (text format prints milliseconds).
+    """
+    page = Page()
+    if openmetrics is None:
+        stripped = text.rstrip()
+        openmetrics = stripped.endswith("# EOF")
+    page.openmetrics = openmetrics
+    want_all = wanted is None
+    wanted_set = frozenset(wanted) if wanted is not None else frozenset()
+    # startswith() with a tuple runs in C: a cheap first filter before the exact check.
+    prefixes = tuple(sorted(wanted_set))
+    first_sample_checked = False
+
+    for index, line in enumerate(text.split("\n")):
+        if not line:
+            continue
+        first = line[0]
+        if first == "#":
+            _comment(page, line, index + 1)
+            continue
+        if page.saw_eof:
+            page.sample_lines += 1
+            page._problem(index + 1, line, "content after # EOF")
+            continue
+        if line[-1] == "\r":
+            line = line[:-1]
+            if not line:
+                continue
+        if want_all or line.startswith(prefixes):
+            page.sample_lines += 1
+            try:
+                sample = _sample(line, openmetrics=openmetrics)
+            except _LineError as exc:
+                page._problem(index + 1, line, str(exc))
+                continue
+            page.valid_lines += 1
+            if want_all or sample.name in wanted_set:
+                page.samples.setdefault(sample.name, []).append(sample)
+            continue
+        if validate_all or not first_sample_checked:
+            # Always validate the first unrelated sample line, so that a page of garbage is
+            # recognised even when it contains none of the wanted names.
+            first_sample_checked = True
+            page.sample_lines += 1
+            if first in _NAME_START and _valid_unwanted(line):
+                page.valid_lines += 1
+            else:
+                page._problem(index + 1, line, "not a sample line")
+    return page
+
+
+def _valid_unwanted(line: str) -> bool:
+    match = _SAMPLE_LINE_RE.fullmatch(line)
+    if match is None:
+        return False
+    value, timestamp = match.groups()
+    try:
+        float(value)
+        if timestamp is not None:
+            float(timestamp)
+    except ValueError:
+        return False
+    return True
+
+
+def _comment(page: Page, line: str, line_number: int) -> None:
+    if line.startswith("# TYPE "):
+        parts = line.split(None, 3)
+        if len(parts) == 4:
+            page.types[parts[2]] = parts[3].strip()
+        else:
+            page._problem(line_number, line, "TYPE line without a name and a type")
+    elif line.rstrip() == "# EOF":
+        page.saw_eof = True
+    # HELP, UNIT and free comments carry nothing specmon needs.
+
+
+def _sample(line: str, *, openmetrics: bool) -> Sample:
+    match = _NAME_RE.match(line)
+    if match is None:
+        raise _LineError("invalid metric name")
+    name = match.group()
+    pos = match.end()
+    labels: dict[str, str] = {}
+    if pos < len(line) and line[pos] == "{":
+        labels, pos = _labels(line, pos + 1)
+    rest = line[pos:]
+    if not rest or rest[0] not in " \t":
+        raise _LineError("expected a space before the value")
+    # OpenMetrics exemplars follow " # "; they are not part of the sample.
+    hash_at = rest.find(" # ") if openmetrics else -1
+    if hash_at >= 0:
+        rest = rest[:hash_at]
+    fields = rest.split()
+    if not fields or len(fields) > 2:
+        raise _LineError("expected a value and an optional timestamp")
+    raw = fields[0]
+    value = _float(raw)
+    timestamp: float | None = None
+    if len(fields) == 2:
+        ts = _float(fields[1])
+        if not math.isfinite(ts):
+            raise _LineError("timestamp is not a finite number")
+        timestamp = ts if openmetrics else ts / 1000.0
+    return Sample(name, labels, value, timestamp, raw)
+
+
+def _float(token: str) -> float:
+    try:
+        return float(token)
+    except ValueError:
+        raise _LineError(f"invalid number {token[:40]!r}") from None
+
+
+def _labels(line: str, pos: int) -> tuple[dict[str, str], int]:
+    """Parse ``name="value",...}`` starting just after ``{``; return labels and end position."""
+    close = line.find("}", pos)
+    if close < 0:
+        raise _LineError("unterminated label set")
+    body = line[pos:close]
+    if "\\" not in body and body.count('"') % 2 == 0:
+        # Fast path: no escapes, and the first "}" is not inside a quoted value.
+        labels: dict[str, str] = {}
+        consumed = 0
+        for m in _SIMPLE_LABELS_RE.finditer(body):
+            if m.start() != consumed:
+                raise _LineError("invalid label set")
+            key = m.group(1)
+            if key in labels:
+                raise _LineError(f"duplicate label {key!r}")
+            labels[key] = m.group(2)
+            consumed = m.end()
+        if body[consumed:].strip():
+            raise _LineError("invalid label set")
+        return labels, close + 1
+    return _labels_slow(line, pos)
+
+
+def _labels_slow(line: str, pos: int) -> tuple[dict[str, str], int]:
+    labels: dict[str, str] = {}
+    n = len(line)
+    while True:
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if pos < n and line[pos] == "}":
+            return labels, pos + 1
+        m = _LABEL_NAME_RE.match(line, pos)
+        if m is None:
+            raise _LineError("invalid label name")
+        key = m.group()
+        pos = m.end()
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if pos >= n or line[pos] != "=":
+            raise _LineError(f"expected '=' after label {key!r}")
+        pos += 1
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if pos >= n or line[pos] != '"':
+            raise _LineError(f"expected a quoted value for label {key!r}")
+        pos += 1
+        chars: list[str] = []
+        while True:
+            if pos >= n:
+                raise _LineError(f"unterminated value for label {key!r}")
+            ch = line[pos]
+            if ch == "\\":
+                if pos + 1 >= n:
+                    raise _LineError(f"unterminated escape in label {key!r}")
+                nxt = line[pos + 1]
+                if nxt == "n":
+                    chars.append("\n")
+                elif nxt in '\\"':
+                    chars.append(nxt)
+                else:
+                    # Text format 0.0.4 keeps unknown escapes as written.
+                    chars.append("\\" + nxt)
+                pos += 2
+                continue
+            if ch == '"':
+                pos += 1
+                break
+            chars.append(ch)
+            pos += 1
+        if key in labels:
+            raise _LineError(f"duplicate label {key!r}")
+        labels[key] = "".join(chars)
+        while pos < n and line[pos] in " \t":
+            pos += 1
+        if pos < n and line[pos] == ",":
+            pos += 1
+            continue
+        if pos < n and line[pos] == "}":
+            return labels, pos + 1
+        raise _LineError("expected ',' or '}' in label set")

@@ -1,0 +1,1 @@
+"""Where pages come from: HTTP endpoints and files. Nothing downstream knows which."""

@@ -1,0 +1,211 @@
+"""Rolling windows over timestamped counter readings: exact, reset-aware, no I/O.
+
+A :class:`CounterHistory` keeps one model's readings as a monotonic running total of counter
+increases. An engine restart shows up as a counter that went down; like Prometheus's
+``increase()``, the increase over that step is then the new value itself (the counter started
+again from zero). Per-position series that appear later (llama.cpp publishes them after the
+first speculative request) count from zero; series that vanish stop contributing.
+
+A window of W seconds is the increase from the oldest reading at or after ``t_last - W`` to the
+newest reading, in integers. Nothing is extrapolated: ``seconds`` says how much time the
+window's data actually covers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+
+from specmon.engines.model import SpecCounters
+
+__all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta"]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDelta:
+    """Counter increases over a window."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    start: float
+    end: float
+    #: Readings inside the window (at least 2).
+    readings: int
+    #: Engine restarts detected inside the window.
+    resets: int
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def as_counters(self) -> SpecCounters:
+        return SpecCounters(
+            drafts=self.drafts,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
+            accepted_per_position=self.accepted_per_position,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What adding one reading did."""
+
+    accepted: bool
+    reset: bool = False
+    reason: str = ""
+
+
+def _vector(counters: SpecCounters) -> tuple[int, ...]:
+    return (
+        counters.drafts,
+        counters.draft_tokens,
+        counters.accepted_tokens,
+        *counters.accepted_per_position,
+    )
+
+
+_SCALARS = 3
+
+
+def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
+    return values + (0,) * (size - len(values)) if len(values) < size else values
+
+
+class CounterHistory:
+    """One model's counter readings, kept for ``retention`` seconds."""
+
+    def __init__(self, *, retention: float) -> None:
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._retention = retention
+        self._times: deque[float] = deque()
+        # Running totals of increases: drafts, draft tokens, accepted, then per position.
+        self._totals: deque[tuple[int, ...]] = deque()
+        self._resets: deque[int] = deque()  # cumulative reset count at each reading
+        self._positions: deque[int] = deque()  # position series live at each reading
+        self._last_raw: tuple[int, ...] | None = None
+        self._last_positions = 0
+        self._reset_count = 0
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    @property
+    def last_time(self) -> float | None:
+        return self._times[-1] if self._times else None
+
+    @property
+    def resets(self) -> int:
+        """Engine restarts detected since this history began."""
+        return self._reset_count
+
+    def totals(self) -> SpecCounters | None:
+        """Increases seen since this history began (monotonic; survives engine restarts)."""
+        if not self._totals:
+            return None
+        last = self._totals[-1]
+        return SpecCounters(
+            drafts=last[0],
+            draft_tokens=last[1],
+            accepted_tokens=last[2],
+            accepted_per_position=last[_SCALARS : _SCALARS + self._positions[-1]],
+        )
+
+    def add(self, time: float, counters: SpecCounters) -> Observation:
+        """Record a reading taken at ``time`` (seconds, any monotonic clock)."""
+        if self._times and time <= self._times[-1]:
+            return Observation(False, reason="reading is not newer than the previous one")
+        raw = _vector(counters)
+        if self._last_raw is None:
+            total = tuple(0 for _ in raw)
+            reset = False
+        else:
+            previous = self._last_raw
+            size = max(len(raw), len(previous))
+            new_p, old_p = _pad(raw, size), _pad(previous, size)
+            # A vanished position series is not a decrease; it stops contributing.
+            shrunk = len(raw) < len(previous)
+            reset = any(
+                n < o for i, (n, o) in enumerate(zip(new_p, old_p, strict=True)) if i < len(raw)
+            )
+            increase = new_p if reset else tuple(
+                max(n - o, 0) if i < len(raw) or not shrunk else 0
+                for i, (n, o) in enumerate(zip(new_p, old_p, strict=True))
+            )
+            base = _pad(self._totals[-1], size)
+            total = tuple(b + d for b, d in zip(base, increase, strict=True))
+        if reset:
+            self._reset_count += 1
+        self._last_raw = raw
+        self._times.append(time)
+        self._totals.append(total)
+        self._resets.append(self._reset_count)
+        self._positions.append(len(raw) - _SCALARS)
+        self._prune(time)
+        return Observation(True, reset=reset)
+
+    def _prune(self, now: float) -> None:
+        cutoff = now - self._retention
+        while len(self._times) > 1 and self._times[0] < cutoff:
+            self._times.popleft()
+            self._totals.popleft()
+            self._resets.popleft()
+            self._positions.popleft()
+
+    def window(self, seconds: float) -> WindowDelta | None:
+        """Increases over the last ``seconds`` (relative to the newest reading), or None when
+        fewer than two readings fall inside it."""
+        if len(self._times) < 2:
+            return None
+        end_time = self._times[-1]
+        start_index = bisect.bisect_left(self._times, end_time - seconds)
+        end_index = len(self._times) - 1
+        if start_index >= end_index:
+            return None
+        start = self._totals[start_index]
+        end = self._totals[end_index]
+        size = max(len(start), len(end))
+        start, end = _pad(start, size), _pad(end, size)
+        delta = tuple(e - s for s, e in zip(start, end, strict=True))
+        return WindowDelta(
+            drafts=delta[0],
+            draft_tokens=delta[1],
+            accepted_tokens=delta[2],
+            # Positions the engine publishes now; a series that vanished is no longer reported.
+            accepted_per_position=delta[_SCALARS : _SCALARS + self._positions[end_index]],
+            start=self._times[start_index],
+            end=end_time,
+            readings=end_index - start_index + 1,
+            resets=self._resets[end_index] - self._resets[start_index],
+        )
+
+
+class GaugeHistory:
+    """Readings of a gauge (SGLang's last-interval acceptance), averaged over a window."""
+
+    def __init__(self, *, retention: float) -> None:
+        self._retention = retention
+        self._times: deque[float] = deque()
+        self._values: deque[float] = deque()
+
+    def add(self, time: float, value: float) -> None:
+        if self._times and time <= self._times[-1]:
+            return
+        self._times.append(time)
+        self._values.append(value)
+        cutoff = time - self._retention
+        while len(self._times) > 1 and self._times[0] < cutoff:
+            self._times.popleft()
+            self._values.popleft()
+
+    def mean(self, seconds: float) -> tuple[float, int] | None:
+        """Mean of the readings in the last ``seconds`` and how many there were."""
+        if not self._times:
+            return None
+        start = bisect.bisect_left(self._times, self._times[-1] - seconds)
+        values = list(self._values)[start:]
+        return (sum(values) / len(values), len(values)) if values else None
