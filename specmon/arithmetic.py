@@ -1,4 +1,6 @@
-"""The acceptance arithmetic: pure functions, no I/O, shared by the daemon, the CLI and the A/B tool.
+"""The acceptance arithmetic: pure functions, no I/O.
+
+Shared by the daemon, the CLI and the A/B tool.
 
 Notation (the lesson's): ``alpha`` is the per-token acceptance rate, ``k`` the chain length
 (tokens drafted per verification step), ``c`` the cost of one drafted token as a fraction of a

@@ -36,7 +36,7 @@ _SIMPLE_LABELS_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*)"\s
 # A whole sample line, used only for validation of lines nobody asked for.
 _SAMPLE_LINE_RE = re.compile(
     r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-    r'(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?'
+    r'(?:\{\s*(?:[a-zA-Z_][a-zA-Z0-9_]*\s*=\s*"(?:[^"\\]|\\.)*"\s*(?:,\s*|(?=\})))*\})?'
     r"[ \t]+(\S+)(?:[ \t]+(\S+))?(?:[ \t]+#.*)?[ \t]*"
 )
 
@@ -239,16 +239,14 @@ def _labels(line: str, pos: int) -> tuple[dict[str, str], int]:
         labels: dict[str, str] = {}
         consumed = 0
         for m in _SIMPLE_LABELS_RE.finditer(body):
-            if m.start() != consumed:
-                raise _LineError("invalid label set")
-            key = m.group(1)
-            if key in labels:
-                raise _LineError(f"duplicate label {key!r}")
-            labels[key] = m.group(2)
+            if m.start() != consumed or m.group(1) in labels:
+                break
+            labels[m.group(1)] = m.group(2)
             consumed = m.end()
-        if body[consumed:].strip():
-            raise _LineError("invalid label set")
-        return labels, close + 1
+        else:
+            if not body[consumed:].strip():
+                return labels, close + 1
+    # Escapes, or something wrong: the careful parser says exactly what.
     return _labels_slow(line, pos)
 
 

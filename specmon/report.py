@@ -97,9 +97,7 @@ def report_from_counters(
     drafts = counters.drafts
     breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k is not None else None
     if k is None:
-        notes.append(
-            "chain length unknown: no per-position series yet; configure chain_length"
-        )
+        notes.append("chain length unknown: no per-position series yet; configure chain_length")
     elif k_source == "configured" and per_pos and len(per_pos) != k:
         notes.append(
             f"configured chain length {k} differs from the {len(per_pos)} position series "
@@ -165,11 +163,10 @@ def infer_chain_length(alpha: float, efficiency: float, *, max_k: int = 64) -> i
     """vLLM V0: the k whose E(alpha, k) / (k + 1) is nearest the published efficiency."""
     if not (0.0 <= alpha <= 1.0) or not (0.0 < efficiency <= 1.0):
         return None
-    best = min(
+    return min(
         range(1, max_k + 1),
         key=lambda k: abs(arithmetic.expected_tokens(alpha, k) / (k + 1) - efficiency),
     )
-    return best
 
 
 def report_from_gauges(

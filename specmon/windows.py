@@ -132,9 +132,13 @@ class CounterHistory:
             reset = any(
                 n < o for i, (n, o) in enumerate(zip(new_p, old_p, strict=True)) if i < len(raw)
             )
-            increase = new_p if reset else tuple(
-                max(n - o, 0) if i < len(raw) or not shrunk else 0
-                for i, (n, o) in enumerate(zip(new_p, old_p, strict=True))
+            increase = (
+                new_p
+                if reset
+                else tuple(
+                    max(n - o, 0) if i < len(raw) or not shrunk else 0
+                    for i, (n, o) in enumerate(zip(new_p, old_p, strict=True))
+                )
             )
             base = _pad(self._totals[-1], size)
             total = tuple(b + d for b, d in zip(base, increase, strict=True))

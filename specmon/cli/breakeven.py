@@ -80,7 +80,5 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         for k in args.chain_length:
             cells = [f"{by_key[(k, c)]['speedup']:>{width - 1}.{p}f}x" for c in costs]
             out.write(f"{k:<7}" + "".join(cells) + "\n")
-    out.write(
-        "\nS = (1 - alpha^(k+1)) / ((1 - alpha)(1 + k c)); break-even solves S = 1.\n"
-    )
+    out.write("\nS = (1 - alpha^(k+1)) / ((1 - alpha)(1 + k c)); break-even solves S = 1.\n")
     return 0

@@ -56,11 +56,17 @@ def add_parser(sub: Any) -> None:
     )
     parser.add_argument("--draft-cost", "-c", type=draft_cost, default=None, metavar="C")
     parser.add_argument(
-        "--chain-length", "-k", type=chain_length, default=None, metavar="K",
+        "--chain-length",
+        "-k",
+        type=chain_length,
+        default=None,
+        metavar="K",
         help="chain length (default: the number of position series on the page)",
     )
     parser.add_argument(
-        "--engine", choices=[e.value for e in Engine], default=None,
+        "--engine",
+        choices=[e.value for e in Engine],
+        default=None,
         help="skip auto-detection",
     )
     parser.add_argument("--model", default=None, help="model name to report (llama.cpp has none)")
@@ -126,7 +132,9 @@ def _report(
                 )
         elif before is not None:
             notes.append("the earlier page has no data for this model; lifetime figures shown")
-        return report_from_counters(counters, draft_cost=cost, chain_length=args.chain_length), notes
+        return report_from_counters(
+            counters, draft_cost=cost, chain_length=args.chain_length
+        ), notes
     assert after.gauges is not None
     if before is not None:
         notes.append("this engine publishes gauges, not counters: the later page is shown")

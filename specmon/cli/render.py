@@ -78,9 +78,14 @@ def inspect_text(doc: Mapping[str, Any], out: TextIO) -> None:
             f"margin {signed(model['alpha_margin'])}\n"
         )
         best = model["best_chain_length"]
-        best_text = "-" if best is None else (
-            "0 (speculation does not pay)" if best == 0
-            else f"{best} ({fmt(model['best_speedup'], 2, 'x')})"
+        best_text = (
+            "-"
+            if best is None
+            else (
+                "0 (speculation does not pay)"
+                if best == 0
+                else f"{best} ({fmt(model['best_speedup'], 2, 'x')})"
+            )
         )
         out.write(
             f"  expected speed-up {fmt(model['expected_speedup'], 2, 'x')}  "

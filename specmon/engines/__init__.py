@@ -109,9 +109,7 @@ def read_page(
         if len(models) == 1:
             models = [_renamed(models[0], model)]
         elif models:
-            notes.append(
-                f"model override {model!r} ignored: the page has {len(models)} models"
-            )
+            notes.append(f"model override {model!r} ignored: the page has {len(models)} models")
     return PageReading(
         engine=chosen,
         models=tuple(models),

@@ -54,7 +54,9 @@ class SglangAdapter:
                     gauges=SpecGauges(
                         scope="last logging interval",
                         acceptance_rate=rate if rate is not None and 0 <= rate <= 1 else None,
-                        mean_acceptance_length=length if length is not None and length >= 1 else None,
+                        mean_acceptance_length=length
+                        if length is not None and length >= 1
+                        else None,
                     ),
                     context=Context(requests_running=running.get(model)),
                 )

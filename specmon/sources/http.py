@@ -16,9 +16,7 @@ import aiohttp
 __all__ = ["ACCEPT", "FetchError", "FetchResult", "fetch_page"]
 
 #: Classic text format first: vLLM's OpenMetrics path renames ``vllm:`` to ``vllm_``.
-ACCEPT = (
-    "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
-)
+ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 
 LLAMACPP_501_HINT = (
     "HTTP 501 from /metrics: llama-server was started without --metrics; "
@@ -71,11 +69,14 @@ async def fetch_page(
                     body = await _read_capped(resp, 4096, allow_truncate=True)
                     raise _http_error(resp.status, body)
                 declared = resp.content_length
-                if declared is not None and declared > max_bytes and not resp.headers.get(
-                    "Content-Encoding"
+                if (
+                    declared is not None
+                    and declared > max_bytes
+                    and not resp.headers.get("Content-Encoding")
                 ):
                     raise FetchError(
-                        "too_large", f"response of {declared} bytes exceeds the {max_bytes}-byte cap"
+                        "too_large",
+                        f"response of {declared} bytes exceeds the {max_bytes}-byte cap",
                     )
                 data = await _read_capped(resp, max_bytes, allow_truncate=False)
                 content_type = resp.headers.get("Content-Type", "")

@@ -1,0 +1,197 @@
+"""The exposition parser: formats, edge cases, robustness, agreement with prometheus_client."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from specmon.exposition import MAX_PROBLEMS, parse
+
+TEXT_PAGE = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 1.8432e+06
+# HELP vllm:spec_decode_num_drafts_created Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7645e+09
+nan_metric NaN
+pos_inf +Inf
+neg_inf -Inf
+with_ts{a="1"} 3 1700000000123
+"""
+
+
+def test_wanted_only_is_materialised() -> None:
+    page = parse(TEXT_PAGE, wanted=["vllm:spec_decode_num_drafts_total"])
+    assert list(page.samples) == ["vllm:spec_decode_num_drafts_total"]
+    (sample,) = page.get("vllm:spec_decode_num_drafts_total")
+    assert sample.value == 1843200.0
+    assert sample.raw_value == "1.8432e+06"
+    assert sample.labels == {"engine": "0", "model_name": "m"}
+    # the _created sibling shares the prefix but is not materialised
+    assert not page.has("vllm:spec_decode_num_drafts_created")
+    assert page.types["vllm:spec_decode_num_drafts_total"] == "counter"
+    assert page.malformed == 0
+
+
+def test_special_values_and_timestamps() -> None:
+    page = parse(TEXT_PAGE)
+    assert math.isnan(page.get("nan_metric")[0].value)
+    assert page.get("pos_inf")[0].value == math.inf
+    assert page.get("neg_inf")[0].value == -math.inf
+    # text format 0.0.4 timestamps are milliseconds; specmon returns seconds
+    assert page.get("with_ts")[0].timestamp == pytest.approx(1700000000.123)
+    assert not page.openmetrics
+
+
+def test_openmetrics_page() -> None:
+    text = (
+        "# TYPE vllm_spec_decode_num_drafts counter\n"
+        "# HELP vllm_spec_decode_num_drafts Number of drafts.\n"
+        'vllm_spec_decode_num_drafts_total{model_name="m",engine="0"} 42.0 1700000000.5\n'
+        'vllm_spec_decode_num_drafts_created{model_name="m",engine="0"} 1.7e+09\n'
+        '# TYPE foo counter\nfoo_total 7 # {trace_id="abc"} 1.0 1700000000\n'
+        "# EOF\n"
+    )
+    page = parse(text, wanted=["vllm_spec_decode_num_drafts_total", "foo_total"])
+    assert page.openmetrics and page.saw_eof
+    (sample,) = page.get("vllm_spec_decode_num_drafts_total")
+    assert sample.value == 42.0
+    assert sample.timestamp == 1700000000.5  # OpenMetrics timestamps are seconds
+    assert sample.labels == {"engine": "0", "model_name": "m"}  # any label order
+    assert page.get("foo_total")[0].value == 7.0  # exemplar stripped
+    assert page.malformed == 0
+
+
+def test_content_after_eof_is_malformed() -> None:
+    page = parse("a 1\n# EOF\nb 2\n", wanted=["a", "b"])
+    assert page.get("a")[0].value == 1.0
+    assert not page.has("b")
+    assert page.malformed == 1
+    assert "after # EOF" in page.problems[0].reason
+
+
+def test_escaped_label_values() -> None:
+    text = 'm{a="x\\"y",b="back\\\\slash",c="new\\nline",d="}{,="} 1\n'
+    page = parse(text, wanted=["m"])
+    assert page.malformed == 0
+    assert page.get("m")[0].labels == {
+        "a": 'x"y',
+        "b": "back\\slash",
+        "c": "new\nline",
+        "d": "}{,=",
+    }
+
+
+def test_metric_names_with_colons_and_crlf() -> None:
+    page = parse("llamacpp:n_decode_total 5\r\nsglang:spec_accept_length 2.5\r\n")
+    assert page.get("llamacpp:n_decode_total")[0].value == 5.0
+    assert page.get("sglang:spec_accept_length")[0].value == 2.5
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("m{a=1} 1", "quoted value"),
+        ('m{a="1"', "unterminated"),
+        ("m", "space before the value"),
+        ("m abc", "invalid number"),
+        ("m 1 2 3", "optional timestamp"),
+        ('m{a="1",a="2"} 1', "duplicate label"),
+        ('m{a="1" b="2"} 1', "expected ',' or '}'"),
+        ("m 1 NaN", "timestamp"),
+        ("9m 1", "invalid metric name"),
+    ],
+)
+def test_malformed_wanted_lines_are_counted_not_fatal(line: str, reason: str) -> None:
+    text = f"m 0\n{line}\nm 5\n"
+    page = parse(text, wanted=["m", "9m"])
+    assert page.malformed == 1
+    assert reason in page.problems[0].reason
+    assert page.problems[0].line_number == 2
+    assert [s.value for s in page.get("m")] == [0.0, 5.0]
+
+
+def test_unwanted_garbage_counted_only_when_validating() -> None:
+    text = "good 1\nthis is not a metric line\nother{x=} 2\nm 3\n"
+    fast = parse(text, wanted=["m"])
+    assert fast.get("m")[0].value == 3.0
+    assert fast.malformed == 0  # only the first unrelated line is examined
+    full = parse(text, wanted=["m"], validate_all=True)
+    assert full.malformed == 2
+    assert full.get("m")[0].value == 3.0
+
+
+def test_garbage_page_has_no_valid_line() -> None:
+    page = parse("<html><body>502 Bad Gateway</body></html>\n", wanted=["m"])
+    assert page.valid_lines == 0
+    assert page.malformed == 1
+
+
+def test_problem_list_is_bounded_but_count_is_exact() -> None:
+    text = "m x\n" * 50
+    page = parse(text, wanted=["m"])
+    assert page.malformed == 50
+    assert len(page.problems) == MAX_PROBLEMS
+
+
+def _reference(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _ours(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    page = parse(text)
+    assert page.malformed == 0, page.problems
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for samples in page.samples.values()
+        for s in samples
+    }
+
+
+label_values = st.text(
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=12
+)
+finite = st.floats(allow_nan=False, allow_infinity=True, width=64)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["a_total", "b:c", "vllm:x_total", "llamacpp:y"]),
+            st.dictionaries(
+                st.sampled_from(["engine", "model_name", "position", "le"]),
+                label_values,
+                max_size=3,
+            ),
+            finite,
+        ),
+        max_size=20,
+    )
+)
+def test_agrees_with_prometheus_client_on_generated_pages(
+    rows: list[tuple[str, dict[str, str], float]],
+) -> None:
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    lines = []
+    for name, labels, value in rows:
+        key = (name, tuple(sorted(labels.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+        lines.append(f"{name}{{{body}}} {value!r}" if labels else f"{name} {value!r}")
+    text = "\n".join(lines) + "\n"
+    assert _ours(text) == _reference(text)

@@ -1,0 +1,133 @@
+"""Rolling windows: exact deltas, resets, gaps, positions that come and go."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specmon.engines import SpecCounters
+from specmon.windows import CounterHistory, GaugeHistory
+
+
+def c(drafts: int, tokens: int, accepted: int, *per_pos: int) -> SpecCounters:
+    return SpecCounters(drafts, tokens, accepted, tuple(per_pos))
+
+
+def test_window_is_increase_from_oldest_reading_inside_it() -> None:
+    h = CounterHistory(retention=60)
+    for t, drafts in [(0, 0), (10, 10), (20, 30), (30, 60), (40, 100)]:
+        h.add(float(t), c(drafts, 3 * drafts, drafts, drafts))
+    w = h.window(20)
+    assert w is not None
+    assert (w.drafts, w.start, w.end, w.readings) == (70, 20.0, 40.0, 3)
+    assert w.seconds == 20.0
+    assert w.accepted_per_position == (70,)
+    full = h.window(1000)
+    assert full is not None and full.drafts == 100 and full.readings == 5
+
+
+def test_single_reading_gives_no_window() -> None:
+    h = CounterHistory(retention=600)
+    assert h.window(10) is None
+    h.add(0.0, c(5, 5, 5))
+    assert h.window(10) is None
+    h.add(100.0, c(6, 6, 6))
+    assert h.window(10) is None  # the older reading is outside the window
+    assert h.window(100) is not None
+
+
+def test_reset_counts_new_value_and_never_goes_negative() -> None:
+    h = CounterHistory(retention=600)
+    h.add(0.0, c(1000, 3000, 1500, 800, 500, 200))
+    h.add(10.0, c(1100, 3300, 1650, 880, 550, 220))
+    obs = h.add(20.0, c(40, 120, 60, 30, 20, 10))  # server restarted, then served 40 drafts
+    assert obs.reset
+    h.add(30.0, c(90, 270, 135, 70, 45, 20))
+    w = h.window(600)
+    assert w is not None
+    assert w.drafts == 100 + 40 + 50
+    assert w.accepted_per_position == (80 + 30 + 40, 50 + 20 + 25, 20 + 10 + 10)
+    assert w.resets == 1
+    assert h.resets == 1
+    totals = h.totals()
+    assert totals is not None and totals.drafts == 190
+
+
+def test_positions_appearing_later_count_from_zero() -> None:
+    h = CounterHistory(retention=600)
+    h.add(0.0, c(0, 0, 0))  # llama.cpp before its first speculative request
+    h.add(5.0, c(20, 60, 30, 15, 10, 5))
+    w = h.window(600)
+    assert w is not None
+    assert w.accepted_per_position == (15, 10, 5)
+    assert w.drafts == 20
+
+
+def test_vanished_positions_are_not_reported() -> None:
+    h = CounterHistory(retention=600)
+    h.add(0.0, c(10, 40, 20, 8, 6, 4, 2))
+    h.add(5.0, c(20, 80, 40, 16, 12, 8, 4))
+    h.add(10.0, c(5, 15, 7, 4, 2, 1))  # restart with a shorter chain
+    w = h.window(600)
+    assert w is not None
+    assert len(w.accepted_per_position) == 3
+
+
+def test_old_or_duplicate_readings_are_rejected() -> None:
+    h = CounterHistory(retention=60)
+    assert h.add(10.0, c(1, 1, 1)).accepted
+    assert not h.add(10.0, c(2, 2, 2)).accepted
+    assert not h.add(5.0, c(2, 2, 2)).accepted
+    assert len(h) == 1
+
+
+def test_retention_prunes_but_keeps_the_last_reading() -> None:
+    h = CounterHistory(retention=30)
+    for t in range(0, 100, 5):
+        h.add(float(t), c(t, t, t))
+    assert len(h) <= 8
+    w = h.window(30)
+    assert w is not None and w.drafts == 30
+
+
+def test_gap_keeps_exact_total() -> None:
+    h = CounterHistory(retention=900)
+    h.add(0.0, c(10, 30, 15))
+    h.add(5.0, c(20, 60, 30))
+    # target down for 200 s, counters kept running
+    h.add(205.0, c(520, 1560, 780))
+    w = h.window(300)
+    assert w is not None and w.drafts == 510 and w.seconds == 205.0
+
+
+@given(steps=st.lists(st.tuples(st.integers(0, 50), st.booleans()), min_size=2, max_size=60))
+def test_window_total_equals_sum_of_true_increases(steps: list[tuple[int, bool]]) -> None:
+    """Whatever the restarts, the window's delta is the sum of what really happened."""
+    h = CounterHistory(retention=10_000)
+    raw = 0
+    true_increase_after_first = 0
+    for i, (served, restart) in enumerate(steps):
+        if restart and i > 0 and raw > 0:
+            raw = served  # restarted, then served some drafts before the scrape
+            increase = served
+        else:
+            raw += served
+            increase = served
+        if i > 0:
+            true_increase_after_first += increase
+        h.add(float(i), c(raw, raw, raw))
+    w = h.window(10_000)
+    assert w is not None
+    # A restart whose new value is not below the old one is invisible (as in Prometheus);
+    # the window then under-counts but never over-counts or goes negative.
+    assert 0 <= w.drafts <= true_increase_after_first
+    if not any(r for _, r in steps[1:]):
+        assert w.drafts == true_increase_after_first
+
+
+def test_gauge_history_mean() -> None:
+    g = GaugeHistory(retention=100)
+    for t, v in [(0, 2.0), (10, 3.0), (20, 4.0)]:
+        g.add(float(t), v)
+    assert g.mean(10) == (3.5, 2)
+    assert g.mean(100) == (3.0, 3)
