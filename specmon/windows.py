@@ -94,6 +94,11 @@ class CounterHistory:
     def __len__(self) -> int:
         return len(self._times)
 
+    def set_retention(self, retention: float) -> None:
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._retention = retention
+
     @property
     def last_time(self) -> float | None:
         return self._times[-1] if self._times else None

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.cli import breakeven, inspect
+from specmon.cli import breakeven, inspect, run, simulate
 
 __all__ = ["build_parser", "main"]
 
@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     breakeven.add_parser(sub)
     inspect.add_parser(sub)
+    run.add_parsers(sub)
+    simulate.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,94 @@
+"""``specmon run`` (the daemon) and ``specmon check-config``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from specmon.daemon.app import Daemon, parse_listen_address
+from specmon.daemon.config import ConfigError, format_duration, load_config, load_file_sd
+from specmon.logs import LEVELS, configure_logging
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: Any) -> None:
+    run: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        help="run the daemon: scrape engines, compute rolling windows, serve /metrics",
+        description=(
+            "Scrape vLLM, llama.cpp and SGLang metrics endpoints, compute acceptance figures "
+            "over rolling windows and serve them on /metrics, with a status page on /. Without "
+            "--config.file it watches http://127.0.0.1:8000/metrics and "
+            "http://127.0.0.1:8080/metrics. SIGHUP or POST /-/reload reloads the config."
+        ),
+    )
+    run.add_argument("--config.file", dest="config_file", type=Path, default=None, metavar="FILE")
+    run.add_argument(
+        "--web.listen-address",
+        dest="listen",
+        default=":10920",
+        metavar="ADDR",
+        help="address to serve on (default :10920, all interfaces)",
+    )
+    run.add_argument("--log.level", dest="log_level", choices=LEVELS, default="info")
+    run.add_argument(
+        "--log.format",
+        dest="log_format",
+        choices=("json", "console"),
+        default=None,
+        help="default: console on a terminal, JSON otherwise",
+    )
+    run.set_defaults(func=_run)
+
+    check: argparse.ArgumentParser = sub.add_parser(
+        "check-config",
+        help="validate a config file (and its file_sd files); exit 0 if valid, 1 if not",
+    )
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=_check)
+
+
+def _run(args: argparse.Namespace) -> int:
+    configure_logging(level=args.log_level, fmt=args.log_format)
+    try:
+        parse_listen_address(args.listen)
+    except ValueError as exc:
+        sys.stderr.write(f"specmon run: --web.listen-address: {exc}\n")
+        return 2
+    daemon = Daemon(config_path=args.config_file, listen=args.listen)
+    return asyncio.run(daemon.serve())
+
+
+def _check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        out.write(f"FAILED {exc}\n")
+        return 1
+    problems: list[str] = []
+    sd_targets = 0
+    for sd in config.file_sd:
+        for pattern in sd.files:
+            for path in sorted(glob.glob(pattern)):
+                targets, errors = load_file_sd(Path(path), sd, config.global_)
+                problems.extend(errors)
+                sd_targets += len(targets)
+    if problems:
+        out.write(f"FAILED {args.file}: {len(problems)} problem(s) in file_sd files:\n")
+        out.writelines(f"  {p}\n" for p in problems)
+        return 1
+    g = config.global_
+    out.write(
+        f"OK {args.file}: {len(config.targets)} target(s)"
+        + (f" and {sd_targets} from file_sd" if config.file_sd else "")
+        + f"; scrape every {format_duration(g.scrape_interval)} "
+        f"(timeout {format_duration(g.scrape_timeout)}); windows "
+        + ", ".join(format_duration(w) for w in g.windows)
+        + "\n"
+    )
+    return 0

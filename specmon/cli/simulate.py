@@ -1,0 +1,193 @@
+"""``specmon simulate``: serve simulated engines whose acceptance you set."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from specmon.cli._args import chain_length, unit_ratio
+from specmon.daemon.app import parse_listen_address
+from specmon.daemon.config import ConfigError
+from specmon.sim.engine import SimSettings
+from specmon.sim.pages import PageKind
+from specmon.sim.scenario import Scenario, load_scenario
+from specmon.sim.server import SimServer, VirtualTarget, make_target
+
+__all__ = ["add_parser"]
+
+ENGINES = {
+    "vllm": PageKind.VLLM,
+    "vllm-multiproc": PageKind.VLLM_MULTIPROC,
+    "llamacpp": PageKind.LLAMACPP,
+    "sglang": PageKind.SGLANG,
+}
+
+
+def _survival(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of rates") from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one rate")
+    return values
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "simulate",
+        help="serve simulated vLLM / llama.cpp / SGLang metrics and OpenAI endpoints",
+        description=(
+            "Serve engines whose speculative acceptance you control: their /metrics pages are "
+            "rendered from pages captured from real servers, their counters advance from a "
+            "stochastic model, and /v1/chat/completions answers in the OpenAI shape."
+        ),
+    )
+    p.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8000",
+        metavar="HOST:PORT",
+        help="address of the first target; further targets take the next ports",
+    )
+    p.add_argument(
+        "--targets",
+        type=int,
+        default=1,
+        metavar="N",
+        help="number of simulated targets (default 1)",
+    )
+    p.add_argument(
+        "--shared-port",
+        action="store_true",
+        help="serve all targets on one port under /t/NAME/ instead of a port each",
+    )
+    p.add_argument("--chain-length", "-k", type=chain_length, default=None, metavar="K")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--survival",
+        type=_survival,
+        default=None,
+        metavar="S1,S2,...",
+        help="per-position survival rates (default 0.8,0.6,0.4)",
+    )
+    group.add_argument(
+        "--alpha",
+        type=unit_ratio,
+        default=None,
+        help="a single per-token acceptance rate: survival alpha^i",
+    )
+    p.add_argument("--drafts-per-second", type=float, default=20.0, metavar="R")
+    p.add_argument("--model", default=None, metavar="NAME")
+    p.add_argument("--scenario", type=Path, default=None, metavar="FILE")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-speculation", action="store_true", help="a baseline server")
+    p.add_argument(
+        "--step-seconds",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="simulated time per decode step in chat completions",
+    )
+    p.add_argument(
+        "--draft-cost",
+        type=unit_ratio,
+        default=0.1,
+        help="draft cost used to time speculative steps (default 0.1)",
+    )
+    p.add_argument("--no-usage", action="store_true", help="omit usage from chat responses")
+    p.add_argument(
+        "--fail-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="answer every Nth chat request with HTTP 500",
+    )
+    p.add_argument(
+        "--diverge-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="change the completion of about 1 prompt in N (speculative side)",
+    )
+    p.set_defaults(func=_run)
+
+
+def build_targets(args: argparse.Namespace, scenario: Scenario | None) -> list[VirtualTarget]:
+    k = args.chain_length
+    if args.alpha is not None:
+        settings = SimSettings.from_alpha(args.alpha, k or 3)
+    else:
+        survival = args.survival or (0.8, 0.6, 0.4)
+        if k is not None and k != len(survival):
+            raise ValueError(f"--chain-length {k} but {len(survival)} survival rates given")
+        settings = SimSettings(survival=survival)
+    settings = SimSettings(
+        survival=settings.survival,
+        drafts_per_second=args.drafts_per_second,
+        speculation=not args.no_speculation,
+    )
+    settings.validate()
+    kind = ENGINES[args.engine]
+    targets = []
+    for index in range(args.targets):
+        name = f"{args.engine}-{index}" if args.targets > 1 else args.engine
+        targets.append(
+            make_target(
+                name=name,
+                kind=kind,
+                settings=settings,
+                model=args.model,
+                scenario=scenario,
+                seed=None if args.seed is None else args.seed + index,
+                step_seconds=args.step_seconds,
+                draft_cost=args.draft_cost,
+                usage=not args.no_usage,
+                fail_every=args.fail_every,
+                diverge_every=args.diverge_every,
+            )
+        )
+    return targets
+
+
+async def _serve(args: argparse.Namespace, targets: list[VirtualTarget]) -> int:
+    host, port = parse_listen_address(args.listen)
+    server = SimServer(targets)
+    if args.shared_port:
+        await server.start_shared(host or "127.0.0.1", port)
+    else:
+        ports = [port + i if port else 0 for i in range(len(targets))]
+        await server.start_each(host or "127.0.0.1", ports)
+    for name, address in server.addresses.items():
+        print(f"{name}: {address}/metrics", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    scenario = None
+    if args.scenario is not None:
+        try:
+            scenario = load_scenario(args.scenario)
+        except ConfigError as exc:
+            sys.stderr.write(f"specmon simulate: {exc}\n")
+            return 2
+    try:
+        targets = build_targets(args, scenario)
+    except ValueError as exc:
+        sys.stderr.write(f"specmon simulate: {exc}\n")
+        return 2
+    try:
+        return asyncio.run(_serve(args, targets))
+    except OSError as exc:
+        sys.stderr.write(f"specmon simulate: cannot listen on {args.listen}: {exc}\n")
+        return 1

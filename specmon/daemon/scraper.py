@@ -1,0 +1,150 @@
+"""One asyncio task per target: fetch, read, update the target's state, log what changed.
+
+A scrape is bounded by the target's ``scrape_timeout`` and the response size cap; a failing
+target backs off (doubling its interval up to 8x, at most a minute beyond its interval) so a
+dead server costs nearly nothing, and no target ever waits for another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from prometheus_client import Counter
+
+from specmon.daemon.target import Event, TargetState
+from specmon.engines import read_page
+from specmon.sources.http import FetchError, fetch_page
+
+__all__ = ["SCRAPE_RESULTS", "TargetScraper", "backoff_delay"]
+
+SCRAPE_RESULTS = (
+    "success",
+    "http_error",
+    "timeout",
+    "connection_error",
+    "too_large",
+    "parse_error",
+    "no_metrics",
+)
+
+
+def backoff_delay(interval: float, failures: int) -> float:
+    """Delay before the next scrape after ``failures`` consecutive failures."""
+    if failures <= 0:
+        return interval
+    factor = float(1 << min(failures - 1, 3))
+    return min(interval * factor, interval + 60.0)
+
+
+class TargetScraper:
+    def __init__(
+        self,
+        state: TargetState,
+        *,
+        session: Callable[[], aiohttp.ClientSession],
+        max_bytes: Callable[[], int],
+        scrapes_total: Counter,
+        log: Any,
+        on_scraped: Callable[[str], None],
+    ) -> None:
+        self.state = state
+        self._session = session
+        self._max_bytes = max_bytes
+        self._scrapes_total = scrapes_total
+        self._log = log
+        self._on_scraped = on_scraped
+        self.failures = 0
+
+    async def run(self, *, first_delay: float | None = None) -> None:
+        """Scrape until cancelled. The first scrape waits a random part of the interval so
+        that many targets do not all fire at once."""
+        interval = self.state.config.scrape_interval
+        delay = random.uniform(0, interval) if first_delay is None else first_delay  # noqa: S311
+        await asyncio.sleep(delay)
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await self.scrape_once()
+            interval = self.state.config.scrape_interval
+            wait = backoff_delay(interval, self.failures)
+            await asyncio.sleep(max(0.0, started + wait - loop.time()))
+
+    async def scrape_once(self) -> None:
+        cfg = self.state.config
+        started = time.perf_counter()
+        try:
+            result = await fetch_page(
+                self._session(),
+                cfg.url,
+                timeout=cfg.scrape_timeout,
+                max_bytes=self._max_bytes(),
+                headers=cfg.request_headers(),
+            )
+        except FetchError as exc:
+            self._failed(exc.kind, str(exc), time.perf_counter() - started)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never let one target take the daemon down
+            self._failed(
+                "connection_error", f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+            )
+            return
+        reading = read_page(
+            result.text, engine=cfg.engine, openmetrics=result.openmetrics, model=cfg.model
+        )
+        duration = time.perf_counter() - started
+        if not reading.is_exposition:
+            self._failed("parse_error", reading.message or "unparseable page", duration)
+            return
+        events = self.state.observe(
+            reading, mono=time.monotonic(), wall=time.time(), duration=duration
+        )
+        self.failures = 0
+        self._scrapes_total.labels(target=cfg.name, result="success").inc()
+        self._emit(events)
+        self._canonical("success", duration, size=result.size, malformed=reading.malformed)
+        self._on_scraped(cfg.name)
+
+    def _failed(self, kind: str, message: str, duration: float) -> None:
+        self.failures += 1
+        self._scrapes_total.labels(target=self.state.config.name, result=kind).inc()
+        events = self.state.fail(kind=kind, message=message, duration=duration)
+        self._emit(events)
+        self._canonical(kind, duration, error=message)
+        self._on_scraped(self.state.config.name)
+
+    def _emit(self, events: list[Event]) -> None:
+        for event in events:
+            log = self._log.warning if event.level == "warning" else self._log.info
+            log(event.event, target=self.state.config.name, **event.fields)
+
+    def _canonical(self, result: str, duration: float, **extra: Any) -> None:
+        """One line per scrape, at debug level."""
+        view = self.state.view
+        fields: dict[str, Any] = {
+            "target": self.state.config.name,
+            "result": result,
+            "duration_s": round(duration, 4),
+            "engine": view.engine.value if view.engine else None,
+        }
+        primary = self.state.primary_window
+        for model in view.models:
+            window = model.window(primary)
+            if window is not None and window.report is not None:
+                fields[f"alpha_{primary}"] = _r(window.report.alpha)
+                fields[f"margin_{primary}"] = _r(window.report.alpha_margin)
+                fields[f"drafts_{primary}"] = window.drafts
+                break
+        if self.failures:
+            fields["failures"] = self.failures
+        self._log.debug("scrape", **fields, **extra)
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -1,0 +1,328 @@
+"""One target's state: its windows and the figures computed after every scrape. No I/O.
+
+The scraper feeds :meth:`TargetState.observe` (a page was read) or :meth:`TargetState.fail`
+(no page); each returns the state changes worth a log line. After every call, :attr:`view` is
+a new immutable :class:`TargetView` that the exporter and the status page read without locks
+(asyncio: one thread; the view is swapped, never mutated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from specmon.arithmetic import breakeven_alpha
+from specmon.daemon.config import TargetConfig, format_duration
+from specmon.engines import Engine, ModelReading, PageReading, SpecGauges
+from specmon.report import AcceptanceReport, report_from_counters, report_from_gauges
+from specmon.windows import CounterHistory, GaugeHistory
+
+__all__ = ["Event", "ModelView", "TargetState", "TargetView", "WindowView", "display_url"]
+
+
+def display_url(url: str) -> str:
+    """The URL without query string or fragment (they may carry tokens)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowView:
+    window: str
+    seconds: float
+    #: Time the window's data covers, drafts counted in it; None when it has < 2 readings.
+    covered_seconds: float | None
+    drafts: int | None
+    report: AcceptanceReport | None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    model: str
+    chain_length: int | None
+    chain_length_source: str | None
+    draft_cost: float
+    breakeven: float | None
+    totals_drafts: int | None
+    totals_draft_tokens: int | None
+    totals_accepted: int | None
+    resets: int
+    windows: tuple[WindowView, ...]
+
+    def window(self, label: str) -> WindowView | None:
+        return next((w for w in self.windows if w.window == label), None)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetView:
+    name: str
+    url: str
+    labels: dict[str, str]
+    engine: Engine | None = None
+    up: bool = False
+    scraped: bool = False
+    last_duration: float | None = None
+    last_success: float | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    speculation: bool | None = None
+    message: str | None = None
+    notes: tuple[str, ...] = ()
+    malformed: int = 0
+    models: tuple[ModelView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A state change for the log: ``level`` is "info" or "warning"."""
+
+    level: str
+    event: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class TargetState:
+    def __init__(self, config: TargetConfig, *, windows: tuple[float, ...], retention: float):
+        self.config = config
+        self._windows = windows
+        self._retention = retention
+        self._histories: dict[str, CounterHistory] = {}
+        self._gauges: dict[str, tuple[GaugeHistory, GaugeHistory]] = {}
+        self._engine: Engine | None = None
+        self._margin_sign: dict[str, int] = {}
+        self.view = TargetView(
+            name=config.name, url=display_url(config.url), labels=dict(config.labels)
+        )
+
+    @property
+    def primary_window(self) -> str:
+        """The window whose margin crossings are logged (the middle one)."""
+        return format_duration(self._windows[len(self._windows) // 2])
+
+    def reconfigure(
+        self, config: TargetConfig, *, windows: tuple[float, ...], retention: float
+    ) -> None:
+        """New settings that keep the counters' meaning (same URL, engine, model)."""
+        self.config = config
+        if windows != self._windows:
+            self._windows = windows
+        self._retention = retention
+        for history in self._histories.values():
+            history.set_retention(retention)
+        self.view = _replace_view(
+            self.view, name=config.name, url=display_url(config.url), labels=dict(config.labels)
+        )
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def fail(self, *, kind: str, message: str, duration: float) -> list[Event]:
+        events: list[Event] = []
+        if self.view.up or not self.view.scraped:
+            events.append(Event("warning", "target_down", {"error": message, "result": kind}))
+        elif self.view.error != message:
+            events.append(
+                Event("warning", "target_error_changed", {"error": message, "result": kind})
+            )
+        self.view = TargetView(
+            name=self.config.name,
+            url=self.view.url,
+            labels=dict(self.config.labels),
+            engine=self.view.engine,
+            up=False,
+            scraped=True,
+            last_duration=duration,
+            last_success=self.view.last_success,
+            error=message,
+            error_kind=kind,
+            speculation=self.view.speculation,
+        )
+        return events
+
+    # -- pages ------------------------------------------------------------------------------
+
+    def observe(
+        self, reading: PageReading, *, mono: float, wall: float, duration: float
+    ) -> list[Event]:
+        events: list[Event] = []
+        was = self.view
+        if not was.up:
+            events.append(Event("info", "target_up", {"engine": _engine_name(reading.engine)}))
+        if reading.engine != self._engine:
+            if self._engine is not None:
+                events.append(
+                    Event(
+                        "warning",
+                        "engine_changed",
+                        {"before": self._engine.value, "after": _engine_name(reading.engine)},
+                    )
+                )
+            self._histories.clear()
+            self._gauges.clear()
+            self._margin_sign.clear()
+            self._engine = reading.engine
+        speculation = reading.speculation
+        if was.speculation is not None and speculation != was.speculation:
+            events.append(
+                Event("info", "speculation_appeared", {})
+                if speculation
+                else Event("warning", "speculation_vanished", {"message": reading.message})
+            )
+        elif was.speculation is None and not speculation:
+            events.append(Event("warning", "no_speculation", {"message": reading.message}))
+
+        models: list[ModelView] = []
+        present = set()
+        for model in reading.models:
+            present.add(model.model)
+            view, model_events = self._observe_model(model, mono)
+            models.append(view)
+            events.extend(model_events)
+        for gone in set(self._histories) - present:
+            del self._histories[gone]
+        for gone in set(self._gauges) - present:
+            del self._gauges[gone]
+
+        self.view = TargetView(
+            name=self.config.name,
+            url=was.url,
+            labels=dict(self.config.labels),
+            engine=reading.engine,
+            up=True,
+            scraped=True,
+            last_duration=duration,
+            last_success=wall,
+            speculation=speculation,
+            message=reading.message,
+            notes=reading.notes,
+            malformed=reading.malformed,
+            models=tuple(models),
+        )
+        return events
+
+    def _observe_model(self, model: ModelReading, mono: float) -> tuple[ModelView, list[Event]]:
+        cfg = self.config
+        events: list[Event] = []
+        if model.counters is not None:
+            history = self._histories.get(model.model)
+            if history is None:
+                history = self._histories[model.model] = CounterHistory(retention=self._retention)
+            observation = history.add(mono, model.counters)
+            if observation.reset:
+                events.append(Event("warning", "counter_reset", {"model": model.model}))
+            detected = len(model.counters.accepted_per_position)
+            k = cfg.chain_length if cfg.chain_length is not None else (detected or None)
+            source = (
+                "configured" if cfg.chain_length is not None else ("detected" if detected else None)
+            )
+            windows = []
+            for seconds in self._windows:
+                label = format_duration(seconds)
+                delta = history.window(seconds)
+                if delta is None:
+                    windows.append(WindowView(label, seconds, None, None, None))
+                    continue
+                report = (
+                    report_from_counters(
+                        delta.as_counters(), draft_cost=cfg.draft_cost, chain_length=k
+                    )
+                    if delta.drafts > 0
+                    else None
+                )
+                windows.append(WindowView(label, seconds, delta.seconds, delta.drafts, report))
+            totals = history.totals()
+            view = ModelView(
+                model=model.model,
+                chain_length=k,
+                chain_length_source=source,
+                draft_cost=cfg.draft_cost,
+                breakeven=_breakeven(k, cfg.draft_cost),
+                totals_drafts=totals.drafts if totals else None,
+                totals_draft_tokens=totals.draft_tokens if totals else None,
+                totals_accepted=totals.accepted_tokens if totals else None,
+                resets=history.resets,
+                windows=tuple(windows),
+            )
+        else:
+            assert model.gauges is not None
+            view = self._observe_gauges(model.model, model.gauges, mono)
+        events.extend(self._margin_events(view))
+        return view, events
+
+    def _observe_gauges(self, model: str, gauges: SpecGauges, mono: float) -> ModelView:
+        cfg = self.config
+        windows: list[WindowView] = []
+        if gauges.scope == "lifetime":
+            report = report_from_gauges(
+                gauges, draft_cost=cfg.draft_cost, chain_length=cfg.chain_length
+            )
+            windows.append(WindowView("lifetime", 0.0, None, None, report))
+            k, source = report.chain_length, report.chain_length_source
+        else:
+            length_h, rate_h = self._gauges.setdefault(
+                model,
+                (GaugeHistory(retention=self._retention), GaugeHistory(retention=self._retention)),
+            )
+            if gauges.mean_acceptance_length is not None:
+                length_h.add(mono, gauges.mean_acceptance_length)
+            if gauges.acceptance_rate is not None:
+                rate_h.add(mono, gauges.acceptance_rate)
+            for seconds in self._windows:
+                length = length_h.mean(seconds)
+                rate = rate_h.mean(seconds)
+                averaged = SpecGauges(
+                    scope=gauges.scope,
+                    mean_acceptance_length=length[0] if length else None,
+                    acceptance_rate=rate[0] if rate else None,
+                )
+                report = report_from_gauges(
+                    averaged, draft_cost=cfg.draft_cost, chain_length=cfg.chain_length
+                )
+                windows.append(WindowView(format_duration(seconds), seconds, None, None, report))
+            k = cfg.chain_length
+            source = "configured" if k is not None else None
+        return ModelView(
+            model=model,
+            chain_length=k,
+            chain_length_source=source,
+            draft_cost=cfg.draft_cost,
+            breakeven=_breakeven(k, cfg.draft_cost),
+            totals_drafts=None,
+            totals_draft_tokens=None,
+            totals_accepted=None,
+            resets=0,
+            windows=tuple(windows),
+        )
+
+    def _margin_events(self, view: ModelView) -> list[Event]:
+        window = view.window(self.primary_window) or (view.windows[0] if view.windows else None)
+        if window is None or window.report is None or window.report.alpha_margin is None:
+            return []
+        margin = window.report.alpha_margin
+        sign = 1 if margin >= 0 else -1
+        previous = self._margin_sign.get(view.model)
+        self._margin_sign[view.model] = sign
+        if previous is None or previous == sign:
+            return []
+        fields = {
+            "model": view.model,
+            "window": window.window,
+            "alpha": round(window.report.alpha or 0.0, 4),
+            "breakeven": round(view.breakeven or 0.0, 4),
+            "margin": round(margin, 4),
+        }
+        if sign < 0:
+            return [Event("warning", "margin_below_breakeven", fields)]
+        return [Event("info", "margin_above_breakeven", fields)]
+
+
+def _breakeven(k: int | None, c: float) -> float | None:
+    return breakeven_alpha(k, c) if k is not None else None
+
+
+def _engine_name(engine: Engine | None) -> str:
+    return engine.value if engine is not None else "unknown"
+
+
+def _replace_view(view: TargetView, **changes: Any) -> TargetView:
+    return replace(view, **changes)

@@ -1,0 +1,212 @@
+"""A simulated engine's counters and the stochastic model that advances them. No I/O.
+
+Drafts arrive as a Poisson process at ``drafts_per_second``; each draft's accepted length is
+drawn from the per-position survival rates s_1 >= s_2 >= ... (P(accepted length >= i) = s_i).
+vLLM's counters move continuously; llama.cpp's only when a simulated request finishes, the
+way the real server updates them, so its per-position series appear after the first request.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from specmon.sim.sampling import draw_positions, poisson
+
+__all__ = ["Counters", "Mode", "SimEngine", "SimSettings"]
+
+
+class Mode(StrEnum):
+    NORMAL = "normal"
+    ERROR = "error"  # HTTP 500
+    HANG = "hang"  # accept the connection, never answer
+    GARBAGE = "garbage"  # HTTP 200 with a body that is not an exposition page
+    NO_METRICS = "no_metrics"  # llama-server without --metrics: HTTP 501
+    DOWN = "down"  # connection refused (the listener is closed)
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    survival: tuple[float, ...] = (0.8, 0.6, 0.4)
+    drafts_per_second: float = 20.0
+    requests_running: int = 4
+    speculation: bool = True
+    mode: Mode = Mode.NORMAL
+    #: Mean drafted tokens per draft; None = the full chain (n-gram proposers draft fewer).
+    draft_tokens_per_draft: float | None = None
+    #: llama.cpp: drafts per simulated request (counters move when a request ends).
+    drafts_per_request: int = 40
+
+    @property
+    def chain_length(self) -> int:
+        return len(self.survival)
+
+    @staticmethod
+    def from_alpha(alpha: float, chain_length: int, **kwargs: object) -> SimSettings:
+        survival = tuple(alpha**i for i in range(1, chain_length + 1))
+        return replace(SimSettings(), survival=survival, **kwargs)  # type: ignore[arg-type]
+
+    def validate(self) -> None:
+        if not self.survival:
+            raise ValueError("survival needs at least one position")
+        previous = 1.0
+        for i, rate in enumerate(self.survival, start=1):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"survival[{i}] = {rate} is outside [0, 1]")
+            if rate > previous + 1e-12:
+                raise ValueError(
+                    f"survival must not rise along the chain (position {i}: {rate} > {previous})"
+                )
+            previous = rate
+        if self.drafts_per_second < 0:
+            raise ValueError("drafts_per_second must be >= 0")
+        if self.drafts_per_request < 1:
+            raise ValueError("drafts_per_request must be >= 1")
+
+
+@dataclass(slots=True)
+class Counters:
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_pos: list[int] = field(default_factory=list)
+    generation_tokens: int = 0
+    requests_finished: int = 0
+    #: llama.cpp: whether per-position series are published yet.
+    positions_published: bool = False
+
+
+class SimEngine:
+    """Counters of one simulated model on one engine."""
+
+    def __init__(
+        self,
+        *,
+        settings: SimSettings,
+        seed: int | None = None,
+        now: float = 0.0,
+        wall: float = 0.0,
+        lumpy: bool = False,
+    ) -> None:
+        settings.validate()
+        self.settings = settings
+        self.rng = random.Random(seed)  # noqa: S311 - simulation, not security
+        self.lumpy = lumpy
+        self.counters = Counters(per_pos=[0] * settings.chain_length)
+        self._pending = Counters(per_pos=[0] * settings.chain_length)
+        self._pending_drafts_target = self._next_request_size()
+        self._last = now
+        self._carry = 0.0
+        #: Wall-clock time of the (simulated) process start, for ``_created`` samples.
+        self.started_wall = wall
+        self.restarts = 0
+
+    def _next_request_size(self) -> int:
+        mean = self.settings.drafts_per_request
+        return max(1, round(self.rng.uniform(0.5 * mean, 1.5 * mean)))
+
+    def configure(self, settings: SimSettings, *, now: float, wall: float) -> None:
+        """New settings from now on; a different chain length means a restart (as in real
+        engines, where k is a start-up flag)."""
+        settings.validate()
+        self.advance(now)
+        restart = settings.chain_length != self.settings.chain_length
+        self.settings = settings
+        if restart:
+            self.restart(now=now, wall=wall)
+
+    def restart(self, *, now: float, wall: float) -> None:
+        """The server restarted: every counter starts again from zero."""
+        k = self.settings.chain_length
+        self.counters = Counters(per_pos=[0] * k)
+        self._pending = Counters(per_pos=[0] * k)
+        self._pending_drafts_target = self._next_request_size()
+        self._last = now
+        self._carry = 0.0
+        self.started_wall = wall
+        self.restarts += 1
+
+    def advance(self, now: float) -> None:
+        """Let simulated time pass up to ``now`` (monotonic seconds)."""
+        elapsed = now - self._last
+        if elapsed <= 0:
+            return
+        self._last = now
+        s = self.settings
+        if not s.speculation or s.drafts_per_second <= 0 or s.mode in (Mode.DOWN,):
+            return
+        drafts = poisson(self.rng, s.drafts_per_second * elapsed)
+        self.add_drafts(drafts)
+
+    def add_drafts(self, drafts: int, *, finish_request: bool = False) -> tuple[int, int]:
+        """Draw ``drafts`` verification steps; returns (draft tokens, accepted tokens).
+
+        ``finish_request`` ends a llama.cpp request now (an API request completed)."""
+        s = self.settings
+        if drafts <= 0 and not finish_request:
+            return 0, 0
+        positions = draw_positions(self.rng, drafts, s.survival)
+        accepted = sum(positions)
+        if s.draft_tokens_per_draft is None:
+            draft_tokens = drafts * s.chain_length
+        else:
+            exact = drafts * s.draft_tokens_per_draft + self._carry
+            draft_tokens = int(exact)
+            self._carry = exact - draft_tokens
+            draft_tokens = min(max(draft_tokens, accepted), drafts * s.chain_length)
+        target = self._pending if self.lumpy else self.counters
+        target.drafts += drafts
+        target.draft_tokens += draft_tokens
+        target.accepted += accepted
+        for i, count in enumerate(positions):
+            target.per_pos[i] += count
+        # Each verification step emits the accepted prefix plus one token of the target's.
+        target.generation_tokens += drafts + accepted
+        if self.lumpy:
+            if finish_request or self._pending.drafts >= self._pending_drafts_target:
+                self._flush()
+        else:
+            self.counters.positions_published = True
+        return draft_tokens, accepted
+
+    def run_request(self, tokens: int) -> tuple[int, int, int, int]:
+        """Generate ``tokens`` tokens as one API request: verification steps until enough
+        tokens exist. Returns (steps, drafts, draft tokens, accepted tokens); without
+        speculation every step is one plain decode and drafts are 0.
+
+        The counters move as the engine's would (llama.cpp: all at once, when it ends).
+        """
+        s = self.settings
+        if tokens <= 0:
+            return 0, 0, 0, 0
+        if not s.speculation:
+            self.counters.generation_tokens += tokens
+            self.counters.requests_finished += 1
+            return tokens, 0, 0, 0
+        steps = draft_tokens = accepted = 0
+        produced = 0
+        while produced < tokens:
+            made, acc = self.add_drafts(1)
+            steps += 1
+            draft_tokens += made
+            accepted += acc
+            produced += acc + 1
+        if self.lumpy:
+            self._flush()
+        return steps, steps, draft_tokens, accepted
+
+    def _flush(self) -> None:
+        pending = self._pending
+        c = self.counters
+        c.drafts += pending.drafts
+        c.draft_tokens += pending.draft_tokens
+        c.accepted += pending.accepted
+        for i, count in enumerate(pending.per_pos):
+            c.per_pos[i] += count
+        c.generation_tokens += pending.generation_tokens
+        c.requests_finished += 1
+        if pending.drafts > 0:
+            c.positions_published = True
+        self._pending = Counters(per_pos=[0] * self.settings.chain_length)
+        self._pending_drafts_target = self._next_request_size()

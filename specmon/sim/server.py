@@ -1,0 +1,357 @@
+"""The simulator's HTTP side: metrics pages, failure modes and OpenAI-shaped endpoints.
+
+One :class:`VirtualTarget` is one simulated engine. A :class:`SimServer` serves many of them,
+either one port each (``/metrics``, ``/v1/...``, as a real engine) or all on one port under
+``/t/NAME/`` (cheap for load tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from specmon.sim.engine import Mode, SimEngine, SimSettings
+from specmon.sim.pages import PageKind, PageTemplate, load_template
+from specmon.sim.scenario import Scenario
+
+__all__ = ["SimServer", "VirtualTarget", "completion_text"]
+
+LLAMACPP_501_BODY = (
+    '{"error":{"code":501,"message":"This server does not support metrics endpoint. '
+    'Start it with `--metrics`","type":"not_supported_error"}}'
+)
+_GARBAGE = (
+    "<html><head><title>502 Bad Gateway</title></head>\n<body>\n"
+    "<center><h1>502 Bad Gateway</h1></center>\n<hr><center>nginx</center>\n</body></html>\n"
+)
+_WORDS = ["the", "draft", "proposes", "tokens", "and", "the", "target", "verifies", "them", "in", "one", "pass", "while", "acceptance", "falls", "along", "the", "chain", "so", "a", "shorter", "chain", "often", "pays", "better", "than", "a", "longer", "one", "when", "the", "draft", "costs", "more", "than", "it", "saves", "for", "every", "token", "kept"]
+
+
+def completion_text(model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
+    """Deterministic 'greedy' output: the same words for the same model, prompt and seed,
+    whether or not speculation is on (as real greedy speculative decoding guarantees)."""
+    digest = hashlib.sha256(f"{model}\0{prompt}\0{seed}".encode()).digest()
+    rng = random.Random(digest)  # noqa: S311 - text generation, not security
+    prompt_words = prompt.split() or _WORDS
+    out = []
+    for _ in range(max_tokens):
+        # Copy-heavy behaviour: often repeat a word of the prompt.
+        source = prompt_words if rng.random() < 0.5 else _WORDS
+        out.append(source[rng.randrange(len(source))])
+    return out
+
+
+@dataclass
+class VirtualTarget:
+    name: str
+    kind: PageKind
+    model: str
+    engine: SimEngine
+    scenario: Scenario | None = None
+    #: Simulated seconds per target decode step in chat completions (0: answer at once).
+    step_seconds: float = 0.0
+    #: Draft cost used to time speculative steps: a step costs (1 + k c) target steps.
+    draft_cost: float = 0.1
+    usage: bool = True
+    fail_every: int = 0
+    diverge_every: int = 0
+    hang_seconds: float = 3600.0
+    started: float = field(default_factory=time.monotonic)
+    requests: int = 0
+    _applied: int = 0
+    _cycle: int = 0
+    _template: PageTemplate | None = None
+
+    def __post_init__(self) -> None:
+        self._template = load_template(self.kind)
+        if self.scenario is not None:
+            self.tick(self.started)
+
+    @property
+    def template(self) -> PageTemplate:
+        assert self._template is not None
+        return self._template
+
+    @property
+    def mode(self) -> Mode:
+        return self.engine.settings.mode
+
+    def tick(self, now: float | None = None) -> None:
+        """Apply due scenario phases (advancing the counters up to each phase's time), then
+        advance to ``now``."""
+        now = time.monotonic() if now is None else now
+        scenario = self.scenario
+        if scenario is not None:
+            elapsed = now - self.started
+            if scenario.repeat and scenario.period:
+                cycle = int(elapsed // scenario.period)
+                if cycle != self._cycle:
+                    self._cycle = cycle
+                    self._applied = 0
+                elapsed -= cycle * scenario.period
+            base = now - elapsed
+            phases = scenario.phases
+            while self._applied < len(phases) and phases[self._applied].at <= elapsed:
+                phase = phases[self._applied]
+                at = base + phase.at
+                wall = time.time() - (now - at)
+                self.engine.advance(at)
+                self.engine.configure(phase.apply(self.engine.settings), now=at, wall=wall)
+                if phase.restart:
+                    self.engine.restart(now=at, wall=wall)
+                self._applied += 1
+        self.engine.advance(now)
+
+    def page(self) -> str:
+        return self.template.render(self.engine, model=self.model)
+
+
+class SimServer:
+    def __init__(self, targets: list[VirtualTarget]) -> None:
+        self.targets = {t.name: t for t in targets}
+        self._runners: list[web.AppRunner] = []
+        self._hangs: set[asyncio.Task[Any]] = set()
+        self.addresses: dict[str, str] = {}
+
+    # -- apps -------------------------------------------------------------------------------
+
+    def app_for(self, target: VirtualTarget) -> web.Application:
+        app = web.Application()
+        self._routes(app, "", lambda request: target)
+        return app
+
+    def shared_app(self) -> web.Application:
+        app = web.Application()
+
+        def pick(request: web.Request) -> VirtualTarget:
+            name = request.match_info["name"]
+            if name not in self.targets:
+                raise web.HTTPNotFound(text=f"no simulated target {name!r}\n")
+            return self.targets[name]
+
+        self._routes(app, "/t/{name}", pick)
+        app.router.add_get("/targets", self._list)
+        return app
+
+    def _routes(
+        self, app: web.Application, prefix: str, pick: Callable[[web.Request], VirtualTarget]
+    ) -> None:
+        async def metrics(request: web.Request) -> web.StreamResponse:
+            return await self._metrics(pick(request), request)
+
+        async def models(request: web.Request) -> web.Response:
+            return self._models(pick(request))
+
+        async def chat(request: web.Request) -> web.Response:
+            return await self._chat(pick(request), request)
+
+        async def health(request: web.Request) -> web.Response:
+            return web.json_response({"status": "ok"})
+
+        app.router.add_get(prefix + "/metrics", metrics)
+        app.router.add_get(prefix + "/metrics/", metrics)
+        app.router.add_get(prefix + "/v1/models", models)
+        app.router.add_post(prefix + "/v1/chat/completions", chat)
+        app.router.add_get(prefix + "/health", health)
+
+    async def _list(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            [
+                {"name": t.name, "kind": t.kind.value, "model": t.model, "mode": t.mode.value}
+                for t in self.targets.values()
+            ]
+        )
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    async def _metrics(self, target: VirtualTarget, request: web.Request) -> web.StreamResponse:
+        target.tick()
+        mode = target.mode
+        if mode is Mode.ERROR:
+            return web.Response(status=500, text="Internal Server Error\n")
+        if mode is Mode.NO_METRICS:
+            return web.Response(status=501, text=LLAMACPP_501_BODY, content_type="application/json")
+        if mode is Mode.GARBAGE:
+            return web.Response(text=_GARBAGE, content_type="text/html")
+        if mode is Mode.HANG:
+            task = asyncio.current_task()
+            if task is not None:
+                self._hangs.add(task)
+            try:
+                await asyncio.sleep(target.hang_seconds)
+            finally:
+                if task is not None:
+                    self._hangs.discard(task)
+            return web.Response(status=504, text="hung\n")
+        kind = target.kind
+        body = target.page()
+        content_type = target.template.content_type
+        # vLLM's /metrics/ negotiates OpenMetrics; serve the same page in that format then.
+        if request.path.endswith("/metrics/") and kind is PageKind.VLLM:
+            accept = request.headers.get("Accept", "")
+            if "openmetrics" in accept:
+                om = load_template(PageKind.VLLM_OPENMETRICS)
+                body = om.render(target.engine, model=target.model)
+                content_type = om.content_type
+        response = web.Response(body=body.encode("utf-8"))
+        response.headers["Content-Type"] = content_type
+        return response
+
+    def _models(self, target: VirtualTarget) -> web.Response:
+        created = int(target.engine.started_wall)
+        if target.kind is PageKind.LLAMACPP:
+            body: dict[str, Any] = {
+                "models": [{"name": target.model, "model": target.model, "type": "model"}],
+                "object": "list",
+                "data": [
+                    {"id": target.model, "object": "model", "created": created,
+                     "owned_by": "llamacpp"}
+                ],
+            }  # fmt: skip
+        else:
+            body = {
+                "object": "list",
+                "data": [
+                    {"id": target.model, "object": "model", "created": created,
+                     "owned_by": "vllm", "root": target.model, "parent": None,
+                     "max_model_len": 4096}
+                ],
+            }  # fmt: skip
+        return web.json_response(body)
+
+    async def _chat(self, target: VirtualTarget, request: web.Request) -> web.Response:
+        try:
+            payload = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+        if not isinstance(payload, dict):
+            return web.json_response({"error": {"message": "expected an object"}}, status=400)
+        target.tick()
+        target.requests += 1
+        if target.fail_every and target.requests % target.fail_every == 0:
+            return web.json_response(
+                {"error": {"code": 500, "message": "simulated failure"}}, status=500
+            )
+        messages = payload.get("messages") or []
+        prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+        max_tokens = int(payload.get("max_tokens") or 16)
+        seed = int(payload.get("seed") or 0)
+        words = completion_text(target.model, prompt, max_tokens, seed)
+        digest = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
+        settings: SimSettings = target.engine.settings
+        if target.diverge_every and settings.speculation and digest % target.diverge_every == 0:
+            # A batch-shape floating-point difference: the tail changes from some point on.
+            cut = max(1, len(words) // 2)
+            words = words[:cut] + [w[::-1] for w in words[cut:]]
+        steps, _drafts, draft_tokens, accepted = target.engine.run_request(max_tokens)
+        if target.step_seconds > 0:
+            cost = 1.0 + settings.chain_length * target.draft_cost if settings.speculation else 1.0
+            await asyncio.sleep(steps * target.step_seconds * cost)
+        text = " ".join(words)
+        prompt_tokens = len(prompt.split())
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-{digest % 10**12:012d}{target.requests}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": target.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length",
+                }
+            ],
+        }
+        if target.usage:
+            body["usage"] = {
+                "completion_tokens": max_tokens,
+                "prompt_tokens": prompt_tokens,
+                "total_tokens": max_tokens + prompt_tokens,
+            }
+        if target.kind is PageKind.LLAMACPP:
+            predicted_ms = steps * target.step_seconds * 1000.0
+            body["timings"] = {
+                "prompt_n": prompt_tokens,
+                "predicted_n": max_tokens,
+                "predicted_ms": predicted_ms,
+                "predicted_per_second": (max_tokens / (predicted_ms / 1000.0))
+                if predicted_ms > 0
+                else None,
+            }
+            if settings.speculation:
+                body["timings"]["draft_n"] = draft_tokens
+                body["timings"]["draft_n_accepted"] = accepted
+        return web.json_response(body)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        self._runners.append(runner)
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def start_each(self, host: str = "127.0.0.1", ports: list[int] | None = None) -> None:
+        """One port per target (0 = any free port)."""
+        for index, target in enumerate(self.targets.values()):
+            port = ports[index] if ports else 0
+            bound = await self._serve(self.app_for(target), host, port)
+            self.addresses[target.name] = f"http://{host}:{bound}"
+
+    async def start_shared(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """All targets on one port, under /t/NAME/."""
+        bound = await self._serve(self.shared_app(), host, port)
+        for name in self.targets:
+            self.addresses[name] = f"http://{host}:{bound}/t/{name}"
+        return bound
+
+    async def stop(self) -> None:
+        for task in list(self._hangs):
+            task.cancel()
+        for runner in self._runners:
+            await runner.cleanup()
+        self._runners.clear()
+
+
+def make_target(
+    *,
+    name: str,
+    kind: PageKind,
+    settings: SimSettings,
+    model: str | None = None,
+    scenario: Scenario | None = None,
+    seed: int | None = None,
+    **options: Any,
+) -> VirtualTarget:
+    now = time.monotonic()
+    engine = SimEngine(
+        settings=settings,
+        seed=seed,
+        now=now,
+        wall=time.time(),
+        lumpy=kind is PageKind.LLAMACPP,
+    )
+    default_model = {PageKind.LLAMACPP: "tiny-llama", PageKind.SGLANG: "qwen"}.get(
+        kind, "tiny-llama"
+    )
+    return VirtualTarget(
+        name=name,
+        kind=kind,
+        model=model or default_model,
+        engine=engine,
+        scenario=scenario,
+        started=now,
+        **options,
+    )
