@@ -22,6 +22,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    disable_created_metrics,
 )
 from prometheus_client.exposition import choose_encoder
 
@@ -117,6 +118,8 @@ class Daemon:
         self.listen = listen
         self.shutdown_timeout = shutdown_timeout
         self.log = get_logger()
+        # specmon_scrapes_total etc. need no _created siblings (they double the series count).
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             with contextlib.suppress(ValueError):

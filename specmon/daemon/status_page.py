@@ -159,6 +159,7 @@ def _report_json(window: WindowView) -> dict[str, Any]:
         "seconds": window.seconds,
         "covered_seconds": window.covered_seconds,
         "drafts": window.drafts,
+        "readings": window.readings,
         "report": window.report.as_dict() if window.report else None,
     }
 

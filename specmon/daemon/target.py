@@ -35,6 +35,8 @@ class WindowView:
     covered_seconds: float | None
     drafts: int | None
     report: AcceptanceReport | None
+    #: Scrapes inside the window (0 when it has fewer than two).
+    readings: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +231,9 @@ class TargetState:
                     if delta.drafts > 0
                     else None
                 )
-                windows.append(WindowView(label, seconds, delta.seconds, delta.drafts, report))
+                windows.append(
+                    WindowView(label, seconds, delta.seconds, delta.drafts, report, delta.readings)
+                )
             totals = history.totals()
             view = ModelView(
                 model=model.model,

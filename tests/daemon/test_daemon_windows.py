@@ -1,0 +1,163 @@
+"""The daemon as users run it (a subprocess, real HTTP) against engines serving real captured
+page formats whose counters the test moves by hand: exported values equal a hand computation
+from the counters over each window."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from specmon.sim.pages import PageKind
+from tests.support.daemon import daemon
+from tests.support.fake_engines import manual_target, running, set_counters
+
+CONFIG = """\
+global:
+  scrape_interval: 500ms
+  scrape_timeout: 400ms
+  windows: [4s, 30s]
+  draft_cost: 0.2
+targets:
+{targets}
+"""
+
+
+def target_yaml(name: str, url: str, **extra: object) -> str:
+    lines = [f"  - name: {name}", f"    url: {url}"]
+    lines += [f"    {k}: {v}" for k, v in extra.items()]
+    return "\n".join(lines)
+
+
+def expected_alpha(mean_accepted: float, k: int) -> float:
+    """Solve alpha + ... + alpha^k = mean by bisection, written out here independently."""
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if sum(mid**i for i in range(1, k + 1)) < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("kind", [PageKind.VLLM, PageKind.LLAMACPP, PageKind.VLLM_MULTIPROC])
+def test_windows_equal_hand_computation(kind: PageKind, tmp_path: Path) -> None:
+    if kind is PageKind.VLLM_MULTIPROC and not _has_template(kind):
+        pytest.skip("multiprocess capture not yet available")
+    eng = manual_target("e", kind, chain_length=3, model="m-1")
+    # Staircase: V0 at start, V1 from t ~ 2 s, V2 from t ~ 6 s; then frozen.
+    v0 = (1000, 3000, [700, 400, 200])
+    v1 = (1600, 4800, [1120, 640, 320])
+    v2 = (2000, 6000, [1300, 760, 380])
+    set_counters(eng, v0[0], v0[1], v0[2])
+    with running([eng]) as engines:
+        cfg = tmp_path / "specmon.yaml"
+        cfg.write_text(CONFIG.format(targets=target_yaml("eng", engines.url("e"))))
+        with daemon(cfg, tmp_path) as d:
+            time.sleep(2.0)
+            set_counters(eng, v1[0], v1[1], v1[2])
+            time.sleep(4.0)
+            set_counters(eng, v2[0], v2[1], v2[2])
+            # Wait until the 4 s window holds only V2 readings (drafts 0), i.e. > 4 s after.
+            time.sleep(6.0)
+            m = d.metrics()
+
+    labels = {"target": "eng", "model": "m-1" if kind is not PageKind.LLAMACPP else "default"}
+    # 4 s window: counters frozen at V2 for > 4 s -> zero drafts, and no ratio at all.
+    assert m.value("specmon_window_drafts", window="4s", **labels) == 0
+    for name in (
+        "specmon_alpha_ratio",
+        "specmon_draft_acceptance_ratio",
+        "specmon_position_survival_ratio",
+        "specmon_expected_speedup_ratio",
+    ):
+        assert not m.series(name, window="4s", **labels), name
+    # 30 s window: every reading since the start -> V2 - V0.
+    drafts = v2[0] - v0[0]
+    tokens = v2[1] - v0[1]
+    per_pos = [b - a for a, b in zip(v0[2], v2[2], strict=True)]
+    accepted = sum(per_pos)
+    w = {"window": "30s", **labels}
+    assert m.value("specmon_window_drafts", **w) == drafts
+    assert m.value("specmon_draft_acceptance_ratio", **w) == pytest.approx(accepted / tokens)
+    assert m.value("specmon_mean_acceptance_length", **w) == pytest.approx(1 + accepted / drafts)
+    for i, count in enumerate(per_pos, start=1):
+        assert m.value("specmon_position_survival_ratio", position=str(i), **w) == pytest.approx(
+            count / drafts
+        )
+        previous = drafts if i == 1 else per_pos[i - 2]
+        assert m.value("specmon_position_conditional_ratio", position=str(i), **w) == pytest.approx(
+            count / previous
+        )
+    k, c = 3, 0.2
+    assert m.value("specmon_chain_length", **labels) == k
+    assert m.value("specmon_draft_cost_ratio", source="configured", **labels) == c
+    breakeven = m.value("specmon_breakeven_alpha_ratio", **labels)
+    assert breakeven is not None
+    # S(breakeven) = 1 with the closed form
+    a = breakeven
+    assert (1 - a ** (k + 1)) / ((1 - a) * (1 + k * c)) == pytest.approx(1.0, abs=1e-9)
+    alpha = m.value("specmon_alpha_ratio", **w)
+    assert alpha == pytest.approx(expected_alpha(accepted / drafts, k), abs=1e-9)
+    assert m.value("specmon_alpha_margin_ratio", **w) == pytest.approx(alpha - breakeven)
+    assert m.value("specmon_expected_speedup_ratio", **w) == pytest.approx(
+        (1 + accepted / drafts) / (1 + c * tokens / drafts)
+    )
+    survival = [p / drafts for p in per_pos]
+    candidates = [(1 + sum(survival[:j])) / (1 + j * c) for j in range(k + 1)]
+    best = max(range(k + 1), key=lambda j: (candidates[j], -j))
+    assert m.value("specmon_best_chain_length", **w) == best
+    assert m.value("specmon_best_speedup_ratio", **w) == pytest.approx(candidates[best])
+    # counters: increases seen since start
+    assert m.value("specmon_drafts_total", **labels) == drafts
+    assert m.value("specmon_accepted_tokens_total", **labels) == accepted
+    assert math.isclose(m.value("specmon_up", target="eng") or 0, 1.0)
+
+
+def _has_template(kind: PageKind) -> bool:
+    from importlib import resources
+
+    from specmon.sim.pages import PAGE_KINDS
+
+    return resources.files("specmon.sim").joinpath("templates", PAGE_KINDS[kind].file).is_file()
+
+
+def test_counter_reset_never_exports_negative_or_absurd_values(tmp_path: Path) -> None:
+    eng = manual_target("e", PageKind.VLLM, chain_length=2)
+    set_counters(eng, 50_000, 100_000, [30_000, 15_000])
+    with running([eng]) as engines:
+        cfg = tmp_path / "specmon.yaml"
+        cfg.write_text(CONFIG.format(targets=target_yaml("eng", engines.url("e"))))
+        with daemon(cfg, tmp_path) as d:
+            time.sleep(1.5)
+            set_counters(eng, 50_100, 100_200, [30_060, 15_030])
+            time.sleep(1.5)
+            # the engine restarts and has served 40 drafts since
+            set_counters(eng, 40, 80, [20, 8])
+            seen_negative: list[str] = []
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                m = d.metrics()
+                for name, series in m.samples.items():
+                    if not name.startswith("specmon_"):
+                        continue
+                    for labels, value in series.items():
+                        if value < 0 and name != "specmon_alpha_margin_ratio":
+                            seen_negative.append(f"{name}{labels}={value}")
+                        if name.endswith("_ratio") and "speedup" not in name and value > 1.0:
+                            seen_negative.append(f"{name}{labels}={value}")
+                time.sleep(0.25)
+            m = d.metrics()
+            log = d.log_text()
+    assert not seen_negative
+    w = {"target": "eng", "window": "30s"}
+    # 100 drafts before the restart + 40 after it
+    assert m.value("specmon_window_drafts", **w) == 140
+    assert m.value("specmon_position_survival_ratio", position="1", **w) == pytest.approx(
+        (60 + 20) / 140
+    )
+    assert m.value("specmon_engine_resets_total", target="eng") == 1
+    assert '"counter_reset"' in log
