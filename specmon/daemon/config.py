@@ -199,7 +199,10 @@ class _Checker:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.add(path, f"must be a mapping, not {_kind(value)}")
+            if path:
+                self.add(path, f"must be a mapping, not {_kind(value)}")
+            else:
+                self.add("", f"the file must be a mapping (global:, targets:), not {_kind(value)}")
             return None
         for key in value:
             if not isinstance(key, str):
@@ -541,7 +544,8 @@ def parse_config(
     glob = _check_global(checker, top.get("global"))
     targets: list[TargetConfig] = []
     raw_targets = top.get("targets")
-    if raw_targets is not None and not isinstance(raw_targets, list):
+    targets_invalid = raw_targets is not None and not isinstance(raw_targets, list)
+    if targets_invalid:
         checker.add("targets", f"must be a list, not {_kind(raw_targets)}")
         raw_targets = []
     seen: dict[str, int] = {}
@@ -560,7 +564,7 @@ def parse_config(
         if target is not None:
             targets.append(target)
     file_sd = _check_file_sd(checker, top.get("file_sd_configs"))
-    if not raw_targets and not file_sd:
+    if not raw_targets and not file_sd and not targets_invalid and not top.get("file_sd_configs"):
         checker.add("targets", "no targets and no file_sd_configs: nothing to watch")
     if checker.problems:
         raise ConfigError(checker.problems, source=source)

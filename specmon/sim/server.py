@@ -32,7 +32,49 @@ _GARBAGE = (
     "<html><head><title>502 Bad Gateway</title></head>\n<body>\n"
     "<center><h1>502 Bad Gateway</h1></center>\n<hr><center>nginx</center>\n</body></html>\n"
 )
-_WORDS = ["the", "draft", "proposes", "tokens", "and", "the", "target", "verifies", "them", "in", "one", "pass", "while", "acceptance", "falls", "along", "the", "chain", "so", "a", "shorter", "chain", "often", "pays", "better", "than", "a", "longer", "one", "when", "the", "draft", "costs", "more", "than", "it", "saves", "for", "every", "token", "kept"]
+_WORDS = [
+    "the",
+    "draft",
+    "proposes",
+    "tokens",
+    "and",
+    "the",
+    "target",
+    "verifies",
+    "them",
+    "in",
+    "one",
+    "pass",
+    "while",
+    "acceptance",
+    "falls",
+    "along",
+    "the",
+    "chain",
+    "so",
+    "a",
+    "shorter",
+    "chain",
+    "often",
+    "pays",
+    "better",
+    "than",
+    "a",
+    "longer",
+    "one",
+    "when",
+    "the",
+    "draft",
+    "costs",
+    "more",
+    "than",
+    "it",
+    "saves",
+    "for",
+    "every",
+    "token",
+    "kept",
+]
 
 
 def completion_text(model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:

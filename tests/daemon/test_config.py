@@ -1,0 +1,266 @@
+"""Configuration: every bad file paired with its exact errors; file_sd; check-config."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmon.daemon.config import (
+    ConfigError,
+    FileSDConfig,
+    GlobalConfig,
+    format_duration,
+    load_file_sd,
+    parse_config,
+    parse_duration,
+)
+from specmon.engines import Engine
+
+GOOD = """\
+global:
+  scrape_interval: 5s
+  scrape_timeout: 3s
+  windows: [1m, 5m, 15m]
+  draft_cost: 0.1
+targets:
+  - name: vllm-a
+    url: http://127.0.0.1:8000/metrics
+    engine: auto          # vllm | vllm_v0 | llamacpp | sglang | auto
+    draft_cost: 0.12
+    chain_length: 3       # optional; detected from the position series by default
+"""
+
+
+def test_the_issue_example_parses() -> None:
+    config = parse_config(GOOD, environ={})
+    (target,) = config.targets
+    assert target.engine is None  # auto
+    assert target.draft_cost == 0.12
+    assert target.chain_length == 3
+    assert config.global_.windows == (60.0, 300.0, 900.0)
+    assert target.scrape_interval == 5.0 and target.scrape_timeout == 3.0
+
+
+def test_defaults() -> None:
+    config = parse_config(
+        "targets:\n  - {name: a, url: 'http://h:1/metrics', engine: sglang}\n", environ={}
+    )
+    g = config.global_
+    assert (g.scrape_interval, g.scrape_timeout, g.windows, g.draft_cost) == (
+        5.0,
+        3.0,
+        (60.0, 300.0, 900.0),
+        0.1,
+    )
+    assert g.max_response_bytes == 10 * 2**20
+    assert config.targets[0].engine is Engine.SGLANG
+    assert config.targets[0].chain_length is None
+
+
+BAD_CASES = [
+    ("empty", "", ["targets: no targets and no file_sd_configs: nothing to watch"]),
+    ("not a mapping", "- a\n- b\n", ["the file must be a mapping (global:, targets:), not a list"]),
+    (
+        "yaml syntax",
+        "global: [1, 2\n",
+        ["line 2, column 1: invalid YAML: expected ',' or ']', but got '<stream end>'"],
+    ),
+    (
+        "everything wrong at once",
+        """\
+global:
+  scrape_interval: 5s
+  scrape_timeout: 10s
+  windows: [1m, 5s, bogus, 1m]
+  draft_cost: 0.1
+  colour: blue
+  max_response_bytes: 12
+targets:
+  - name: vllm-a
+    url: http://127.0.0.1:8000/metrics
+    engine: vllmm
+  - name: vllm-a
+    url: ftp://x
+  - name: c
+    url: http://x/metrics
+    draft_cost: 1.5
+    chain_length: 0
+    labels: {target: x, "bad-name": y}
+    headers: {X-Api-Key: 5, Authorization: "Bearer x"}
+    bearer_token_env: NOPE_NOT_SET
+    drafcost: 1
+  - url: http://user:pw@x/metrics
+  - just a string
+""",
+        [
+            "global.colour: unknown key",
+            "global.scrape_timeout: must not exceed scrape_interval",
+            "global.windows[1]: must be at least twice the scrape interval (10s)",
+            "global.windows[2]: 'bogus' is not a duration like 5s, 1m30s or 500ms",
+            "global.windows[3]: duplicate window",
+            "global.max_response_bytes: must be at least 1KiB",
+            "targets[0].engine: must be one of auto, vllm, vllm_v0, llamacpp, sglang",
+            "targets[1].url: 'ftp://x' is not an http(s) URL with a host",
+            "targets[1].name: duplicate target name 'vllm-a' (also targets[0])",
+            "targets[2].drafcost: unknown key (did you mean 'draft_cost'?)",
+            "targets[2].draft_cost: must be between 0 and 1",
+            "targets[2].chain_length: must be between 1 and 64",
+            "targets[2].labels.target: label 'target' is set by specmon and cannot be overridden",
+            "targets[2].labels.bad-name: invalid label name",
+            "targets[2].headers.X-Api-Key: header values must be single-line strings",
+            "targets[2].headers.Authorization: use bearer_token_env or bearer_token_file for Authorization",
+            "targets[2].bearer_token_env: environment variable NOPE_NOT_SET is not set or empty",
+            "targets[3].name: is required",
+            "targets[3].url: credentials in the URL are not allowed; use bearer_token_env/_file",
+            "targets[4]: must be a mapping, not a string",
+        ],
+    ),
+    (
+        "types",
+        """\
+global: {scrape_interval: true, draft_cost: "0.1", chain_length: 2.5, windows: 5m}
+targets: {name: a}
+file_sd_configs: [{files: []}]
+""",
+        [
+            "global.scrape_interval: expected a duration like 5s or 1m",
+            "global.windows: must be a non-empty list of durations",
+            "global.draft_cost: must be a number between 0 and 1, not a string",
+            "global.chain_length: must be an integer between 1 and 64, not float",
+            "targets: must be a list, not a mapping",
+            "file_sd_configs[0].files: must be a non-empty list of file paths or globs",
+        ],
+    ),
+    (
+        "token sources",
+        """\
+targets:
+  - name: a
+    url: http://h/metrics
+    bearer_token_env: X
+    bearer_token_file: f
+  - name: b
+    url: http://h/metrics
+    bearer_token_file: does-not-exist
+""",
+        [
+            "targets[0]: set bearer_token_env or bearer_token_file, not both",
+            "targets[1].bearer_token_file: cannot read {dir}/does-not-exist: No such file or directory",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_config_names_every_problem(
+    name: str, text: str, expected: list[str], tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, base_dir=tmp_path, environ={})
+    assert info.value.problems == [e.format(dir=tmp_path) for e in expected]
+
+
+def test_secrets_never_echoed_in_errors(tmp_path: Path) -> None:
+    text = (
+        "targets:\n  - name: a\n    url: http://h/metrics\n"
+        '    headers: {X-Key: "line1\\nsecret-value"}\n    bogus: 1\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, base_dir=tmp_path, environ={})
+    assert "secret-value" not in str(info.value)
+
+
+def test_token_from_env_and_file(tmp_path: Path) -> None:
+    (tmp_path / "tok").write_text("  file-token \n")
+    config = parse_config(
+        "targets:\n"
+        "  - {name: a, url: 'http://h/metrics', bearer_token_env: T}\n"
+        "  - {name: b, url: 'http://h/metrics', bearer_token_file: tok}\n",
+        base_dir=tmp_path,
+        environ={"T": "env-token"},
+    )
+    a, b = config.targets
+    assert a.request_headers() == {"Authorization": "Bearer env-token"}
+    assert b.request_headers() == {"Authorization": "Bearer file-token"}
+    assert "env-token" not in repr(a) and "file-token" not in repr(b)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("5s", 5), ("1m30s", 90), ("500ms", 0.5), ("1h", 3600), (2, 2)]
+)
+def test_durations(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(60, "1m"), (90, "1m30s"), (900, "15m"), (0.5, "500ms"), (3600, "1h")]
+)
+def test_duration_labels(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_file_sd_json_and_yaml(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps([
+        {"targets": ["10.0.0.1:8000", "10.0.0.2:8000"], "labels": {"cluster": "eu", "__specmon_engine__": "vllm"}},
+        {"targets": ["10.0.0.3:8080"], "labels": {"__specmon_name__": "llama", "__metrics_path__": "/m", "__specmon_chain_length__": "4"}},
+    ]))  # fmt: skip
+    sd = FileSDConfig(files=(str(tmp_path / "*.json"),), draft_cost=0.2)
+    targets, problems = load_file_sd(tmp_path / "a.json", sd, GlobalConfig())
+    assert problems == []
+    assert [
+        (t.name, t.url, t.engine, t.chain_length, t.draft_cost, dict(t.labels)) for t in targets
+    ] == [
+        (
+            "10.0.0.1:8000",
+            "http://10.0.0.1:8000/metrics",
+            Engine.VLLM,
+            None,
+            0.2,
+            {"cluster": "eu"},
+        ),
+        (
+            "10.0.0.2:8000",
+            "http://10.0.0.2:8000/metrics",
+            Engine.VLLM,
+            None,
+            0.2,
+            {"cluster": "eu"},
+        ),
+        ("llama", "http://10.0.0.3:8080/m", None, 4, 0.2, {}),
+    ]
+    (tmp_path / "b.yaml").write_text("- targets: ['h:1']\n  labels: {target: x}\n")
+    targets, problems = load_file_sd(tmp_path / "b.yaml", sd, GlobalConfig())
+    assert targets == []
+    assert problems == [
+        f"{tmp_path}/b.yaml: [0].labels.target: label 'target' is set by specmon and cannot be overridden"
+    ]
+
+
+def _check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specmon", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_check_config_command(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    result = _check_config(good)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK" in result.stdout and "windows 1m, 5m, 15m" in result.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("targets:\n  - name: a\n    url: http://h/metrics\n    draft_cost: 2\n")
+    result = _check_config(bad)
+    assert result.returncode == 1
+    assert "targets[0].draft_cost: must be between 0 and 1" in result.stdout
+    missing = _check_config(tmp_path / "nope.yaml")
+    assert missing.returncode == 1
+    assert "cannot read the file: No such file or directory" in missing.stdout

@@ -1,0 +1,216 @@
+"""Operability: broken targets stay contained, reload keeps windows, endpoints, signals, secrets."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from specmon.sim.engine import Mode
+from specmon.sim.pages import PageKind
+from tests.support.daemon import daemon, get, post
+from tests.support.fake_engines import manual_target, running, set_counters, set_mode
+
+BASE = """\
+global:
+  scrape_interval: 500ms
+  scrape_timeout: 400ms
+  windows: [3s, 20s]
+targets:
+"""
+
+
+def _targets(*entries: tuple[str, str]) -> str:
+    return "".join(f"  - name: {n}\n    url: {u}\n" for n, u in entries)
+
+
+def _advance(target: object, step: int) -> None:
+    set_counters(target, 100 * step, 300 * step, [80 * step, 50 * step, 20 * step])  # type: ignore[arg-type]
+
+
+def test_broken_targets_leave_the_others_intact(tmp_path: Path) -> None:
+    good = manual_target("good", PageKind.VLLM)
+    hang = manual_target("hang", PageKind.VLLM)
+    garbage = manual_target("garbage", PageKind.LLAMACPP)
+    error = manual_target("error", PageKind.VLLM)
+    nometrics = manual_target("nometrics", PageKind.LLAMACPP)
+    for t in (good, hang, garbage, error, nometrics):
+        _advance(t, 1)
+    with running([good, hang, garbage, error, nometrics]) as engines:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(
+            BASE
+            + _targets(
+                *((n, engines.url(n)) for n in ("good", "hang", "garbage", "error", "nometrics")),
+                ("refused", "http://127.0.0.1:9/metrics"),
+            )
+        )
+        with daemon(cfg, tmp_path) as d:
+            set_mode(hang, Mode.HANG)
+            set_mode(garbage, Mode.GARBAGE)
+            set_mode(error, Mode.ERROR)
+            set_mode(nometrics, Mode.NO_METRICS)
+            for step in range(2, 8):
+                _advance(good, step)
+                time.sleep(0.5)
+            m = d.metrics()
+            views = d.targets()
+            assert d.proc.poll() is None
+    assert m.value("specmon_up", target="good") == 1
+    # the good target's window saw every step: 6 steps of 100 drafts within 3 s at most
+    assert (m.value("specmon_window_drafts", target="good", window="20s") or 0) >= 500
+    assert m.value("specmon_alpha_ratio", target="good", window="20s") is not None
+    # it was never slowed down by the hanging one
+    assert (m.value("specmon_scrape_duration_seconds", target="good") or 1) < 0.2
+    for bad in ("hang", "garbage", "error", "nometrics", "refused"):
+        assert m.value("specmon_up", target=bad) == 0, bad
+        assert not m.series("specmon_alpha_ratio", target=bad)
+        assert not m.series("specmon_window_drafts", target=bad)
+        assert not m.series("specmon_speculation_enabled", target=bad)
+    assert m.value("specmon_scrape_duration_seconds", target="hang") == pytest.approx(0.4, abs=0.1)
+    assert m.value("specmon_scrapes_total", target="hang", result="timeout")
+    assert m.value("specmon_scrapes_total", target="garbage", result="parse_error")
+    assert m.value("specmon_scrapes_total", target="error", result="http_error")
+    assert m.value("specmon_scrapes_total", target="refused", result="connection_error")
+    assert "restart it with --metrics" in views["nometrics"]["error"]
+    assert "not a Prometheus exposition page" in views["garbage"]["error"]
+    assert views["error"]["error"].startswith("HTTP 500")
+
+
+def test_reload_keeps_windows_and_rejects_bad_config(tmp_path: Path) -> None:
+    a = manual_target("a", PageKind.VLLM)
+    b = manual_target("b", PageKind.LLAMACPP)
+    _advance(a, 1)
+    _advance(b, 1)
+    with running([a, b]) as engines:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(BASE + _targets(("a", engines.url("a"))))
+        with daemon(cfg, tmp_path) as d:
+            for step in range(2, 6):
+                _advance(a, step)
+                time.sleep(0.5)
+            before = d.metrics().value("specmon_window_drafts", target="a", window="20s")
+            assert before == 400
+            # A valid change: a's draft cost changes (windows kept), b is added.
+            cfg.write_text(
+                BASE.replace("targets:\n", "targets:\n")
+                + "  - name: a\n    url: "
+                + engines.url("a")
+                + "\n    draft_cost: 0.3\n"
+                + _targets(("b", engines.url("b")))
+            )
+            d.signal(signal.SIGHUP)
+            d.wait_for(lambda: d.metrics().value("specmon_up", target="b") == 1)
+            m = d.metrics()
+            assert m.value("specmon_window_drafts", target="a", window="20s") == 400
+            assert m.value("specmon_draft_cost_ratio", target="a") == 0.3
+            assert m.value("specmon_config_last_reload_successful") == 1
+            # An invalid change over HTTP: rejected, old config kept, said in logs and metrics.
+            cfg.write_text(BASE + "  - name: a\n    url: nope\n    colour: red\n")
+            status, body = post(d.base + "/-/reload")
+            assert status == 500
+            assert b"targets[0].url" in body and b"targets[0].colour: unknown key" in body
+            m = d.metrics()
+            assert m.value("specmon_config_last_reload_successful") == 0
+            assert m.value("specmon_up", target="b") == 1
+            assert m.value("specmon_window_drafts", target="a", window="20s") == 400
+            assert '"config_reload_failed"' in d.log_text()
+            # Removing a target drops its series, including its scrape counters.
+            cfg.write_text(BASE + _targets(("b", engines.url("b"))))
+            status, _ = post(d.base + "/-/reload")
+            assert status == 200
+            m = d.metrics()
+            assert not m.series("specmon_up", target="a")
+            assert not m.series("specmon_scrapes_total", target="a")
+            assert m.value("specmon_config_last_reload_successful") == 1
+
+
+def test_endpoints_and_sigterm(tmp_path: Path) -> None:
+    hostile = manual_target("h", PageKind.VLLM, model='<script>alert("x")</script>')
+    _advance(hostile, 3)
+    with running([hostile]) as engines:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(BASE + _targets(("<b>t</b>", engines.url("h"))))
+        with daemon(cfg, tmp_path) as d:
+            _advance(hostile, 4)
+            d.wait_for(lambda: d.metrics().value("specmon_alpha_ratio", window="20s") is not None)
+            assert get(d.base + "/healthz")[0] == 200
+            assert get(d.base + "/readyz")[0] == 200
+            status, body, headers = get(d.base + "/")
+            html = body.decode()
+            assert status == 200 and headers["Content-Type"].startswith("text/html")
+            assert "<script>" not in html and "&lt;script&gt;" in html
+            assert "<b>t</b>" not in html and "&lt;b&gt;t&lt;/b&gt;" in html
+            status, body, headers = get(
+                d.base + "/metrics",
+                headers={
+                    "Accept": "application/openmetrics-text; version=1.0.0",
+                    "Accept-Encoding": "gzip",
+                },
+            )
+            assert headers.get("Content-Encoding") == "gzip"
+            assert headers["Content-Type"].startswith("application/openmetrics-text")
+            text = gzip.decompress(body).decode()
+            assert text.rstrip().endswith("# EOF")
+            assert "specmon_alpha_ratio{" in text
+            api = json.loads(get(d.base + "/api/v1/targets")[1])
+            assert api["ready"] is True
+            started = time.monotonic()
+            code = d.stop()
+            took = time.monotonic() - started
+    assert code == 0
+    assert took < 5
+    assert '"specmon_stopped"' in d.log_text()
+
+
+def test_default_config_reports_missing_engines_as_down(tmp_path: Path) -> None:
+    """Without a config file the daemon watches :8000 and :8080; nothing listens there in
+    tests (if something does, it must not be an engine we break)."""
+    with daemon(None, tmp_path) as d:
+        m = d.metrics()
+        views = d.targets()
+        assert set(views) == {"127.0.0.1:8000", "127.0.0.1:8080"}
+        for name, view in views.items():
+            if view["up"]:
+                continue  # a real engine happens to run here
+            assert m.value("specmon_up", target=name) == 0
+            assert view["error"]
+
+
+def test_bearer_token_is_sent_and_never_shown(tmp_path: Path) -> None:
+    secret = "s3cr3t-token-value-0123456789"
+    eng = manual_target("e", PageKind.VLLM)
+    _advance(eng, 1)
+    seen: list[str] = []
+    with running([eng]) as engines:
+        app_server = engines.server
+        original = app_server._metrics
+
+        async def checking(target, request):  # type: ignore[no-untyped-def]
+            seen.append(request.headers.get("Authorization", ""))
+            return await original(target, request)
+
+        app_server._metrics = checking  # type: ignore[method-assign]
+        (tmp_path / "token").write_text(secret + "\n")
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(
+            BASE + f"  - name: env\n    url: {engines.url('e')}?token=hidden-query\n"
+            "    bearer_token_env: SPECMON_TEST_TOKEN\n"
+            "    headers: {X-Api-Key: header-secret-987}\n"
+            f"  - name: file\n    url: {engines.url('e')}\n    bearer_token_file: token\n"
+        )
+        with daemon(cfg, tmp_path, env={"SPECMON_TEST_TOKEN": secret}) as d:
+            time.sleep(1.5)
+            pages = [
+                get(d.base + path)[1].decode() for path in ("/", "/metrics", "/api/v1/targets")
+            ]
+            log = d.log_text()
+    assert f"Bearer {secret}" in seen
+    for text in (*pages, log):
+        assert secret not in text
+        assert "header-secret-987" not in text
+        assert "hidden-query" not in text
