@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.cli import breakeven, inspect, run, simulate
+from specmon.cli import breakeven, demo, inspect, run, simulate
 
 __all__ = ["build_parser", "main"]
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_parser(sub)
     run.add_parsers(sub)
     simulate.add_parser(sub)
+    demo.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,266 @@
+"""``specmon demo``: a simulated fleet, the daemon watching it, and a live terminal view.
+
+Four simulated engines (two vLLM, one llama.cpp, and one vLLM whose draft stops matching
+after about 45 seconds) are served on loopback; the real daemon scrapes them and serves its
+status page and /metrics; the terminal shows what it computes. No engine, GPU or network
+needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from specmon.daemon.app import Daemon, parse_listen_address
+from specmon.daemon.target import TargetView
+from specmon.logs import configure_logging
+from specmon.sim.engine import SimSettings
+from specmon.sim.pages import PageKind
+from specmon.sim.scenario import Phase, Scenario
+from specmon.sim.server import SimServer, VirtualTarget, make_target
+
+__all__ = ["add_parser", "demo_fleet", "render_rows"]
+
+DEMO_WINDOWS = ("10s", "30s", "2m")
+DEMO_PRIMARY = "30s"
+DROP_AT = 45.0
+
+_GREEN, _RED, _YELLOW, _DIM, _BOLD, _RESET = (
+    "\033[32m", "\033[31m", "\033[33m", "\033[2m", "\033[1m", "\033[0m",
+)  # fmt: skip
+_SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo",
+        help="watch a simulated fleet live: no engine or GPU needed",
+        description=__doc__,
+    )
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:10920",
+        metavar="ADDR",
+        help="where the daemon serves its status page and /metrics",
+    )
+    p.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="print plain status lines instead of the live view (automatic when "
+        "stdout is not a terminal)",
+    )
+    p.add_argument(
+        "--refresh",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="terminal refresh interval (default 2)",
+    )
+    p.set_defaults(func=_run)
+
+
+def demo_fleet(*, seed: int = 7) -> list[VirtualTarget]:
+    """The demo's engines. ``vllm-degrading`` loses acceptance at DROP_AT seconds."""
+    degrading = Scenario(
+        phases=(
+            Phase(at=0.0, changes={"survival": (0.85, 0.7, 0.55, 0.4)}),
+            Phase(at=DROP_AT, changes={"survival": (0.12, 0.02, 0.004, 0.001)}),
+        )
+    )
+    return [
+        make_target(
+            name="vllm-eagle", kind=PageKind.VLLM, model="llama-3.1-70b",
+            settings=SimSettings(survival=(0.88, 0.74, 0.61, 0.49, 0.38), drafts_per_second=40),
+            seed=seed,
+        ),
+        make_target(
+            name="vllm-ngram", kind=PageKind.VLLM, model="qwen3-32b",
+            settings=SimSettings(survival=(0.62, 0.35, 0.16), drafts_per_second=30,
+                                 draft_tokens_per_draft=2.6),
+            seed=seed + 1,
+        ),
+        make_target(
+            name="llamacpp-draft", kind=PageKind.LLAMACPP, model="qwen3-8b",
+            settings=SimSettings(survival=(0.9, 0.7, 0.5, 0.3), drafts_per_second=25,
+                                 drafts_per_request=20),
+            seed=seed + 2,
+        ),
+        make_target(
+            name="vllm-degrading", kind=PageKind.VLLM, model="mistral-large",
+            settings=SimSettings(survival=(0.85, 0.7, 0.55, 0.4), drafts_per_second=30),
+            scenario=degrading, seed=seed + 3,
+        ),
+    ]  # fmt: skip
+
+
+def _config_yaml(server: SimServer) -> str:
+    lines = [
+        "global:",
+        "  scrape_interval: 1s",
+        "  scrape_timeout: 800ms",
+        f"  windows: [{', '.join(DEMO_WINDOWS)}]",
+        "  draft_cost: 0.1",
+        "targets:",
+    ]
+    costs = {"vllm-eagle": 0.08, "vllm-ngram": 0.02, "llamacpp-draft": 0.12, "vllm-degrading": 0.1}
+    for name, address in server.addresses.items():
+        lines += [
+            f"  - name: {name}",
+            f"    url: {address}/metrics",
+            f"    draft_cost: {costs.get(name, 0.1)}",
+            "    labels: {fleet: demo}",
+        ]
+        if name == "llamacpp-draft":
+            lines.append("    model: qwen3-8b")
+    return "\n".join(lines) + "\n"
+
+
+def _spark(values: list[float | None]) -> str:
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            out.append(_SPARK[min(len(_SPARK) - 1, max(0, round(v * (len(_SPARK) - 1))))])
+    return "".join(out)
+
+
+def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[str]:
+    """One line per target and model: the terminal view (also used for plain output)."""
+
+    def paint(text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if color else text
+
+    header = (
+        f"{'target':<16} {'engine':<9} {'state':<6} {'alpha':>6} {'b-even':>6} {'margin':>7} "
+        f"{'speed-up':>8} {'k':>2} {'best':>4}  survival by position"
+    )
+    rows = [paint(header, _BOLD) if color else header]
+    for view in views:
+        engine = view.engine.value if view.engine else "-"
+        if not view.up:
+            state = "down" if view.scraped else "wait"
+            down = paint(f"{state:<6}", _RED)
+            rows.append(f"{view.name:<16} {engine:<9} {down} {view.error or ''}")
+            continue
+        if not view.models:
+            rows.append(
+                f"{view.name:<16} {engine:<9} {paint('nospec', _YELLOW)} {view.message or ''}"
+            )
+            continue
+        for model in view.models:
+            w = model.window(window)
+            r = w.report if w else None
+            if r is None:
+                rows.append(f"{view.name:<16} {engine:<9} {'up':<6} {'(window filling)':>6}")
+                continue
+            margin = r.alpha_margin
+            margin_text = f"{margin:+7.3f}" if margin is not None else f"{'-':>7}"
+            if margin is not None:
+                margin_text = paint(
+                    margin_text, _GREEN if margin >= 0.05 else (_YELLOW if margin >= 0 else _RED)
+                )
+            best = "-" if r.best_chain_length is None else str(r.best_chain_length)
+            speed = f"{r.expected_speedup:7.2f}x" if r.expected_speedup is not None else f"{'-':>8}"
+            alpha = f"{r.alpha:6.3f}" if r.alpha is not None else f"{'-':>6}"
+            be = f"{model.breakeven:6.3f}" if model.breakeven is not None else f"{'-':>6}"
+            k = "-" if model.chain_length is None else str(model.chain_length)
+            spark = _spark([p.survival for p in r.positions])
+            survival = " ".join(f"{p.survival:.2f}" for p in r.positions if p.survival is not None)
+            up = paint("up    ", _GREEN)
+            rows.append(
+                f"{view.name:<16} {engine:<9} {up} {alpha} {be} "
+                f"{margin_text} {speed} {k:>2} {best:>4}  {spark:<6} {survival}"
+            )
+    return rows
+
+
+async def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    fleet = demo_fleet()
+    server = SimServer(fleet)
+    await server.start_each("127.0.0.1")
+    workdir = Path(tempfile.mkdtemp(prefix="specmon-demo-"))
+    config = workdir / "specmon.yaml"
+    config.write_text(_config_yaml(server))
+    daemon = Daemon(config_path=config, listen=args.listen, shutdown_timeout=1.0)
+    tui = not args.no_tui and out.isatty()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await daemon.start()
+    except OSError as exc:
+        await server.stop()
+        out.write(f"specmon demo: cannot listen on {args.listen}: {exc}\n")
+        return 1
+    host, _ = parse_listen_address(args.listen)
+    base = f"http://{host or '127.0.0.1'}:{daemon.bound_port}"
+    intro = [
+        "specmon demo: 4 simulated engines on loopback, watched by the specmon daemon.",
+        f"  status page   {base}/",
+        f"  metrics       {base}/metrics",
+        f"  config        {config}",
+        f"  vllm-degrading's draft stops matching after {DROP_AT:.0f}s: watch its margin go red.",
+        f"  figures over the {DEMO_PRIMARY} window; Ctrl-C stops everything.",
+    ]
+    out.write("\n".join(intro) + "\n\n")
+    out.flush()
+    started = time.monotonic()
+    deadline = started + args.duration if args.duration else None
+    last_plain = 0.0
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            rows = render_rows(daemon.views(), window=DEMO_PRIMARY, color=tui)
+            elapsed = now - started
+            if tui:
+                out.write("\033[H\033[J" + "\n".join(intro) + "\n\n")
+                out.write(f"t = {elapsed:5.0f}s\n" + "\n".join(rows) + "\n")
+                out.flush()
+            elif now - last_plain >= 10.0 or last_plain == 0.0:
+                last_plain = now
+                out.write(f"--- t = {elapsed:.0f}s\n" + "\n".join(rows) + "\n")
+                out.flush()
+            wait = args.refresh
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=wait)
+    finally:
+        rows = render_rows(daemon.views(), window=DEMO_PRIMARY, color=False)
+        await daemon.stop()
+        await server.stop()
+        out.write(f"--- final (t = {time.monotonic() - started:.0f}s)\n" + "\n".join(rows) + "\n")
+        out.write("specmon demo: stopped cleanly\n")
+        out.flush()
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    tui = not args.no_tui and sys.stdout.isatty()
+    if tui:
+        # Logs would tear the live view: send them to a file next to the config.
+        log_path = Path(tempfile.gettempdir()) / f"specmon-demo-{os.getpid()}.log"
+        stream = log_path.open("a", encoding="utf-8")
+        configure_logging(level="info", fmt="json", stream=stream)
+    else:
+        configure_logging(level="warning", fmt="console" if sys.stderr.isatty() else "json")
+    return asyncio.run(_demo(args, sys.stdout))

@@ -1,0 +1,98 @@
+"""``specmon demo``: the README's first command, run as a user would."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+from tests.support.daemon import Exported, get
+
+
+def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specmon", "demo", "--duration", "90", "--no-tui",
+         "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    base = None
+    lines: list[str] = []
+    while base is None:
+        line = proc.stdout.readline()
+        assert line, "demo exited before printing its status page"
+        lines.append(line)
+        match = re.search(r"status page\s+(http://\S+)/", line)
+        if match:
+            base = match.group(1)
+    margins: list[float] = []
+    targets_seen: set[str] = set()
+    deadline = time.monotonic() + 100
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            status, body, _ = get(base + "/metrics", timeout=2)
+        except OSError:
+            break  # the demo has finished and closed its port
+        if status == 200:
+            m = Exported.parse(body.decode())
+            targets_seen |= {dict(k)["target"] for k in m.series("specmon_up")}
+            margin = m.value("specmon_alpha_margin_ratio", target="vllm-degrading", window="30s")
+            if margin is not None:
+                margins.append(margin)
+            healthy = [
+                m.value("specmon_alpha_margin_ratio", target=t, window="30s")
+                for t in ("vllm-eagle", "vllm-ngram", "llamacpp-draft")
+            ]
+            assert all(h is None or h > 0 for h in healthy), healthy
+        time.sleep(2)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    text = "".join(lines) + out
+    assert targets_seen == {"vllm-eagle", "vllm-ngram", "llamacpp-draft", "vllm-degrading"}
+    assert margins and margins[0] > 0 and min(margins) < 0, margins
+    for name in targets_seen:
+        assert name in text
+    assert "stopped cleanly" in text
+    assert "margin_below_breakeven" in err
+
+
+def test_demo_tui_redraws_and_stops_on_ctrl_c() -> None:
+    pid, fd = pty.fork()
+    if pid == 0:  # child: the demo on a terminal
+        os.execv(sys.executable, [sys.executable, "-m", "specmon", "demo", "--listen",
+                                  "127.0.0.1:0", "--refresh", "0.5"])  # fmt: skip
+    output = b""
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and output.count(b"\x1b[H\x1b[J") < 6:
+            ready, _, _ = select.select([fd], [], [], 1.0)
+            if ready:
+                output += os.read(fd, 65536)
+        os.kill(pid, signal.SIGINT)
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                output += chunk
+        _, status = os.waitpid(pid, 0)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    text = output.decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, text[-2000:]
+    assert text.count("\x1b[H\x1b[J") >= 6  # redrawn in place
+    assert "\x1b[32m" in text  # coloured margins
+    assert "vllm-eagle" in text and "stopped cleanly" in text
