@@ -56,7 +56,8 @@ def table(
     return rows
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     rows = table(args.chain_length, args.draft_cost, args.alpha)
     if args.json:
         json.dump({"rows": rows}, out, indent=2)

@@ -141,7 +141,9 @@ def _report(
     return report_from_gauges(after.gauges, draft_cost=cost, chain_length=args.chain_length), notes
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     cost = args.draft_cost if args.draft_cost is not None else DEFAULT_DRAFT_COST
     cost_source = "given" if args.draft_cost is not None else "default"
     try:

@@ -64,7 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     return asyncio.run(daemon.serve())
 
 
-def _check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     try:
         config = load_config(args.file)
     except ConfigError as exc:
