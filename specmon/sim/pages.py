@@ -154,13 +154,15 @@ class PageTemplate:
             stripped = line.rstrip("\n")
             if stripped.startswith("#"):
                 words = stripped.split(None, 3)
+                family_slot = _classify(_base(words[2])) if len(words) >= 3 else None
                 if (
-                    len(words) >= 3
+                    words[1:2]
                     and words[1] in ("HELP", "TYPE", "UNIT")
-                    and _classify(_base(words[2])) in _SPEC_SLOTS
+                    and family_slot in _SPEC_SLOTS
                 ):
                     flush()
-                    self._parts.append(_Slot(_SPEC_TEXT, line, ""))
+                    # tail records which family the header belongs to
+                    self._parts.append(_Slot(_SPEC_TEXT, line, family_slot or ""))
                     continue
                 buffer.append(line)
                 continue
@@ -206,6 +208,12 @@ class PageTemplate:
             if kind in _SPEC_SLOTS and not spec:
                 continue
             if kind == _SPEC_TEXT:
+                if (
+                    part.tail == _PER_POS
+                    and self.family == "llamacpp"
+                    and not c.positions_published
+                ):
+                    continue
                 out.append(part.head)
             elif kind in values:
                 out.append(f"{head(part.head)}{self._number(values[kind])}{part.tail}\n")

@@ -1,0 +1,24 @@
+"""Benchmarks. ``python -m bench [parser|scale]``; results are recorded in bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import parser
+
+
+def main(argv: list[str]) -> int:
+    which = argv[0] if argv else "parser"
+    if which == "parser":
+        parser.run()
+        return 0
+    if which == "scale":
+        from bench import scale
+
+        return scale.main(argv[1:])
+    print(f"unknown benchmark {which!r}; choose parser or scale", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,106 @@
+"""A synthetic specmon fleet as promtool input series: every series of the metric contract.
+
+Used to run every dashboard query through ``promtool test rules`` (a query that errors or
+returns nothing fails). The fleet:
+
+- ``gpu1``: vLLM, model ``llama``, k = 4, watched by two specmon replicas (``instance``
+  ``specmon-a`` and ``specmon-b``), so joins must survive duplicate targets;
+- ``cpu1``: llama.cpp, model ``default``, k = 3, one replica, a constant label ``site``;
+- ``down1``: never reachable (``specmon_up`` 0, no derived series).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FLEET_METRICS", "SAMPLES", "STEP", "fleet_series"]
+
+STEP = "15s"
+#: Samples per series: 40 minutes at 15 s.
+SAMPLES = 160
+WINDOWS = ("1m", "5m", "15m")
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    name: str
+    engine: str
+    model: str
+    k: int
+    instances: tuple[str, ...]
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+_TARGETS = (
+    _Target("gpu1", "vllm", "llama", 4, ("specmon-a:10920", "specmon-b:10920")),
+    _Target("cpu1", "llamacpp", "default", 3, ("specmon-a:10920",), (("site", "lab"),)),
+)
+_DOWN = "down1"
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _const(value: float) -> str:
+    return f"{value:g}x{SAMPLES}"
+
+
+def _counter(step: float, start: float = 0) -> str:
+    return f"{start:g}+{step:g}x{SAMPLES}"
+
+
+def fleet_series() -> list[dict[str, str]]:
+    """promtool ``input_series`` entries."""
+    out: list[dict[str, str]] = []
+
+    def add(name: str, labels: dict[str, str], values: str) -> None:
+        out.append({"series": name + _labels(**labels), "values": values})
+
+    for instance in ("specmon-a:10920", "specmon-b:10920"):
+        own = {"job": "specmon", "instance": instance}
+        add("specmon_build_info", {**own, "version": "0.1.0", "python": "3.11.2"}, _const(1))
+        add("specmon_config_last_reload_successful", own, _const(1))
+        add("specmon_config_last_reload_success_timestamp_seconds", own, _const(1000))
+        add("specmon_targets", own, _const(3))
+        down = {**own, "target": _DOWN}
+        add("specmon_up", down, _const(0))
+        add("specmon_scrape_duration_seconds", down, _const(3))
+        add("specmon_scrapes_total", {**down, "result": "timeout"}, _counter(3))
+
+    for t in _TARGETS:
+        for instance in t.instances:
+            base = {"job": "specmon", "instance": instance, "target": t.name, **dict(t.extra)}
+            model = {**base, "engine": t.engine, "model": t.model}
+            add("specmon_up", base, _const(1))
+            add("specmon_scrape_duration_seconds", base, _const(0.02))
+            add("specmon_last_success_timestamp_seconds", base, _counter(15, 1000))
+            add("specmon_scrapes_total", {**base, "result": "success"}, _counter(3))
+            add("specmon_scrapes_total", {**base, "result": "timeout"}, _const(2))
+            add("specmon_speculation_enabled", {**base, "engine": t.engine}, _const(1))
+            add("specmon_chain_length", model, _const(t.k))
+            add("specmon_draft_cost_ratio", {**model, "source": "configured"}, _const(0.1))
+            add("specmon_breakeven_alpha_ratio", model, _const(0.29))
+            add("specmon_drafts_total", model, _counter(60))
+            add("specmon_draft_tokens_total", model, _counter(60 * t.k))
+            add("specmon_accepted_tokens_total", model, _counter(90))
+            add("specmon_engine_resets_total", model, _const(1))
+            for window in WINDOWS:
+                w = {**model, "window": window}
+                add("specmon_window_drafts", w, _const(1200))
+                add("specmon_window_seconds", w, _const(300))
+                add("specmon_draft_acceptance_ratio", w, _const(0.4))
+                add("specmon_mean_acceptance_length", w, _const(2.5))
+                add("specmon_alpha_ratio", w, _const(0.6))
+                add("specmon_alpha_margin_ratio", w, _const(0.31))
+                add("specmon_expected_speedup_ratio", w, _const(1.6))
+                add("specmon_best_chain_length", w, _const(t.k - 1))
+                add("specmon_best_speedup_ratio", w, _const(1.7))
+                for position in range(1, t.k + 1):
+                    p = {**w, "position": str(position)}
+                    add("specmon_position_survival_ratio", p, _const(0.8**position))
+                    add("specmon_position_conditional_ratio", p, _const(0.8))
+    return out
+
+
+FLEET_METRICS = frozenset(entry["series"].split("{", 1)[0] for entry in fleet_series())

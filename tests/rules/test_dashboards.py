@@ -1,0 +1,257 @@
+"""Static checks of the Grafana dashboards and provisioning files (no Grafana needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.rules.common import (
+    DASHBOARD_DIR,
+    GRAFANA_DIR,
+    contract_metric_names,
+    promql_label_names,
+    promql_metric_names,
+)
+from tests.rules.dashboards import (
+    BUILTIN_NAMES,
+    iter_panels,
+    load_dashboard,
+    panel_queries,
+    variable_queries,
+)
+from tests.rules.fleet import FLEET_METRICS
+
+EXPECTED_UIDS = {
+    "specmon-overview.json": "specmon-overview",
+    "specmon-target.json": "specmon-target",
+}
+SCHEMA_VERSION = 39
+DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
+#: Prometheus's own series a dashboard may use besides specmon's contract.
+PROMETHEUS_BUILTINS = {"ALERTS"}
+LABELS = {"target", "engine", "model", "window", "position", "source", "result", "version"}
+LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
+#: Sample values for every variable of every dashboard, for substitution.
+SAMPLE_VALUES: dict[str, str | list[str]] = {
+    "target": ["gpu1", "cpu1"],
+    "model": "llama",
+    "window": "5m",
+}
+_VAR_REF = re.compile(r"\$(\w+)|\$\{(\w+)(?::[^}]*)?\}|\[\[(\w+)\]\]")
+_RATE_CALL = re.compile(r"\b(rate|irate|increase|delta|idelta|deriv)\s*\(")
+
+
+def _builder() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "specmon_grafana_build", GRAFANA_DIR / "build_dashboards.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dashboard_files() -> list[Path]:
+    return sorted(DASHBOARD_DIR.glob("*.json"))
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED_UIDS))
+def board(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return load_dashboard(DASHBOARD_DIR / request.param)
+
+
+def _queries(board: dict[str, Any]) -> list[str]:
+    """Raw expressions of every panel query and annotation query."""
+    out = [str(t["expr"]) for p in iter_panels(board) for t in p.get("targets") or []]
+    out += [str(a["expr"]) for a in board["annotations"]["list"] if "expr" in a]
+    return out
+
+
+def test_committed_dashboards_match_the_generator() -> None:
+    built = _builder().build()
+    assert set(built) == {p.name for p in _dashboard_files()} == set(EXPECTED_UIDS)
+    for name, text in built.items():
+        committed = (DASHBOARD_DIR / name).read_text("utf-8")
+        assert committed == text, f"{name} is stale: run python grafana/build_dashboards.py"
+
+
+def test_generator_check_mode_detects_a_stale_file(tmp_path: Path) -> None:
+    builder = _builder()
+    assert builder.main(["--out", str(tmp_path)]) == 0
+    assert builder.main(["--check", "--out", str(tmp_path)]) == 0
+    victim = tmp_path / "specmon-target.json"
+    victim.write_text(victim.read_text("utf-8").replace("specmon_alpha_ratio", "x"), "utf-8")
+    assert builder.main(["--check", "--out", str(tmp_path)]) == 1
+
+
+def test_files_are_valid_json_with_stable_unique_uids() -> None:
+    uids = {}
+    for path in _dashboard_files():
+        board = json.loads(path.read_text("utf-8"))
+        uids[path.name] = board["uid"]
+        assert board["id"] is None, "provisioned dashboards must not carry a database id"
+        assert board["schemaVersion"] == SCHEMA_VERSION
+        assert board["title"].startswith("specmon / ")
+    assert uids == EXPECTED_UIDS
+    assert len(set(uids.values())) == len(uids)
+
+
+def test_no_import_inputs(board: dict[str, Any]) -> None:
+    text = json.dumps(board)
+    assert "${DS_" not in text
+    assert "__inputs" not in board and "__requires" not in board
+
+
+def test_datasource_variable_is_used_by_every_panel_and_query(board: dict[str, Any]) -> None:
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    ds = variables["datasource"]
+    assert ds["type"] == "datasource" and ds["query"] == "prometheus"
+    panels = list(iter_panels(board))
+    assert len([p for p in panels if p["type"] != "row"]) >= 8
+    for panel in panels:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == DATASOURCE_REF, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == DATASOURCE_REF, panel["title"]
+    for var in variables.values():
+        if var["type"] == "query":
+            assert var["datasource"] == DATASOURCE_REF, var["name"]
+    for annotation in board["annotations"]["list"]:
+        if "expr" in annotation:
+            assert annotation["datasource"] == DATASOURCE_REF
+
+
+def test_panel_ids_unique_and_grid_fits(board: dict[str, Any]) -> None:
+    panels = list(iter_panels(board))
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps another panel"
+                cells.add((x, y))
+
+
+def test_every_rate_uses_rate_interval(board: dict[str, Any]) -> None:
+    checked = 0
+    for expr in _queries(board):
+        for match in _RATE_CALL.finditer(expr):
+            depth, end = 1, match.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(expr[end], 0)
+                end += 1
+            ranges = re.findall(r"\[([^\]]*)\]", expr[match.end() : end])
+            assert ranges == ["$__rate_interval"], expr
+            checked += 1
+    assert checked >= 1
+
+
+def test_queries_use_only_contract_metrics_and_labels(board: dict[str, Any]) -> None:
+    allowed = contract_metric_names() | PROMETHEUS_BUILTINS
+    for expr in _queries(board):
+        names = promql_metric_names(expr)
+        assert names, expr
+        assert names <= allowed, f"not in docs/metrics.md: {names - allowed}"
+        assert promql_label_names(expr) <= LABELS | LABELS_OF_ALERTS, expr
+
+
+def test_variables_are_label_values_queries_and_all_defined(board: dict[str, Any]) -> None:
+    defined = {v["name"] for v in board["templating"]["list"]}
+    parsed = variable_queries(board)
+    assert {v.name for v in parsed} == defined - {"datasource"}
+    for var in parsed:
+        assert var.selector is not None and promql_metric_names(var.selector) <= (
+            contract_metric_names()
+        )
+        assert var.label in LABELS
+    used: set[str] = set()
+    texts = _queries(board) + [v.definition for v in parsed]
+    for text in texts:
+        for match in _VAR_REF.finditer(text):
+            used.add(next(g for g in match.groups() if g))
+    assert used - BUILTIN_NAMES <= defined, used - BUILTIN_NAMES - defined
+    # Every defined variable is used somewhere (datasource by every panel).
+    assert defined - {"datasource"} <= used
+
+
+def test_required_panels_exist() -> None:
+    overview = load_dashboard(DASHBOARD_DIR / "specmon-overview.json")
+    detail = load_dashboard(DASHBOARD_DIR / "specmon-target.json")
+
+    def exprs_of(board: dict[str, Any]) -> str:
+        return "\n".join(_queries(board))
+
+    table = next(p for p in iter_panels(overview) if p["type"] == "table")
+    table_text = json.dumps(table)
+    for metric in (
+        "specmon_alpha_ratio",
+        "specmon_breakeven_alpha_ratio",
+        "specmon_alpha_margin_ratio",
+        "specmon_expected_speedup_ratio",
+        "specmon_best_chain_length",
+        "specmon_up",
+    ):
+        assert metric in table_text, metric
+    margin = next(p for p in iter_panels(overview) if p["title"].startswith("Margin"))
+    steps = margin["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert any(s["value"] == 0 for s in steps), "margin panel lacks its zero line"
+    assert margin["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
+    for metric in ("specmon_drafts_total", "specmon_scrapes_total"):
+        assert metric in exprs_of(overview), metric
+    detail_text = exprs_of(detail)
+    for metric in (
+        "specmon_position_survival_ratio",
+        "specmon_position_conditional_ratio",
+        "specmon_mean_acceptance_length",
+        "specmon_expected_speedup_ratio",
+        "specmon_best_speedup_ratio",
+        "specmon_chain_length",
+        "specmon_draft_cost_ratio",
+    ):
+        assert metric in detail_text, metric
+    bars = [p for p in iter_panels(detail) if p["type"] == "bargauge"]
+    assert {m for p in bars for m in promql_metric_names(p["targets"][0]["expr"])} == {
+        "specmon_position_survival_ratio",
+        "specmon_position_conditional_ratio",
+    }
+    assert {v.name for v in variable_queries(detail)} == {"target", "model", "window"}
+
+
+def test_every_query_substitutes_completely(board: dict[str, Any]) -> None:
+    queries = panel_queries(board, SAMPLE_VALUES, include_annotations=True)
+    assert len(queries) >= 10
+    for q in queries:
+        assert "$" not in q.expr and "[[" not in q.expr, q.expr
+
+
+def test_provisioning_files() -> None:
+    ds = yaml.safe_load((GRAFANA_DIR / "provisioning/datasources/specmon.yml").read_text("utf-8"))
+    (source,) = ds["datasources"]
+    assert source["type"] == "prometheus"
+    assert source["uid"] == "specmon-prometheus"
+    # $__rate_interval is computed from it; it must equal Prometheus's scrape_interval.
+    assert source["jsonData"]["timeInterval"] == "15s"
+    boards = yaml.safe_load(
+        (GRAFANA_DIR / "provisioning/dashboards/specmon.yml").read_text("utf-8")
+    )
+    (provider,) = boards["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"]
+
+
+def test_synthetic_fleet_covers_the_whole_contract() -> None:
+    """tests/rules/fleet.py feeds the dashboard queries in test_promtool.py: keep it complete."""
+    assert contract_metric_names() == FLEET_METRICS
