@@ -36,6 +36,8 @@ class WindowDelta:
     readings: int
     #: Engine restarts detected inside the window.
     resets: int
+    #: Tokens the engine generated in the window (None when it publishes no such counter).
+    generated_tokens: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -59,16 +61,17 @@ class Observation:
     reason: str = ""
 
 
-def _vector(counters: SpecCounters) -> tuple[int, ...]:
+def _vector(counters: SpecCounters, generated: int | None) -> tuple[int, ...]:
     return (
         counters.drafts,
         counters.draft_tokens,
         counters.accepted_tokens,
+        generated if generated is not None else 0,
         *counters.accepted_per_position,
     )
 
 
-_SCALARS = 3
+_SCALARS = 4
 
 
 def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
@@ -88,8 +91,8 @@ class CounterHistory:
         self._resets: deque[int] = deque()  # cumulative reset count at each reading
         self._positions: deque[int] = deque()  # position series live at each reading
         self._last_raw: tuple[int, ...] | None = None
-        self._last_positions = 0
         self._reset_count = 0
+        self._has_generated = True
 
     def __len__(self) -> int:
         return len(self._times)
@@ -120,11 +123,19 @@ class CounterHistory:
             accepted_per_position=last[_SCALARS : _SCALARS + self._positions[-1]],
         )
 
-    def add(self, time: float, counters: SpecCounters) -> Observation:
-        """Record a reading taken at ``time`` (seconds, any monotonic clock)."""
+    def add(
+        self, time: float, counters: SpecCounters, *, generated_tokens: int | None = None
+    ) -> Observation:
+        """Record a reading taken at ``time`` (seconds, any monotonic clock).
+
+        ``generated_tokens``: the engine's generated-token counter, if it has one; kept in
+        the same reset-aware running total so a window can say "busy but no drafts".
+        """
         if self._times and time <= self._times[-1]:
             return Observation(False, reason="reading is not newer than the previous one")
-        raw = _vector(counters)
+        if generated_tokens is None:
+            self._has_generated = False
+        raw = _vector(counters, generated_tokens)
         if self._last_raw is None:
             total = tuple(0 for _ in raw)
             reset = False
@@ -190,6 +201,7 @@ class CounterHistory:
             end=end_time,
             readings=end_index - start_index + 1,
             resets=self._resets[end_index] - self._resets[start_index],
+            generated_tokens=delta[3] if self._has_generated else None,
         )
 
 

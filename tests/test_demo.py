@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -64,8 +65,17 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
 def test_demo_tui_redraws_and_stops_on_ctrl_c() -> None:
     pid, fd = pty.fork()
     if pid == 0:  # child: the demo on a terminal
-        os.execv(sys.executable, [sys.executable, "-m", "specmon", "demo", "--listen",
-                                  "127.0.0.1:0", "--refresh", "0.5"])  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "specmon",
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--refresh",
+            "0.5",
+        ]
+        os.execv(sys.executable, argv)  # noqa: S606
     output = b""
     deadline = time.monotonic() + 30
     try:
@@ -87,10 +97,8 @@ def test_demo_tui_redraws_and_stops_on_ctrl_c() -> None:
                 output += chunk
         _, status = os.waitpid(pid, 0)
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     text = output.decode(errors="replace")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, text[-2000:]
     assert text.count("\x1b[H\x1b[J") >= 6  # redrawn in place

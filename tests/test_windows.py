@@ -131,3 +131,19 @@ def test_gauge_history_mean() -> None:
         g.add(float(t), v)
     assert g.mean(10) == (3.5, 2)
     assert g.mean(100) == (3.0, 3)
+
+
+def test_generated_tokens_ride_along_with_resets() -> None:
+    h = CounterHistory(retention=600)
+    h.add(0.0, c(10, 30, 15), generated_tokens=1000)
+    h.add(5.0, c(10, 30, 15), generated_tokens=1500)  # busy, but no drafts
+    h.add(10.0, c(2, 6, 3), generated_tokens=40)  # restart
+    w = h.window(600)
+    assert w is not None
+    assert w.drafts == 2
+    assert w.generated_tokens == 500 + 40
+    no_counter = CounterHistory(retention=600)
+    no_counter.add(0.0, c(1, 1, 1))
+    no_counter.add(1.0, c(2, 2, 2))
+    w = no_counter.window(600)
+    assert w is not None and w.generated_tokens is None

@@ -151,6 +151,13 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
         "Draft cost c: one drafted token's cost as a fraction of a target step "
         "(source=configured: from specmon's config).",
     ).add_sample("specmon_draft_cost_ratio", {**labels, "source": "configured"}, model.draft_cost)
+    if model.requests_running is not None:
+        fam.gauge(
+            "specmon_requests_running",
+            "Requests the engine is running now (vllm:num_requests_running, "
+            "llamacpp:requests_processing, sglang:num_running_reqs): concurrency, which eats "
+            "speculation's gain.",
+        ).add_sample("specmon_requests_running", labels, model.requests_running)
     if model.breakeven is not None:
         fam.gauge(
             "specmon_breakeven_alpha_ratio",
@@ -184,6 +191,12 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
                 "Drafts counted in the window: the increase of the engine's num_drafts counter "
                 "(the sample size behind every ratio).",
             ).add_sample("specmon_window_drafts", wl, float(window.drafts))
+        if window.generated_tokens is not None and window.drafts is not None:
+            fam.gauge(
+                "specmon_window_generated_tokens",
+                "Tokens the engine generated in the window (vllm:generation_tokens_total, "
+                "llamacpp:tokens_predicted_total increase): traffic, with or without drafts.",
+            ).add_sample("specmon_window_generated_tokens", wl, float(window.generated_tokens))
         if window.covered_seconds is not None:
             fam.gauge(
                 "specmon_window_seconds",

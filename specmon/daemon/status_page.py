@@ -160,6 +160,7 @@ def _report_json(window: WindowView) -> dict[str, Any]:
         "covered_seconds": window.covered_seconds,
         "drafts": window.drafts,
         "readings": window.readings,
+        "generated_tokens": window.generated_tokens,
         "report": window.report.as_dict() if window.report else None,
     }
 
@@ -191,6 +192,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                         "draft_cost": m.draft_cost,
                         "breakeven_alpha": m.breakeven,
                         "resets": m.resets,
+                        "requests_running": m.requests_running,
                         "windows": [_report_json(w) for w in m.windows],
                     }
                     for m in view.models

@@ -37,6 +37,8 @@ class WindowView:
     report: AcceptanceReport | None
     #: Scrapes inside the window (0 when it has fewer than two).
     readings: int = 0
+    #: Tokens generated in the window, when the engine publishes a generated-token counter.
+    generated_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class ModelView:
     totals_accepted: int | None
     resets: int
     windows: tuple[WindowView, ...]
+    requests_running: float | None = None
 
     def window(self, label: str) -> WindowView | None:
         return next((w for w in self.windows if w.window == label), None)
@@ -209,7 +212,9 @@ class TargetState:
             history = self._histories.get(model.model)
             if history is None:
                 history = self._histories[model.model] = CounterHistory(retention=self._retention)
-            observation = history.add(mono, model.counters)
+            observation = history.add(
+                mono, model.counters, generated_tokens=model.context.generation_tokens
+            )
             if observation.reset:
                 events.append(Event("warning", "counter_reset", {"model": model.model}))
             detected = len(model.counters.accepted_per_position)
@@ -232,7 +237,15 @@ class TargetState:
                     else None
                 )
                 windows.append(
-                    WindowView(label, seconds, delta.seconds, delta.drafts, report, delta.readings)
+                    WindowView(
+                        label,
+                        seconds,
+                        delta.seconds,
+                        delta.drafts,
+                        report,
+                        delta.readings,
+                        delta.generated_tokens,
+                    )
                 )
             totals = history.totals()
             view = ModelView(
@@ -246,10 +259,14 @@ class TargetState:
                 totals_accepted=totals.accepted_tokens if totals else None,
                 resets=history.resets,
                 windows=tuple(windows),
+                requests_running=model.context.requests_running,
             )
         else:
             assert model.gauges is not None
-            view = self._observe_gauges(model.model, model.gauges, mono)
+            view = replace(
+                self._observe_gauges(model.model, model.gauges, mono),
+                requests_running=model.context.requests_running,
+            )
         events.extend(self._margin_events(view))
         return view, events
 

@@ -109,6 +109,10 @@ def test_windows_equal_hand_computation(kind: PageKind, tmp_path: Path) -> None:
     best = max(range(k + 1), key=lambda j: (candidates[j], -j))
     assert m.value("specmon_best_chain_length", **w) == best
     assert m.value("specmon_best_speedup_ratio", **w) == pytest.approx(candidates[best])
+    # traffic: generated tokens (the fake engine makes drafts + accepted per step)
+    assert m.value("specmon_window_generated_tokens", **w) == drafts + accepted
+    assert m.value("specmon_window_generated_tokens", window="4s", **labels) == 0
+    assert m.value("specmon_requests_running", **labels) == 4
     # counters: increases seen since start
     assert m.value("specmon_drafts_total", **labels) == drafts
     assert m.value("specmon_accepted_tokens_total", **labels) == accepted
