@@ -134,6 +134,7 @@ def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bo
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="5">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <title>specmon</title><style>{_CSS}</style></head>
 <body>
 <h1>specmon</h1>

@@ -7,6 +7,7 @@ what to do; messages never include request headers (they may carry secrets).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -123,7 +124,9 @@ def _http_error(status: int, body: bytes) -> FetchError:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror or exc.os_error}"
+        err = exc.os_error
+        reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
+        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "server closed the connection"
     if isinstance(exc, aiohttp.ClientPayloadError):
