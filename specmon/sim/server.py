@@ -162,6 +162,8 @@ class SimServer:
         self._runners: list[web.AppRunner] = []
         self._hangs: set[asyncio.Task[Any]] = set()
         self.addresses: dict[str, str] = {}
+        self.metrics_requests = 0
+        self.last_metrics_headers: dict[str, str] = {}
 
     # -- apps -------------------------------------------------------------------------------
 
@@ -245,6 +247,13 @@ class SimServer:
                 content_type = om.content_type
         response = web.Response(body=body.encode("utf-8"))
         response.headers["Content-Type"] = content_type
+        if target.template.family in ("vllm", "sglang") and "gzip" in request.headers.get(
+            "Accept-Encoding", ""
+        ):
+            # vLLM and SGLang serve /metrics through prometheus_client, which gzips on request.
+            response.enable_compression(web.ContentCoding.gzip)
+        self.metrics_requests += 1
+        self.last_metrics_headers = dict(request.headers)
         return response
 
     def _models(self, target: VirtualTarget) -> web.Response:

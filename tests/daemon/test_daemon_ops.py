@@ -214,3 +214,79 @@ def test_bearer_token_is_sent_and_never_shown(tmp_path: Path) -> None:
         assert secret not in text
         assert "header-secret-987" not in text
         assert "hidden-query" not in text
+
+
+def test_file_sd_targets_appear_change_and_vanish(tmp_path: Path) -> None:
+    a = manual_target("a", PageKind.VLLM)
+    b = manual_target("b", PageKind.LLAMACPP)
+    _advance(a, 1)
+    _advance(b, 1)
+    with running([a, b]) as engines:
+        host_a = engines.server.addresses["a"].removeprefix("http://")
+        host_b = engines.server.addresses["b"].removeprefix("http://")
+        sd_dir = tmp_path / "sd"
+        sd_dir.mkdir()
+        (sd_dir / "one.json").write_text(
+            json.dumps([{"targets": [host_a], "labels": {"team": "x", "__specmon_name__": "sd-a"}}])
+        )
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(
+            BASE.replace("targets:\n", "")
+            + "file_sd_configs:\n  - files: [sd/*.json, sd/*.yaml]\n    refresh_interval: 500ms\n"
+        )
+        with daemon(cfg, tmp_path) as d:
+            m = d.metrics()
+            assert m.value("specmon_up", target="sd-a", team="x") == 1
+            # a new file appears
+            (sd_dir / "two.yaml").write_text(f"- targets: ['{host_b}']\n")
+            d.wait_for(lambda: d.metrics().value("specmon_up", target=host_b) == 1)
+            # a broken edit keeps the previous targets
+            (sd_dir / "one.json").write_text("[{not json")
+            d.wait_for(lambda: '"file_sd_invalid"' in d.log_text())
+            assert d.metrics().value("specmon_up", target="sd-a") == 1
+            assert (d.metrics().value("specmon_file_sd_read_errors_total") or 0) >= 1
+            # the file disappears: its targets go
+            (sd_dir / "one.json").unlink()
+            d.wait_for(lambda: not d.metrics().series("specmon_up", target="sd-a"))
+            assert d.metrics().value("specmon_up", target=host_b) == 1
+
+
+def test_gzip_from_targets_and_the_size_cap(tmp_path: Path) -> None:
+    small = manual_target("small", PageKind.LLAMACPP)
+    big = manual_target("big", PageKind.VLLM)  # ~55 KB uncompressed, ~8 KB gzipped
+    _advance(small, 1)
+    _advance(big, 1)
+    with running([small, big]) as engines:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(
+            BASE.replace(
+                "  windows: [3s, 20s]\n", "  windows: [3s, 20s]\n  max_response_bytes: 20KiB\n"
+            )
+            + _targets(("small", engines.url("small")), ("big", engines.url("big")))
+        )
+        with daemon(cfg, tmp_path) as d:
+            m = d.metrics()
+            views = d.targets()
+        headers = engines.server.last_metrics_headers
+    assert "gzip" in headers.get("Accept-Encoding", "")
+    assert m.value("specmon_up", target="small") == 1
+    # The cap counts decompressed bytes: a gzipped page that inflates past it is refused.
+    assert m.value("specmon_up", target="big") == 0
+    assert m.value("specmon_scrapes_total", target="big", result="too_large")
+    assert "exceeds the 20480-byte cap" in views["big"]["error"]
+
+
+def test_failing_target_backs_off(tmp_path: Path) -> None:
+    from specmon.daemon.scraper import backoff_delay
+
+    assert [backoff_delay(5.0, n) for n in range(6)] == [5.0, 5.0, 10.0, 20.0, 40.0, 40.0]
+    assert backoff_delay(60.0, 10) == 120.0  # at most a minute beyond the interval
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(BASE + _targets(("refused", "http://127.0.0.1:9/metrics")))
+    with daemon(cfg, tmp_path) as d:
+        time.sleep(4.0)
+        attempts = d.metrics().value(
+            "specmon_scrapes_total", target="refused", result="connection_error"
+        )
+    # 0.5 s interval without backoff would be ~8 attempts in 4 s; with it: 0.5, 1, 2, 4 ...
+    assert attempts is not None and 2 <= attempts <= 5

@@ -1,0 +1,339 @@
+"""Run a measurement: the same requests through both servers, level by level (I/O).
+
+For each concurrency level and each workload, the baseline server gets every prompt (times
+``repeats``), then the speculative server gets the same requests, with its metrics page read
+just before and just after so the counter increase belongs to that workload alone. Requests
+within a run go out concurrently, at most ``concurrency`` at a time (a semaphore). The two
+servers are never loaded at the same time: on one machine they would slow each other down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from specmon.engines.model import SpecCounters
+from specmon.measure.client import Client, MetricsRead, RequestError, open_session
+from specmon.measure.endpoints import (
+    Endpoint,
+    ServerInfo,
+    engine_from_props,
+    engine_from_version,
+    models_from_list,
+)
+from specmon.measure.prompts import Workload
+from specmon.measure.results import (
+    MetricsDelta,
+    Outcome,
+    RawMeasurement,
+    Settings,
+    SideRun,
+    WorkloadRun,
+)
+from specmon.windows import CounterHistory
+
+__all__ = ["Plan", "ProgressFn", "Unreachable", "measure", "request_payload"]
+
+#: progress(done, total, what)
+ProgressFn = Callable[[int, int, str], None]
+
+WARMUP_PROMPT = "Say hello."
+#: How long to wait for counters to catch up with the answers (engines that update them a
+#: moment after the response).
+SETTLE_SECONDS = 2.0
+SETTLE_STEP = 0.1
+
+
+class Unreachable(Exception):
+    """A server could not be used at all; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    baseline: Endpoint
+    speculative: Endpoint
+    settings: Settings
+    workloads: tuple[Workload, ...]
+    #: The API key's value (from the environment); never stored in results.
+    api_key: str | None = None
+
+
+def request_payload(
+    settings: Settings, prompt: str, *, max_tokens: int | None = None
+) -> dict[str, Any]:
+    """The request body both servers get: temperature 0, the same seed and limits."""
+    body: dict[str, Any] = {
+        "model": settings.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": settings.max_tokens if max_tokens is None else max_tokens,
+        "temperature": 0,
+        "top_p": 1,
+        "seed": settings.seed,
+        "stream": False,
+    }
+    if settings.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def _now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+class _Progress:
+    def __init__(self, callback: ProgressFn | None, total: int) -> None:
+        self._callback = callback
+        self.total = total
+        self.done = 0
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        if self._callback is not None:
+            self._callback(self.done, self.total, what)
+
+    def show(self, what: str) -> None:
+        if self._callback is not None:
+            self._callback(self.done, self.total, what)
+
+
+async def _run_side(
+    client: Client,
+    endpoint: Endpoint,
+    workload: Workload,
+    plan: Plan,
+    concurrency: int,
+    progress: _Progress,
+    what: str,
+) -> SideRun:
+    gate = asyncio.Semaphore(concurrency)
+    settings = plan.settings
+
+    async def one(index: int, repeat: int, prompt: str) -> Outcome:
+        async with gate:
+            started = time.perf_counter()
+            try:
+                answer = await client.chat(
+                    endpoint, request_payload(settings, prompt), timeout=settings.timeout
+                )
+            except RequestError as exc:
+                outcome = Outcome(workload.name, index, repeat, time.perf_counter() - started,
+                                  error=str(exc))  # fmt: skip
+            else:
+                outcome = Outcome(workload.name, index, repeat, time.perf_counter() - started,
+                                  answer=answer)  # fmt: skip
+            progress.step(what)
+            return outcome
+
+    progress.show(what)
+    started = time.perf_counter()
+    outcomes = await asyncio.gather(
+        *(
+            one(index, repeat, prompt)
+            for repeat in range(settings.repeats)
+            for index, prompt in enumerate(workload.prompts)
+        )
+    )
+    return SideRun(tuple(outcomes), time.perf_counter() - started)
+
+
+def _delta(before: MetricsRead, after: MetricsRead) -> MetricsDelta:
+    """The counter increase between two reads, through a reset-aware history."""
+    engine = None
+    if after.page is not None and after.page.engine is not None:
+        engine = after.page.engine.value
+    if after.error or before.error:
+        return MetricsDelta(engine=engine, error=after.error or before.error)
+    assert after.page is not None and before.page is not None
+    notes = tuple(after.page.notes)
+    reading = after.model
+    if reading is None or (reading.counters is None and reading.gauges is None):
+        return MetricsDelta(engine=engine, error=after.page.message or "no speculative data")
+    if reading.counters is None:
+        return MetricsDelta(gauges=reading.gauges, engine=engine, notes=notes)
+    previous = before.model.counters if before.model is not None else None
+    if previous is None:
+        # The page was readable but had no counters yet: they started from zero.
+        previous = SpecCounters(0, 0, 0)
+    history = CounterHistory(retention=math.inf)
+    history.add(before.time, previous)
+    history.add(max(after.time, before.time + 1e-6), reading.counters)
+    window = history.window(math.inf)
+    assert window is not None
+    counters = replace(window.as_counters(), rounded=reading.counters.rounded)
+    return MetricsDelta(counters=counters, engine=engine, resets=window.resets, notes=notes)
+
+
+async def _settled_after(
+    client: Client, plan: Plan, before: MetricsRead, run: SideRun
+) -> MetricsRead:
+    """Read the page after a run; when per-response timings show more draft tokens than the
+    counters do yet, read again for a moment (counters that land after the answer)."""
+    url, model = plan.speculative.metrics_url, plan.settings.model
+    after = await client.metrics(url, model=model)
+    answers = [o.answer for o in run.outcomes if o.answer is not None]
+    if not answers or any(a.draft_tokens is None for a in answers):
+        return after
+    expected = sum(a.draft_tokens or 0 for a in answers)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        delta = _delta(before, after)
+        if delta.counters is None or delta.counters.draft_tokens >= expected:
+            break
+        await asyncio.sleep(SETTLE_STEP)
+        after = await client.metrics(url, model=model)
+    return after
+
+
+async def _probe(client: Client, endpoint: Endpoint, model: str, what: str) -> ServerInfo:
+    """Engine, version and served models; :class:`Unreachable` when the server is unusable."""
+    try:
+        status, body = await client.get_json(endpoint.models_url)
+    except RequestError as exc:
+        raise Unreachable(f"{what} server {endpoint.base_url}: {exc}") from None
+    if status in (401, 403):
+        raise Unreachable(
+            f"{what} server {endpoint.base_url}: HTTP {status} from {endpoint.models_url}: it "
+            "wants an API key; put it in an environment variable and name it with --api-key-env"
+        )
+    models = models_from_list(body)
+    found: list[str] = []
+    engine = version = None
+    try:
+        status, body = await client.get_json(endpoint.props_url)
+        build = engine_from_props(body)
+        if build is not None:
+            engine, version = "llamacpp", build
+            found.append("GET /props build_info")
+        else:
+            status, body = await client.get_json(endpoint.version_url)
+            version = engine_from_version(body)
+            if version is not None:
+                found.append("GET /version")
+    except RequestError:
+        pass
+    return ServerInfo(engine=engine, version=version, found_by=tuple(found), models=models)
+
+
+def _with_page_engine(info: ServerInfo, read: MetricsRead) -> ServerInfo:
+    if read.page is None or read.page.engine is None:
+        return info
+    page_engine = read.page.engine.value
+    if info.engine is None:
+        return replace(info, engine=page_engine, found_by=(*info.found_by, "/metrics page"))
+    return info
+
+
+def _with_fingerprint(info: ServerInfo, runs: Sequence[SideRun]) -> ServerInfo:
+    if info.version is not None:
+        return info
+    for run in runs:
+        for outcome in run.outcomes:
+            if outcome.answer is not None and outcome.answer.fingerprint:
+                return replace(
+                    info,
+                    version=outcome.answer.fingerprint,
+                    found_by=(*info.found_by, "system_fingerprint"),
+                )
+    return info
+
+
+async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasurement:
+    """Run every level and workload; raise :class:`Unreachable` when a server cannot be used."""
+    settings = plan.settings
+    started = _now_iso()
+    warnings: list[str] = []
+    per_side = sum(len(w.prompts) for w in plan.workloads) * settings.repeats
+    ticker = _Progress(progress, 2 * per_side * len(settings.concurrency))
+    async with open_session(max(settings.concurrency)) as session:
+        client = Client(session, api_key=plan.api_key)
+        base_info = await _probe(client, plan.baseline, settings.model, "baseline")
+        spec_info = await _probe(client, plan.speculative, settings.model, "speculative")
+        for label, info in (("baseline", base_info), ("with-draft", spec_info)):
+            if info.models is not None and settings.model not in info.models:
+                warnings.append(
+                    f"the {label} server lists models {', '.join(info.models) or '(none)'}, "
+                    f"not {settings.model}"
+                )
+        base_first = await client.metrics(plan.baseline.metrics_url, model=settings.model)
+        spec_first = await client.metrics(plan.speculative.metrics_url, model=settings.model)
+        base_info = _with_page_engine(base_info, base_first)
+        spec_info = _with_page_engine(spec_info, spec_first)
+        if spec_first.error:
+            warnings.append(
+                f"acceptance counters unavailable ({spec_first.error}); per-response timings are "
+                "used where the server sends them"
+            )
+        elif spec_first.page is not None and not spec_first.page.speculation:
+            warnings.append(f"with-draft server metrics: {spec_first.page.message}")
+        for _ in range(settings.warmup):
+            for endpoint in (plan.baseline, plan.speculative):
+                ticker.show("warm-up")
+                try:
+                    await client.chat(
+                        endpoint,
+                        request_payload(
+                            settings, WARMUP_PROMPT, max_tokens=min(16, settings.max_tokens)
+                        ),
+                        timeout=settings.timeout,
+                    )
+                except RequestError as exc:
+                    warnings.append(f"warm-up request to {endpoint.base_url} failed: {exc}")
+        runs: list[WorkloadRun] = []
+        for concurrency in settings.concurrency:
+            for workload in plan.workloads:
+                what = f"c={concurrency} {workload.name}"
+                baseline = await _run_side(
+                    client, plan.baseline, workload, plan, concurrency, ticker, what + " baseline"
+                )
+                before = await client.metrics(plan.speculative.metrics_url, model=settings.model)
+                speculative = await _run_side(
+                    client, plan.speculative, workload, plan, concurrency, ticker,
+                    what + " with draft",
+                )  # fmt: skip
+                after = await _settled_after(client, plan, before, speculative)
+                runs.append(
+                    WorkloadRun(
+                        workload=workload.name,
+                        concurrency=concurrency,
+                        prompts=len(workload.prompts),
+                        baseline=baseline,
+                        speculative=speculative,
+                        metrics=_delta(before, after),
+                    )
+                )
+        base_last = await client.metrics(plan.baseline.metrics_url, model=settings.model)
+    baseline_drafts = None
+    if base_first.model is not None and base_first.model.counters is not None:
+        delta = _delta(base_first, base_last)
+        baseline_drafts = delta.counters.drafts if delta.counters is not None else None
+    base_info = _with_fingerprint(base_info, [r.baseline for r in runs])
+    spec_info = _with_fingerprint(spec_info, [r.speculative for r in runs])
+    if (
+        base_info.engine != spec_info.engine
+        and base_info.engine is not None
+        and spec_info.engine is not None
+    ) or (
+        base_info.version != spec_info.version
+        and None not in (base_info.version, spec_info.version)
+    ):
+        warnings.append(
+            f"the servers differ: baseline {base_info.engine} {base_info.version}, with draft "
+            f"{spec_info.engine} {spec_info.version}; the comparison assumes the same build"
+        )
+    return RawMeasurement(
+        settings=settings,
+        baseline=plan.baseline,
+        speculative=plan.speculative,
+        baseline_info=base_info,
+        speculative_info=spec_info,
+        runs=tuple(runs),
+        started=started,
+        finished=_now_iso(),
+        baseline_drafts=baseline_drafts,
+        warnings=tuple(warnings),
+    )
