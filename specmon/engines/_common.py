@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterable
 
 from specmon.exposition import Page, Sample
 
-__all__ = ["AdapterError", "count", "first_present", "sum_by", "sum_positions"]
+__all__ = [
+    "AdapterError",
+    "count",
+    "first_present",
+    "mean_by_model",
+    "sum_by",
+    "sum_positions",
+]
 
 
 class AdapterError(ValueError):
@@ -62,3 +70,12 @@ def positions_tuple(per: dict[int, float], name: str) -> tuple[int, ...]:
         return ()
     size = max(per) + 1
     return tuple(count(per.get(i, 0.0), f"{name}[{i}]") for i in range(size))
+
+
+def mean_by_model(page: Page, name: str) -> dict[str, float]:
+    """Mean of a gauge's finite values per ``model_name`` (over ranks and other labels)."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for sample in page.get(name):
+        if math.isfinite(sample.value):
+            groups[sample.label("model_name")].append(sample.value)
+    return {model: sum(v) / len(v) for model, v in groups.items() if v}

@@ -7,9 +7,7 @@ configured chain length.
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-
+from specmon.engines._common import mean_by_model
 from specmon.engines.model import Context, Engine, ModelReading, SpecGauges
 from specmon.exposition import Page
 
@@ -25,25 +23,17 @@ NOTE = (
 )
 
 
-def _mean_by_model(page: Page, name: str) -> dict[str, float]:
-    groups: dict[str, list[float]] = defaultdict(list)
-    for sample in page.get(name):
-        if math.isfinite(sample.value):
-            groups[sample.label("model_name")].append(sample.value)
-    return {model: sum(v) / len(v) for model, v in groups.items() if v}
-
-
 class SglangAdapter:
     engine = Engine.SGLANG
     wanted: tuple[str, ...] = (_LENGTH, _RATE, _RUNNING)
     markers: tuple[str, ...] = (_LENGTH, _RATE)
 
     def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
-        lengths = _mean_by_model(page, _LENGTH)
-        rates = _mean_by_model(page, _RATE)
+        lengths = mean_by_model(page, _LENGTH)
+        rates = mean_by_model(page, _RATE)
         if not lengths and not rates:
             return [], []
-        running = _mean_by_model(page, _RUNNING)
+        running = mean_by_model(page, _RUNNING)
         models = []
         for model in sorted(set(lengths) | set(rates)):
             length = lengths.get(model)

@@ -9,9 +9,7 @@ over the server's lifetime.
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-
+from specmon.engines._common import mean_by_model
 from specmon.engines.model import Engine, ModelReading, SpecGauges
 from specmon.exposition import Page
 
@@ -27,14 +25,6 @@ NOTE = (
 )
 
 
-def _mean_by_model(page: Page, name: str) -> dict[str, float]:
-    groups: dict[str, list[float]] = defaultdict(list)
-    for sample in page.get(name):
-        if math.isfinite(sample.value):
-            groups[sample.label("model_name")].append(sample.value)
-    return {model: sum(v) / len(v) for model, v in groups.items() if v}
-
-
 class VllmV0Adapter:
     engine = Engine.VLLM_V0
     wanted: tuple[str, ...] = tuple(p + n for p in _PREFIXES for n in (_RATE, _EFFICIENCY))
@@ -44,8 +34,8 @@ class VllmV0Adapter:
         prefix = next((p for p in _PREFIXES if page.has(p + _RATE)), None)
         if prefix is None:
             return [], []
-        rates = _mean_by_model(page, prefix + _RATE)
-        efficiency = _mean_by_model(page, prefix + _EFFICIENCY)
+        rates = mean_by_model(page, prefix + _RATE)
+        efficiency = mean_by_model(page, prefix + _EFFICIENCY)
         models = [
             ModelReading(
                 model=model,
