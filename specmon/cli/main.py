@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.cli import breakeven, demo, inspect, run, simulate
+from specmon.cli import breakeven, demo, inspect, measure, run, simulate
 
 __all__ = ["build_parser", "main"]
 
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parsers(sub)
     simulate.add_parser(sub)
     demo.add_parser(sub)
+    measure.add_parser(sub)
     return parser
 
 

@@ -129,6 +129,11 @@ class TargetCollector(Collector):
             if not view.up:
                 continue
             engine = view.engine.value if view.engine else "unknown"
+            fam.gauge(
+                "specmon_page_malformed_lines",
+                "Lines of the target's last page that specmon examined and could not parse "
+                "(only the speculative-decoding families and the first line are examined).",
+            ).add_sample("specmon_page_malformed_lines", base, float(view.malformed))
             enabled.add_sample(
                 "specmon_speculation_enabled",
                 {**base, "engine": engine},

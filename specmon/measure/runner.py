@@ -313,17 +313,16 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
         baseline_drafts = delta.counters.drafts if delta.counters is not None else None
     base_info = _with_fingerprint(base_info, [r.baseline for r in runs])
     spec_info = _with_fingerprint(spec_info, [r.speculative for r in runs])
-    if (
-        base_info.engine != spec_info.engine
-        and base_info.engine is not None
-        and spec_info.engine is not None
-    ) or (
-        base_info.version != spec_info.version
-        and None not in (base_info.version, spec_info.version)
-    ):
+    differs = [
+        f"{what}: baseline {getattr(base_info, what)}, with draft {getattr(spec_info, what)}"
+        for what in ("engine", "version")
+        if None not in (getattr(base_info, what), getattr(spec_info, what))
+        and getattr(base_info, what) != getattr(spec_info, what)
+    ]
+    if differs:
         warnings.append(
-            f"the servers differ: baseline {base_info.engine} {base_info.version}, with draft "
-            f"{spec_info.engine} {spec_info.version}; the comparison assumes the same build"
+            "the two servers differ (" + "; ".join(differs) + "): the comparison assumes the "
+            "same engine and build, differing only in the draft"
         )
     return RawMeasurement(
         settings=settings,

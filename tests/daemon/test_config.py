@@ -264,3 +264,44 @@ def test_check_config_command(tmp_path: Path) -> None:
     missing = _check_config(tmp_path / "nope.yaml")
     assert missing.returncode == 1
     assert "cannot read the file: No such file or directory" in missing.stdout
+
+
+def test_run_refuses_to_start_on_a_bad_config_or_address(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "targets:\n  - name: a\n    url: http://h/metrics\n    chain_length: 99\n    x: 1\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "specmon", "run", "--config.file", str(bad), "--log.format", "json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    (line,) = [json.loads(x) for x in result.stderr.splitlines() if '"config_invalid"' in x]
+    assert line["problems"] == [
+        "targets[0].x: unknown key",
+        "targets[0].chain_length: must be between 1 and 64",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "specmon", "run", "--web.listen-address", "localhost"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "expected HOST:PORT or :PORT" in result.stderr
+
+
+def test_run_exits_1_when_the_port_is_taken(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        good = tmp_path / "good.yaml"
+        good.write_text(GOOD)
+        result = subprocess.run(
+            [sys.executable, "-m", "specmon", "run", "--config.file", str(good),
+             "--web.listen-address", f"127.0.0.1:{port}", "--log.format", "json"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert '"listen_failed"' in result.stderr

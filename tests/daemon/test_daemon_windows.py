@@ -117,6 +117,7 @@ def test_windows_equal_hand_computation(kind: PageKind, tmp_path: Path) -> None:
     assert m.value("specmon_drafts_total", **labels) == drafts
     assert m.value("specmon_accepted_tokens_total", **labels) == accepted
     assert math.isclose(m.value("specmon_up", target="eng") or 0, 1.0)
+    assert m.value("specmon_page_malformed_lines", target="eng") == 0
 
 
 def test_counter_reset_never_exports_negative_or_absurd_values(tmp_path: Path) -> None:

@@ -1,0 +1,312 @@
+"""``specmon measure``: a server without speculation against its twin with it.
+
+The lesson's ``measure-speculative.py`` rebuilt on specmon's parser, adapters and arithmetic:
+the same prompts, temperature 0, through both servers at each concurrency level; tokens per
+second from the servers' ``usage``, acceptance from the speculative server's counters (and
+llama.cpp's per-response timings), a byte-for-byte comparison of the completions, and the
+measured break-even reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from specmon.measure.analysis import (
+    EXIT_NOTHING_COMPLETED,
+    EXIT_USAGE,
+    analyse,
+)
+from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
+from specmon.measure.compare import DIVERGENCE_CAVEAT
+from specmon.measure.endpoints import endpoint
+from specmon.measure.labbook import append_labbook, labbook_records
+from specmon.measure.prompts import (
+    PromptsError,
+    available_workloads,
+    load_prompts_file,
+    select_workloads,
+)
+from specmon.measure.render import progress_line, render_text
+from specmon.measure.results import Settings
+from specmon.measure.runner import Plan, Unreachable, measure
+
+__all__ = ["DEFAULT_API_KEY_ENV", "add_parser", "run"]
+
+DEFAULT_API_KEY_ENV = "SPECMON_API_KEY"
+MAX_CONCURRENCY = 256
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _levels(text: str) -> list[int]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        values = [int(item) for item in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one concurrency level")
+    if any(not 1 <= v <= MAX_CONCURRENCY for v in values):
+        raise argparse.ArgumentTypeError(
+            f"concurrency levels must be between 1 and {MAX_CONCURRENCY}"
+        )
+    return list(dict.fromkeys(values))
+
+
+def _names(text: str) -> list[str]:
+    names = [item.strip() for item in text.split(",") if item.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one workload")
+    return names
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "measure",
+        help="measure speculation: a server without a draft against its twin with one",
+        description=(
+            "Send the same prompts at temperature 0 through a server without speculation "
+            "(--baseline) and its twin with it (--speculative), at each concurrency level, and "
+            "report per workload: tokens/s on both (from the servers' usage), the ratio, the "
+            "acceptance during the run (the speculative server's /metrics counters, or "
+            "llama.cpp's per-response timings), whether the completions are byte-for-byte "
+            "identical, and the measured break-even reading. Exit status: 0 ok, 1 completions "
+            f"differ (unless --allow-divergence), {EXIT_USAGE} bad arguments, "
+            f"{EXIT_NOTHING_COMPLETED} a server unreachable or a workload with no completed "
+            "request on one side."
+        ),
+    )
+    p.add_argument(
+        "--baseline",
+        required=True,
+        metavar="URL",
+        help="OpenAI-compatible base URL of the server WITHOUT speculation (.../v1)",
+    )
+    p.add_argument(
+        "--speculative",
+        required=True,
+        metavar="URL",
+        help="base URL of the same model served WITH speculation (.../v1)",
+    )
+    p.add_argument("--model", required=True, metavar="NAME", help="model name to request")
+    p.add_argument(
+        "--workloads",
+        type=_names,
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="workloads to run, in order (default: all; built-in: copy,closed,open)",
+    )
+    p.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help='prompts, one per line, or JSON lines {"workload": ..., "prompt": '
+        "...}; a built-in workload's name replaces it, another name adds one",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_levels,
+        default=[1],
+        metavar="N[,N...]",
+        help="concurrency levels; requests in flight at once (default 1)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="times each prompt is sent per server and level (default 1)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=_positive,
+        default=128,
+        metavar="N",
+        help="max_tokens of every request (default 128)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed sent with every request (default 0)")
+    p.add_argument(
+        "--labbook",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append one JSON line per table row to this lab notebook",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument(
+        "--allow-divergence", action="store_true", help="exit 0 even when completions differ"
+    )
+    p.add_argument(
+        "--speculative-metrics",
+        default=None,
+        metavar="URL",
+        help="metrics URL of the speculative server (default {scheme}://{host}/metrics)",
+    )
+    p.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="VAR",
+        help=f"environment variable holding the API key (default {DEFAULT_API_KEY_ENV}, "
+        "if set); the key is sent as a bearer token and never printed or recorded",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="per-request timeout (default 300)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=_non_negative,
+        default=1,
+        metavar="N",
+        help="unmeasured requests per server before measuring (default 1)",
+    )
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos (llama.cpp, vLLM): every completion runs to max_tokens",
+    )
+    p.add_argument("--label", default=None, help="a tag recorded in the lab notebook")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (it is shown only on a terminal anyway)",
+    )
+    p.set_defaults(func=run)  # fmt: skip
+
+
+class _ProgressBar:
+    """A one-line progress bar on a terminal, redrawn at most ten times a second."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < 0.1:
+            return
+        self._last = now
+        self._stream.write("\r" + progress_line(done, total, what) + "\033[K")
+        self._stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        baseline = endpoint(args.baseline, what="--baseline")
+        speculative = endpoint(
+            args.speculative, metrics_url=args.speculative_metrics, what="--speculative"
+        )
+        extra = load_prompts_file(args.prompts) if args.prompts is not None else None
+        workloads = select_workloads(
+            available_workloads(extra, extra_source=str(args.prompts)), args.workloads
+        )
+    except (ValueError, PromptsError) as exc:
+        err.write(f"specmon measure: {exc}\n")
+        return EXIT_USAGE
+    key_env = args.api_key_env or DEFAULT_API_KEY_ENV
+    api_key = os.environ.get(key_env) or None
+    if args.api_key_env and api_key is None:
+        err.write(f"specmon measure: environment variable {key_env} is not set or empty\n")
+        return EXIT_USAGE
+    settings = Settings(
+        model=args.model,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        repeats=args.repeats,
+        concurrency=tuple(args.concurrency),
+        workloads=tuple(w.name for w in workloads),
+        prompts_file=str(args.prompts) if args.prompts is not None else None,
+        warmup=args.warmup,
+        ignore_eos=args.ignore_eos,
+        timeout=args.timeout,
+        api_key_env=key_env if api_key else None,
+        api_key_used=api_key is not None,
+        label=args.label,
+    )
+    plan = Plan(baseline, speculative, settings, tuple(workloads), api_key=api_key)
+    bar = _ProgressBar(err) if err.isatty() and not args.no_progress else None
+    try:
+        raw = asyncio.run(measure(plan, progress=bar))
+    except Unreachable as exc:
+        if bar is not None:
+            bar.close()
+        err.write(f"specmon measure: {exc}\n")
+        return EXIT_NOTHING_COMPLETED
+    if bar is not None:
+        bar.close()
+    report = analyse(raw)
+    code = report.exit_code(allow_divergence=args.allow_divergence)
+    written = 0
+    if args.labbook is not None:
+        records = labbook_records(report)
+        try:
+            append_labbook(args.labbook, records)
+            written = len(records)
+        except OSError as exc:
+            err.write(f"specmon measure: cannot write the lab notebook {args.labbook}: {exc}\n")
+    if args.json:
+        document = report.as_dict()
+        document["exit_code"] = code
+        document["allow_divergence"] = args.allow_divergence
+        document["labbook"] = {"path": str(args.labbook), "lines": written} if written else None
+        document["caveats"] = {
+            "divergence": DIVERGENCE_CAVEAT,
+            "implied_draft_cost": IMPLIED_COST_CAVEAT,
+        }
+        json.dump(document, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render_text(report, allow_divergence=args.allow_divergence))
+        if written:
+            out.write(f"Appended {written} line(s) to the lab notebook {args.labbook}\n")
+    return code

@@ -1,0 +1,280 @@
+"""The measurement as text: the lesson's table per concurrency level, then the readings. Pure."""
+
+from __future__ import annotations
+
+import textwrap
+import unicodedata
+from collections.abc import Sequence
+
+from specmon.measure.analysis import ALL, MeasureReport, Row, SideSummary
+from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
+from specmon.measure.compare import DIVERGENCE_CAVEAT, Comparison, escape
+from specmon.measure.endpoints import ServerInfo
+
+__all__ = ["progress_line", "render_text"]
+
+_NEVER_NOTE = "each drafted token cost more than a whole target step"
+#: Differences printed in full; the rest are in --json.
+SHOW_DIFFERENCES = 5
+_WRAP = 96
+
+
+def _width(text: str) -> int:
+    """Display width: combining marks (the bar of k̄) take no column."""
+    return sum(0 if unicodedata.combining(ch) else 1 for ch in text)
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "", indent: str = "  "
+) -> list[str]:
+    """Aligned columns; ``align`` has one letter per column, ``l`` or ``r`` (default: the first
+    column left, the others right)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    widths = [_width(h) for h in headers]
+    for row in rows:
+        widths = [max(w, _width(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell + " " * (width - _width(cell))
+            if side == "l"
+            else " " * (width - _width(cell)) + cell
+            for cell, width, side in zip(cells, widths, align, strict=True)
+        ]
+        return (indent + "  ".join(parts)).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]
+
+
+def _num(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _tps(side: SideSummary) -> str:
+    if side.completed == 0:
+        return "all failed"
+    if side.tokens_per_second is None:
+        return "no usage" if side.usage_missing else "-"
+    return f"{side.tokens_per_second:.1f}"
+
+
+def _identical(c: Comparison) -> str:
+    if c.compared == 0:
+        return "n/a"
+    word = "yes" if c.differing == 0 else "NO"
+    extra = f" (+{c.not_compared} failed)" if c.not_compared else ""
+    return f"{word} {c.identical}/{c.compared}{extra}"
+
+
+def _acceptance(row: Row) -> str:
+    a = row.acceptance
+    if a.ratio is None:
+        return "n/a"
+    return f"{a.ratio:.3f} ({a.source})"
+
+
+def _server(label: str, url: str, info: ServerInfo) -> str:
+    engine = info.engine or "engine unknown"
+    version = info.version or "version unknown"
+    return f"  {label:<11} {url}  {engine} {version}"
+
+
+def _wrap(text: str, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, _WRAP, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str:
+    s = report.settings
+    lines = [f"specmon measure · model {s.model} · {report.started}"]
+    lines.append(_server("baseline", report.baseline.base_url, report.baseline_info))
+    lines.append(_server("with draft", report.speculative.base_url, report.speculative_info))
+    lines.append(f"  {'':<11} acceptance counters from {report.speculative.metrics_url}")
+    prompts = (
+        sum(r.prompts for r in report.levels[0].rows if r.workload != ALL) if report.levels else 0
+    )
+    repeats = "repeat" if s.repeats == 1 else "repeats"
+    lines.append(
+        f"  {'requests':<11} temperature 0, seed {s.seed}, max_tokens {s.max_tokens}"
+        + (", ignore_eos" if s.ignore_eos else "")
+        + f"; {prompts} prompts x {s.repeats} {repeats} per server and level; "
+        f"warm-up {s.warmup}"
+    )
+    for warning in report.warnings:
+        lines += _wrap(f"warning: {warning}")
+    any_usage_missing = never_pays = False
+    for level in report.levels:
+        lines += ["", f"Concurrency {level.concurrency}"]
+        table_rows = [
+            [
+                r.workload,
+                _tps(r.baseline),
+                _tps(r.speculative),
+                _num(r.speed_ratio, 2, "x"),
+                _acceptance(r),
+                _identical(r.comparison),
+            ]
+            for r in level.rows
+        ]
+        lines += _table(
+            ["workload", "baseline tok/s", "with draft tok/s", "ratio", "acceptance",
+             "completions identical"],
+            table_rows,
+            "lrrrll",
+        )  # fmt: skip
+        lines.append("")
+        lines += _table(
+            ["latency (s)", "baseline p50", "p95", "with draft p50", "p95", "failed"],
+            [
+                [
+                    r.workload,
+                    _num(r.baseline.latency_p50, 3),
+                    _num(r.baseline.latency_p95, 3),
+                    _num(r.speculative.latency_p50, 3),
+                    _num(r.speculative.latency_p95, 3),
+                    f"{r.baseline.failed}+{r.speculative.failed}",
+                ]
+                for r in level.rows
+            ],
+        )
+        readings = [r for r in level.rows if r.breakeven is not None]
+        if readings:
+            lines.append("")
+            lines += _table(
+                ["measured break-even", "K kept/iter", "k̄ drafted/iter", "implied c",
+                 "needs K >", "alpha", "break-even alpha", "best k"],
+                [
+                    [
+                        r.workload,
+                        _num(b.tokens_per_iteration, 3),
+                        _num(b.drafted_per_iteration, 2),
+                        _num(b.implied_draft_cost, 3),
+                        _num(b.breakeven_tokens_per_iteration, 2),
+                        _num(b.alpha, 3),
+                        "never"
+                        if b.breakeven_alpha is None and b.implied_draft_cost is not None
+                        and b.implied_draft_cost > 1
+                        else _num(b.breakeven_alpha, 3),
+                        "-" if b.best_chain_length is None else str(b.best_chain_length),
+                    ]
+                    for r in readings
+                    if (b := r.breakeven) is not None
+                ],
+            )  # fmt: skip
+        else:
+            lines += ["", "  measured break-even: needs the with-draft server's draft counters "
+                      "and both token rates"]  # fmt: skip
+        notes: dict[str, None] = {}
+        for r in level.rows:
+            any_usage_missing |= bool(r.baseline.usage_missing or r.speculative.usage_missing)
+            if r.breakeven is not None and (r.breakeven.implied_draft_cost or 0.0) > 1.0:
+                never_pays = True
+            if r.workload == ALL:
+                continue  # the same notes again, summed: they are in --json
+            for note in (
+                *r.notes,
+                *r.acceptance.notes,
+                *(r.breakeven.notes if r.breakeven else ()),
+            ):
+                if not note.startswith(_NEVER_NOTE):
+                    notes[f"{r.workload}: {note}"] = None
+        for note in notes:
+            lines += _wrap(f"- {note}")
+    lines += ["", "Completions"]
+    total = report.comparison
+    if total.compared == 0:
+        lines.append("  nothing could be compared: no prompt was answered by both servers")
+    elif total.differing == 0:
+        lines.append(
+            f"  {total.identical} of {total.compared} identical, byte for byte"
+            + (
+                f" ({total.not_compared} not compared: a request failed)"
+                if total.not_compared
+                else ""
+            )
+        )
+    else:
+        lines.append(
+            f"  {total.differing} of {total.compared} DIFFER between the servers"
+            + (
+                f" ({total.not_compared} not compared: a request failed)"
+                if total.not_compared
+                else ""
+            )
+        )
+        shown = 0
+        for r in report.rows(include_all=False):
+            for d in r.comparison.differences:
+                if shown >= SHOW_DIFFERENCES:
+                    break
+                shown += 1
+                lines.append(
+                    f"  {d.workload} prompt {d.prompt_index + 1} repeat {d.repeat + 1} at "
+                    f"concurrency {r.concurrency}: first difference at byte {d.byte_offset} "
+                    f"(character {d.char_offset}); lengths {d.baseline_bytes} / "
+                    f"{d.speculative_bytes} bytes"
+                )
+                cut = "…" if d.excerpt_cut else ""
+                lines.append(f"    baseline:   {cut}{escape(d.baseline_excerpt)}")
+                lines.append(f"    with draft: {cut}{escape(d.speculative_excerpt)}")
+        if total.differing > shown:
+            lines.append(f"  ... and {total.differing - shown} more (all of them in --json)")
+        lines.append("")
+        lines += _wrap("Why completions can differ: " + DIVERGENCE_CAVEAT)
+    if total.baseline_unstable or total.speculative_unstable:
+        lines += _wrap(
+            f"- repeats of the same prompt did not always agree on the same server (baseline: "
+            f"{total.baseline_unstable} prompts, with draft: {total.speculative_unstable}): that "
+            "non-determinism has nothing to do with the draft when the baseline shows it"
+        )
+    lines += ["", "Reading the table"]
+    lines += _wrap(
+        "- tokens/s: completion tokens from the servers' own usage objects over the wall time of "
+        "each run (all requests of the workload, at that concurrency); ratio = with draft / "
+        "baseline."
+    )
+    if any_usage_missing:
+        lines += _wrap(
+            "- 'no usage': that server's responses carried no usage object, so there is no token "
+            "count to divide; specmon does not estimate one, and leaves the ratio out."
+        )
+    lines += _wrap(
+        "- acceptance: accepted draft tokens / drafted tokens during the workload's run; "
+        "(counters) = increase of the with-draft server's own /metrics counters around the run, "
+        "(timings) = sum of llama.cpp's per-response timings.draft_n_accepted / draft_n."
+    )
+    lines += _wrap(
+        "- measured break-even: K = 1 + accepted / drafts and k̄ = drafted / drafts from the "
+        "counters; implied c = (K / ratio - 1) / k̄; speculation pays while K > 1 + k̄ c. "
+        + IMPLIED_COST_CAVEAT
+    )
+    if never_pays:
+        lines += _wrap(
+            "- break-even alpha 'never': the implied c is above 1, each drafted token cost more "
+            "than a whole target step, so no acceptance rate can make this draft pay here."
+        )
+    code = report.exit_code(allow_divergence=allow_divergence)
+    lines.append("")
+    if report.nothing_completed:
+        names = ", ".join(
+            f"{r.workload} at concurrency {r.concurrency}" for r in report.nothing_completed
+        )
+        lines += _wrap(f"Result: no request completed on one server for {names} (exit {code})", "")
+    elif report.diverged:
+        if allow_divergence:
+            lines.append("Result: completions differ; accepted with --allow-divergence (exit 0)")
+        else:
+            lines.append(
+                f"Result: completions differ (exit {code}); investigate before publishing, or "
+                "pass --allow-divergence"
+            )
+    else:
+        lines.append("Result: completions identical (exit 0)")
+    return "\n".join(lines) + "\n"
+
+
+def progress_line(done: int, total: int, what: str, *, width: int = 28) -> str:
+    """One progress-bar line (no newline): ``[#####.....]  12/48  c=1 copy baseline``."""
+    total = max(total, 1)
+    done = min(max(done, 0), total)
+    filled = round(width * done / total)
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done:>{len(str(total))}}/{total}  {what}"
