@@ -397,6 +397,7 @@ def _overview_table() -> Json:
             f"sum by (target, model) (rate(specmon_drafts_total{{{T}}}[$__rate_interval]))",
         ),
         ("I", "drafts in window", f"max by (target, model) (specmon_window_drafts{{{TW}}})"),
+        ("J", "requests running", f"max by (target, model) (specmon_requests_running{{{T}}})"),
     ]
     rename = {f"Value #{ref}": name for ref, name, _ in columns}
     order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
@@ -429,6 +430,7 @@ def _overview_table() -> Json:
             cell_colour(),
         ),
         by_name("drafts/s", {"id": "decimals", "value": 1}, {"id": "unit", "value": "ops"}),
+        by_name("requests running", {"id": "decimals", "value": 0}),
         by_name(
             "target",
             {
@@ -452,7 +454,8 @@ def _overview_table() -> Json:
             "window; break-even: the alpha at which speculation neither gains nor loses; "
             "margin = alpha - break-even (red: below break-even, orange: within 0.05); best k': "
             "the chain length that maximises the measured speed-up (0 = speculation does not "
-            "pay). Empty acceptance cells mean no drafts in the window."
+            "pay); requests running: the engine's concurrency now, which eats speculation's "
+            "gain. Empty acceptance cells mean no drafts in the window."
         ),
         "datasource": DS,
         "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
@@ -497,6 +500,25 @@ def overview() -> Json:
                 decimals=3,
                 threshold_steps=MARGIN_STEPS,
                 threshold_style="line+area",
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Requests running",
+                "Requests each engine is running now. Read it next to the margin: speculation's "
+                "gain shrinks as batches fill (verification competes with other requests, so "
+                "the real draft cost rises above the configured c), so a margin that dips "
+                "whenever concurrency rises is load, not a worse draft.",
+                [
+                    query(
+                        f"max by (target, model) (specmon_requests_running{{{T}}})",
+                        "{{target}} {{model}}",
+                    )
+                ],
+                decimals=0,
+                minimum=0,
             ),
             12,
             8,
@@ -550,6 +572,26 @@ def overview() -> Json:
                     query(
                         "sum by (target, model) "
                         f"(rate(specmon_drafts_total{{{T}}}[$__rate_interval]))",
+                        "{{target}} {{model}}",
+                    )
+                ],
+                unit="ops",
+                minimum=0,
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Generated tokens per second",
+                "Tokens each engine generated per second over the selected window, with or "
+                "without drafts. Tokens without drafts per second beside them: the engine is "
+                "busy but not speculating (SpecmonSpeculationMissing; llama.cpp without a draft "
+                "model publishes its speculative counters at 0).",
+                [
+                    query(
+                        f"max by (target, model) (specmon_window_generated_tokens{{{TW}}})\n"
+                        f"/ max by (target, model) (specmon_window_seconds{{{TW}}} > 0)",
                         "{{target}} {{model}}",
                     )
                 ],
@@ -933,9 +975,36 @@ def target_detail() -> Json:
         ),
         (
             timeseries(
+                "Margin and requests running",
+                "Margin over the window (left; below the zero line speculation costs time) "
+                "against the requests the engine runs (right). Speculation's gain shrinks as "
+                "batches fill: a margin that falls whenever concurrency rises points at load "
+                "(the configured c is then too optimistic), not at the draft.",
+                [
+                    query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin", "A"),
+                    query(f"specmon_requests_running{{{M}}}", "requests running", "B"),
+                ],
+                decimals=3,
+                threshold_steps=((None, "red"), (0, "transparent")),
+                threshold_style="line",
+                overrides=[
+                    right_axis("requests running", "none"),
+                    {
+                        "matcher": {"id": "byName", "options": "requests running"},
+                        "properties": [{"id": "decimals", "value": 0}],
+                    },
+                ],
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
                 "Drafts and tokens per second",
                 "Drafts (verification steps with a draft), drafted tokens and accepted tokens "
-                "per second, as counted by specmon.",
+                "per second, as counted by specmon; dashed: every token the engine generated "
+                "per second over the window, drafted or not. Generated tokens without drafts: "
+                "the engine is busy but not speculating.",
                 [
                     query(
                         f"sum(rate(specmon_drafts_total{{{M}}}[$__rate_interval]))", "drafts", "A"
@@ -950,9 +1019,16 @@ def target_detail() -> Json:
                         "accepted tokens",
                         "C",
                     ),
+                    query(
+                        f"max by (window) (specmon_window_generated_tokens{{{MW}}})\n"
+                        f"/ max by (window) (specmon_window_seconds{{{MW}}} > 0)",
+                        "generated tokens ({{window}})",
+                        "D",
+                    ),
                 ],
                 unit="ops",
                 minimum=0,
+                overrides=[dashed("generated tokens .*")],
             ),
             12,
             8,
@@ -987,8 +1063,8 @@ def target_detail() -> Json:
                 minimum=0,
                 decimals=0,
             ),
-            12,
-            8,
+            24,
+            6,
         ),
     ]
     return dashboard(

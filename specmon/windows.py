@@ -92,7 +92,8 @@ class CounterHistory:
         self._positions: deque[int] = deque()  # position series live at each reading
         self._last_raw: tuple[int, ...] | None = None
         self._reset_count = 0
-        self._has_generated = True
+        self._has_generated = False
+        self._generated_seen = False
 
     def __len__(self) -> int:
         return len(self._times)
@@ -133,9 +134,18 @@ class CounterHistory:
         """
         if self._times and time <= self._times[-1]:
             return Observation(False, reason="reading is not newer than the previous one")
+        # A reading without the generated-token counter changes nothing in its running total
+        # (no increase, no reset); a counter that appears later counts from its first value.
+        previous_generated = self._last_raw[3] if self._last_raw is not None else None
         if generated_tokens is None:
-            self._has_generated = False
-        raw = _vector(counters, generated_tokens)
+            generated = previous_generated
+        else:
+            generated = generated_tokens
+            if not self._generated_seen and self._last_raw is not None:
+                self._last_raw = (*self._last_raw[:3], generated, *self._last_raw[4:])
+            self._generated_seen = True
+        self._has_generated = generated_tokens is not None
+        raw = _vector(counters, generated)
         if self._last_raw is None:
             total = tuple(0 for _ in raw)
             reset = False

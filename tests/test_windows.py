@@ -147,3 +147,19 @@ def test_generated_tokens_ride_along_with_resets() -> None:
     no_counter.add(1.0, c(2, 2, 2))
     w = no_counter.window(600)
     assert w is not None and w.generated_tokens is None
+
+
+def test_a_reading_without_the_generated_counter_is_not_a_reset() -> None:
+    h = CounterHistory(retention=100)
+    big = 1_000_000
+    h.add(0, c(big, 3 * big, 2 * big, big), generated_tokens=3 * big)
+    h.add(1, c(big + 100, 3 * big + 300, 2 * big + 200, big + 100), generated_tokens=3 * big + 300)
+    h.add(2, c(big + 200, 3 * big + 600, 2 * big + 400, big + 200), generated_tokens=None)
+    w = h.window(10)
+    assert w is not None and w.resets == 0 and w.drafts == 200
+    assert w.generated_tokens is None  # the newest page has no such counter
+    h.add(3, c(big + 300, 3 * big + 900, 2 * big + 600, big + 300), generated_tokens=3 * big + 900)
+    w = h.window(10)
+    assert w is not None
+    assert w.resets == 0 and w.drafts == 300
+    assert w.generated_tokens == 900

@@ -242,10 +242,22 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
         "(counters) = increase of the with-draft server's own /metrics counters around the run, "
         "(timings) = sum of llama.cpp's per-response timings.draft_n_accepted / draft_n."
     )
+    checked = [r.acceptance.sources_agree for r in report.rows(include_all=False)]
+    if checked and all(checked):
+        lines += _wrap(
+            "- in every run, llama.cpp's per-response timings counted exactly the draft and "
+            "accepted tokens its counters did."
+        )
     lines += _wrap(
         "- measured break-even: K = 1 + accepted / drafts and k̄ = drafted / drafts from the "
         "counters; implied c = (K / ratio - 1) / k̄; speculation pays while K > 1 + k̄ c. "
         + IMPLIED_COST_CAVEAT
+    )
+    lines += _wrap(
+        "- alpha: the effective per-token acceptance (the alpha whose expected yield under the "
+        "lesson's independence model equals K - 1); break-even alpha: where S = 1 at the chain "
+        "length k (the engine's position series) and the implied c; best k: the chain length "
+        "that would do best at that c from the measured per-position survival (0 = off)."
     )
     if never_pays:
         lines += _wrap(

@@ -189,7 +189,7 @@ async def _settled_after(
     return after
 
 
-async def _probe(client: Client, endpoint: Endpoint, model: str, what: str) -> ServerInfo:
+async def _probe(client: Client, endpoint: Endpoint, what: str) -> ServerInfo:
     """Engine, version and served models; :class:`Unreachable` when the server is unusable."""
     try:
         status, body = await client.get_json(endpoint.models_url)
@@ -251,8 +251,8 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
     ticker = _Progress(progress, 2 * per_side * len(settings.concurrency))
     async with open_session(max(settings.concurrency)) as session:
         client = Client(session, api_key=plan.api_key)
-        base_info = await _probe(client, plan.baseline, settings.model, "baseline")
-        spec_info = await _probe(client, plan.speculative, settings.model, "speculative")
+        base_info = await _probe(client, plan.baseline, "baseline")
+        spec_info = await _probe(client, plan.speculative, "speculative")
         for label, info in (("baseline", base_info), ("with-draft", spec_info)):
             if info.models is not None and settings.model not in info.models:
                 warnings.append(

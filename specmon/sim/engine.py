@@ -23,7 +23,6 @@ class Mode(StrEnum):
     HANG = "hang"  # accept the connection, never answer
     GARBAGE = "garbage"  # HTTP 200 with a body that is not an exposition page
     NO_METRICS = "no_metrics"  # llama-server without --metrics: HTTP 501
-    DOWN = "down"  # connection refused (the listener is closed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +133,12 @@ class SimEngine:
             return
         self._last = now
         s = self.settings
-        if not s.speculation or s.drafts_per_second <= 0 or s.mode in (Mode.DOWN,):
+        if s.drafts_per_second <= 0:
+            return
+        if not s.speculation:
+            # Traffic goes on without drafts: the same token throughput, one token per step.
+            steps = poisson(self.rng, s.drafts_per_second * (1.0 + sum(s.survival)) * elapsed)
+            self.counters.generation_tokens += steps
             return
         drafts = poisson(self.rng, s.drafts_per_second * elapsed)
         self.add_drafts(drafts)

@@ -205,7 +205,9 @@ class PageTemplate:
                 out.append(head(part) if tm is not None else part)
                 continue
             kind = part.kind
-            if kind in _SPEC_SLOTS and not spec:
+            if kind in _SPEC_SLOTS and not spec and self.family != "llamacpp":
+                # vLLM and SGLang drop the families; llama-server always prints its
+                # speculative counters (at 0 when no draft model is loaded).
                 continue
             if kind == _SPEC_TEXT:
                 if (

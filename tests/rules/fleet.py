@@ -78,6 +78,7 @@ def fleet_series() -> list[dict[str, str]]:
             add("specmon_scrapes_total", {**base, "result": "success"}, _counter(3))
             add("specmon_scrapes_total", {**base, "result": "timeout"}, _const(2))
             add("specmon_speculation_enabled", {**base, "engine": t.engine}, _const(1))
+            add("specmon_page_malformed_lines", base, _const(0))
             add("specmon_chain_length", model, _const(t.k))
             add("specmon_draft_cost_ratio", {**model, "source": "configured"}, _const(0.1))
             add("specmon_breakeven_alpha_ratio", model, _const(0.29))
@@ -85,10 +86,12 @@ def fleet_series() -> list[dict[str, str]]:
             add("specmon_draft_tokens_total", model, _counter(60 * t.k))
             add("specmon_accepted_tokens_total", model, _counter(90))
             add("specmon_engine_resets_total", model, _const(1))
+            add("specmon_requests_running", model, _const(3))
             for window in WINDOWS:
                 w = {**model, "window": window}
                 add("specmon_window_drafts", w, _const(1200))
                 add("specmon_window_seconds", w, _const(300))
+                add("specmon_window_generated_tokens", w, _const(4200))
                 add("specmon_draft_acceptance_ratio", w, _const(0.4))
                 add("specmon_mean_acceptance_length", w, _const(2.5))
                 add("specmon_alpha_ratio", w, _const(0.6))

@@ -61,7 +61,14 @@ def test_unit_tests_cover_firing_and_silence_for_every_alert() -> None:
     assert fired == names
     assert silent == names
     titles = " | ".join(case["name"] for case in spec["tests"])
-    for scenario in ("idle server", "thin traffic", "noisy but healthy", "target down", "absent"):
+    for scenario in (
+        "idle server",
+        "thin traffic",
+        "noisy but healthy",
+        "target down",
+        "absent",
+        "busy server that drafts nothing",
+    ):
         assert scenario in titles, scenario
 
 
@@ -92,6 +99,26 @@ MUTATIONS = [
         id="flaky-target",
     ),
     pytest.param(r"< 0\.75\)", "< 0.95)", "resolves 10 minutes after recovery", id="page-0.95"),
+    # SpecmonSpeculationMissing's "busy, but nothing drafted" branch: an idle server (no
+    # tokens) and a trickle (150 tokens per window) must stay silent, a speculating one too.
+    pytest.param(
+        r'generated_tokens\{window="5m"\} >= 400',
+        'generated_tokens{window="5m"} >= 0',
+        "idle server stays silent",
+        id="busy-guard-idle",
+    ),
+    pytest.param(
+        r'generated_tokens\{window="5m"\} >= 400',
+        'generated_tokens{window="5m"} > 0',
+        "busy server that drafts nothing",
+        id="busy-guard-trickle",
+    ),
+    pytest.param(
+        r'specmon_window_drafts\{window="5m"\} == 0',
+        'specmon_window_drafts{window="5m"} >= 0',
+        "busy server that drafts nothing",
+        id="no-drafts",
+    ),
 ]
 
 

@@ -142,3 +142,22 @@ def test_speculation_off_removes_the_spec_families_only() -> None:
     reading = read_page(page)
     assert reading.engine is not None and not reading.speculation
     assert "speculation is off, or this build is too old" in (reading.message or "")
+
+
+def test_llamacpp_without_a_draft_prints_zero_counters_like_the_real_server() -> None:
+    """A real llama-server without -md publishes its speculative counters at 0 (checked against
+    build b11434); so does the simulator, while generated tokens keep growing."""
+    target = make_target(
+        name="l",
+        kind=PageKind.LLAMACPP,
+        settings=SimSettings(speculation=False, drafts_per_second=50),
+    )
+    target.tick(target.started + 10)
+    page = target.page()
+    assert "llamacpp:spec_decode_num_drafts_total 0" in page
+    assert "per_pos" not in page
+    assert shape(page) == shape((PAGES / "llamacpp-before.txt").read_text())
+    reading = read_page(page)
+    (model,) = reading.models
+    assert model.counters is not None and model.counters.drafts == 0
+    assert (model.context.generation_tokens or 0) > 0

@@ -1,0 +1,665 @@
+"""End to end, on loopback: Debian's Prometheus scrapes a specmon daemon that watches simulated
+engines, evaluates the shipped alert rules (durations and window matchers rewritten by
+``tests/e2e/stack.py``) and sends to Debian's Alertmanager, which routes with the shipped
+configuration to a webhook receiver run by the test.
+
+Engines (``specmon simulate`` subprocesses, 100 drafts/s each, k = 3, draft cost 0.3, so
+break-even alpha is 0.509):
+
+- ``healthy-vllm-0``, ``healthy-vllm-1`` (vLLM) and ``healthy-llamacpp`` (llama.cpp): survival
+  0.9, 0.8, 0.7 (alpha 0.893, expected speed-up 1.79x) for the whole run;
+- ``degraded-vllm`` (vLLM): the same until :data:`DROP_AT` seconds after it starts, then
+  survival 0.1, 0.01, 0.001 (a broken draft: alpha 0.10, expected speed-up 0.58x, below the
+  0.75 that pages).
+
+specmon scrapes every 500 ms with windows 2s, 10s, 30s (standing for 1m, 5m, 15m: every
+shipped duration / 30); Prometheus scrapes and evaluates every second.
+
+The test sees SpecmonBelowBreakEven (both tiers) go pending and then firing for the degraded
+target only, through /api/v1/alerts and the ALERTS series; Alertmanager delivers the critical
+tier to the pager webhook and inhibits the warning tier; the healthy targets raise no alert of
+any kind at any time; and every panel query of both dashboards, with variables set to values
+that exist, returns data from the same Prometheus. It prints the measured delays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.stack import (
+    SCALE,
+    WINDOWS,
+    AlertPoller,
+    Proc,
+    Prometheus,
+    Webhook,
+    alertmanager_config,
+    free_port,
+    http_json,
+    http_ok,
+    prometheus_config,
+    require_binaries,
+    scaled,
+    shortened_rules,
+    simulate,
+    wait_until,
+)
+from tests.rules.alert_rules import alert_rules, dump_rules, load_rules
+from tests.rules.common import DASHBOARD_DIR, run_tool
+from tests.rules.dashboards import (
+    duration_seconds,
+    load_dashboard,
+    panel_queries,
+    substitute,
+    variable_queries,
+)
+from tests.support.daemon import Daemon, daemon, get
+
+pytestmark = pytest.mark.prometheus
+
+#: Seconds after the degraded engine starts at which its draft breaks.
+DROP_AT = 25.0
+DRAFTS_PER_SECOND = 100
+DRAFT_COST = 0.3
+HEALTHY_SURVIVAL = (0.9, 0.8, 0.7)
+BROKEN_SURVIVAL = (0.1, 0.01, 0.001)
+DEGRADED = "degraded-vllm"
+HEALTHY = ("healthy-vllm-0", "healthy-vllm-1", "healthy-llamacpp")
+#: The windows specmon exports here (the rules' 5m and 15m are mapped onto 10s and 30s).
+SPECMON_WINDOWS = tuple(WINDOWS.values())
+FAST = WINDOWS["5m"]
+ALERT = "SpecmonBelowBreakEven"
+#: Prometheus's scrape and evaluation interval, and Grafana's $__rate_interval for it.
+INTERVAL = "1s"
+RATE_INTERVAL = "4s"
+
+SPECMON_CONFIG = """\
+global:
+  scrape_interval: 500ms
+  scrape_timeout: 400ms
+  windows: [{windows}]
+  draft_cost: {cost}
+targets:
+{targets}
+"""
+
+
+def _survival(values: tuple[float, ...]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+@dataclass
+class Stack:
+    tmp: Path
+    prometheus: Prometheus
+    alertmanager: str
+    webhook: Webhook
+    poller: AlertPoller
+    #: Unix time at which the degraded engine's draft broke.
+    drop: float
+    #: Unix time at which Prometheus first had every target's 10s window above the guard.
+    ready: float
+    #: Unix time at which Prometheus started.
+    started: float
+    rules: dict[str, Any]
+    specmon: Daemon
+    procs: list[Proc] = field(default_factory=list)
+
+    def alive(self) -> None:
+        _check_alive(self.procs, self.specmon)
+
+
+def _check_alive(procs: list[Proc], specmon: Daemon) -> None:
+    for proc in procs:
+        proc.check_alive()
+    if specmon.proc.poll() is not None:
+        raise AssertionError(
+            f"specmon exited with {specmon.proc.returncode}:\n{specmon.log_text()[-3000:]}"
+        )
+
+
+def _start_server(
+    name: str,
+    tmp: Path,
+    args_for_port: Callable[[int], list[str]],
+    ready_path: str,
+    *,
+    attempts: int = 3,
+) -> tuple[Proc, str]:
+    """Start a server on a free loopback port (retrying if another process took the port)."""
+    last = ""
+    for attempt in range(attempts):
+        port = free_port()
+        proc = Proc.start(name, args_for_port(port), tmp / f"{name}-{attempt}.log")
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.popen.poll() is None:
+            if http_ok(base + ready_path):
+                return proc, base
+            time.sleep(0.2)
+        last = proc.tail()
+        proc.stop()
+        if "address already in use" not in last:
+            break
+    raise AssertionError(f"{name} did not become ready:\n{last}")
+
+
+def _drop_time(metrics_url: str) -> float:
+    """The degraded engine's start (its counters' ``_created`` time) plus DROP_AT."""
+    status, body, _ = get(metrics_url)
+    assert status == 200
+    match = re.search(
+        r"^vllm:spec_decode_num_drafts_created\{[^}]*\} (\S+)$", body.decode(), re.MULTILINE
+    )
+    assert match, "the simulated vLLM page has no _created sample"
+    return float(match.group(1)) + DROP_AT
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    require_binaries("prometheus", "prometheus-alertmanager", "promtool")
+    tmp = tmp_path_factory.mktemp("e2e")
+    procs: list[Proc] = []
+    webhook = Webhook()
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: [p.stop() for p in reversed(procs)])
+        webhook.start()
+        cleanup.callback(webhook.stop)
+
+        # Alertmanager: the shipped routing, timers / 30, webhooks pointed here.
+        am_dir = tmp / "alertmanager"
+        am_dir.mkdir()
+        am_cfg = am_dir / "alertmanager.yml"
+        am_cfg.write_text(yaml.safe_dump(alertmanager_config(webhook_base=webhook.base)))
+        am_proc, am_base = _start_server(
+            "alertmanager",
+            tmp,
+            lambda port: [
+                "prometheus-alertmanager",
+                f"--config.file={am_cfg}",
+                f"--storage.path={am_dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--cluster.listen-address=",
+            ],
+            "/-/ready",
+        )
+        procs.append(am_proc)
+
+        # Engines.
+        common = ["--listen", "127.0.0.1:0", "--drafts-per-second", str(DRAFTS_PER_SECOND)]
+        healthy = ["--survival", _survival(HEALTHY_SURVIVAL)]
+        proc, vllm_urls = simulate(
+            "healthy-vllm",
+            tmp,
+            [
+                "--engine",
+                "vllm",
+                "--targets",
+                "2",
+                "--shared-port",
+                *common,
+                *healthy,
+                "--seed",
+                "1",
+            ],
+            targets=2,
+        )
+        procs.append(proc)
+        proc, llama_urls = simulate(
+            "healthy-llamacpp",
+            tmp,
+            ["--engine", "llamacpp", *common, *healthy, "--seed", "5"],
+            targets=1,
+        )
+        procs.append(proc)
+        scenario = tmp / "degraded.scenario.yml"
+        scenario.write_text(
+            yaml.safe_dump(
+                {
+                    "phases": [
+                        {
+                            "at": "0s",
+                            "survival": list(HEALTHY_SURVIVAL),
+                            "drafts_per_second": DRAFTS_PER_SECOND,
+                        },
+                        {"at": f"{DROP_AT:g}s", "survival": list(BROKEN_SURVIVAL)},
+                    ]
+                }
+            )
+        )
+        proc, degraded_urls = simulate(
+            "degraded",
+            tmp,
+            ["--engine", "vllm", *common, *healthy, "--scenario", str(scenario), "--seed", "9"],
+            targets=1,
+        )
+        procs.append(proc)
+        drop = _drop_time(degraded_urls["vllm"])
+
+        # specmon.
+        urls = {
+            "healthy-vllm-0": vllm_urls["vllm-0"],
+            "healthy-vllm-1": vllm_urls["vllm-1"],
+            "healthy-llamacpp": llama_urls["llamacpp"],
+            DEGRADED: degraded_urls["vllm"],
+        }
+        config = tmp / "specmon.yml"
+        config.write_text(
+            SPECMON_CONFIG.format(
+                windows=", ".join(SPECMON_WINDOWS),
+                cost=DRAFT_COST,
+                targets="\n".join(
+                    f"  - name: {name}\n    url: {url}" for name, url in urls.items()
+                ),
+            )
+        )
+        specmon = cleanup.enter_context(daemon(config, tmp))
+
+        # Prometheus: the shipped example configuration and the rewritten shipped rules.
+        rules = shortened_rules()
+        rules_file = tmp / "specmon-alerts.rules.yml"
+        rules_file.write_text(dump_rules(rules))
+        checked = run_tool(["promtool", "check", "rules", str(rules_file)])
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        prom_dir = tmp / "prometheus"
+        prom_dir.mkdir()
+        prom_cfg = prom_dir / "prometheus.yml"
+        host = am_base.removeprefix("http://")
+
+        def prometheus_args(port: int) -> list[str]:
+            prom_cfg.write_text(
+                yaml.safe_dump(
+                    prometheus_config(
+                        rules_file=rules_file,
+                        specmon=f"127.0.0.1:{specmon.port}",
+                        alertmanager=host,
+                        interval=INTERVAL,
+                    )
+                )
+            )
+            return [
+                "prometheus",
+                f"--config.file={prom_cfg}",
+                f"--storage.tsdb.path={prom_dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ]
+
+        started = time.time()
+        prom_proc, prom_base = _start_server("prometheus", tmp, prometheus_args, "/-/ready")
+        procs.append(prom_proc)
+        prometheus = Prometheus(prom_base)
+        poller = AlertPoller(prometheus)
+        poller.start()
+        cleanup.callback(poller.stop)
+
+        def all_above_guard() -> float | None:
+            found = prometheus.query(f'specmon_window_drafts{{window="{FAST}"}} >= 400')
+            names = {s["metric"]["target"] for s in found}
+            return time.time() if names == {*HEALTHY, DEGRADED} else None
+
+        ready = wait_until(
+            "every target's window to pass the 400-draft guard in Prometheus",
+            all_above_guard,
+            timeout=30,
+            alive=lambda: _check_alive(procs, specmon),
+        )
+        assert ready < drop - 5, (
+            f"the stack took too long to start: ready {drop - ready:.1f}s before the drop"
+        )
+        yield Stack(
+            tmp=tmp,
+            prometheus=prometheus,
+            alertmanager=am_base,
+            webhook=webhook,
+            poller=poller,
+            drop=drop,
+            ready=ready,
+            started=started,
+            rules=rules,
+            specmon=specmon,
+            procs=procs,
+        )
+
+
+@dataclass
+class Cycle:
+    """When each step happened (Unix times; Prometheus's own timestamps where it has them)."""
+
+    drop: float
+    margin_negative: float
+    speedup_below: float
+    pending: dict[str, float]
+    firing: dict[str, float]
+    api_pending: dict[str, float]
+    api_firing: dict[str, float]
+    delivered: dict[str, float]
+
+    def report(self) -> dict[str, Any]:
+        def rel(t: float) -> float:
+            return round(t - self.drop, 2)
+
+        return {
+            "margin < 0 scraped": rel(self.margin_negative),
+            "speed-up < 0.75 scraped": rel(self.speedup_below),
+            **{f"{sev}: pending (ALERTS)": rel(t) for sev, t in self.pending.items()},
+            **{f"{sev}: firing (ALERTS)": rel(t) for sev, t in self.firing.items()},
+            **{f"{sev}: pending seen in API": rel(t) for sev, t in self.api_pending.items()},
+            **{f"{sev}: firing seen in API": rel(t) for sev, t in self.api_firing.items()},
+            **{f"{sev}: webhook {path}": rel(t) for (sev, path), t in self.delivered.items()},
+        }
+
+
+def _first_sample(
+    prometheus: Prometheus, selector: str, since: float, test: Any = lambda v: True
+) -> float | None:
+    samples = prometheus.raw_samples(selector, time.time() - since + 5)
+    return next((t for _, t, v in samples if t >= since and test(v)), None)
+
+
+def _delivered(webhook: Webhook, severity: str) -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = {}
+    for note in webhook.received():
+        for alert in note.alerts():
+            labels = alert["labels"]
+            if (
+                alert["status"] == "firing"
+                and labels.get("alertname") == ALERT
+                and labels.get("target") == DEGRADED
+                and labels.get("severity") == severity
+            ):
+                out.setdefault((severity, note.path), note.received)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cycle(stack: Stack) -> Cycle:
+    """Wait (bounded) for the degraded target's alert to go pending, fire and be delivered."""
+    prom = stack.prometheus
+    for_seconds = {
+        rule["labels"]["severity"]: duration_seconds(rule["for"])
+        for rule in alert_rules(stack.rules)
+        if rule["alert"] == ALERT
+    }
+    selector = f'ALERTS{{alertname="{ALERT}", target="{DEGRADED}"'
+    pending: dict[str, float] = {}
+    firing: dict[str, float] = {}
+    for severity in ("warning", "critical"):
+        sel = f'{selector}, severity="{severity}", alertstate="pending"}}'
+        pending[severity] = wait_until(
+            f"{ALERT} ({severity}) to go pending",
+            lambda sel=sel: _first_sample(prom, sel, stack.drop - 5),
+            # The 10s window must tip (at most 10 s), then a scrape and an evaluation.
+            timeout=max(0.0, stack.drop - time.time()) + 10 + 15,
+            interval=0.5,
+            alive=stack.alive,
+        )
+    for severity in ("warning", "critical"):
+        sel = f'{selector}, severity="{severity}", alertstate="firing"}}'
+        firing[severity] = wait_until(
+            f"{ALERT} ({severity}) to fire",
+            lambda sel=sel: _first_sample(prom, sel, stack.drop - 5),
+            timeout=max(0.0, pending[severity] + for_seconds[severity] - time.time()) + 15,
+            interval=0.5,
+            alive=stack.alive,
+        )
+    delivered = wait_until(
+        "Alertmanager to deliver the critical tier to the webhook",
+        lambda: _delivered(stack.webhook, "critical"),
+        timeout=20,
+        alive=stack.alive,
+    )
+    delivered.update(_delivered(stack.webhook, "warning"))
+    margin = _first_sample(
+        prom,
+        f'specmon_alpha_margin_ratio{{target="{DEGRADED}", window="{FAST}"}}',
+        stack.drop,
+        lambda v: v < 0,
+    )
+    speedup = _first_sample(
+        prom,
+        f'specmon_expected_speedup_ratio{{target="{DEGRADED}", window="{FAST}"}}',
+        stack.drop,
+        lambda v: v < 0.75,
+    )
+    assert margin is not None and speedup is not None
+
+    def api(state: str) -> dict[str, float]:
+        out = {}
+        for severity in ("warning", "critical"):
+            seen = stack.poller.first(state, alertname=ALERT, target=DEGRADED, severity=severity)
+            if seen is not None:
+                out[severity] = seen.at
+        return out
+
+    result = Cycle(
+        drop=stack.drop,
+        margin_negative=margin,
+        speedup_below=speedup,
+        pending=pending,
+        firing=firing,
+        api_pending=api("pending"),
+        api_firing=api("firing"),
+        delivered=delivered,
+    )
+    report = result.report()
+    (stack.tmp / "timings.json").write_text(json.dumps(report, indent=2))
+    sys.stdout.write(
+        "\nseconds after the degraded draft broke (for: "
+        + ", ".join(f"{k} {v:g}s" for k, v in for_seconds.items())
+        + "):\n"
+        + "".join(f"  {k:<40} {v:7.2f}\n" for k, v in report.items())
+    )
+    return result
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_prometheus_runs_the_shipped_rules_rewritten(stack: Stack) -> None:
+    """Prometheus evaluates every shipped rule, rewritten only in durations and windows."""
+    shipped = alert_rules(load_rules())
+    loaded = [r for r in stack.prometheus.rules() if r["type"] == "alerting"]
+    assert [r["name"] for r in loaded] == [r["alert"] for r in shipped]
+    for rule, original in zip(loaded, shipped, strict=True):
+        assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+        assert rule["duration"] == duration_seconds(original["for"]) / SCALE
+        assert rule.get("keepFiringFor", 0) == (
+            duration_seconds(original.get("keep_firing_for", "0s")) / SCALE
+        )
+        shipped_windows = re.findall(r'window="(\w+)"', original["expr"])
+        assert re.findall(r'window="(\w+)"', rule["query"]) == [WINDOWS[w] for w in shipped_windows]
+        assert rule["labels"] == original["labels"]
+        assert rule["annotations"] == original["annotations"]
+    for rule in stack.prometheus.rules():
+        assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+
+
+def test_break_even_goes_pending_then_firing_for_the_degraded_target(
+    stack: Stack, cycle: Cycle
+) -> None:
+    for severity in ("warning", "critical"):
+        # Nothing before the drop; pending once the 10s window has tipped; firing `for` later.
+        assert cycle.drop < cycle.pending[severity] < cycle.drop + 10 + 5, severity
+        for_seconds = duration_seconds(scaled("15m"))
+        assert (
+            for_seconds <= cycle.firing[severity] - cycle.pending[severity] <= for_seconds + 2.5
+        ), severity
+        # /api/v1/alerts showed it pending (on some poll) before it showed it firing.
+        assert severity in cycle.api_pending and severity in cycle.api_firing, severity
+        assert cycle.api_pending[severity] < cycle.api_firing[severity], severity
+    # The warning (margin < 0) tips before the critical tier (speed-up < 0.75).
+    assert cycle.margin_negative <= cycle.speedup_below
+    assert cycle.pending["warning"] <= cycle.pending["critical"]
+
+    # The firing alerts as Prometheus's API shows them: labels and the rendered description.
+    firing = [
+        a
+        for a in stack.prometheus.alerts()
+        if a["labels"]["alertname"] == ALERT and a["state"] == "firing"
+    ]
+    assert {(a["labels"]["target"], a["labels"]["severity"]) for a in firing} == {
+        (DEGRADED, "warning"),
+        (DEGRADED, "critical"),
+    }
+    for alert in firing:
+        labels = alert["labels"]
+        assert labels["engine"] == "vllm" and labels["window"] == FAST
+        assert float(alert["value"]) < 0
+        text = alert["annotations"]["description"]
+        assert text.startswith(f"{DEGRADED} (engine vllm, model tiny-llama): over the last {FAST}")
+        assert "k = 3" in text and "drafts" in text
+        assert re.search(r"alpha (is |of )?0\.[01]\d\d", text), text
+
+
+def test_alertmanager_delivers_and_inhibits(stack: Stack, cycle: Cycle) -> None:
+    # The shipped routing: critical -> pager receiver, which the test serves at /pager.
+    assert ("critical", "/pager") in cycle.delivered
+    assert cycle.delivered["critical", "/pager"] >= cycle.firing["critical"]
+    pager = [n for n in stack.webhook.received() if n.path == "/pager"]
+    first = pager[0].payload
+    assert first["receiver"] == "pager"
+    assert first["groupLabels"] == {"alertname": ALERT, "target": DEGRADED, "model": "tiny-llama"}
+    assert first["commonLabels"]["severity"] == "critical"
+    assert DEGRADED in first["alerts"][0]["annotations"]["description"]
+
+    # The shipped inhibit rule: the critical tier hides the warning tier of the same target.
+    def warning_inhibited() -> bool:
+        alerts = http_json(stack.alertmanager + "/api/v2/alerts")
+        return any(
+            a["labels"].get("target") == DEGRADED
+            and a["labels"].get("severity") == "warning"
+            and a["status"]["state"] == "suppressed"
+            and a["status"]["inhibitedBy"]
+            for a in alerts
+        )
+
+    wait_until("the warning tier to be inhibited", warning_inhibited, timeout=20)
+
+    # Every notification is about the degraded target.
+    for note in stack.webhook.received():
+        assert {a["labels"].get("target") for a in note.alerts()} == {DEGRADED}, note.payload
+
+
+# Dashboard variables from label_values(...) as Grafana would resolve them.
+def _resolve(
+    stack: Stack, board: dict[str, Any], fixed: dict[str, str | list[str]]
+) -> list[dict[str, str | list[str]]]:
+    """Every combination of existing values for the dashboard's variables (``fixed`` wins)."""
+    combos: list[dict[str, str | list[str]]] = [dict(fixed)]
+    for var in variable_queries(board):
+        if var.name in fixed:
+            continue
+        out = []
+        for combo in combos:
+            selector = substitute(var.selector, combo) if var.selector else None
+            values = stack.prometheus.label_values(var.label, selector, stack.started)
+            assert values, f"variable {var.name}: label_values({selector}, {var.label}) is empty"
+            out += [{**combo, var.name: value} for value in values]
+        combos = out
+    return combos
+
+
+def _returns_data(stack: Stack, expr: str, instant: bool) -> bool:
+    now = time.time()
+    if instant:
+        return bool(stack.prometheus.query(expr, at=now))
+    result = stack.prometheus.query_range(expr, now - 60, now, INTERVAL)
+    return any(series["values"] for series in result)
+
+
+@pytest.mark.parametrize("name", ["specmon-overview.json", "specmon-target.json"])
+def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: str) -> None:
+    board = load_dashboard(DASHBOARD_DIR / name)
+    targets = stack.prometheus.label_values("target", "specmon_up", stack.started)
+    assert targets == sorted([*HEALTHY, DEGRADED])
+    windows = stack.prometheus.label_values("window", "specmon_window_drafts", stack.started)
+    assert sorted(windows) == sorted(SPECMON_WINDOWS)
+    if name == "specmon-overview.json":
+        # "All" (Grafana's allValue .+) and the explicit multi-value selection.
+        fixed: list[dict[str, str | list[str]]] = [{"target": ".+"}, {"target": targets}]
+    else:
+        fixed = [{}]
+    combos = [c for f in fixed for c in _resolve(stack, board, f)]
+    if name == "specmon-target.json":
+        assert {(c["target"], c["window"]) for c in combos} == {
+            (t, w) for t in targets for w in windows
+        }
+    empty = []
+    checked = 0
+    for combo in combos:
+        for q in panel_queries(
+            board, combo, interval=INTERVAL, rate_interval=RATE_INTERVAL, range_="1m"
+        ):
+            checked += 1
+            if not _returns_data(stack, q.expr, q.instant):
+                empty.append(f"{q.panel_title} [{q.ref_id}] {combo}: {q.expr}")
+    assert checked >= 20
+    assert not empty, "panel queries without data:\n" + "\n".join(empty)
+
+    # The alert annotation shows the degraded target's firing alert, and nothing for the others.
+    (annotation,) = [
+        q
+        for q in panel_queries(
+            board, {"target": DEGRADED, "model": "x", "window": FAST}, include_annotations=True
+        )
+        if q.panel_type == "annotation"
+    ]
+    assert _returns_data(stack, annotation.expr, instant=False)
+    for healthy in HEALTHY:
+        q = substitute(annotation.raw_expr, {"target": healthy})
+        assert not _returns_data(stack, q, instant=False), healthy
+
+
+def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
+    """No alert the rules define, in any state, ever, for a healthy target."""
+    prom = stack.prometheus
+    # The silence is not vacuous: every healthy target had traffic above the guard, and a
+    # positive margin, in the windows the rules read.
+    for window in (WINDOWS["5m"], WINDOWS["15m"]):
+        for expr in (
+            f'specmon_window_drafts{{window="{window}"}} >= 400',
+            f'specmon_alpha_margin_ratio{{window="{window}"}} > 0.2',
+        ):
+            found = {s["metric"]["target"] for s in prom.query(expr)}
+            assert set(HEALTHY) <= found, expr
+
+    names = {rule["alert"] for rule in alert_rules(load_rules())}
+    span = time.time() - stack.started + 5
+    # Prometheus starts evaluating rules at once but scrapes only once service discovery has
+    # delivered its targets (about 5 s later): until then absent(specmon_build_info) is true
+    # and SpecmonAbsent is pending. That is the only alert allowed without the degraded target,
+    # and only until the first scrape's data reaches an evaluation.
+    first_scrape = prom.raw_samples("specmon_build_info", span)[0][1]
+    for name in sorted(names):
+        for labels, stamp, _ in prom.raw_samples(f'ALERTS{{alertname="{name}"}}', span):
+            if labels.get("target") == DEGRADED and stamp >= stack.drop:
+                continue
+            if (
+                name == "SpecmonAbsent"
+                and labels["alertstate"] == "pending"
+                and stamp < first_scrape + 1.5
+            ):
+                continue
+            raise AssertionError(f"unexpected alert {labels} at {stamp - stack.drop:+.1f}s")
+    for seen in stack.poller.seen():
+        if seen.labels.get("target") == DEGRADED:
+            continue
+        assert seen.labels["alertname"] == "SpecmonAbsent", seen
+        assert seen.state == "pending" and seen.at < first_scrape + 3, seen
+    assert stack.poller.errors == 0
+    # /api/v1/rules: every alerting rule evaluated without error, no alert for a healthy target.
+    for rule in prom.rules():
+        assert rule["health"] == "ok", rule["name"]
+        for alert in rule.get("alerts") or []:
+            assert alert["labels"].get("target") == DEGRADED, alert
