@@ -14,6 +14,7 @@ window's data actually covers.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from dataclasses import dataclass
 
@@ -107,6 +108,10 @@ class CounterHistory:
     def last_time(self) -> float | None:
         return self._times[-1] if self._times else None
 
+    def max_positions(self) -> int:
+        """The most position series any retained reading published."""
+        return max(self._positions, default=0)
+
     @property
     def resets(self) -> int:
         """Engine restarts detected since this history began."""
@@ -151,22 +156,19 @@ class CounterHistory:
             reset = False
         else:
             previous = self._last_raw
-            size = max(len(raw), len(previous))
+            base = self._totals[-1]
+            size = max(len(raw), len(previous), len(base))
             new_p, old_p = _pad(raw, size), _pad(previous, size)
-            # A vanished position series is not a decrease; it stops contributing.
-            shrunk = len(raw) < len(previous)
-            reset = any(
-                n < o for i, (n, o) in enumerate(zip(new_p, old_p, strict=True)) if i < len(raw)
-            )
-            increase = (
-                new_p
-                if reset
-                else tuple(
-                    max(n - o, 0) if i < len(raw) or not shrunk else 0
-                    for i, (n, o) in enumerate(zip(new_p, old_p, strict=True))
+            # A series present in both readings that went down means the engine restarted. A
+            # series missing now (llama.cpp's positions after a restart) is not a decrease.
+            reset = any(new_p[i] < old_p[i] for i in range(min(len(raw), len(previous))))
+            if reset:
+                increase = new_p
+            else:
+                increase = tuple(
+                    max(new_p[i] - old_p[i], 0) if i < len(raw) else 0 for i in range(size)
                 )
-            )
-            base = _pad(self._totals[-1], size)
+            base = _pad(base, size)
             total = tuple(b + d for b, d in zip(base, increase, strict=True))
         if reset:
             self._reset_count += 1
@@ -205,8 +207,12 @@ class CounterHistory:
             drafts=delta[0],
             draft_tokens=delta[1],
             accepted_tokens=delta[2],
-            # Positions the engine publishes now; a series that vanished is no longer reported.
-            accepted_per_position=delta[_SCALARS : _SCALARS + self._positions[end_index]],
+            # Every position series published by a reading inside the window (after a restart
+            # llama.cpp publishes none until a request completes; the window still has data).
+            accepted_per_position=delta[
+                _SCALARS : _SCALARS
+                + max(itertools.islice(self._positions, start_index, end_index + 1))
+            ],
             start=self._times[start_index],
             end=end_time,
             readings=end_index - start_index + 1,

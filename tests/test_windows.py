@@ -63,14 +63,18 @@ def test_positions_appearing_later_count_from_zero() -> None:
     assert w.drafts == 20
 
 
-def test_vanished_positions_are_not_reported() -> None:
+def test_vanished_positions_leave_with_the_readings_that_had_them() -> None:
     h = CounterHistory(retention=600)
     h.add(0.0, c(10, 40, 20, 8, 6, 4, 2))
     h.add(5.0, c(20, 80, 40, 16, 12, 8, 4))
     h.add(10.0, c(5, 15, 7, 4, 2, 1))  # restart with a shorter chain
+    h.add(15.0, c(9, 27, 12, 7, 3, 2))
     w = h.window(600)
     assert w is not None
-    assert len(w.accepted_per_position) == 3
+    assert w.accepted_per_position == (8 + 4 + 3, 6 + 2 + 1, 4 + 1 + 1, 2)
+    recent = h.window(6)  # only readings after the restart
+    assert recent is not None
+    assert recent.accepted_per_position == (3, 1, 1)
 
 
 def test_old_or_duplicate_readings_are_rejected() -> None:
@@ -163,3 +167,18 @@ def test_a_reading_without_the_generated_counter_is_not_a_reset() -> None:
     assert w is not None
     assert w.resets == 0 and w.drafts == 300
     assert w.generated_tokens == 900
+
+
+def test_idle_restart_without_position_series_keeps_the_window() -> None:
+    """llama-server restarted and idle: scalars at 0, no per-position series yet."""
+    h = CounterHistory(retention=600)
+    h.add(0.0, c(0, 0, 0))
+    h.add(1.0, c(100, 400, 150, 60, 40, 30, 20))
+    assert h.add(2.0, c(0, 0, 0)).reset
+    assert h.add(3.0, c(0, 0, 0)).accepted  # used to raise ValueError from zip(strict=True)
+    h.add(4.0, c(5, 20, 6, 3, 2, 1, 0))
+    w = h.window(600)
+    assert w is not None
+    assert w.drafts == 105
+    assert w.accepted_per_position == (63, 42, 31, 20)
+    assert h.max_positions() == 4

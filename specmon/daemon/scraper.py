@@ -30,6 +30,7 @@ SCRAPE_RESULTS = (
     "too_large",
     "parse_error",
     "no_metrics",
+    "internal_error",
 )
 
 
@@ -69,7 +70,12 @@ class TargetScraper:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            await self.scrape_once()
+            try:
+                await self.scrape_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep scraping whatever happened
+                self._log.exception("scrape_failed", target=self.state.config.name)
             interval = self.state.config.scrape_interval
             wait = backoff_delay(interval, self.failures)
             await asyncio.sleep(max(0.0, started + wait - loop.time()))
@@ -102,9 +108,14 @@ class TargetScraper:
         if not reading.is_exposition:
             self._failed("parse_error", reading.message or "unparseable page", duration)
             return
-        events = self.state.observe(
-            reading, mono=time.monotonic(), wall=time.time(), duration=duration
-        )
+        try:
+            events = self.state.observe(
+                reading, mono=time.monotonic(), wall=time.time(), duration=duration
+            )
+        except Exception as exc:  # a bug must cost one scrape, never the target
+            self._log.exception("observe_failed", target=cfg.name)
+            self._failed("internal_error", f"internal error: {type(exc).__name__}: {exc}", duration)
+            return
         self.failures = 0
         self._scrapes_total.labels(target=cfg.name, result="success").inc()
         self._emit(events)

@@ -217,7 +217,9 @@ class TargetState:
             )
             if observation.reset:
                 events.append(Event("warning", "counter_reset", {"model": model.model}))
-            detected = len(model.counters.accepted_per_position)
+            # Detected k: the page's position series, or (after a restart, before llama.cpp
+            # republishes them) the most any retained reading had.
+            detected = len(model.counters.accepted_per_position) or history.max_positions()
             k = cfg.chain_length if cfg.chain_length is not None else (detected or None)
             source = (
                 "configured" if cfg.chain_length is not None else ("detected" if detected else None)
