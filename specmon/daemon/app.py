@@ -75,7 +75,7 @@ class _OwnMetrics:
         self.scrapes_total = Counter(
             "specmon_scrapes",
             "Scrapes of each target by specmon, by result (success, http_error, timeout, "
-            "connection_error, too_large, parse_error).",
+            "connection_error, too_large, parse_error, internal_error).",
             ["target", "result"],
             registry=registry,
         )

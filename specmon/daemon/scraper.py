@@ -29,7 +29,6 @@ SCRAPE_RESULTS = (
     "connection_error",
     "too_large",
     "parse_error",
-    "no_metrics",
     "internal_error",
 )
 
