@@ -96,6 +96,7 @@ class TargetState:
         self._gauges: dict[str, tuple[GaugeHistory, GaugeHistory]] = {}
         self._engine: Engine | None = None
         self._margin_sign: dict[str, int] = {}
+        self._last_models: tuple[ModelReading, ...] = ()
         self.view = TargetView(
             name=config.name, url=display_url(config.url), labels=dict(config.labels)
         )
@@ -115,9 +116,20 @@ class TargetState:
         self._retention = retention
         for history in self._histories.values():
             history.set_retention(retention)
-        self.view = _replace_view(
+        view = _replace_view(
             self.view, name=config.name, url=display_url(config.url), labels=dict(config.labels)
         )
+        if view.up and self._last_models:
+            # New draft cost, chain length or windows apply now, not at the next scrape.
+            view = _replace_view(
+                view,
+                models=tuple(
+                    self._model_view(m)
+                    for m in self._last_models
+                    if m.model in self._histories or m.model in self._gauges or m.gauges
+                ),
+            )
+        self.view = view
 
     # -- failures ---------------------------------------------------------------------------
 
@@ -180,9 +192,11 @@ class TargetState:
         present = set()
         for model in reading.models:
             present.add(model.model)
-            view, model_events = self._observe_model(model, mono)
+            events.extend(self._record(model, mono))
+            view = self._model_view(model)
             models.append(view)
-            events.extend(model_events)
+            events.extend(self._margin_events(view))
+        self._last_models = reading.models
         for gone in set(self._histories) - present:
             del self._histories[gone]
         for gone in set(self._gauges) - present:
@@ -205,9 +219,8 @@ class TargetState:
         )
         return events
 
-    def _observe_model(self, model: ModelReading, mono: float) -> tuple[ModelView, list[Event]]:
-        cfg = self.config
-        events: list[Event] = []
+    def _record(self, model: ModelReading, mono: float) -> list[Event]:
+        """Add one model's reading to its history."""
         if model.counters is not None:
             history = self._histories.get(model.model)
             if history is None:
@@ -216,63 +229,76 @@ class TargetState:
                 mono, model.counters, generated_tokens=model.context.generation_tokens
             )
             if observation.reset:
-                events.append(Event("warning", "counter_reset", {"model": model.model}))
-            # Detected k: the page's position series, or (after a restart, before llama.cpp
-            # republishes them) the most any retained reading had.
-            detected = len(model.counters.accepted_per_position) or history.max_positions()
-            k = cfg.chain_length if cfg.chain_length is not None else (detected or None)
-            source = (
-                "configured" if cfg.chain_length is not None else ("detected" if detected else None)
+                return [Event("warning", "counter_reset", {"model": model.model})]
+            return []
+        gauges = model.gauges
+        if gauges is not None and gauges.scope != "lifetime":
+            length_h, rate_h = self._gauges.setdefault(
+                model.model,
+                (GaugeHistory(retention=self._retention), GaugeHistory(retention=self._retention)),
             )
-            windows = []
-            for seconds in self._windows:
-                label = format_duration(seconds)
-                delta = history.window(seconds)
-                if delta is None:
-                    windows.append(WindowView(label, seconds, None, None, None))
-                    continue
-                report = (
-                    report_from_counters(
-                        delta.as_counters(), draft_cost=cfg.draft_cost, chain_length=k
-                    )
-                    if delta.drafts > 0
-                    else None
-                )
-                windows.append(
-                    WindowView(
-                        label,
-                        seconds,
-                        delta.seconds,
-                        delta.drafts,
-                        report,
-                        delta.readings,
-                        delta.generated_tokens,
-                    )
-                )
-            totals = history.totals()
-            view = ModelView(
-                model=model.model,
-                chain_length=k,
-                chain_length_source=source,
-                draft_cost=cfg.draft_cost,
-                breakeven=_breakeven(k, cfg.draft_cost),
-                totals_drafts=totals.drafts if totals else None,
-                totals_draft_tokens=totals.draft_tokens if totals else None,
-                totals_accepted=totals.accepted_tokens if totals else None,
-                resets=history.resets,
-                windows=tuple(windows),
-                requests_running=model.context.requests_running,
-            )
-        else:
-            assert model.gauges is not None
-            view = replace(
-                self._observe_gauges(model.model, model.gauges, mono),
-                requests_running=model.context.requests_running,
-            )
-        events.extend(self._margin_events(view))
-        return view, events
+            if gauges.mean_acceptance_length is not None:
+                length_h.add(mono, gauges.mean_acceptance_length)
+            if gauges.acceptance_rate is not None:
+                rate_h.add(mono, gauges.acceptance_rate)
+        return []
 
-    def _observe_gauges(self, model: str, gauges: SpecGauges, mono: float) -> ModelView:
+    def _model_view(self, model: ModelReading) -> ModelView:
+        """Figures for one model from its history and the current settings (no recording)."""
+        if model.counters is None:
+            assert model.gauges is not None
+            return replace(
+                self._gauge_view(model.model, model.gauges),
+                requests_running=model.context.requests_running,
+            )
+        cfg = self.config
+        history = self._histories[model.model]
+        # Detected k: the page's position series, or (after a restart, before llama.cpp
+        # republishes them) the most any retained reading had.
+        detected = len(model.counters.accepted_per_position) or history.max_positions()
+        k = cfg.chain_length if cfg.chain_length is not None else (detected or None)
+        source = (
+            "configured" if cfg.chain_length is not None else ("detected" if detected else None)
+        )
+        windows = []
+        for seconds in self._windows:
+            label = format_duration(seconds)
+            delta = history.window(seconds)
+            if delta is None:
+                windows.append(WindowView(label, seconds, None, None, None))
+                continue
+            report = (
+                report_from_counters(delta.as_counters(), draft_cost=cfg.draft_cost, chain_length=k)
+                if delta.drafts > 0
+                else None
+            )
+            windows.append(
+                WindowView(
+                    label,
+                    seconds,
+                    delta.seconds,
+                    delta.drafts,
+                    report,
+                    delta.readings,
+                    delta.generated_tokens,
+                )
+            )
+        totals = history.totals()
+        return ModelView(
+            model=model.model,
+            chain_length=k,
+            chain_length_source=source,
+            draft_cost=cfg.draft_cost,
+            breakeven=_breakeven(k, cfg.draft_cost),
+            totals_drafts=totals.drafts if totals else None,
+            totals_draft_tokens=totals.draft_tokens if totals else None,
+            totals_accepted=totals.accepted_tokens if totals else None,
+            resets=history.resets,
+            windows=tuple(windows),
+            requests_running=model.context.requests_running,
+        )
+
+    def _gauge_view(self, model: str, gauges: SpecGauges) -> ModelView:
         cfg = self.config
         windows: list[WindowView] = []
         if gauges.scope == "lifetime":
@@ -282,14 +308,7 @@ class TargetState:
             windows.append(WindowView("lifetime", 0.0, None, None, report))
             k, source = report.chain_length, report.chain_length_source
         else:
-            length_h, rate_h = self._gauges.setdefault(
-                model,
-                (GaugeHistory(retention=self._retention), GaugeHistory(retention=self._retention)),
-            )
-            if gauges.mean_acceptance_length is not None:
-                length_h.add(mono, gauges.mean_acceptance_length)
-            if gauges.acceptance_rate is not None:
-                rate_h.add(mono, gauges.acceptance_rate)
+            length_h, rate_h = self._gauges[model]
             for seconds in self._windows:
                 length = length_h.mean(seconds)
                 rate = rate_h.mean(seconds)
