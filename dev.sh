@@ -40,8 +40,8 @@ ensure_venv() {
 
 lint() {
     echo "==> ruff"
-    "$VENV/bin/ruff" check specmon tests bench
-    "$VENV/bin/ruff" format --check specmon tests bench
+    "$VENV/bin/ruff" check specmon tests bench deploy grafana
+    "$VENV/bin/ruff" format --check specmon tests bench deploy grafana
     echo "==> mypy --strict"
     "$VENV/bin/mypy"
 }
@@ -64,7 +64,7 @@ case "$cmd" in
     test-fast)
         ensure_venv
         lint
-        exec "$PY" -m pytest -m "not realengine and not prometheus and not browser" "$@"
+        exec "$PY" -m pytest -m "not realengine and not prometheus and not browser and not deploytools" "$@"
         ;;
     provision)
         ensure_venv

@@ -31,6 +31,7 @@ __all__ = [
     "conditional_acceptance",
     "effective_alpha",
     "expected_tokens",
+    "implied_draft_cost",
     "measured_speedup",
     "speedup",
     "survival",
@@ -160,3 +161,23 @@ def best_chain_length(survival_rates: Sequence[float], c: float) -> BestChain:
         if value > best.speedup:
             best = BestChain(index, value)
     return best
+
+
+def implied_draft_cost(
+    tokens_per_iteration: float, speed_ratio: float, drafted_per_iteration: float
+) -> float | None:
+    """c = (K / R - 1) / k̄: the draft cost that makes R = K / (1 + k̄ c) hold.
+
+    K: tokens kept per verification step (1 + accepted / drafts); R: measured speed ratio
+    (tokens/s with the draft / without); k̄: tokens drafted per step. This is the lesson's
+    measured form K T / (D + V) read backwards: it folds verification overhead into c.
+
+    ``None`` when it cannot be solved (R <= 0, k̄ <= 0, K < 1 or non-finite input). The value
+    may be negative: the measured ratio is then higher than acceptance alone can explain.
+    """
+    values = (tokens_per_iteration, speed_ratio, drafted_per_iteration)
+    if not all(math.isfinite(v) for v in values):
+        return None
+    if speed_ratio <= 0.0 or drafted_per_iteration <= 0.0 or tokens_per_iteration < 1.0:
+        return None
+    return (tokens_per_iteration / speed_ratio - 1.0) / drafted_per_iteration

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specmon.arithmetic import implied_draft_cost
 from specmon.engines.model import SpecCounters
 from specmon.report import report_from_counters
 
@@ -38,22 +39,6 @@ IMPLIED_COST_CAVEAT = (
     "not the draft model's cost alone. Prompt processing is part of both runs' time, and K "
     "counts verification steps only."
 )
-
-
-def implied_draft_cost(
-    tokens_per_iteration: float, speed_ratio: float, drafted_per_iteration: float
-) -> float | None:
-    """c = (K / R - 1) / k̄: the draft cost that makes R = K / (1 + k̄ c) hold.
-
-    ``None`` when it cannot be solved (R <= 0, k̄ <= 0, K < 1 or non-finite input). The value
-    may be negative: the measured ratio is then higher than acceptance alone can explain.
-    """
-    values = (tokens_per_iteration, speed_ratio, drafted_per_iteration)
-    if not all(math.isfinite(v) for v in values):
-        return None
-    if speed_ratio <= 0.0 or drafted_per_iteration <= 0.0 or tokens_per_iteration < 1.0:
-        return None
-    return (tokens_per_iteration / speed_ratio - 1.0) / drafted_per_iteration
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,57 @@
+# syntax=docker/dockerfile:1
+#
+# specmon in a container: `specmon run` reading /etc/specmon/specmon.yml, serving :10920.
+#
+#   docker build -t specmon .
+#   docker run --rm -p 10920:10920 -v "$PWD/specmon.yml:/etc/specmon/specmon.yml:ro" specmon
+#
+# The config in the image (deploy/systemd/specmon.yml) watches 127.0.0.1:8000 and
+# 127.0.0.1:8080, the engines' default ports: right for a sidecar that shares the engine's
+# network namespace; mount your own file over it otherwise. Reload: `docker kill -s HUP NAME`.
+# Flags after the image name replace the CMD, so repeat --config.file when you add any.
+#
+# tests/deploy/test_dockerfile.py runs this file's build-stage steps in a clean venv (every
+# RUN of the build stage, with /opt/specmon and /src mapped to temporary folders), so keep
+# paths in RUN lines to $VIRTUAL_ENV and relative paths.
+
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    VIRTUAL_ENV=/opt/specmon
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY specmon/ specmon/
+COPY deploy/systemd/specmon.yml specmon.yml
+# pip builds the wheel with hatchling (fetched into an isolated build environment) and
+# installs it with its dependencies into the venv that the runtime stage copies; pip itself
+# is not needed at run time. The last two commands fail the build, not the deployment, when
+# the package or the shipped config is broken.
+RUN python -m venv "$VIRTUAL_ENV" \
+    && "$VIRTUAL_ENV/bin/pip" install . \
+    && "$VIRTUAL_ENV/bin/pip" uninstall --yes pip setuptools \
+    && "$VIRTUAL_ENV/bin/specmon" --version \
+    && "$VIRTUAL_ENV/bin/specmon" check-config specmon.yml
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="specmon" \
+      org.opencontainers.image.description="Speculative-decoding acceptance, break-even and speed-up from vLLM, llama.cpp and SGLang, for Prometheus" \
+      org.opencontainers.image.source="https://github.com/specmon/specmon" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV VIRTUAL_ENV=/opt/specmon \
+    PATH=/opt/specmon/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+COPY --from=build /opt/specmon /opt/specmon
+COPY deploy/systemd/specmon.yml /etc/specmon/specmon.yml
+# A numeric user, so that Kubernetes' runAsNonRoot can check it without /etc/passwd. specmon
+# writes nothing to disk: the root filesystem can be read-only.
+USER 10920:10920
+EXPOSE 10920
+# No curl in the image: the venv's Python asks /healthz (the process is alive and serving).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:10920/healthz', timeout=4)"]
+ENTRYPOINT ["specmon", "run"]
+CMD ["--config.file=/etc/specmon/specmon.yml"]

@@ -1,0 +1,455 @@
+"""deploy/compose/: Docker Compose's own validation, the wiring between the services, and the
+stack's programs run as compose would run them (no engine here: on loopback, not in
+containers), down to SpecmonBelowBreakEven reaching Alertmanager."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specmon import arithmetic
+from specmon.cli.main import build_parser
+from specmon.daemon.config import load_config, parse_duration
+from specmon.sim.scenario import load_scenario
+from tests.deploy import tools
+from tests.deploy.dockerfile import stages
+from tests.rules.alert_rules import load_rules, with_durations
+
+REPO = tools.REPO
+COMPOSE_DIR = REPO / "deploy" / "compose"
+COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
+SPECMON_IMAGE_SERVICES = {"specmon", "vllm-eagle", "llamacpp-draft", "vllm-degrading"}
+
+
+def _compose(*args: str, file: Path = COMPOSE_FILE) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*tools.docker_compose(), "-f", str(file), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=file.parent,
+    )
+
+
+@cache
+def _model() -> dict[str, Any]:
+    """The project as Docker Compose resolves it (anchors merged, paths absolute)."""
+    result = _compose("config", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    model: dict[str, Any] = json.loads(result.stdout)
+    return model
+
+
+def _bind_sources(service: dict[str, Any]) -> dict[str, Path]:
+    """Container path -> host path of a service's bind mounts."""
+    return {
+        v["target"]: Path(v["source"]) for v in service.get("volumes", []) if v["type"] == "bind"
+    }
+
+
+# --------------------------------------------------------------------------- compose itself
+
+
+@pytest.mark.deploytools
+def test_docker_compose_accepts_the_file() -> None:
+    result = _compose("config", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.deploytools
+def test_docker_compose_rejects_a_broken_copy(tmp_path: Path) -> None:
+    """The check is real: Compose's schema refuses an unknown service key."""
+    for item in COMPOSE_DIR.iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(
+        COMPOSE_FILE.read_text().replace(
+            "    restart: unless-stopped\n", "    restrat: unless-stopped\n", 1
+        )
+    )
+    result = _compose("config", "--quiet", file=broken)
+    assert result.returncode != 0
+    assert "restrat" in result.stderr
+
+
+@pytest.mark.deploytools
+def test_every_bind_mount_exists_and_images_are_pinned() -> None:
+    model = _model()
+    for name, service in model["services"].items():
+        for target, source in _bind_sources(service).items():
+            # Compose would create a missing source as an empty directory: check it exists.
+            assert source.exists(), f"{name}: {source} (mounted at {target}) does not exist"
+            assert source.resolve().is_relative_to(REPO), source
+        image = service["image"]
+        if "build" in service:
+            assert image == "specmon:demo"
+            assert Path(service["build"]["context"]) == REPO
+            assert service["build"]["dockerfile"] == "Dockerfile"
+        else:
+            assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), f"{name}: unpinned {image}"
+    assert {n for n, s in model["services"].items() if "build" in s} == SPECMON_IMAGE_SERVICES
+
+
+@pytest.mark.deploytools
+def test_specmon_containers_are_confined() -> None:
+    for name in SPECMON_IMAGE_SERVICES:
+        service = _model()["services"][name]
+        assert service["read_only"] is True, name
+        assert service["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in service["security_opt"], name
+
+
+@pytest.mark.deploytools
+def test_specmon_service_uses_the_image_defaults_and_its_config() -> None:
+    service = _model()["services"]["specmon"]
+    assert service.get("entrypoint") is None and service.get("command") is None
+    (final,) = stages()[1][-1:]
+    cmd = next(json.loads(i.args) for i in final.body if i.keyword == "CMD")
+    config_path = cmd[0].split("=", 1)[1]
+    assert _bind_sources(service)[config_path] == COMPOSE_DIR / "specmon.yml"
+    assert [p["target"] for p in service["ports"]] == [10920]
+
+
+def _engine_services() -> dict[str, dict[str, Any]]:
+    return {
+        name: s
+        for name, s in _model()["services"].items()
+        if (s.get("entrypoint") or [])[:2] == ["specmon", "simulate"]
+    }
+
+
+def _simulate_args(service: dict[str, Any]) -> Any:
+    return build_parser().parse_args(["simulate", *service["command"]])
+
+
+@pytest.mark.deploytools
+def test_specmon_config_names_each_engine_service_and_port() -> None:
+    config = load_config(COMPOSE_DIR / "specmon.yml")
+    engines = _engine_services()
+    assert {t.name for t in config.targets} == set(engines)
+    for target in config.targets:
+        args = _simulate_args(engines[target.name])
+        host, port = args.listen.rsplit(":", 1)
+        assert host == "0.0.0.0", "an engine must listen beyond its container's loopback"
+        assert target.url == f"http://{target.name}:{port}/metrics"
+        health = engines[target.name]["healthcheck"]["test"]
+        assert f"http://127.0.0.1:{port}/metrics" in health[-1]
+    # The alert rules read these windows.
+    assert {"5m", "15m"} <= {f"{int(w // 60)}m" for w in config.global_.windows}
+
+
+@pytest.mark.deploytools
+def test_prometheus_loads_every_shipped_rules_file_and_reaches_the_stack() -> None:
+    service = _model()["services"]["prometheus"]
+    mounts = _bind_sources(service)
+    prom_config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text())
+    (pattern,) = prom_config["rule_files"]
+    directory, _, glob = pattern.rpartition("/")
+    assert mounts[directory] == REPO / "deploy" / "prometheus", "the directory, not copies"
+    loaded = sorted(p.name for p in (REPO / "deploy" / "prometheus").glob(glob))
+    assert loaded == ["engine-recording.rules.yml", "specmon-alerts.rules.yml"]
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom_config["scrape_configs"]}
+    assert jobs["specmon"] == ["specmon:10920"]
+    engines = _engine_services()
+    assert sorted(jobs["engines"]) == sorted(
+        f"{name}:{_simulate_args(s).listen.rsplit(':', 1)[1]}" for name, s in engines.items()
+    )
+    ((am,),) = [a["static_configs"] for a in prom_config["alerting"]["alertmanagers"]]
+    assert am["targets"] == ["alertmanager:9093"]
+    am_service = _model()["services"]["alertmanager"]
+    assert _bind_sources(am_service)["/etc/alertmanager/alertmanager.yml"] == (
+        COMPOSE_DIR / "alertmanager.yml"
+    )
+
+
+@pytest.mark.deploytools
+def test_grafana_gets_the_repository_provisioning_and_dashboards() -> None:
+    mounts = _bind_sources(_model()["services"]["grafana"])
+    provider_dir = mounts["/etc/grafana/provisioning/dashboards"]
+    assert provider_dir == REPO / "grafana" / "provisioning" / "dashboards"
+    (provider,) = yaml.safe_load((provider_dir / "specmon.yml").read_text())["providers"]
+    dashboards = mounts[provider["options"]["path"]]
+    assert dashboards == REPO / "grafana" / "dashboards"
+    assert sorted(p.name for p in dashboards.glob("*.json")) == [
+        "specmon-overview.json",
+        "specmon-target.json",
+    ]
+    datasource = mounts["/etc/grafana/provisioning/datasources/specmon.yml"]
+    assert datasource == COMPOSE_DIR / "grafana-datasource.yml"
+    (source,) = yaml.safe_load(datasource.read_text())["datasources"]
+    assert source["url"] == "http://prometheus:9090"
+    prom = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
+    # $__rate_interval is right only when timeInterval equals the scrape interval.
+    assert source["jsonData"]["timeInterval"] == prom["global"]["scrape_interval"]
+    env = _model()["services"]["grafana"]["environment"]
+    home = env["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(provider["options"]["path"] + "/")
+    assert (dashboards / home.rsplit("/", 1)[1]).exists()
+
+
+# --------------------------------------------------------------------------- plain file checks
+
+
+def test_specmon_config_is_valid() -> None:
+    config = load_config(COMPOSE_DIR / "specmon.yml")
+    assert len(config.targets) == 3
+
+
+def test_degrading_engine_crosses_break_even_and_only_it() -> None:
+    """The demo's story, from the files: vllm-degrading starts well above break-even and its
+    scenario takes it below, by more than noise, with enough drafts for the alerts' guard
+    (400 in the 5m window); the other engines stay clear above."""
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    config = {t.name: t for t in load_config(COMPOSE_DIR / "specmon.yml").targets}
+    for name in ("vllm-eagle", "llamacpp-draft", "vllm-degrading"):
+        args = build_parser().parse_args(["simulate", *compose["services"][name]["command"]])
+        k, c = len(args.survival), config[name].draft_cost
+        breakeven = arithmetic.breakeven_alpha(k, c)
+        assert breakeven is not None
+        alpha = arithmetic.effective_alpha(sum(args.survival), k)
+        assert alpha is not None and alpha - breakeven > 0.2, (name, alpha, breakeven)
+        assert args.drafts_per_second * 300 >= 10 * 400
+        if name != "vllm-degrading":
+            assert args.scenario is None
+            continue
+        scenario = load_scenario(COMPOSE_DIR / Path(args.scenario).name)
+        (drop,) = scenario.phases
+        assert 0 < drop.at <= 300 and not scenario.repeat
+        after = drop.changes["survival"]
+        assert len(after) == k
+        alpha_after = arithmetic.effective_alpha(sum(after), k)
+        assert alpha_after is not None and alpha_after < breakeven - 0.1, alpha_after
+        # Warning, not the paging tier: expected speed-up stays above 0.75.
+        assert 0.75 < (1 + sum(after)) / (1 + k * c) < 1
+
+
+# --------------------------------------------------------------------------- the stack, run
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # loopback only
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _wait(
+    what: str,
+    probe: Callable[[], Any],
+    procs: dict[str, subprocess.Popen[bytes]],
+    logs: Path,
+    timeout: float,
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"{name} exited {proc.returncode}:\n"
+                    + (logs / f"{name}.log").read_text()[-3000:]
+                )
+        result = probe()
+        if result:
+            return result
+        time.sleep(0.5)
+    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-1500:]}" for p in logs.glob("*.log"))
+    raise AssertionError(f"timed out waiting for {what}\n{tails}")
+
+
+@contextmanager
+def _started(
+    name: str, argv: list[str], logs: Path, procs: dict[str, subprocess.Popen[bytes]]
+) -> Iterator[None]:
+    with (logs / f"{name}.log").open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=logs)
+    procs[name] = proc
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _mapped(arg: str, mounts: dict[str, Path]) -> str:
+    for target, source in mounts.items():
+        if target in arg:
+            return arg.replace(target, str(source))
+    return arg
+
+
+@pytest.mark.prometheus
+@pytest.mark.deploytools
+def test_the_stack_fires_below_break_even_into_alertmanager(tmp_path: Path) -> None:
+    """Each service's command from the resolved compose model, on loopback: the engines with
+    their flags (scenario drop at 2 s instead of 2 min), specmon with the stack's config
+    (scrapes every 1 s), Debian's Prometheus with the stack's prometheus.yml and every rules
+    file it globs (intervals 1 s; every alert's `for:` 5 s, as tests/rules/alert_rules.py
+    allows), Debian's Alertmanager with the generated alertmanager.yml. SpecmonBelowBreakEven
+    reaches Alertmanager for vllm-degrading and for no other target."""
+    for binary in ("prometheus", "prometheus-alertmanager"):
+        if shutil.which(binary) is None:
+            pytest.fail(f"{binary} not found: ./dev.sh provision debian, or -m 'not prometheus'")
+    model = _model()["services"]
+    ports = {name: _free_port() for name in model}
+    addresses: dict[str, str] = {}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    logs = tmp_path
+    with ExitStack() as stack:
+        for name, service in _engine_services().items():
+            mounts = _bind_sources(service)
+            args = [_mapped(a, mounts) for a in service["command"]]
+            container_port = _simulate_args(service).listen.rsplit(":", 1)[1]
+            addresses[f"{name}:{container_port}"] = f"127.0.0.1:{ports[name]}"
+            args = [
+                f"--listen=127.0.0.1:{ports[name]}" if a.startswith("--listen=") else a
+                for a in args
+            ]
+            for i, a in enumerate(args):
+                if a.startswith("--scenario="):
+                    scenario = yaml.safe_load(Path(a.split("=", 1)[1]).read_text())
+                    assert parse_duration(scenario["phases"][0]["at"]) == 120
+                    scenario["phases"][0]["at"] = "2s"
+                    fast = tmp_path / "degrading.scenario.yml"
+                    fast.write_text(yaml.safe_dump(scenario))
+                    args[i] = f"--scenario={fast}"
+            stack.enter_context(
+                _started(name, [sys.executable, "-m", "specmon", "simulate", *args], logs, procs)
+            )
+
+        specmon_config = (COMPOSE_DIR / "specmon.yml").read_text()
+        for container, host in addresses.items():
+            specmon_config = specmon_config.replace(f"http://{container}/", f"http://{host}/")
+        specmon_config = specmon_config.replace("scrape_interval: 5s", "scrape_interval: 1s")
+        specmon_config = specmon_config.replace("scrape_timeout: 3s", "scrape_timeout: 800ms")
+        (tmp_path / "specmon.yml").write_text(specmon_config)
+        stack.enter_context(
+            _started(
+                "specmon",
+                [
+                    sys.executable,
+                    "-m",
+                    "specmon",
+                    "run",
+                    f"--config.file={tmp_path / 'specmon.yml'}",
+                    f"--web.listen-address=127.0.0.1:{ports['specmon']}",
+                    "--log.format=json",
+                ],
+                logs,
+                procs,
+            )
+        )
+        addresses["specmon:10920"] = f"127.0.0.1:{ports['specmon']}"
+
+        am = model["alertmanager"]
+        am_args = [_mapped(a, _bind_sources(am)) for a in am["command"]]
+        am_args = [
+            f"--storage.path={tmp_path / 'am'}" if a.startswith("--storage.path") else a
+            for a in am_args
+        ]
+        am_args += [
+            f"--web.listen-address=127.0.0.1:{ports['alertmanager']}",
+            "--cluster.listen-address=",
+        ]
+        stack.enter_context(
+            _started("alertmanager", ["prometheus-alertmanager", *am_args], logs, procs)
+        )
+        addresses["alertmanager:9093"] = f"127.0.0.1:{ports['alertmanager']}"
+
+        prom = model["prometheus"]
+        mounts = _bind_sources(prom)
+        rules_dir = tmp_path / "rules"
+        rules_dir.mkdir()
+        prom_config = yaml.safe_load(mounts["/etc/prometheus/prometheus.yml"].read_text())
+        (pattern,) = prom_config["rule_files"]
+        directory, _, glob = pattern.rpartition("/")
+        for rules in sorted(mounts[directory].glob(glob)):
+            fast_rules = with_durations(load_rules(rules), for_="5s", keep_firing_for="5s")
+            (rules_dir / rules.name).write_text(yaml.safe_dump(fast_rules, sort_keys=False))
+        prom_config["rule_files"] = [str(rules_dir / glob)]
+        prom_config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+        text = yaml.safe_dump(prom_config, sort_keys=False)
+        for container, host in addresses.items():
+            text = text.replace(container, host)
+        (tmp_path / "prometheus.yml").write_text(text)
+        prom_args = [_mapped(a, mounts) for a in prom["command"]]
+        prom_args = [
+            f"--config.file={tmp_path / 'prometheus.yml'}"
+            if a.startswith("--config.file")
+            else f"--storage.tsdb.path={tmp_path / 'tsdb'}"
+            if a.startswith("--storage.tsdb.path")
+            else a
+            for a in prom_args
+        ]
+        prom_args.append(f"--web.listen-address=127.0.0.1:{ports['prometheus']}")
+        stack.enter_context(_started("prometheus", ["prometheus", *prom_args], logs, procs))
+        prom_base = f"http://127.0.0.1:{ports['prometheus']}"
+
+        def rules_loaded() -> int:
+            code, body = _get(prom_base + "/api/v1/rules")
+            if code != 200:
+                return 0
+            return len([r for g in json.loads(body)["data"]["groups"] for r in g["rules"]])
+
+        loaded = _wait("Prometheus to load the rules", rules_loaded, procs, logs, 60)
+        shipped = sum(
+            len(g["rules"]) for p in mounts[directory].glob(glob) for g in load_rules(p)["groups"]
+        )
+        assert loaded == shipped
+
+        def targets_up() -> bool:
+            code, body = _get(prom_base + "/api/v1/targets")
+            active = json.loads(body)["data"]["activeTargets"] if code == 200 else []
+            return len(active) == 4 and all(t["health"] == "up" for t in active)
+
+        _wait("all four scrape targets up", targets_up, procs, logs, 60)
+
+        am_base = f"http://127.0.0.1:{ports['alertmanager']}"
+
+        def received() -> list[dict[str, Any]]:
+            code, body = _get(am_base + "/api/v2/alerts")
+            if code != 200:
+                return []
+            return [
+                a
+                for a in json.loads(body)
+                if a["labels"].get("alertname") == "SpecmonBelowBreakEven"
+            ]
+
+        alerts = _wait("SpecmonBelowBreakEven in Alertmanager", received, procs, logs, 150)
+        assert {a["labels"]["target"] for a in alerts} == {"vllm-degrading"}
+        assert {a["labels"]["severity"] for a in alerts} == {"warning"}
+        assert alerts[0]["labels"]["fleet"] == "demo"
+        # The receivers send nowhere: Alertmanager logs no failed notification.
+        assert "Notify for alerts failed" not in (logs / "alertmanager.log").read_text()

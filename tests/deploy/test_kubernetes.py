@@ -1,0 +1,324 @@
+"""deploy/kubernetes/: schema validation (Kubernetes' own and prometheus-operator's CRDs), the
+wiring between the objects, and the security and resource settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specmon import __version__
+from specmon.daemon.config import parse_config
+from tests.deploy import tools
+from tests.deploy.dockerfile import stages
+from tests.deploy.measure_resources import measure
+
+REPO = tools.REPO
+K8S = REPO / "deploy" / "kubernetes"
+MANIFESTS = sorted(K8S.glob("*/*.yaml"))
+RESOURCES = K8S / "resources.json"
+VALIDATOR = Path(__file__).with_name("k8s_validate.py")
+#: The oldest Kubernetes release still commonly run, and the newest the schemas cover.
+K8S_VERSIONS = ("1.29", "1.37")
+
+
+@cache
+def documents() -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> document, over every manifest."""
+    out = {}
+    for path in MANIFESTS:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                key = (doc["kind"], doc["metadata"]["name"])
+                assert key not in out, f"{key} twice"
+                out[key] = {**doc, "_file": path.relative_to(K8S).as_posix()}
+    return out
+
+
+def _validate(paths: list[Path]) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [str(tools.tools_python()), str(VALIDATOR), ",".join(K8S_VERSIONS), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def _container(deployment: str, name: str) -> dict[str, Any]:
+    spec = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    (container,) = [c for c in spec["containers"] if c["name"] == name]
+    assert isinstance(container, dict)
+    return container
+
+
+def _quantity(value: str) -> float:
+    """Kubernetes quantity -> bytes or cores."""
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "k": 1e3, "M": 1e6, "G": 1e9}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", str(value))
+    assert match, f"not a quantity: {value!r}"
+    number, unit = match.groups()
+    assert unit in units or unit == "", f"unit {unit!r} in {value!r}"
+    return float(number) * units.get(unit, 1)
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@pytest.mark.deploytools
+def test_every_manifest_validates_against_its_schema() -> None:
+    results = _validate(MANIFESTS)
+    failures = [r for r in results if r["errors"]]
+    assert not failures, json.dumps(failures, indent=1)
+    checked = {(r["kind"], r["name"]) for r in results}
+    assert checked == set(documents()), "every document was checked"
+    crd = {r["kind"] for r in results if "CRD" in r["schema"]}
+    assert crd == {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    for version in K8S_VERSIONS:
+        assert {r["kind"] for r in results if r["schema"] == f"kubernetes {version} (strict)"} == {
+            "ConfigMap",
+            "Deployment",
+            "Service",
+        }
+
+
+@pytest.mark.deploytools
+def test_validation_rejects_broken_manifests(tmp_path: Path) -> None:
+    """Strict schemas: an unknown field, a wrong type and a malformed duration all fail."""
+    broken = {
+        "deployment.yaml": (K8S / "standalone" / "deployment.yaml")
+        .read_text()
+        .replace("readinessProbe:", "readinesProbe:"),
+        "service.yaml": (K8S / "standalone" / "service.yaml")
+        .read_text()
+        .replace("port: 10920", "port: ten-thousand"),
+        "servicemonitor.yaml": (K8S / "standalone" / "servicemonitor.yaml")
+        .read_text()
+        .replace("interval: 15s", "intervall: 15s"),
+        "rule.yaml": (K8S / "rules" / "specmon-alerts.prometheusrule.yaml")
+        .read_text()
+        .replace("for: 15m", "for: 15 minutes", 1),
+        "unknown.yaml": "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: x}\n",
+    }
+    paths = []
+    for name, text in broken.items():
+        (tmp_path / name).write_text(text)
+        paths.append(tmp_path / name)
+    results = _validate(paths)
+    for name in broken:
+        errors = [e for r in results if r["file"].endswith(name) for e in r["errors"]]
+        assert errors, f"{name} passed"
+    joined = json.dumps(results)
+    assert "readinesProbe" in joined and "intervall" in joined and "15 minutes" in joined
+    assert "no schema" in joined
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+def _dockerfile_user() -> tuple[int, int]:
+    final = stages()[1][-1]
+    user = next(i.args for i in final.body if i.keyword == "USER")
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid)
+
+
+def _dockerfile_config_path() -> str:
+    final = stages()[1][-1]
+    cmd = json.loads(next(i.args for i in final.body if i.keyword == "CMD"))
+    return str(cmd[0].split("=", 1)[1])
+
+
+@pytest.mark.parametrize(("deployment", "container"), [("specmon", "specmon"), ("vllm", "specmon")])
+def test_specmon_container_is_locked_down(deployment: str, container: str) -> None:
+    pod = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    c = _container(deployment, container)
+    context = {**pod.get("securityContext", {}), **c["securityContext"]}
+    uid, gid = _dockerfile_user()
+    assert context["runAsNonRoot"] is True
+    assert (context["runAsUser"], context["runAsGroup"]) == (uid, gid)
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert context["seccompProfile"]["type"] == "RuntimeDefault"
+    assert c["image"] == f"ghcr.io/specmon/specmon:{__version__}"
+    # The image's ENTRYPOINT is kept (specmon run); args name the image's config path.
+    assert "command" not in c
+    assert f"--config.file={_dockerfile_config_path()}" in c["args"]
+    (mount,) = c["volumeMounts"]
+    assert mount["mountPath"] == str(Path(_dockerfile_config_path()).parent)
+    assert mount["readOnly"] is True
+
+
+@pytest.mark.parametrize(("deployment", "port"), [("specmon", "http"), ("vllm", "specmon-metrics")])
+def test_probes(deployment: str, port: str) -> None:
+    c = _container(deployment, "specmon")
+    (declared,) = [p for p in c["ports"] if p["name"] == port]
+    assert declared["containerPort"] == 10920
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    if deployment == "specmon":
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    else:
+        # A sidecar must not take the engine out of its Service: liveness only.
+        assert "readinessProbe" not in c
+
+
+@pytest.mark.parametrize(
+    ("deployment", "configmap"), [("specmon", "specmon"), ("vllm", "specmon-sidecar")]
+)
+def test_configmap_holds_a_valid_config(deployment: str, configmap: str) -> None:
+    pod = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    c = _container(deployment, "specmon")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == c["volumeMounts"][0]["name"]]
+    assert volume["configMap"]["name"] == configmap
+    data = documents()[("ConfigMap", configmap)]["data"]
+    file_name = Path(_dockerfile_config_path()).name
+    assert set(data) == {file_name}
+    config = parse_config(data[file_name], source=configmap)
+    assert {"5m", "15m"} <= {f"{int(w // 60)}m" for w in config.global_.windows}
+    if deployment == "vllm":
+        (target,) = config.targets
+        assert target.url == "http://127.0.0.1:8000/metrics"
+        vllm = _container("vllm", "vllm")
+        assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in vllm["ports"]
+        spec_arg = next(a for a in vllm["args"] if a.startswith("--speculative-config="))
+        speculative = json.loads(spec_arg.split("=", 1)[1])
+        assert speculative["num_speculative_tokens"] == target.chain_length
+
+
+def test_services_and_monitors_select_what_exists() -> None:
+    docs = documents()
+    for (kind, name), doc in docs.items():
+        if kind == "Service":
+            (deployment,) = [
+                d
+                for (k, _), d in docs.items()
+                if k == "Deployment"
+                and doc["spec"]["selector"].items()
+                <= d["spec"]["template"]["metadata"]["labels"].items()
+            ]
+            names = {
+                p["name"]
+                for c in deployment["spec"]["template"]["spec"]["containers"]
+                for p in c.get("ports", [])
+            }
+            for port in doc["spec"]["ports"]:
+                assert port["targetPort"] in names, (name, port)
+        if kind == "ServiceMonitor":
+            services = [
+                d
+                for (k, _), d in docs.items()
+                if k == "Service"
+                and doc["spec"]["selector"]["matchLabels"].items()
+                <= d["metadata"]["labels"].items()
+            ]
+            assert [s["metadata"]["name"] for s in services] == ["specmon"]
+            ports = {p["name"]: p["port"] for p in services[0]["spec"]["ports"]}
+            (endpoint,) = doc["spec"]["endpoints"]
+            assert ports[endpoint["port"]] == 10920 and endpoint["path"] == "/metrics"
+        if kind == "PodMonitor":
+            (endpoint,) = doc["spec"]["podMetricsEndpoints"]
+            pods = [
+                d
+                for (k, _), d in docs.items()
+                if k == "Deployment"
+                and doc["spec"]["selector"]["matchLabels"].items()
+                <= d["spec"]["template"]["metadata"]["labels"].items()
+            ]
+            assert [p["metadata"]["name"] for p in pods] == ["vllm"]
+            container = _container("vllm", "specmon")
+            assert endpoint["port"] in {p["name"] for p in container["ports"]}
+
+
+def test_scrape_interval_matches_grafana() -> None:
+    datasource = yaml.safe_load((REPO / "grafana/provisioning/datasources/specmon.yml").read_text())
+    interval = datasource["datasources"][0]["jsonData"]["timeInterval"]
+    assert (
+        documents()[("ServiceMonitor", "specmon")]["spec"]["endpoints"][0]["interval"] == interval
+    )
+    assert (
+        documents()[("PodMonitor", "vllm-specmon")]["spec"]["podMetricsEndpoints"][0]["interval"]
+        == interval
+    )
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def _ceil_to(value: float, step: float) -> float:
+    return math.ceil(value / step - 1e-9) * step
+
+
+def derived_resources() -> dict[str, dict[str, str]]:
+    """Requests and limits from the measured figures, by the rules in resources.json."""
+    data = json.loads(RESOURCES.read_text())
+    runs = {run["targets"]: run for run in data["runs"]}
+    out = {}
+    for name, rule in data["derive"].items():
+
+        def measured(kind: str, figure: str, rule: dict[str, Any] = rule) -> float:
+            return float(runs[rule[f"{kind}_from_targets"]][figure] * rule[f"{kind}_factor"])
+
+        # Memory in MiB rounded up to 8 (requests) and 32 (limits); CPU in millicores
+        # rounded up to 10 (requests) and 100 (limits).
+        out[name] = {
+            "memory_request": f"{_ceil_to(measured('memory_request', 'rss_mib_peak'), 8):.0f}Mi",
+            "memory_limit": f"{_ceil_to(measured('memory_limit', 'rss_mib_peak'), 32):.0f}Mi",
+            "cpu_request": f"{_ceil_to(measured('cpu_request', 'cpu_cores') * 1000, 10):.0f}m",
+            "cpu_limit": f"{_ceil_to(measured('cpu_limit', 'cpu_cores') * 1000, 100):.0f}m",
+        }
+    return out
+
+
+@pytest.mark.parametrize(("deployment", "rule"), [("specmon", "standalone"), ("vllm", "sidecar")])
+def test_requests_and_limits_follow_the_measurements(deployment: str, rule: str) -> None:
+    resources = _container(deployment, "specmon")["resources"]
+    expected = derived_resources()[rule]
+    assert resources == {
+        "requests": {"cpu": expected["cpu_request"], "memory": expected["memory_request"]},
+        "limits": {"cpu": expected["cpu_limit"], "memory": expected["memory_limit"]},
+    }
+    for kind in ("cpu", "memory"):
+        assert _quantity(resources["requests"][kind]) <= _quantity(resources["limits"][kind])
+
+
+def test_systemd_memory_limits_follow_the_measurements() -> None:
+    unit = (REPO / "deploy/systemd/specmon.service").read_text()
+    limit = derived_resources()["standalone"]["memory_limit"]
+    assert f"MemoryMax={limit.removesuffix('i')}\n" in unit
+    high = int(_quantity(limit) * 0.75 / 2**20)
+    assert f"MemoryHigh={high}M\n" in unit
+
+
+def test_readme_table_shows_the_recorded_figures() -> None:
+    readme = (REPO / "deploy" / "README.md").read_text()
+    for run in json.loads(RESOURCES.read_text())["runs"]:
+        row = (
+            f"| {run['targets']} | {run['rss_mib_peak']:.1f} MiB | {run['cpu_cores'] * 1000:.1f}m |"
+        )
+        assert row in readme, row
+    for name, values in derived_resources().items():
+        row = (
+            f"| {name} | {values['cpu_request']} | {values['cpu_limit']} | "
+            f"{values['memory_request']} | {values['memory_limit']} |"
+        )
+        assert row in readme, row
+
+
+def test_a_fresh_daemon_stays_inside_the_requests(tmp_path: Path) -> None:
+    """A short live run with 50 targets: resident memory under the standalone memory request,
+    CPU under its limit (the 20-minute measurement behind resources.json: README)."""
+    result = measure(50, 20.0, workdir=tmp_path)
+    assert result.series_ok
+    standalone = derived_resources()["standalone"]
+    assert result.rss_mib_peak * 2**20 < _quantity(standalone["memory_request"])
+    assert result.cpu_cores_avg < _quantity(standalone["cpu_limit"])
