@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-__all__ = ["chain_length", "draft_cost", "float_list", "int_list", "unit_ratio"]
+__all__ = [
+    "chain_length",
+    "draft_cost",
+    "float_list",
+    "int_at_least",
+    "int_list",
+    "positive_float",
+    "unit_ratio",
+]
 
 
 def _number_list(text: str, kind: type[int] | type[float]) -> list[float] | list[int]:
@@ -33,6 +42,31 @@ def float_list(text: str) -> list[float]:
     return values
 
 
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}")
+        return value
+
+    return convert
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:  # also rejects NaN
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
 def unit_ratio(text: str) -> float:
     try:
         value = float(text)
@@ -47,10 +81,7 @@ draft_cost = unit_ratio
 
 
 def chain_length(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= value <= 64:
+    value = int_at_least(1)(text)
+    if value > 64:
         raise argparse.ArgumentTypeError("must be between 1 and 64")
     return value

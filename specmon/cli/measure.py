@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon.cli._args import int_at_least, positive_float
 from specmon.measure.analysis import (
     EXIT_NOTHING_COMPLETED,
     EXIT_USAGE,
@@ -43,34 +44,9 @@ DEFAULT_API_KEY_ENV = "SPECMON_API_KEY"
 MAX_CONCURRENCY = 256
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be at least 0")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return value
+_positive = int_at_least(1)
+_non_negative = int_at_least(0)
+_seconds = positive_float
 
 
 def _levels(text: str) -> list[int]:
