@@ -230,3 +230,26 @@ def test_inspect_human_output_and_exit_codes(
     assert "speculation is off, or this build is too old" in capsys.readouterr().out
     assert main(["inspect", str(tmp_path / "missing.txt")]) == 1
     assert "No such file" in capsys.readouterr().err
+
+
+def test_llamacpp_before_counters_equal_prometheus_client() -> None:
+    text = (PAGES / "llamacpp-before.txt").read_text()
+    spec = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if "spec_decode" in s.name
+    }
+    assert spec == {
+        "llamacpp:spec_decode_num_draft_tokens_total": 0.0,
+        "llamacpp:spec_decode_num_accepted_tokens_total": 0.0,
+        "llamacpp:spec_decode_num_drafts_total": 0.0,
+    }
+    (model,) = read_page(text).models
+    assert model.counters is not None
+    assert (model.counters.drafts, model.counters.draft_tokens, model.counters.accepted_tokens) == (
+        0,
+        0,
+        0,
+    )
+    assert model.counters.accepted_per_position == ()
