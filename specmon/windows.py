@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass
 
 from specmon.engines.model import SpecCounters
 
-__all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta"]
+__all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta", "increase"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +220,16 @@ class CounterHistory:
             resets=self._resets[end_index] - self._resets[start_index],
             generated_tokens=delta[3] if self._has_generated else None,
         )
+
+
+def increase(before: SpecCounters, after: SpecCounters) -> WindowDelta:
+    """The increase from one reading to a later one, reset-aware (a two-reading window)."""
+    history = CounterHistory(retention=math.inf)
+    history.add(0.0, before)
+    history.add(1.0, after)
+    window = history.window(math.inf)
+    assert window is not None
+    return window
 
 
 class GaugeHistory:

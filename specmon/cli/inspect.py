@@ -24,7 +24,7 @@ from specmon.report import (
 )
 from specmon.sources.file import read_page_file
 from specmon.sources.http import FetchError, fetch_page
-from specmon.windows import CounterHistory
+from specmon.windows import increase
 
 __all__ = ["add_parser", "run"]
 
@@ -119,11 +119,7 @@ def _report(
     if after.counters is not None:
         counters = after.counters
         if before is not None and before.counters is not None:
-            history = CounterHistory(retention=float("inf"))
-            history.add(0.0, before.counters)
-            history.add(1.0, after.counters)
-            window = history.window(float("inf"))
-            assert window is not None
+            window = increase(before.counters, after.counters)
             counters = window.as_counters()
             if window.resets:
                 notes.append(

@@ -71,19 +71,18 @@ class _Families:
         self._order: list[Metric] = []
         self._by_name: dict[str, Metric] = {}
 
-    def gauge(self, name: str, doc: str) -> Metric:
-        if name not in self._by_name:
-            family = GaugeMetricFamily(name, doc)
-            self._by_name[name] = family
+    def _family(self, kind: Callable[[str, str], Metric], name: str, doc: str) -> Metric:
+        family = self._by_name.get(name)
+        if family is None:
+            family = self._by_name[name] = kind(name, doc)
             self._order.append(family)
-        return self._by_name[name]
+        return family
+
+    def gauge(self, name: str, doc: str) -> Metric:
+        return self._family(GaugeMetricFamily, name, doc)
 
     def counter(self, name: str, doc: str) -> Metric:
-        if name not in self._by_name:
-            family = CounterMetricFamily(name, doc)
-            self._by_name[name] = family
-            self._order.append(family)
-        return self._by_name[name]
+        return self._family(CounterMetricFamily, name, doc)
 
     def __iter__(self) -> Iterator[Metric]:
         return iter(self._order)

@@ -111,17 +111,16 @@ class TargetState:
     ) -> None:
         """New settings that keep the counters' meaning (same URL, engine, model)."""
         self.config = config
-        if windows != self._windows:
-            self._windows = windows
+        self._windows = windows
         self._retention = retention
         for history in self._histories.values():
             history.set_retention(retention)
-        view = _replace_view(
+        view = replace(
             self.view, name=config.name, url=display_url(config.url), labels=dict(config.labels)
         )
         if view.up and self._last_models:
             # New draft cost, chain length or windows apply now, not at the next scrape.
-            view = _replace_view(
+            view = replace(
                 view,
                 models=tuple(
                     self._model_view(m)
@@ -364,7 +363,3 @@ def _breakeven(k: int | None, c: float) -> float | None:
 
 def _engine_name(engine: Engine | None) -> str:
     return engine.value if engine is not None else "unknown"
-
-
-def _replace_view(view: TargetView, **changes: Any) -> TargetView:
-    return replace(view, **changes)

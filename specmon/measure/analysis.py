@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from specmon import arithmetic
 from specmon.engines.model import SpecCounters
 from specmon.measure.breakeven import BreakEvenReading, breakeven_reading
 from specmon.measure.compare import Comparison, compare
@@ -198,7 +199,9 @@ def acceptance_of(metrics: MetricsDelta | None, outcomes: Sequence[Outcome]) -> 
         if counters.drafts > 0:
             mean_len = 1.0 + counters.accepted_tokens / counters.drafts
             drafted = counters.draft_tokens / counters.drafts
-            survival = tuple(n / counters.drafts for n in counters.accepted_per_position)
+            survival = tuple(
+                arithmetic.survival(counters.accepted_per_position, counters.drafts) or ()
+            )
         if counters.draft_tokens > 0:
             counters_ratio = counters.accepted_tokens / counters.draft_tokens
         elif any(o.ok for o in outcomes):

@@ -10,7 +10,6 @@ servers are never loaded at the same time: on one machine they would slow each o
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -35,7 +34,7 @@ from specmon.measure.results import (
     SideRun,
     WorkloadRun,
 )
-from specmon.windows import CounterHistory
+from specmon.windows import increase
 
 __all__ = ["Plan", "ProgressFn", "Unreachable", "measure", "request_payload"]
 
@@ -159,11 +158,7 @@ def _delta(before: MetricsRead, after: MetricsRead) -> MetricsDelta:
     if previous is None:
         # The page was readable but had no counters yet: they started from zero.
         previous = SpecCounters(0, 0, 0)
-    history = CounterHistory(retention=math.inf)
-    history.add(before.time, previous)
-    history.add(max(after.time, before.time + 1e-6), reading.counters)
-    window = history.window(math.inf)
-    assert window is not None
+    window = increase(previous, reading.counters)
     counters = replace(window.as_counters(), rounded=reading.counters.rounded)
     return MetricsDelta(counters=counters, engine=engine, resets=window.resets, notes=notes)
 

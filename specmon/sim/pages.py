@@ -142,6 +142,7 @@ class PageTemplate:
         self._number = number
         self._per_pos_number = per_pos_number or number
         self._parts: list[str | _Slot] = []
+        self._by_model: dict[str, list[str | _Slot]] = {}
         seen_pos: set[str] = set()
         buffer: list[str] = []
 
@@ -180,19 +181,30 @@ class PageTemplate:
             self._parts.append(_Slot(slot, head, match.group(4)))
         flush()
 
+    def _parts_for(self, model: str) -> list[str | _Slot]:
+        """The template's parts with the simulated model's name, computed once per model."""
+        parts = self._by_model.get(model)
+        if parts is None:
+            tm = self._template_model
+            if tm is None:
+                parts = self._parts
+            else:
+                label = model.replace("\\", "\\\\").replace('"', '\\"')
+                old, new = f'model_name="{tm}"', f'model_name="{label}"'
+                parts = [
+                    p.replace(old, new)
+                    if isinstance(p, str)
+                    else _Slot(p.kind, p.head.replace(old, new), p.tail)
+                    for p in self._parts
+                ]
+            self._by_model[model] = parts
+        return parts
+
     def render(self, engine: SimEngine, *, model: str, running: float | None = None) -> str:
         c = engine.counters
         s = engine.settings
         spec = s.speculation
         out: list[str] = []
-        model_label = model.replace("\\", "\\\\").replace('"', '\\"')
-        tm = self._template_model
-
-        def head(text: str) -> str:
-            if tm is not None:
-                return text.replace(f'model_name="{tm}"', f'model_name="{model_label}"')
-            return text
-
         values = {
             _DRAFTS: float(c.drafts),
             _DRAFT_TOKENS: float(c.draft_tokens),
@@ -200,9 +212,9 @@ class PageTemplate:
             _RUNNING: float(running if running is not None else s.requests_running),
             _GENERATED: float(c.generation_tokens),
         }
-        for part in self._parts:
+        for part in self._parts_for(model):
             if isinstance(part, str):
-                out.append(head(part) if tm is not None else part)
+                out.append(part)
                 continue
             kind = part.kind
             if kind in _SPEC_SLOTS and not spec and self.family != "llamacpp":
@@ -218,23 +230,23 @@ class PageTemplate:
                     continue
                 out.append(part.head)
             elif kind in values:
-                out.append(f"{head(part.head)}{self._number(values[kind])}{part.tail}\n")
+                out.append(f"{part.head}{self._number(values[kind])}{part.tail}\n")
             elif kind == _CREATED:
-                out.append(f"{head(part.head)}{go_float(engine.started_wall)}{part.tail}\n")
+                out.append(f"{part.head}{go_float(engine.started_wall)}{part.tail}\n")
             elif kind == _PER_POS:
                 if self.family == "llamacpp" and not c.positions_published:
                     continue
                 for i, count in enumerate(c.per_pos):
-                    line_head = _POSITION.sub(f'position="{i}"', head(part.head))
+                    line_head = _POSITION.sub(f'position="{i}"', part.head)
                     out.append(f"{line_head}{self._per_pos_number(float(count))}{part.tail}\n")
             elif kind == _PER_POS_CREATED:
                 for i in range(len(c.per_pos)):
-                    line_head = _POSITION.sub(f'position="{i}"', head(part.head))
+                    line_head = _POSITION.sub(f'position="{i}"', part.head)
                     out.append(f"{line_head}{go_float(engine.started_wall)}{part.tail}\n")
             elif kind == _ACCEPT_LENGTH:
-                out.append(f"{head(part.head)}{self._number(_sglang_length(engine))}{part.tail}\n")
+                out.append(f"{part.head}{self._number(_sglang_length(engine))}{part.tail}\n")
             elif kind == _ACCEPT_RATE:
-                out.append(f"{head(part.head)}{self._number(_sglang_rate(engine))}{part.tail}\n")
+                out.append(f"{part.head}{self._number(_sglang_rate(engine))}{part.tail}\n")
         return "".join(out)
 
 
