@@ -4,7 +4,9 @@ reports, in one pure function shared by the daemon, ``specmon inspect`` and ``sp
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from specmon import arithmetic
@@ -13,13 +15,57 @@ from specmon.engines.model import SpecCounters, SpecGauges
 __all__ = [
     "DEFAULT_DRAFT_COST",
     "AcceptanceReport",
+    "Basis",
+    "ChainLengthSource",
     "PositionStat",
+    "basis",
     "report_from_counters",
     "report_from_gauges",
 ]
 
-#: Draft cost used when none is configured (a small draft model, per the lesson's table).
+#: Draft cost used when none is configured (a small draft model; see docs/background.md).
 DEFAULT_DRAFT_COST = 0.1
+
+
+class ChainLengthSource(StrEnum):
+    """Where the chain length k behind a figure came from."""
+
+    #: ``chain_length`` in specmon's configuration (or on the command line).
+    CONFIGURED = "configured"
+    #: The number of per-position series the engine publishes.
+    DETECTED = "detected"
+    #: vLLM V0: the k whose expected efficiency matches the published one.
+    INFERRED = "inferred"
+
+
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What every verdict on a model rests on: the chain length k, where it came from, the
+    draft cost c and the break-even alpha at (k, c). Resolved only by :func:`basis`."""
+
+    chain_length: int | None
+    chain_length_source: ChainLengthSource | None
+    draft_cost: float
+    breakeven_alpha: float | None
+
+
+def basis(
+    *,
+    draft_cost: float,
+    configured_chain_length: int | None = None,
+    detected_chain_length: int | None = None,
+) -> Basis:
+    """Resolve k (configured wins over detected; a detected 0 means unknown) and the
+    break-even alpha. The one place where either is decided."""
+    if configured_chain_length is not None:
+        k: int | None = configured_chain_length
+        source: ChainLengthSource | None = ChainLengthSource.CONFIGURED
+    elif detected_chain_length:
+        k, source = detected_chain_length, ChainLengthSource.DETECTED
+    else:
+        k, source = None, None
+    breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k is not None else None
+    return Basis(k, source, draft_cost, breakeven)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +81,7 @@ class AcceptanceReport:
     draft_tokens: int | None
     accepted_tokens: int | None
     chain_length: int | None
-    #: "configured", "detected" (number of position series) or "inferred" (vLLM V0 efficiency).
-    chain_length_source: str | None
+    chain_length_source: ChainLengthSource | None
     draft_cost: float
     positions: tuple[PositionStat, ...]
     mean_acceptance_length: float | None
@@ -49,60 +94,56 @@ class AcceptanceReport:
     best_speedup: float | None
     notes: tuple[str, ...] = ()
 
+    @property
+    def basis(self) -> Basis:
+        return Basis(
+            self.chain_length, self.chain_length_source, self.draft_cost, self.breakeven_alpha
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "drafts": self.drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "chain_length": self.chain_length,
-            "chain_length_source": self.chain_length_source,
-            "draft_cost": self.draft_cost,
-            "positions": [
-                {"position": p.position, "survival": p.survival, "conditional": p.conditional}
-                for p in self.positions
-            ],
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "draft_acceptance_ratio": self.draft_acceptance_ratio,
-            "alpha": self.alpha,
-            "breakeven_alpha": self.breakeven_alpha,
-            "alpha_margin": self.alpha_margin,
-            "expected_speedup": self.expected_speedup,
-            "best_chain_length": self.best_chain_length,
-            "best_speedup": self.best_speedup,
-            "notes": list(self.notes),
-        }
-
-
-def _chain_length(configured: int | None, detected: int) -> tuple[int | None, str | None]:
-    if configured is not None:
-        return configured, "configured"
-    if detected > 0:
-        return detected, "detected"
-    return None, None
+        return dataclasses.asdict(self)
 
 
 def report_from_counters(
     counters: SpecCounters,
     *,
     draft_cost: float,
-    chain_length: int | None = None,
+    configured_chain_length: int | None = None,
+    detected_chain_length: int | None = None,
 ) -> AcceptanceReport:
     """Every figure from counter values (lifetime or a window's increase).
 
-    ``chain_length`` None means "detect from the number of position series".
+    The chain length is ``configured_chain_length`` when given, else
+    ``detected_chain_length`` (the position series the engine publishes now; default: those
+    in ``counters``).
     """
     notes: list[str] = []
     per_pos = counters.accepted_per_position
-    k, k_source = _chain_length(chain_length, len(per_pos))
+    detected = len(per_pos) if detected_chain_length is None else detected_chain_length
+    resolved = basis(
+        draft_cost=draft_cost,
+        configured_chain_length=configured_chain_length,
+        detected_chain_length=detected,
+    )
+    k, k_source, breakeven = (
+        resolved.chain_length,
+        resolved.chain_length_source,
+        resolved.breakeven_alpha,
+    )
     drafts = counters.drafts
-    breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k is not None else None
     if k is None:
         notes.append("chain length unknown: no per-position series yet; configure chain_length")
-    elif k_source == "configured" and per_pos and len(per_pos) != k:
-        notes.append(
-            f"configured chain length {k} differs from the {len(per_pos)} position series "
-            "the engine publishes"
-        )
+    elif per_pos and len(per_pos) != k:
+        if k_source is ChainLengthSource.CONFIGURED:
+            notes.append(
+                f"configured chain length {k} differs from the {len(per_pos)} position series "
+                "the engine publishes"
+            )
+        else:
+            notes.append(
+                f"the window spans a chain-length change: {len(per_pos)} position series in "
+                f"the window, {k} published now"
+            )
     if breakeven is None and k is not None and k > 0:
         notes.append(f"no alpha breaks even at draft cost {draft_cost}: speculation cannot pay")
 
@@ -173,7 +214,7 @@ def report_from_gauges(
     gauges: SpecGauges,
     *,
     draft_cost: float,
-    chain_length: int | None = None,
+    configured_chain_length: int | None = None,
 ) -> AcceptanceReport:
     """Figures for engines that publish gauges only (vLLM V0, SGLang).
 
@@ -181,7 +222,8 @@ def report_from_gauges(
     S(alpha, k', c); they are estimates, and the notes say so.
     """
     notes = [f"gauges over the engine's {gauges.scope}; no per-position data"]
-    k, k_source = chain_length, ("configured" if chain_length is not None else None)
+    k = configured_chain_length
+    k_source = ChainLengthSource.CONFIGURED if k is not None else None
     alpha: float | None = None
     mean_len = gauges.mean_acceptance_length
     if gauges.acceptance_rate is not None and gauges.mean_acceptance_length is None:
@@ -189,7 +231,7 @@ def report_from_gauges(
         alpha = gauges.acceptance_rate
         if k is None and gauges.efficiency is not None:
             k = infer_chain_length(alpha, gauges.efficiency)
-            k_source = "inferred" if k is not None else None
+            k_source = ChainLengthSource.INFERRED if k is not None else None
             if k is not None:
                 notes.append(f"chain length {k} inferred from spec_decode_efficiency")
         if k is not None and gauges.efficiency is not None:
@@ -198,7 +240,7 @@ def report_from_gauges(
         alpha = arithmetic.effective_alpha(mean_len - 1.0, k)
     if k is None:
         notes.append("chain length unknown: configure chain_length")
-    breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k is not None else None
+    breakeven = basis(draft_cost=draft_cost, configured_chain_length=k).breakeven_alpha
     margin = alpha - breakeven if alpha is not None and breakeven is not None else None
     expected = best_speed = None
     best_k: int | None = None

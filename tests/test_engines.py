@@ -82,7 +82,7 @@ def test_vllm_v0_lifetime_gauges() -> None:
     assert model.counters is None
     assert model.gauges is not None and model.gauges.scope == "lifetime"
     assert any("no window and no per-position data" in n for n in reading.notes)
-    report = report_from_gauges(model.gauges, draft_cost=0.1, chain_length=4)
+    report = report_from_gauges(model.gauges, draft_cost=0.1, configured_chain_length=4)
     assert report.alpha == 0.6
     assert report.positions == ()
     # mean acceptance length from efficiency: emitted / steps = efficiency * (k + 1)
@@ -160,7 +160,7 @@ def test_sglang_gauges_need_configured_chain_length() -> None:
     assert model.gauges is not None
     unknown = report_from_gauges(model.gauges, draft_cost=0.1)
     assert unknown.alpha is None and unknown.chain_length is None
-    known = report_from_gauges(model.gauges, draft_cost=0.1, chain_length=3)
+    known = report_from_gauges(model.gauges, draft_cost=0.1, configured_chain_length=3)
     assert known.alpha is not None
     # alpha + alpha^2 + alpha^3 == 1.8
     assert known.alpha + known.alpha**2 + known.alpha**3 == pytest.approx(1.8)

@@ -178,8 +178,12 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
             best = "-" if r.best_chain_length is None else str(r.best_chain_length)
             speed = f"{r.expected_speedup:7.2f}x" if r.expected_speedup is not None else f"{'-':>8}"
             alpha = f"{r.alpha:6.3f}" if r.alpha is not None else f"{'-':>6}"
-            be = f"{model.breakeven:6.3f}" if model.breakeven is not None else f"{'-':>6}"
-            k = "-" if model.chain_length is None else str(model.chain_length)
+            be = (
+                f"{model.basis.breakeven_alpha:6.3f}"
+                if model.basis.breakeven_alpha is not None
+                else f"{'-':>6}"
+            )
+            k = "-" if model.basis.chain_length is None else str(model.basis.chain_length)
             spark = _spark([p.survival for p in r.positions])
             survival = " ".join(f"{p.survival:.2f}" for p in r.positions if p.survival is not None)
             up = paint("up    ", _GREEN)

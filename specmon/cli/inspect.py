@@ -129,12 +129,14 @@ def _report(
         elif before is not None:
             notes.append("the earlier page has no data for this model; lifetime figures shown")
         return report_from_counters(
-            counters, draft_cost=cost, chain_length=args.chain_length
+            counters, draft_cost=cost, configured_chain_length=args.chain_length
         ), notes
     assert after.gauges is not None
     if before is not None:
         notes.append("this engine publishes gauges, not counters: the later page is shown")
-    return report_from_gauges(after.gauges, draft_cost=cost, chain_length=args.chain_length), notes
+    return report_from_gauges(
+        after.gauges, draft_cost=cost, configured_chain_length=args.chain_length
+    ), notes
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

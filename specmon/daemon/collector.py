@@ -144,17 +144,19 @@ class TargetCollector(Collector):
 
 
 def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> None:
-    if model.chain_length is not None:
+    if model.basis.chain_length is not None:
         fam.gauge(
             "specmon_chain_length",
             "Chain length k in use: the configured chain_length, else the number of position "
             "series the engine publishes.",
-        ).add_sample("specmon_chain_length", labels, float(model.chain_length))
+        ).add_sample("specmon_chain_length", labels, float(model.basis.chain_length))
     fam.gauge(
         "specmon_draft_cost_ratio",
         "Draft cost c: one drafted token's cost as a fraction of a target step "
         "(source=configured: from specmon's config).",
-    ).add_sample("specmon_draft_cost_ratio", {**labels, "source": "configured"}, model.draft_cost)
+    ).add_sample(
+        "specmon_draft_cost_ratio", {**labels, "source": "configured"}, model.basis.draft_cost
+    )
     if model.requests_running is not None:
         fam.gauge(
             "specmon_requests_running",
@@ -162,12 +164,12 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
             "llamacpp:requests_processing, sglang:num_running_reqs): concurrency, which eats "
             "speculation's gain.",
         ).add_sample("specmon_requests_running", labels, model.requests_running)
-    if model.breakeven is not None:
+    if model.basis.breakeven_alpha is not None:
         fam.gauge(
             "specmon_breakeven_alpha_ratio",
             "Break-even alpha for (k, c): S(alpha) = (1 - alpha^(k+1)) / ((1 - alpha)(1 + k c)) "
             "= 1. Below it speculation costs time.",
-        ).add_sample("specmon_breakeven_alpha_ratio", labels, model.breakeven)
+        ).add_sample("specmon_breakeven_alpha_ratio", labels, model.basis.breakeven_alpha)
     if model.totals_drafts is not None:
         for name, value, what in (
             ("specmon_drafts", model.totals_drafts, "drafts (num_drafts)"),

@@ -119,12 +119,12 @@ def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bo
                 f"<td class='num'>{escape(window.window) if window else '&ndash;'}"
                 f"<br><span class='muted'>{window.drafts if window and window.drafts is not None else 0} drafts</span></td>"
                 f"<td class='num'>{_fmt(report.alpha if report else None)}</td>"
-                f"<td class='num'>{_fmt(model.breakeven)}</td>"
+                f"<td class='num'>{_fmt(model.basis.breakeven_alpha)}</td>"
                 f"<td class='num'>{_margin(report.alpha_margin if report else None)}</td>"
                 f"<td class='num'>{_fmt(report.expected_speedup if report else None, 2, '&times;')}</td>"
-                f"<td class='num'>{model.chain_length if model.chain_length is not None else '&ndash;'}"
+                f"<td class='num'>{model.basis.chain_length if model.basis.chain_length is not None else '&ndash;'}"
                 f" / {best_text}</td>"
-                f"<td class='num'>{model.draft_cost:g}</td>"
+                f"<td class='num'>{model.basis.draft_cost:g}</td>"
                 f"<td>{_bars(window)}</td>"
                 "</tr>"
             )
@@ -188,10 +188,10 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "models": [
                     {
                         "model": m.model,
-                        "chain_length": m.chain_length,
-                        "chain_length_source": m.chain_length_source,
-                        "draft_cost": m.draft_cost,
-                        "breakeven_alpha": m.breakeven,
+                        "chain_length": m.basis.chain_length,
+                        "chain_length_source": m.basis.chain_length_source,
+                        "draft_cost": m.basis.draft_cost,
+                        "breakeven_alpha": m.basis.breakeven_alpha,
                         "resets": m.resets,
                         "requests_running": m.requests_running,
                         "windows": [_report_json(w) for w in m.windows],

@@ -12,10 +12,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.arithmetic import breakeven_alpha
 from specmon.daemon.config import TargetConfig, format_duration
 from specmon.engines import Engine, ModelReading, PageReading, SpecGauges
-from specmon.report import AcceptanceReport, report_from_counters, report_from_gauges
+from specmon.report import (
+    AcceptanceReport,
+    Basis,
+    basis,
+    report_from_counters,
+    report_from_gauges,
+)
 from specmon.windows import CounterHistory, GaugeHistory
 
 __all__ = ["Event", "ModelView", "TargetState", "TargetView", "WindowView", "display_url"]
@@ -44,10 +49,8 @@ class WindowView:
 @dataclass(frozen=True, slots=True)
 class ModelView:
     model: str
-    chain_length: int | None
-    chain_length_source: str | None
-    draft_cost: float
-    breakeven: float | None
+    #: Chain length, its source, draft cost and break-even alpha (resolved by report.basis).
+    basis: Basis
     totals_drafts: int | None
     totals_draft_tokens: int | None
     totals_accepted: int | None
@@ -255,9 +258,10 @@ class TargetState:
         # Detected k: the page's position series, or (after a restart, before llama.cpp
         # republishes them) the most any retained reading had.
         detected = len(model.counters.accepted_per_position) or history.max_positions()
-        k = cfg.chain_length if cfg.chain_length is not None else (detected or None)
-        source = (
-            "configured" if cfg.chain_length is not None else ("detected" if detected else None)
+        model_basis = basis(
+            draft_cost=cfg.draft_cost,
+            configured_chain_length=cfg.chain_length,
+            detected_chain_length=detected,
         )
         windows = []
         for seconds in self._windows:
@@ -267,7 +271,12 @@ class TargetState:
                 windows.append(WindowView(label, seconds, None, None, None))
                 continue
             report = (
-                report_from_counters(delta.as_counters(), draft_cost=cfg.draft_cost, chain_length=k)
+                report_from_counters(
+                    delta.as_counters(),
+                    draft_cost=cfg.draft_cost,
+                    configured_chain_length=cfg.chain_length,
+                    detected_chain_length=detected,
+                )
                 if delta.drafts > 0
                 else None
             )
@@ -285,10 +294,7 @@ class TargetState:
         totals = history.totals()
         return ModelView(
             model=model.model,
-            chain_length=k,
-            chain_length_source=source,
-            draft_cost=cfg.draft_cost,
-            breakeven=_breakeven(k, cfg.draft_cost),
+            basis=model_basis,
             totals_drafts=totals.drafts if totals else None,
             totals_draft_tokens=totals.draft_tokens if totals else None,
             totals_accepted=totals.accepted_tokens if totals else None,
@@ -302,10 +308,10 @@ class TargetState:
         windows: list[WindowView] = []
         if gauges.scope == "lifetime":
             report = report_from_gauges(
-                gauges, draft_cost=cfg.draft_cost, chain_length=cfg.chain_length
+                gauges, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
             )
             windows.append(WindowView("lifetime", 0.0, None, None, report))
-            k, source = report.chain_length, report.chain_length_source
+            model_basis = report.basis
         else:
             length_h, rate_h = self._gauges[model]
             for seconds in self._windows:
@@ -317,17 +323,13 @@ class TargetState:
                     acceptance_rate=rate[0] if rate else None,
                 )
                 report = report_from_gauges(
-                    averaged, draft_cost=cfg.draft_cost, chain_length=cfg.chain_length
+                    averaged, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
                 )
                 windows.append(WindowView(format_duration(seconds), seconds, None, None, report))
-            k = cfg.chain_length
-            source = "configured" if k is not None else None
+            model_basis = basis(draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length)
         return ModelView(
             model=model,
-            chain_length=k,
-            chain_length_source=source,
-            draft_cost=cfg.draft_cost,
-            breakeven=_breakeven(k, cfg.draft_cost),
+            basis=model_basis,
             totals_drafts=None,
             totals_draft_tokens=None,
             totals_accepted=None,
@@ -349,16 +351,12 @@ class TargetState:
             "model": view.model,
             "window": window.window,
             "alpha": round(window.report.alpha or 0.0, 4),
-            "breakeven": round(view.breakeven or 0.0, 4),
+            "breakeven": round(view.basis.breakeven_alpha or 0.0, 4),
             "margin": round(margin, 4),
         }
         if sign < 0:
             return [Event("warning", "margin_below_breakeven", fields)]
         return [Event("info", "margin_above_breakeven", fields)]
-
-
-def _breakeven(k: int | None, c: float) -> float | None:
-    return breakeven_alpha(k, c) if k is not None else None
 
 
 def _engine_name(engine: Engine | None) -> str:

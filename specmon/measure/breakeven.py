@@ -107,7 +107,9 @@ def breakeven_reading(
         )
     else:
         needed = 1.0 + k_drafted * cost
-        report = report_from_counters(counters, draft_cost=cost, chain_length=chain_length)
+        report = report_from_counters(
+            counters, draft_cost=cost, configured_chain_length=chain_length
+        )
         k = report.chain_length
         alpha, breakeven, margin = report.alpha, report.breakeven_alpha, report.alpha_margin
         best_k, best_speed = report.best_chain_length, report.best_speedup
