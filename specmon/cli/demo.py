@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from specmon.daemon.app import Daemon, parse_listen_address
+from specmon.daemon.app import Daemon
 from specmon.daemon.target import TargetView
 from specmon.logs import configure_logging
+from specmon.parsing import parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import Phase, Scenario

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specmon.daemon.app import Daemon, parse_listen_address
-from specmon.daemon.config import ConfigError, format_duration, load_config, load_file_sd
+from specmon.daemon.app import Daemon
+from specmon.daemon.config import load_config
+from specmon.daemon.file_sd import load_file_sd
 from specmon.logs import LEVELS, configure_logging
+from specmon.parsing import ConfigError, format_duration, parse_listen_address
 
 __all__ = ["add_parsers"]
 

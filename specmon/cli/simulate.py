@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.cli._args import chain_length, unit_ratio
-from specmon.daemon.app import parse_listen_address
-from specmon.daemon.config import ConfigError
+from specmon.parsing import ConfigError, parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import Scenario, load_scenario

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import glob
 import gzip
 import json
 import platform
@@ -27,38 +26,24 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 
 from specmon import __version__
+from specmon.daemon import metrics as m
 from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import (
     Config,
     ConfigError,
-    FileSDConfig,
     TargetConfig,
     default_config,
-    format_duration,
     load_config,
-    load_file_sd,
 )
+from specmon.daemon.file_sd import FileSD
+from specmon.daemon.metrics import MetricDef
 from specmon.daemon.scraper import SCRAPE_RESULTS, TargetScraper
 from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState, TargetView
 from specmon.logs import get_logger
+from specmon.parsing import format_duration, parse_listen_address
 
-__all__ = ["Daemon", "parse_listen_address"]
-
-
-def parse_listen_address(address: str) -> tuple[str | None, int]:
-    """``:10920`` (all interfaces), ``127.0.0.1:10920``, ``[::1]:10920``."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"{address!r}: expected HOST:PORT or :PORT")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"{address!r}: port {port_text!r} is not a number") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"{address!r}: port out of range")
-    host = host.strip("[]")
-    return (host or None), port
+__all__ = ["Daemon"]
 
 
 @dataclass
@@ -69,41 +54,23 @@ class _Running:
 
 
 class _OwnMetrics:
-    """specmon's own instruments: ordinary prometheus_client metrics in the daemon's registry."""
+    """specmon's own instruments: ordinary prometheus_client metrics in the daemon's registry,
+    declared in :mod:`specmon.daemon.metrics` like every other family."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.scrapes_total = Counter(
-            "specmon_scrapes",
-            "Scrapes of each target by specmon, by result (success, http_error, timeout, "
-            "connection_error, too_large, parse_error, internal_error).",
-            ["target", "result"],
-            registry=registry,
-        )
-        build = Gauge(
-            "specmon_build_info",
-            "specmon's version and Python version; always 1.",
-            ["version", "python"],
-            registry=registry,
-        )
+        def counter(d: MetricDef) -> Counter:
+            return Counter(d.name, d.help, list(d.labels), registry=registry)
+
+        def gauge(d: MetricDef) -> Gauge:
+            return Gauge(d.name, d.help, list(d.labels), registry=registry)
+
+        self.scrapes_total = counter(m.SCRAPES)
+        build = gauge(m.BUILD_INFO)
         build.labels(version=__version__, python=platform.python_version()).set(1)
-        self.reload_ok = Gauge(
-            "specmon_config_last_reload_successful",
-            "1 if the last configuration (re)load succeeded; 0 means the old config is still in use.",
-            registry=registry,
-        )
-        self.reload_time = Gauge(
-            "specmon_config_last_reload_success_timestamp_seconds",
-            "Unix time of the last successful configuration (re)load.",
-            registry=registry,
-        )
-        self.targets = Gauge(
-            "specmon_targets", "Targets specmon currently scrapes.", registry=registry
-        )
-        self.file_sd_errors = Counter(
-            "specmon_file_sd_read_errors",
-            "Failed reads of file_sd files (the targets from the last good read are kept).",
-            registry=registry,
-        )
+        self.reload_ok = gauge(m.RELOAD_OK)
+        self.reload_time = gauge(m.RELOAD_TIME)
+        self.targets = gauge(m.TARGETS)
+        self.file_sd_errors = counter(m.FILE_SD_ERRORS)
 
 
 class Daemon:
@@ -125,11 +92,11 @@ class Daemon:
             with contextlib.suppress(ValueError):
                 self.registry.register(collector)
         self.metrics = _OwnMetrics(self.registry)
-        self.registry.register(TargetCollector(self.views))
+        self._export_errors_logged: set[tuple[str, str]] = set()
+        self.registry.register(TargetCollector(lambda: self.views(), on_error=self._export_failed))
         self.config: Config | None = None
         self._running: dict[str, _Running] = {}
-        self._file_sd_targets: dict[str, list[TargetConfig]] = {}
-        self._file_sd_mtimes: dict[str, tuple[float, int]] = {}
+        self._file_sd = FileSD(on_error=self._file_sd_error, on_loaded=self._file_sd_loaded)
         self._file_sd_task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._pending_first: set[str] = set()
@@ -145,6 +112,19 @@ class Daemon:
         return [
             r.state.view for r in sorted(self._running.values(), key=lambda r: r.state.config.name)
         ]
+
+    def _export_failed(self, target: str, exc: BaseException) -> None:
+        """A target's view could not be exported (a bug): log it once per target and kind."""
+        key = (target, type(exc).__name__)
+        if key in self._export_errors_logged:
+            return
+        self._export_errors_logged.add(key)
+        self.log.error(
+            "export_failed",
+            target=target,
+            error=f"{type(exc).__name__}: {str(exc)[:200]}",
+            kept="specmon_up and the scrape duration; the target's figures are left out",
+        )
 
     @property
     def ready(self) -> bool:
@@ -189,28 +169,33 @@ class Daemon:
 
     def _desired_targets(self, config: Config) -> list[TargetConfig]:
         desired: dict[str, TargetConfig] = {t.name: t for t in config.targets}
-        for path in sorted(self._file_sd_targets):
-            for target in self._file_sd_targets[path]:
-                if target.name in desired:
-                    self.log.warning(
-                        "file_sd_duplicate_target",
-                        target=target.name,
-                        file=path,
-                        kept=desired[target.name].origin,
-                    )
-                    continue
-                desired[target.name] = target
+        for path, target in self._file_sd.targets():
+            if target.name in desired:
+                self.log.warning(
+                    "file_sd_duplicate_target",
+                    target=target.name,
+                    file=path,
+                    kept=desired[target.name].origin,
+                )
+                continue
+            desired[target.name] = target
         return list(desired.values())
 
     def _apply(self, config: Config) -> None:
         first = self.config is None
         self.config = config
         if self.config_path is not None and not config.file_sd:
-            self._file_sd_targets.clear()
-        self._refresh_file_sd(config)
+            self._file_sd.clear()
+        self._file_sd.refresh(config)
         self._sync_targets(config, initial=first)
         if self._file_sd_task is None and config.file_sd:
-            self._file_sd_task = asyncio.create_task(self._watch_file_sd())
+            self._file_sd_task = asyncio.create_task(
+                self._file_sd.watch(
+                    config=lambda: self.config,
+                    on_change=lambda c: self._sync_targets(c, initial=False),
+                    on_failure=lambda: self.log.exception("file_sd_refresh_failed"),
+                )
+            )
 
     def _sync_targets(self, config: Config, *, initial: bool) -> None:
         glob_cfg = config.global_
@@ -259,57 +244,12 @@ class Daemon:
 
     # -- file_sd ----------------------------------------------------------------------------
 
-    def _refresh_file_sd(self, config: Config) -> bool:
-        """Re-read changed file_sd files. Returns True when the target list changed."""
-        changed = False
-        seen: set[str] = set()
-        for sd in config.file_sd:
-            for pattern in sd.files:
-                for path in sorted(glob.glob(pattern)):
-                    seen.add(path)
-                    changed |= self._read_file_sd(Path(path), sd, config)
-        for gone in set(self._file_sd_targets) - seen:
-            del self._file_sd_targets[gone]
-            self._file_sd_mtimes.pop(gone, None)
-            changed = True
-        return changed
+    def _file_sd_error(self, path: str, problems: list[str]) -> None:
+        self.metrics.file_sd_errors.inc()
+        self.log.error("file_sd_invalid", file=path, problems=problems, kept="previous targets")
 
-    def _read_file_sd(self, path: Path, sd: FileSDConfig, config: Config) -> bool:
-        try:
-            stat = path.stat()
-        except OSError:
-            return False
-        key = str(path)
-        stamp = (stat.st_mtime, stat.st_size)
-        if self._file_sd_mtimes.get(key) == stamp:
-            return False
-        self._file_sd_mtimes[key] = stamp
-        targets, problems = load_file_sd(path, sd, config.global_)
-        if problems:
-            self.metrics.file_sd_errors.inc()
-            self.log.error("file_sd_invalid", file=key, problems=problems, kept="previous targets")
-            return False
-        self._file_sd_targets[key] = targets
-        self.log.info("file_sd_loaded", file=key, targets=len(targets))
-        return True
-
-    async def _watch_file_sd(self) -> None:
-        while True:
-            config = self.config
-            interval = (
-                min((sd.refresh_interval for sd in config.file_sd), default=30.0)
-                if config
-                else 30.0
-            )
-            await asyncio.sleep(interval)
-            config = self.config
-            if config is None or not config.file_sd:
-                continue
-            try:
-                if self._refresh_file_sd(config):
-                    self._sync_targets(config, initial=False)
-            except Exception:  # keep watching whatever happens
-                self.log.exception("file_sd_refresh_failed")
+    def _file_sd_loaded(self, path: str, count: int) -> None:
+        self.log.info("file_sd_loaded", file=path, targets=count)
 
     # -- HTTP -------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.daemon.config import TargetConfig, format_duration
+from specmon.daemon.config import TargetConfig
 from specmon.engines import Engine, ModelReading, PageReading, SpecGauges
+from specmon.parsing import format_duration
 from specmon.report import (
     AcceptanceReport,
     Basis,

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from specmon.daemon.config import ConfigError, parse_duration
+from specmon.parsing import ConfigError, parse_duration
 from specmon.sim.engine import Mode, SimSettings
 
 __all__ = ["Phase", "Scenario", "load_scenario", "parse_scenario"]

@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from specmon.daemon.config import (
-    ConfigError,
-    FileSDConfig,
-    GlobalConfig,
-    format_duration,
-    load_file_sd,
-    parse_config,
-    parse_duration,
-)
+from specmon.daemon.config import FileSDConfig, GlobalConfig, parse_config
+from specmon.daemon.file_sd import load_file_sd
 from specmon.engines import Engine
+from specmon.parsing import ConfigError, format_duration, parse_duration
 
 GOOD = """\
 global:
@@ -63,7 +57,11 @@ def test_defaults() -> None:
 
 BAD_CASES = [
     ("empty", "", ["targets: no targets and no file_sd_configs: nothing to watch"]),
-    ("not a mapping", "- a\n- b\n", ["the file must be a mapping (global:, targets:), not a list"]),
+    (
+        "not a mapping",
+        "- a\n- b\n",
+        ["the file must be a mapping (global:, targets:, file_sd_configs:), not a list"],
+    ),
     (
         "yaml syntax",
         "global: [1, 2\n",

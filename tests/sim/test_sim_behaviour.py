@@ -12,8 +12,8 @@ import urllib.request
 import pytest
 
 from specmon.arithmetic import effective_alpha, expected_tokens
-from specmon.daemon.config import ConfigError
 from specmon.engines import read_page
+from specmon.parsing import ConfigError
 from specmon.report import report_from_counters
 from specmon.sim.engine import Mode, SimEngine, SimSettings
 from specmon.sim.pages import PageKind

@@ -1,0 +1,400 @@
+"""Every metric family the daemon serves, declared once: name, type, help, labels, and the
+longer meaning docs/metrics.md shows.
+
+The collector builds its families from these declarations, specmon's own instruments are
+created from them, docs/metrics.md's tables are generated from them
+(``python -m specmon.daemon.metrics`` rewrites the generated part), and a test fails when the
+daemon serves a family that is not declared here.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+__all__ = [
+    "FAMILIES",
+    "STANDARD_PREFIXES",
+    "Kind",
+    "MetricDef",
+    "Scope",
+    "by_name",
+    "render_markdown",
+]
+
+
+class Kind(StrEnum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
+class Scope(StrEnum):
+    """Which table of docs/metrics.md a family belongs to (and what its series are per)."""
+
+    TARGET = "Per target"
+    MODEL = "Per target and model"
+    WINDOW = "Per target, model and window"
+    OWN = "specmon's own"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    #: Family name; a counter's samples carry ``_total`` on top of it.
+    name: str
+    kind: Kind
+    #: The HELP text: what the number is and where it comes from.
+    help: str
+    #: Label names every series carries, in order (targets add their constant labels).
+    labels: tuple[str, ...]
+    scope: Scope
+    #: The meaning for docs/metrics.md when it says more than the HELP text.
+    doc: str = ""
+
+    @property
+    def sample_name(self) -> str:
+        return self.name + "_total" if self.kind is Kind.COUNTER else self.name
+
+    @property
+    def meaning(self) -> str:
+        return self.doc or self.help
+
+
+_T = ("target",)
+_TE = ("target", "engine")
+_M = ("target", "engine", "model")
+_W = (*_M, "window")
+_P = (*_W, "position")
+_SRC = "specmon's window over the engine's spec_decode counters"
+
+
+def _g(name: str, help_: str, labels: tuple[str, ...], scope: Scope, doc: str = "") -> MetricDef:
+    return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc)
+
+
+def _c(name: str, help_: str, labels: tuple[str, ...], scope: Scope, doc: str = "") -> MetricDef:
+    return MetricDef(name, Kind.COUNTER, help_, labels, scope, doc)
+
+
+UP = _g(
+    "specmon_up",
+    "1 if specmon's last scrape of the target succeeded (HTTP 200, a parseable page).",
+    _T,
+    Scope.TARGET,
+    "1 if the last scrape of the target succeeded (HTTP 200 and a parseable page), else 0",
+)
+SCRAPE_DURATION = _g(
+    "specmon_scrape_duration_seconds",
+    "Duration of specmon's last scrape of the target, successful or not.",
+    _T,
+    Scope.TARGET,
+)
+LAST_SUCCESS = _g(
+    "specmon_last_success_timestamp_seconds",
+    "Unix time of specmon's last successful scrape of the target.",
+    _T,
+    Scope.TARGET,
+    "Unix time of the last successful scrape (absent before the first)",
+)
+SPECULATION_ENABLED = _g(
+    "specmon_speculation_enabled",
+    "1 when the target's page carries speculative-decoding series, 0 when it is up "
+    "without them (speculation off, or metrics renamed).",
+    _TE,
+    Scope.TARGET,
+)
+MALFORMED_LINES = _g(
+    "specmon_page_malformed_lines",
+    "Lines of the target's last page that specmon examined and could not parse "
+    "(only the speculative-decoding families and the first line are examined).",
+    _T,
+    Scope.TARGET,
+    "lines of the last page that specmon examined and could not parse (an engine upgrade that "
+    "changed the format shows here)",
+)
+CHAIN_LENGTH = _g(
+    "specmon_chain_length",
+    "Chain length k in use: the configured chain_length, else the number of position "
+    "series the engine publishes.",
+    _M,
+    Scope.MODEL,
+)
+DRAFT_COST = _g(
+    "specmon_draft_cost_ratio",
+    "Draft cost c: one drafted token's cost as a fraction of a target step "
+    "(source=configured: from specmon's config).",
+    (*_M, "source"),
+    Scope.MODEL,
+    'c; `source="configured"` (from the config)',
+)
+REQUESTS_RUNNING = _g(
+    "specmon_requests_running",
+    "Requests the engine is running now (vllm:num_requests_running, "
+    "llamacpp:requests_processing, sglang:num_running_reqs): concurrency, which eats "
+    "speculation's gain.",
+    _M,
+    Scope.MODEL,
+    "requests the engine runs now (`vllm:num_requests_running`, "
+    "`llamacpp:requests_processing`, `sglang:num_running_reqs`)",
+)
+BREAKEVEN = _g(
+    "specmon_breakeven_alpha_ratio",
+    "Break-even alpha for (k, c): S(alpha) = (1 - alpha^(k+1)) / ((1 - alpha)(1 + k c)) "
+    "= 1. Below it speculation costs time.",
+    _M,
+    Scope.MODEL,
+    "alpha at which S(alpha, k, c) = 1",
+)
+DRAFTS = _c(
+    "specmon_drafts",
+    "Increase of the engine's drafts (num_drafts) counter seen by specmon since it started; "
+    "engine restarts are not counted as decreases.",
+    _M,
+    Scope.MODEL,
+    "drafts seen by specmon since it started (sum of non-negative counter increases; engine "
+    "restarts are not counted as decreases)",
+)
+DRAFT_TOKENS = _c(
+    "specmon_draft_tokens",
+    "Increase of the engine's draft tokens (num_draft_tokens) counter seen by specmon since it "
+    "started; engine restarts are not counted as decreases.",
+    _M,
+    Scope.MODEL,
+    "draft tokens seen by specmon since it started, likewise",
+)
+ACCEPTED_TOKENS = _c(
+    "specmon_accepted_tokens",
+    "Increase of the engine's accepted draft tokens (num_accepted_tokens) counter seen by "
+    "specmon since it started; engine restarts are not counted as decreases.",
+    _M,
+    Scope.MODEL,
+    "accepted draft tokens seen by specmon since it started, likewise",
+)
+ENGINE_RESETS = _c(
+    "specmon_engine_resets",
+    "Engine counter resets (restarts) detected by specmon since it started.",
+    _M,
+    Scope.MODEL,
+)
+WINDOW_DRAFTS = _g(
+    "specmon_window_drafts",
+    "Drafts counted in the window: the increase of the engine's num_drafts counter "
+    "(the sample size behind every ratio).",
+    _W,
+    Scope.WINDOW,
+)
+WINDOW_GENERATED = _g(
+    "specmon_window_generated_tokens",
+    "Tokens the engine generated in the window (vllm:generation_tokens_total, "
+    "llamacpp:tokens_predicted_total increase): traffic, with or without drafts.",
+    _W,
+    Scope.WINDOW,
+    "tokens the engine generated in the window (`vllm:generation_tokens_total`, "
+    '`llamacpp:tokens_predicted_total`); with `specmon_window_drafts` 0 it means "busy, but '
+    'nothing drafted" (llama.cpp publishes its speculative counters at 0 even with no draft '
+    "model, so this is how speculation being off shows there)",
+)
+WINDOW_SECONDS = _g(
+    "specmon_window_seconds",
+    "Time covered by the window's data (oldest to newest scrape inside the window).",
+    _W,
+    Scope.WINDOW,
+    "time actually covered by the window's data (less than the window while it fills)",
+)
+DRAFT_ACCEPTANCE = _g(
+    "specmon_draft_acceptance_ratio",
+    f"Accepted / drafted tokens in the window ({_SRC}: num_accepted_tokens / "
+    "num_draft_tokens increases).",
+    _W,
+    Scope.WINDOW,
+    "accepted / drafted tokens",
+)
+MEAN_ACCEPTANCE_LENGTH = _g(
+    "specmon_mean_acceptance_length",
+    f"Tokens per verification step including the bonus token: 1 + accepted / drafts ({_SRC}).",
+    _W,
+    Scope.WINDOW,
+    "1 + accepted / drafts (tokens per verification step, with the bonus token)",
+)
+POSITION_SURVIVAL = _g(
+    "specmon_position_survival_ratio",
+    "Share of drafts accepted at least this deep: per_pos[i] / drafts over the "
+    f"window ({_SRC}; position 1 = first drafted token).",
+    _P,
+    Scope.WINDOW,
+    "per_pos[i] / drafts: share of drafts accepted at least this far",
+)
+POSITION_CONDITIONAL = _g(
+    "specmon_position_conditional_ratio",
+    "Acceptance at this position given the previous one was accepted: "
+    f"per_pos[i] / per_pos[i-1] over the window ({_SRC}).",
+    _P,
+    Scope.WINDOW,
+    "per_pos[i] / per_pos[i-1] (position 1: per_pos[0] / drafts)",
+)
+ALPHA = _g(
+    "specmon_alpha_ratio",
+    "Effective per-token acceptance rate alpha: solves alpha + ... + alpha^k = accepted / "
+    f"drafts in the window ({_SRC}; k = specmon_chain_length).",
+    _W,
+    Scope.WINDOW,
+    "effective alpha: solves alpha + ... + alpha^k = accepted / drafts",
+)
+ALPHA_MARGIN = _g(
+    "specmon_alpha_margin_ratio",
+    "Effective alpha minus break-even alpha in the window; negative means speculation costs "
+    "time (specmon_alpha_ratio - specmon_breakeven_alpha_ratio).",
+    _W,
+    Scope.WINDOW,
+    "effective alpha minus break-even alpha",
+)
+EXPECTED_SPEEDUP = _g(
+    "specmon_expected_speedup_ratio",
+    "Expected speed-up over no speculation in the window: (1 + accepted / drafts) / "
+    f"(1 + c * draft_tokens / drafts) ({_SRC}; c = specmon_draft_cost_ratio).",
+    _W,
+    Scope.WINDOW,
+    "(1 + accepted / drafts) / (1 + c * draft tokens / drafts)",
+)
+BEST_CHAIN_LENGTH = _g(
+    "specmon_best_chain_length",
+    "Chain length k' in 0..k maximising (1 + s_1 + ... + s_k') / (1 + k' c) from measured "
+    "per-position survival s_i in the window; 0 means speculation does not pay.",
+    _W,
+    Scope.WINDOW,
+    "k' in 0..k maximising (1 + s_1 + ... + s_k') / (1 + k' c); 0 = speculation does not pay",
+)
+BEST_SPEEDUP = _g(
+    "specmon_best_speedup_ratio",
+    "Expected speed-up at the best chain length (see specmon_best_chain_length).",
+    _W,
+    Scope.WINDOW,
+    "expected speed-up at the best k'",
+)
+SCRAPES = _c(
+    "specmon_scrapes",
+    "Scrapes of each target by specmon, by result (success, http_error, timeout, "
+    "connection_error, too_large, parse_error, internal_error).",
+    ("target", "result"),
+    Scope.OWN,
+    "scrapes by result: `success`, `http_error`, `timeout`, `connection_error`, `too_large`, "
+    "`parse_error`, `internal_error` (a bug in specmon: logged with its traceback, the target "
+    "keeps being scraped)",
+)
+BUILD_INFO = _g(
+    "specmon_build_info",
+    "specmon's version and Python version; always 1.",
+    ("version", "python"),
+    Scope.OWN,
+)
+RELOAD_OK = _g(
+    "specmon_config_last_reload_successful",
+    "1 if the last configuration (re)load succeeded; 0 means the old config is still in use.",
+    (),
+    Scope.OWN,
+)
+RELOAD_TIME = _g(
+    "specmon_config_last_reload_success_timestamp_seconds",
+    "Unix time of the last successful configuration (re)load.",
+    (),
+    Scope.OWN,
+)
+TARGETS = _g("specmon_targets", "Targets specmon currently scrapes.", (), Scope.OWN)
+FILE_SD_ERRORS = _c(
+    "specmon_file_sd_read_errors",
+    "Failed reads of file_sd files (the targets from the last good read are kept).",
+    (),
+    Scope.OWN,
+)
+
+#: Every family, in the order /metrics serves the target families and the docs list them.
+FAMILIES: tuple[MetricDef, ...] = (
+    UP,
+    SCRAPE_DURATION,
+    LAST_SUCCESS,
+    MALFORMED_LINES,
+    SPECULATION_ENABLED,
+    CHAIN_LENGTH,
+    DRAFT_COST,
+    REQUESTS_RUNNING,
+    BREAKEVEN,
+    DRAFTS,
+    DRAFT_TOKENS,
+    ACCEPTED_TOKENS,
+    ENGINE_RESETS,
+    WINDOW_DRAFTS,
+    WINDOW_SECONDS,
+    WINDOW_GENERATED,
+    DRAFT_ACCEPTANCE,
+    MEAN_ACCEPTANCE_LENGTH,
+    POSITION_SURVIVAL,
+    POSITION_CONDITIONAL,
+    ALPHA,
+    ALPHA_MARGIN,
+    EXPECTED_SPEEDUP,
+    BEST_CHAIN_LENGTH,
+    BEST_SPEEDUP,
+    SCRAPES,
+    BUILD_INFO,
+    RELOAD_OK,
+    RELOAD_TIME,
+    TARGETS,
+    FILE_SD_ERRORS,
+)
+
+#: Families prometheus_client's standard collectors add (process, platform, garbage
+#: collector); documented as a group, not one by one.
+STANDARD_PREFIXES = ("process_", "python_")
+
+
+def by_name(name: str) -> MetricDef | None:
+    """The declaration of a family (or of a counter's ``_total`` sample name)."""
+    for definition in FAMILIES:
+        if name in (definition.name, definition.sample_name):
+            return definition
+    return None
+
+
+# -- docs/metrics.md ----------------------------------------------------------------------------
+
+BEGIN = "<!-- BEGIN GENERATED from specmon/daemon/metrics.py; do not edit by hand -->"
+END = "<!-- END GENERATED -->"
+
+
+def render_markdown() -> str:
+    """The generated part of docs/metrics.md: one table per scope."""
+    out: list[str] = [BEGIN, ""]
+    for scope in Scope:
+        out += [
+            f"### {scope.value}",
+            "",
+            "| metric | type | labels | meaning |",
+            "|---|---|---|---|",
+        ]
+        for d in FAMILIES:
+            if d.scope is scope:
+                labels = ", ".join(d.labels)
+                meaning = d.meaning.replace("|", "\\|")
+                out.append(f"| `{d.sample_name}` | {d.kind.value} | {labels} | {meaning} |")
+        out.append("")
+    out.append(END)
+    return "\n".join(out)
+
+
+def update_doc(path: Path) -> bool:
+    """Rewrite the generated part of ``path``; True when it changed."""
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"{path}: no generated section ({BEGIN!r} ... {END!r})")
+    new = pattern.sub(lambda _: render_markdown(), text)
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+if __name__ == "__main__":  # pragma: no cover - a developer tool
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/metrics.md")
+    print(f"{target}: {'updated' if update_doc(target) else 'up to date'}")

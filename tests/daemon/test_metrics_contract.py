@@ -1,0 +1,98 @@
+"""The metric contract, in-process: a golden /metrics page (text and OpenMetrics) from a fixed
+fleet of target views, every served family declared in the metric table, and docs/metrics.md
+generated from that table.
+
+Regenerate the golden pages after an intended change with
+``SPECMON_UPDATE_GOLDEN=1 pytest tests/daemon/test_metrics_contract.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from specmon.daemon import metrics
+from specmon.daemon.collector import TargetCollector
+from specmon.daemon.target import TargetView
+from tests.support.views import fleet_views
+
+GOLDEN = Path(__file__).parent / "golden"
+DOCS = Path(__file__).parents[2] / "docs" / "metrics.md"
+
+
+def _registry(views: list[TargetView]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TargetCollector(lambda: views))
+    return registry
+
+
+def _check_golden(name: str, produced: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("SPECMON_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(produced, encoding="utf-8")
+    expected = path.read_text(encoding="utf-8")
+    assert produced == expected, f"/metrics differs from {path}; see the module docstring"
+
+
+def test_golden_text_page() -> None:
+    _check_golden("metrics.txt", generate_latest(_registry(fleet_views())).decode())
+
+
+def test_golden_openmetrics_page() -> None:
+    _check_golden(
+        "metrics.openmetrics.txt", generate_openmetrics(_registry(fleet_views())).decode()
+    )
+
+
+def test_every_served_family_is_declared() -> None:
+    """The fixed fleet exercises every target family; with the daemon's own registry (built
+    the way the daemon builds it) every family on the page must be in the table."""
+    from specmon.daemon.app import Daemon
+
+    daemon = Daemon(config_path=None)
+    views = fleet_views()
+    daemon.views = lambda: views  # type: ignore[method-assign]
+    text = generate_latest(daemon.registry).decode()
+    served = {family.name for family in text_string_to_metric_families(text)}
+    undeclared = {
+        name
+        for name in served
+        if metrics.by_name(name) is None and not name.startswith(metrics.STANDARD_PREFIXES)
+    }
+    assert undeclared == set()
+    # And every declared family is served by this fleet (so the check above covers them all).
+    declared = {d.name for d in metrics.FAMILIES}
+    assert declared - served == set()
+
+
+def test_served_labels_match_the_table() -> None:
+    text = generate_latest(_registry(fleet_views())).decode()
+    constant = {"cluster", "team"}
+    for family in text_string_to_metric_families(text):
+        definition = metrics.by_name(family.name)
+        assert definition is not None, family.name
+        for sample in family.samples:
+            assert set(sample.labels) - constant == set(definition.labels), (sample, definition)
+
+
+def test_docs_are_generated_from_the_table() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    assert metrics.render_markdown() in text, (
+        "docs/metrics.md is out of date: run python -m specmon.daemon.metrics docs/metrics.md"
+    )
+
+
+@pytest.mark.parametrize("definition", metrics.FAMILIES, ids=lambda d: d.name)
+def test_names_follow_the_conventions(definition: metrics.MetricDef) -> None:
+    name = definition.name
+    assert name.startswith("specmon_") and ":" not in name
+    assert not name.endswith("_total"), "counters get _total on their samples only"
+    if definition.kind is metrics.Kind.GAUGE:
+        assert definition.help.endswith(".")
+    assert len(definition.help) >= 20
