@@ -60,3 +60,146 @@ def test_restart_with_a_shorter_chain_adds_no_false_configured_note() -> None:
         notes = " ".join(window["report"]["notes"])
         assert "configured" not in notes, notes
         assert window["report"]["chain_length_source"] == "detected"
+
+
+def _events(events: list[object]) -> list[str]:
+    return [e.event for e in events]  # type: ignore[attr-defined]
+
+
+def test_first_observation_is_up_and_windows_wait_for_two_readings() -> None:
+    state = _state()
+    events = state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=10.0, duration=0.02)
+    assert _events(events) == ["target_up"]
+    view = state.view
+    assert view.up and view.scraped and view.speculation
+    assert view.last_success == 10.0 and view.last_duration == 0.02
+    [model] = view.models
+    assert [w.window for w in model.windows] == ["1m", "5m"]
+    assert all(w.report is None and w.covered_seconds is None for w in model.windows)
+    assert model.totals_drafts == 0  # increases since specmon started: none yet
+
+
+def test_windows_are_increases_between_readings_inside_them() -> None:
+    state = _state(draft_cost=0.2)
+    state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
+    state.observe(_reading(150, 450, (120, 80, 50)), mono=200.0, wall=200.0, duration=0.01)
+    state.observe(_reading(250, 750, (200, 140, 80)), mono=230.0, wall=230.0, duration=0.01)
+    [model] = state.view.models
+    one, five = model.windows
+    # 1m: only the last two readings (t = 200, 230): +100 drafts, +300 tokens, per_pos +80/60/30.
+    assert (one.drafts, one.covered_seconds, one.readings) == (100, 30.0, 2)
+    assert one.report is not None
+    assert one.report.accepted_tokens == 170
+    assert [p.survival for p in one.report.positions] == [0.8, 0.6, 0.3]
+    # 5m: everything since t = 0.
+    assert (five.drafts, five.covered_seconds, five.readings) == (150, 230.0, 3)
+    assert model.totals_drafts == 150 and model.totals_accepted == 240
+
+
+def test_failure_keeps_nothing_derived_and_logs_once_per_change() -> None:
+    state = _state()
+    state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
+    first = state.fail(kind="timeout", message="no complete response within 3s", duration=3.0)
+    assert _events(first) == ["target_down"]
+    assert not state.view.up and state.view.models == ()
+    assert state.view.error_kind == "timeout" and state.view.last_success == 0.0
+    assert state.fail(kind="timeout", message="no complete response within 3s", duration=3.0) == []
+    changed = state.fail(kind="http_error", message="HTTP 500", duration=0.1)
+    assert _events(changed) == ["target_error_changed"]
+    back = state.observe(_reading(200, 600, (160, 120, 80)), mono=10.0, wall=10.0, duration=0.01)
+    assert _events(back) == ["target_up"]
+    # The history survived the outage: the window spans it.
+    [model] = state.view.models
+    assert model.windows[0].drafts == 100
+
+
+def test_counter_reset_is_counted_and_the_new_value_is_the_increase() -> None:
+    state = _state()
+    state.observe(_reading(1000, 3000, (800, 600, 400)), mono=0.0, wall=0.0, duration=0.01)
+    events = state.observe(_reading(30, 90, (24, 18, 12)), mono=5.0, wall=5.0, duration=0.01)
+    assert _events(events) == ["counter_reset"]
+    [model] = state.view.models
+    assert model.resets == 1
+    assert model.windows[0].drafts == 30  # the counter started again from zero
+
+
+def test_engine_change_starts_the_history_again() -> None:
+    state = _state()
+    state.observe(_reading(1000, 3000, (800, 600, 400)), mono=0.0, wall=0.0, duration=0.01)
+    llama = PageReading(
+        engine=Engine.LLAMACPP,
+        models=(ModelReading("m", SpecCounters(5, 20, 10, (5, 3, 2))),),
+    )
+    events = state.observe(llama, mono=5.0, wall=5.0, duration=0.01)
+    assert "engine_changed" in _events(events)
+    [model] = state.view.models
+    assert model.windows[0].report is None  # one reading of the new engine: no window yet
+    assert state.view.engine is Engine.LLAMACPP
+
+
+def test_reconfigure_applies_a_new_draft_cost_at_once() -> None:
+    state = _state(draft_cost=0.1)
+    state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
+    state.observe(_reading(200, 600, (160, 120, 80)), mono=5.0, wall=5.0, duration=0.01)
+    before = state.view.models[0]
+    config = TargetConfig(
+        name="t", url="http://127.0.0.1:1/metrics", draft_cost=0.5, chain_length=2
+    )
+    state.reconfigure(config, windows=(60.0,), retention=70.0)
+    after = state.view.models[0]
+    assert before.basis.draft_cost == 0.1 and after.basis.draft_cost == 0.5
+    assert after.basis.chain_length == 2 and after.basis.chain_length_source == "configured"
+    assert [w.window for w in after.windows] == ["1m"]
+    report = after.windows[0].report
+    assert report is not None and report.draft_cost == 0.5
+
+
+def test_margin_crossings_are_events_in_the_primary_window() -> None:
+    state = _state(draft_cost=0.3)
+    assert state.primary_window == "5m"
+    # Good acceptance, then collapse, then recovery; each reading 100 s apart so the 1m window
+    # holds two readings and the 5m window three.
+    readings = [
+        _reading(0, 0, (0, 0, 0)),
+        _reading(100, 300, (90, 80, 70)),
+        _reading(1100, 3300, (190, 100, 80)),
+        _reading(2100, 6300, (290, 120, 90)),
+        _reading(2200, 6600, (380, 200, 160)),
+        _reading(3200, 9600, (1280, 1000, 900)),
+        _reading(4200, 12600, (2180, 1800, 1640)),
+    ]
+    names: list[str] = []
+    for i, reading in enumerate(readings):
+        names += _events(state.observe(reading, mono=i * 100.0, wall=0.0, duration=0.01))
+    assert names == ["target_up", "margin_below_breakeven", "margin_above_breakeven"]
+
+
+def test_speculation_appears_and_vanishes() -> None:
+    state = _state()
+    assert _events(state.observe(PageReading(Engine.VLLM, ()), mono=0, wall=0, duration=0)) == [
+        "target_up",
+        "no_speculation",
+    ]
+    assert state.view.message is not None and "speculation is off" in state.view.message
+    appeared = state.observe(_reading(1, 3, (1, 0, 0)), mono=1, wall=1, duration=0)
+    assert _events(appeared) == ["speculation_appeared"]
+    vanished = state.observe(PageReading(Engine.VLLM, ()), mono=2, wall=2, duration=0)
+    assert _events(vanished) == ["speculation_vanished"]
+    assert state.view.models == ()
+
+
+def test_a_model_that_vanishes_loses_its_history() -> None:
+    state = _state()
+    two = PageReading(
+        engine=Engine.VLLM,
+        models=(
+            ModelReading("a", SpecCounters(10, 30, 5, (3, 1, 1))),
+            ModelReading("b", SpecCounters(10, 30, 5, (3, 1, 1))),
+        ),
+    )
+    state.observe(two, mono=0, wall=0, duration=0)
+    state.observe(_reading(20, 60, (6, 2, 2), model="a"), mono=5, wall=5, duration=0)
+    assert [m.model for m in state.view.models] == ["a"]
+    state.observe(two, mono=10, wall=10, duration=0)
+    b = next(m for m in state.view.models if m.model == "b")
+    assert b.windows[0].report is None  # b starts again: one reading
