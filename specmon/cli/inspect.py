@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import aiohttp
-
 from specmon.cli import render
 from specmon.cli._args import chain_length, draft_cost
 from specmon.engines import Engine, ModelReading, PageReading, read_page
@@ -23,7 +21,7 @@ from specmon.report import (
     report_from_gauges,
 )
 from specmon.sources.file import read_page_file
-from specmon.sources.http import FetchError, fetch_page
+from specmon.sources.http import FetchError, fetch_page, open_session
 from specmon.windows import increase
 
 __all__ = ["add_parser", "run"]
@@ -86,8 +84,7 @@ class _SourceError(Exception):
 
 
 async def _load_url(url: str, timeout: float) -> str:
-    client_timeout = aiohttp.ClientTimeout(total=timeout)
-    async with aiohttp.ClientSession(timeout=client_timeout) as session:
+    async with open_session(max_connections=1, purpose="inspect") as session:
         try:
             result = await fetch_page(session, url, timeout=timeout, max_bytes=MAX_BYTES)
         except FetchError as exc:

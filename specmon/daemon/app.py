@@ -37,11 +37,14 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.file_sd import FileSD
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.scraper import SCRAPE_RESULTS, TargetScraper
+from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState, TargetView
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
+from specmon.sources import ScrapeResult, Source
+from specmon.sources.http import open_session
+from specmon.sources.page import HttpPageSource
 
 __all__ = ["Daemon"]
 
@@ -225,8 +228,7 @@ class Daemon:
         state = TargetState(target, windows=config.global_.windows, retention=config.retention)
         scraper = TargetScraper(
             state,
-            session=self._get_session,
-            max_bytes=lambda: self.config.global_.max_response_bytes if self.config else 10 * 2**20,
+            source=self._source_for,
             scrapes_total=self.metrics.scrapes_total,
             log=self.log,
             on_scraped=self._pending_first.discard,
@@ -238,7 +240,7 @@ class Daemon:
         running = self._running.pop(name)
         running.task.cancel()
         self._pending_first.discard(name)
-        for result in SCRAPE_RESULTS:
+        for result in ScrapeResult:
             with contextlib.suppress(KeyError):
                 self.metrics.scrapes_total.remove(name, result)
 
@@ -255,14 +257,22 @@ class Daemon:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=256, ttl_dns_cache=60),
-                cookie_jar=aiohttp.DummyCookieJar(),
-                auto_decompress=True,
-                trust_env=False,
-                headers={"User-Agent": f"specmon/{__version__}"},
-            )
+            self._session = open_session(max_connections=256)
         return self._session
+
+    def _source_for(self, target: TargetConfig) -> Source:
+        """The source a target is read from, with its current settings."""
+        max_bytes = self.config.global_.max_response_bytes if self.config else 10 * 2**20
+        return HttpPageSource(
+            url=target.url,
+            session=self._get_session,
+            timeout=target.scrape_timeout,
+            max_bytes=max_bytes,
+            headers=target.request_headers(),
+            secrets=target.secrets(),
+            engine=target.engine,
+            model=target.model,
+        )
 
     def build_app(self) -> web.Application:
         app = web.Application()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from specmon.sources import ScrapeResult
+
 __all__ = [
     "FAMILIES",
     "STANDARD_PREFIXES",
@@ -275,13 +277,15 @@ BEST_SPEEDUP = _g(
 )
 SCRAPES = _c(
     "specmon_scrapes",
-    "Scrapes of each target by specmon, by result (success, http_error, timeout, "
-    "connection_error, too_large, parse_error, internal_error).",
+    "Scrapes of each target by specmon, by result ("
+    + ", ".join(r.value for r in ScrapeResult)
+    + ").",
     ("target", "result"),
     Scope.OWN,
-    "scrapes by result: `success`, `http_error`, `timeout`, `connection_error`, `too_large`, "
-    "`parse_error`, `internal_error` (a bug in specmon: logged with its traceback, the target "
-    "keeps being scraped)",
+    "scrapes by result: "
+    + ", ".join(f"`{r.value}`" for r in ScrapeResult)
+    + " (`internal_error` is a bug in specmon: logged with its traceback, the target keeps "
+    "being scraped)",
 )
 BUILD_INFO = _g(
     "specmon_build_info",

@@ -13,24 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 from prometheus_client import Counter
 
+from specmon.daemon.config import TargetConfig
 from specmon.daemon.target import Event, TargetState
-from specmon.engines import read_page
-from specmon.sources.http import FetchError, fetch_page
+from specmon.sources import ScrapeResult, Source
+from specmon.sources.http import FetchError
 
-__all__ = ["SCRAPE_RESULTS", "TargetScraper", "backoff_delay"]
-
-SCRAPE_RESULTS = (
-    "success",
-    "http_error",
-    "timeout",
-    "connection_error",
-    "too_large",
-    "parse_error",
-    "internal_error",
-)
+__all__ = ["TargetScraper", "backoff_delay"]
 
 
 def backoff_delay(interval: float, failures: int) -> float:
@@ -46,17 +36,16 @@ class TargetScraper:
         self,
         state: TargetState,
         *,
-        session: Callable[[], aiohttp.ClientSession],
-        max_bytes: Callable[[], int],
+        source: Callable[[TargetConfig], Source],
         scrapes_total: Counter,
         log: Any,
         on_scraped: Callable[[str], None],
     ) -> None:
         self.state = state
-        self._session = session
-        self._max_bytes = max_bytes
+        self._source = source
         self._scrapes_total = scrapes_total
-        self._log = log
+        #: Bound once: every line this scraper logs names its target.
+        self._log = log.bind(target=state.config.name)
         self._on_scraped = on_scraped
         self.failures = 0
 
@@ -74,7 +63,7 @@ class TargetScraper:
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep scraping whatever happened
-                self._log.exception("scrape_failed", target=self.state.config.name)
+                self._log.exception("scrape_failed")
             interval = self.state.config.scrape_interval
             wait = backoff_delay(interval, self.failures)
             await asyncio.sleep(max(0.0, started + wait - loop.time()))
@@ -83,45 +72,42 @@ class TargetScraper:
         cfg = self.state.config
         started = time.perf_counter()
         try:
-            result = await fetch_page(
-                self._session(),
-                cfg.url,
-                timeout=cfg.scrape_timeout,
-                max_bytes=self._max_bytes(),
-                headers=cfg.request_headers(),
-            )
+            reading = await self._source(cfg).read()
         except FetchError as exc:
             self._failed(exc.kind, str(exc), time.perf_counter() - started)
             return
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # never let one target take the daemon down
+        except Exception as exc:  # a bug must cost one scrape, never the target or the daemon
+            self._log.exception("read_failed")
             self._failed(
-                "connection_error", f"{type(exc).__name__}: {exc}", time.perf_counter() - started
+                ScrapeResult.INTERNAL_ERROR,
+                f"internal error: {type(exc).__name__}: {str(exc)[:200]}",
+                time.perf_counter() - started,
             )
             return
-        reading = read_page(
-            result.text, engine=cfg.engine, openmetrics=result.openmetrics, model=cfg.model
-        )
         duration = time.perf_counter() - started
-        if not reading.is_exposition:
-            self._failed("parse_error", reading.message or "unparseable page", duration)
-            return
         try:
             events = self.state.observe(
-                reading, mono=time.monotonic(), wall=time.time(), duration=duration
+                reading.page, mono=time.monotonic(), wall=time.time(), duration=duration
             )
         except Exception as exc:  # a bug must cost one scrape, never the target
-            self._log.exception("observe_failed", target=cfg.name)
-            self._failed("internal_error", f"internal error: {type(exc).__name__}: {exc}", duration)
+            self._log.exception("observe_failed")
+            self._failed(
+                ScrapeResult.INTERNAL_ERROR,
+                f"internal error: {type(exc).__name__}: {str(exc)[:200]}",
+                duration,
+            )
             return
         self.failures = 0
-        self._scrapes_total.labels(target=cfg.name, result="success").inc()
+        self._scrapes_total.labels(target=cfg.name, result=ScrapeResult.SUCCESS).inc()
         self._emit(events)
-        self._canonical("success", duration, size=result.size, malformed=reading.malformed)
+        self._canonical(
+            ScrapeResult.SUCCESS, duration, size=reading.size, malformed=reading.page.malformed
+        )
         self._on_scraped(cfg.name)
 
-    def _failed(self, kind: str, message: str, duration: float) -> None:
+    def _failed(self, kind: ScrapeResult, message: str, duration: float) -> None:
         self.failures += 1
         self._scrapes_total.labels(target=self.state.config.name, result=kind).inc()
         events = self.state.fail(kind=kind, message=message, duration=duration)
@@ -132,13 +118,12 @@ class TargetScraper:
     def _emit(self, events: list[Event]) -> None:
         for event in events:
             log = self._log.warning if event.level == "warning" else self._log.info
-            log(event.event, target=self.state.config.name, **event.fields)
+            log(event.event, **event.fields)
 
-    def _canonical(self, result: str, duration: float, **extra: Any) -> None:
+    def _canonical(self, result: ScrapeResult, duration: float, **extra: Any) -> None:
         """One line per scrape, at debug level."""
         view = self.state.view
         fields: dict[str, Any] = {
-            "target": self.state.config.name,
             "result": result,
             "duration_s": round(duration, 4),
             "engine": view.engine.value if view.engine else None,

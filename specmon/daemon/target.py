@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.daemon.config import TargetConfig
-from specmon.engines import Engine, ModelReading, PageReading, SpecGauges
+from specmon.engines import Engine, GaugeScope, ModelReading, PageReading, SpecGauges
 from specmon.parsing import format_duration
 from specmon.report import (
     AcceptanceReport,
@@ -22,6 +22,7 @@ from specmon.report import (
     report_from_counters,
     report_from_gauges,
 )
+from specmon.sources import ScrapeResult
 from specmon.windows import CounterHistory, GaugeHistory
 
 __all__ = ["Event", "ModelView", "TargetState", "TargetView", "WindowView", "display_url"]
@@ -74,7 +75,7 @@ class TargetView:
     last_duration: float | None = None
     last_success: float | None = None
     error: str | None = None
-    error_kind: str | None = None
+    error_kind: ScrapeResult | None = None
     speculation: bool | None = None
     message: str | None = None
     notes: tuple[str, ...] = ()
@@ -136,7 +137,7 @@ class TargetState:
 
     # -- failures ---------------------------------------------------------------------------
 
-    def fail(self, *, kind: str, message: str, duration: float) -> list[Event]:
+    def fail(self, *, kind: ScrapeResult, message: str, duration: float) -> list[Event]:
         events: list[Event] = []
         if self.view.up or not self.view.scraped:
             events.append(Event("warning", "target_down", {"error": message, "result": kind}))
@@ -235,7 +236,7 @@ class TargetState:
                 return [Event("warning", "counter_reset", {"model": model.model})]
             return []
         gauges = model.gauges
-        if gauges is not None and gauges.scope != "lifetime":
+        if gauges is not None and gauges.scope is not GaugeScope.LIFETIME:
             length_h, rate_h = self._gauges.setdefault(
                 model.model,
                 (GaugeHistory(retention=self._retention), GaugeHistory(retention=self._retention)),
@@ -307,7 +308,7 @@ class TargetState:
     def _gauge_view(self, model: str, gauges: SpecGauges) -> ModelView:
         cfg = self.config
         windows: list[WindowView] = []
-        if gauges.scope == "lifetime":
+        if gauges.scope is GaugeScope.LIFETIME:
             report = report_from_gauges(
                 gauges, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
             )

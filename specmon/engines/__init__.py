@@ -13,6 +13,7 @@ from specmon.engines.llamacpp import LlamacppAdapter
 from specmon.engines.model import (
     Context,
     Engine,
+    GaugeScope,
     ModelReading,
     PageReading,
     SpecCounters,
@@ -27,6 +28,7 @@ __all__ = [
     "AdapterError",
     "Context",
     "Engine",
+    "GaugeScope",
     "ModelReading",
     "PageReading",
     "SpecCounters",

@@ -15,6 +15,7 @@ from specmon.exposition import Problem
 __all__ = [
     "Context",
     "Engine",
+    "GaugeScope",
     "ModelReading",
     "PageReading",
     "SpecCounters",
@@ -46,12 +47,20 @@ class SpecCounters:
     rounded: tuple[str, ...] = ()
 
 
+class GaugeScope(StrEnum):
+    """What span of time an engine's acceptance gauges cover."""
+
+    #: Since the engine started (vLLM V0): specmon reports it as the ``lifetime`` window.
+    LIFETIME = "lifetime"
+    #: The engine's last logging interval (SGLang): specmon averages readings per window.
+    LAST_INTERVAL = "last logging interval"
+
+
 @dataclass(frozen=True, slots=True)
 class SpecGauges:
     """Engines that publish only gauges: no sample size, no window of our own."""
 
-    #: "lifetime" (vLLM V0) or "last logging interval" (SGLang).
-    scope: str
+    scope: GaugeScope
     #: Accepted / drafted tokens (vLLM V0 counts every accepted position: a per-token alpha).
     acceptance_rate: float | None = None
     #: Tokens per verification step including the bonus token (SGLang spec_accept_length).

@@ -8,7 +8,7 @@ configured chain length.
 from __future__ import annotations
 
 from specmon.engines._common import mean_by_model
-from specmon.engines.model import Context, Engine, ModelReading, SpecGauges
+from specmon.engines.model import Context, Engine, GaugeScope, ModelReading, SpecGauges
 from specmon.exposition import Page
 
 __all__ = ["SglangAdapter"]
@@ -42,7 +42,7 @@ class SglangAdapter:
                 ModelReading(
                     model=model,
                     gauges=SpecGauges(
-                        scope="last logging interval",
+                        scope=GaugeScope.LAST_INTERVAL,
                         acceptance_rate=rate if rate is not None and 0 <= rate <= 1 else None,
                         mean_acceptance_length=length
                         if length is not None and length >= 1

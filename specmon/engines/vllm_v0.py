@@ -10,7 +10,7 @@ over the server's lifetime.
 from __future__ import annotations
 
 from specmon.engines._common import mean_by_model
-from specmon.engines.model import Engine, ModelReading, SpecGauges
+from specmon.engines.model import Engine, GaugeScope, ModelReading, SpecGauges
 from specmon.exposition import Page
 
 __all__ = ["VllmV0Adapter"]
@@ -40,7 +40,7 @@ class VllmV0Adapter:
             ModelReading(
                 model=model,
                 gauges=SpecGauges(
-                    scope="lifetime",
+                    scope=GaugeScope.LIFETIME,
                     acceptance_rate=rate if 0.0 <= rate <= 1.0 else None,
                     efficiency=efficiency.get(model),
                 ),

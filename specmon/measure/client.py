@@ -1,8 +1,9 @@
 """HTTP for ``specmon measure``: chat completions, probes and metrics pages (I/O).
 
-One :class:`aiohttp.ClientSession` for the whole run, explicit timeouts on every request. The
-API key travels in the ``Authorization`` header only; every error message is passed through
-:func:`~specmon.measure.endpoints.redact`, so a server that echoes headers cannot leak it.
+One :class:`aiohttp.ClientSession` for the whole run (specmon's session factory), explicit
+timeouts on every request, specmon's one capped reader and error description. The API key
+travels in the ``Authorization`` header only; every error message is passed through
+:func:`~specmon.secrets.redact`, so a server that echoes headers cannot leak it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 
 import aiohttp
 
-from specmon import __version__
 from specmon.engines import ModelReading, PageReading, read_page
-from specmon.measure.endpoints import ChatAnswer, Endpoint, parse_chat_response, redact
-from specmon.sources.http import FetchError, fetch_page
+from specmon.measure.endpoints import ChatAnswer, Endpoint, parse_chat_response
+from specmon.secrets import redact
+from specmon.sources.http import FetchError, describe_error, fetch_page, read_capped
+from specmon.sources.http import open_session as _open_session
 
 __all__ = [
     "Client",
@@ -57,35 +59,8 @@ class MetricsRead:
 
 
 def open_session(max_connections: int) -> aiohttp.ClientSession:
-    """The run's session: no proxies from the environment, no cookies, bounded connections."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=max(1, max_connections) + 2),
-        cookie_jar=aiohttp.DummyCookieJar(),
-        trust_env=False,
-        timeout=aiohttp.ClientTimeout(total=None),
-        headers={"User-Agent": f"specmon/{__version__} (measure)"},
-    )
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect to {exc.host}:{exc.port}: {exc.os_error.strerror or exc.os_error}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "the server closed the connection"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return f"broken response body: {exc}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(65536):
-        size += len(chunk)
-        if size > cap:
-            raise RequestError(f"response larger than {cap} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    """The run's session: specmon's session factory, sized for the run's concurrency."""
+    return _open_session(max_connections=max_connections + 2, purpose="measure")
 
 
 class Client:
@@ -112,14 +87,16 @@ class Client:
                     headers=self._headers,
                     allow_redirects=method == "GET",
                 ) as resp:
-                    data = await _read_capped(resp, MAX_RESPONSE_BYTES)
+                    data = await read_capped(resp, MAX_RESPONSE_BYTES)
                     return resp.status, data
+        except FetchError as exc:
+            raise RequestError(str(exc)) from None
         except TimeoutError:
             raise RequestError(f"no complete answer within {timeout:g} s") from None
         except aiohttp.ClientConnectorError as exc:
-            raise RequestError(self._safe(_describe(exc)), connect=True) from None
+            raise RequestError(self._safe(describe_error(exc)), connect=True) from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise RequestError(self._safe(_describe(exc))) from None
+            raise RequestError(self._safe(describe_error(exc))) from None
 
     async def chat(
         self, endpoint: Endpoint, payload: Mapping[str, Any], *, timeout: float
@@ -152,7 +129,7 @@ class Client:
         try:
             result = await fetch_page(
                 self._session, url, timeout=timeout, max_bytes=MAX_METRICS_BYTES,
-                headers=self._headers,
+                headers=self._headers, secrets=[self._key] if self._key else [],
             )  # fmt: skip
         except FetchError as exc:
             return MetricsRead(time.monotonic(), error=self._safe(f"{url}: {exc}"))

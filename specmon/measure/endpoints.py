@@ -7,7 +7,6 @@ already received, so it can be tested against captured responses.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -21,7 +20,6 @@ __all__ = [
     "engine_from_version",
     "models_from_list",
     "parse_chat_response",
-    "redact",
 ]
 
 
@@ -90,14 +88,6 @@ def endpoint(url: str, *, metrics_url: str | None = None, what: str = "URL") -> 
         metrics_url=metrics,
         metrics_given=metrics_url is not None,
     )
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced by ``***`` (an error body may echo a header)."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 @dataclass(frozen=True, slots=True)

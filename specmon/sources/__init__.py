@@ -1,1 +1,45 @@
-"""Where pages come from: HTTP endpoints and files. Nothing downstream knows which."""
+"""Where readings come from. A :class:`Source` answers one question, "what does this target
+say now?", with a :class:`Reading` (the page read through the engine adapters) or a
+:class:`~specmon.sources.http.FetchError` that says why not. The daemon's scraper calls
+sources and never knows whether the numbers came from an HTTP page, a file or a query API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from specmon.engines import PageReading
+
+__all__ = ["Reading", "ScrapeResult", "Source"]
+
+
+class ScrapeResult(StrEnum):
+    """How one read of a target ended: the ``result`` label of ``specmon_scrapes_total``."""
+
+    SUCCESS = "success"
+    HTTP_ERROR = "http_error"
+    TIMEOUT = "timeout"
+    CONNECTION_ERROR = "connection_error"
+    TOO_LARGE = "too_large"
+    #: A response that is not an exposition page at all.
+    PARSE_ERROR = "parse_error"
+    #: A bug in specmon: logged with its traceback; the target keeps being scraped.
+    INTERNAL_ERROR = "internal_error"
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One successful read: the page's readings, its size in bytes and how long it took."""
+
+    page: PageReading
+    size: int
+    duration: float
+
+
+class Source(Protocol):
+    async def read(self) -> Reading:
+        """Read the target once; raise :class:`~specmon.sources.http.FetchError` when there
+        is no page (its ``kind`` is the scrape result)."""
+        ...

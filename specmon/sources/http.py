@@ -1,7 +1,10 @@
-"""Fetch one metrics page over HTTP with a hard timeout, a size cap and gzip.
+"""HTTP for every part of specmon: one session factory, one capped reader, one error
+description, and the metrics-page fetch with a hard timeout, a size cap and gzip.
 
-Errors are classified (``FetchError.kind``) so the daemon can count them by result and say
-what to do; messages never include request headers (they may carry secrets).
+Used by the daemon's page source, ``specmon inspect`` and ``specmon measure``. Errors are
+classified (``FetchError.kind``) so the daemon can count them by result and say what to do.
+Nothing a server sends back reaches a message before every configured secret is redacted from
+it, and configured headers never follow a redirect to another origin.
 """
 
 from __future__ import annotations
@@ -9,20 +12,54 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
-__all__ = ["ACCEPT", "FetchError", "FetchResult", "fetch_page"]
+from specmon import __version__
+from specmon.secrets import Secret, redact
+from specmon.sources import ScrapeResult
+
+__all__ = [
+    "ACCEPT",
+    "MAX_REDIRECTS",
+    "FetchError",
+    "FetchResult",
+    "describe_error",
+    "fetch_page",
+    "open_session",
+    "read_capped",
+]
 
 #: Classic text format first: vLLM's OpenMetrics path renames ``vllm:`` to ``vllm_``.
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+MAX_REDIRECTS = 5
+#: How much of an error body is read, and how much of it a message quotes.
+_ERROR_BODY_BYTES = 4096
+_ERROR_SNIPPET = 200
 
 LLAMACPP_501_HINT = (
     "HTTP 501 from /metrics: llama-server was started without --metrics; "
     "restart it with --metrics to publish its counters"
 )
+
+
+def open_session(
+    *, max_connections: int = 256, purpose: str = "", dns_ttl: float = 60.0
+) -> aiohttp.ClientSession:
+    """specmon's client session: no proxies or netrc from the environment, no cookies, bounded
+    connections, transparent gzip, per-request timeouts (none on the session)."""
+    agent = f"specmon/{__version__}" + (f" ({purpose})" if purpose else "")
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=max(1, max_connections), ttl_dns_cache=int(dns_ttl)),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=True,
+        trust_env=False,
+        timeout=aiohttp.ClientTimeout(total=None),
+        headers={"User-Agent": agent},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +79,50 @@ class FetchResult:
 
 
 class FetchError(Exception):
-    """A scrape that produced no page. ``kind`` is a ``specmon_scrapes_total`` result label."""
+    """A request that produced no page. ``kind`` is a ``specmon_scrapes_total`` result label;
+    the message is safe to log (secrets redacted, bounded length)."""
 
-    def __init__(self, kind: str, message: str, *, status: int | None = None) -> None:
+    def __init__(self, kind: ScrapeResult, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
+
+
+async def read_capped(resp: aiohttp.ClientResponse, cap: int, *, truncate: bool = False) -> bytes:
+    """At most ``cap`` bytes of the (decompressed) body. Beyond it: the first ``cap`` bytes
+    when ``truncate``, else :class:`FetchError` ``too_large`` without reading further."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(65536):
+        size += len(chunk)
+        if size > cap:
+            if truncate:
+                chunks.append(chunk[: cap - (size - len(chunk))])
+                break
+            raise FetchError(ScrapeResult.TOO_LARGE, f"response exceeds the {cap}-byte cap")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a client-side failure (never request headers: they may carry secrets)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        err = exc.os_error
+        reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
+        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "server closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return f"broken response body: {str(exc)[:_ERROR_SNIPPET]}"
+    if isinstance(exc, aiohttp.InvalidURL):
+        return f"invalid URL: {str(exc)[:_ERROR_SNIPPET]}"
+    return f"{type(exc).__name__}: {str(exc)[:_ERROR_SNIPPET]}"
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 async def fetch_page(
@@ -57,80 +132,80 @@ async def fetch_page(
     timeout: float,
     max_bytes: int,
     headers: Mapping[str, str] | None = None,
+    secrets: Iterable[Secret | str] = (),
 ) -> FetchResult:
-    """GET ``url``; raise :class:`FetchError` for anything but a page within the limits."""
+    """GET ``url``; raise :class:`FetchError` for anything but a page within the limits.
+
+    ``headers`` (tokens, tenant or API-key headers) go to ``url``'s origin only: a redirect
+    to another origin is followed without them. ``secrets`` are redacted from every message.
+    """
     started = time.perf_counter()
-    request_headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
-    if headers:
-        request_headers.update(headers)
+    configured = dict(headers or {})
+    hidden = [*secrets, *configured.values()]
+    origin = _origin(url)
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(url, headers=request_headers, allow_redirects=True) as resp:
-                if resp.status != 200:
-                    body = await _read_capped(resp, 4096, allow_truncate=True)
-                    raise _http_error(resp.status, body)
-                declared = resp.content_length
-                if (
-                    declared is not None
-                    and declared > max_bytes
-                    and not resp.headers.get("Content-Encoding")
-                ):
-                    raise FetchError(
-                        "too_large",
-                        f"response of {declared} bytes exceeds the {max_bytes}-byte cap",
-                    )
-                data = await _read_capped(resp, max_bytes, allow_truncate=False)
-                content_type = resp.headers.get("Content-Type", "")
+            current = url
+            for _ in range(MAX_REDIRECTS + 1):
+                request_headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
+                if _origin(current) == origin:
+                    request_headers.update(configured)
+                async with session.get(
+                    current, headers=request_headers, allow_redirects=False
+                ) as resp:
+                    if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
+                        current = urljoin(current, resp.headers["Location"])
+                        if urlsplit(current).scheme not in ("http", "https"):
+                            raise FetchError(ScrapeResult.HTTP_ERROR, "redirect to a non-HTTP URL")
+                        continue
+                    if resp.status != 200:
+                        body = await read_capped(resp, _ERROR_BODY_BYTES, truncate=True)
+                        raise _http_error(resp.status, body, hidden)
+                    declared = resp.content_length
+                    if (
+                        declared is not None
+                        and declared > max_bytes
+                        and not resp.headers.get("Content-Encoding")
+                    ):
+                        raise FetchError(
+                            ScrapeResult.TOO_LARGE,
+                            f"response of {declared} bytes exceeds the {max_bytes}-byte cap",
+                        )
+                    data = await read_capped(resp, max_bytes)
+                    content_type = resp.headers.get("Content-Type", "")
+                    break
+            else:
+                raise FetchError(ScrapeResult.HTTP_ERROR, f"more than {MAX_REDIRECTS} redirects")
     except TimeoutError:
-        raise FetchError("timeout", f"no complete response within {timeout:g}s") from None
+        raise FetchError(
+            ScrapeResult.TIMEOUT, f"no complete response within {timeout:g}s"
+        ) from None
     except aiohttp.ClientResponseError as exc:
-        raise FetchError("http_error", f"HTTP error: {exc.status} {exc.message}") from None
-    except (aiohttp.ClientError, OSError) as exc:
-        raise FetchError("connection_error", _describe(exc)) from None
+        message = redact(f"HTTP error: {exc.status} {exc.message}", hidden, limit=_ERROR_SNIPPET)
+        raise FetchError(ScrapeResult.HTTP_ERROR, message) from None
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        raise FetchError(
+            ScrapeResult.CONNECTION_ERROR, redact(describe_error(exc), hidden)
+        ) from None
     text = data.decode("utf-8", errors="replace")
     return FetchResult(
         text=text,
-        content_type=content_type.lower(),
+        content_type=content_type[:200].lower(),
         duration=time.perf_counter() - started,
         size=len(data),
     )
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int, *, allow_truncate: bool) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(65536):
-        size += len(chunk)
-        if size > cap:
-            if allow_truncate:
-                chunks.append(chunk[: cap - (size - len(chunk))])
-                break
-            raise FetchError("too_large", f"response exceeds the {cap}-byte cap")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _http_error(status: int, body: bytes) -> FetchError:
+def _http_error(status: int, body: bytes, secrets: Iterable[Secret | str]) -> FetchError:
     if status == 501:
-        return FetchError("http_error", LLAMACPP_501_HINT, status=status)
+        return FetchError(ScrapeResult.HTTP_ERROR, LLAMACPP_501_HINT, status=status)
     if status == 404:
         return FetchError(
-            "http_error", "HTTP 404: no metrics at this path (check the URL)", status=status
+            ScrapeResult.HTTP_ERROR,
+            "HTTP 404: no metrics at this path (check the URL)",
+            status=status,
         )
-    snippet = body[:200].decode("utf-8", errors="replace").strip().replace("\n", " ")
+    text = body.decode("utf-8", errors="replace").strip().replace("\n", " ").replace("\r", " ")
+    snippet = redact(text, secrets, limit=_ERROR_SNIPPET)
     detail = f": {snippet}" if snippet else ""
-    return FetchError("http_error", f"HTTP {status}{detail}", status=status)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        err = exc.os_error
-        reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
-        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server closed the connection"
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return f"broken response body: {exc}"
-    if isinstance(exc, aiohttp.InvalidURL):
-        return f"invalid URL: {exc}"
-    return f"{type(exc).__name__}: {exc}"
+    return FetchError(ScrapeResult.HTTP_ERROR, f"HTTP {status}{detail}", status=status)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from specmon.arithmetic import implied_draft_cost
 from specmon.engines import read_page
-from specmon.engines.model import SpecCounters, SpecGauges
+from specmon.engines.model import GaugeScope, SpecCounters, SpecGauges
 from specmon.measure.analysis import (
     EXIT_DIVERGED,
     EXIT_NOTHING_COMPLETED,
@@ -35,7 +35,6 @@ from specmon.measure.endpoints import (
     engine_from_version,
     models_from_list,
     parse_chat_response,
-    redact,
 )
 from specmon.measure.labbook import labbook_records
 from specmon.measure.prompts import (
@@ -56,6 +55,7 @@ from specmon.measure.results import (
 )
 from specmon.measure.runner import _delta
 from specmon.report import report_from_counters
+from specmon.secrets import redact
 
 PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "pages"
 
@@ -315,7 +315,10 @@ def test_parse_chat_response_without_usage_and_broken_bodies() -> None:
 
 
 def test_redact() -> None:
-    assert redact("HTTP 400: Bearer s3cr3t echoed", ["s3cr3t", ""]) == "HTTP 400: Bearer *** echoed"
+    assert (
+        redact("HTTP 400: Bearer s3cr3t echoed", ["s3cr3t", ""])
+        == "HTTP 400: Bearer <redacted> echoed"
+    )
 
 
 # -------------------------------------------------------------- acceptance and the table
@@ -496,7 +499,7 @@ def test_counter_delta_through_the_adapters_handles_new_series_and_restarts() ->
 
 
 def test_gauge_engines_are_labelled_as_such() -> None:
-    gauges = SpecGauges(scope="last logging interval", acceptance_rate=0.6,
+    gauges = SpecGauges(scope=GaugeScope.LAST_INTERVAL, acceptance_rate=0.6,
                         mean_acceptance_length=2.4)  # fmt: skip
     acceptance = acceptance_of(MetricsDelta(gauges=gauges, engine="sglang"), [])
     assert acceptance.source == "gauges" and acceptance.ratio == 0.6

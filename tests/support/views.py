@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.target import TargetState, TargetView
-from specmon.engines import Context, Engine, ModelReading, PageReading, SpecCounters, SpecGauges
+from specmon.engines import (
+    Context,
+    Engine,
+    GaugeScope,
+    ModelReading,
+    PageReading,
+    SpecCounters,
+    SpecGauges,
+)
 
 WINDOWS = (60.0, 300.0)
 RETENTION = 310.0
@@ -96,14 +104,14 @@ def fleet() -> list[TargetState]:
                 Engine.SGLANG,
                 ModelReading(
                     "ds",
-                    gauges=SpecGauges(scope="last logging interval", mean_acceptance_length=2.5),
+                    gauges=SpecGauges(scope=GaugeScope.LAST_INTERVAL, mean_acceptance_length=2.5),
                 ),
             ),
             page(
                 Engine.SGLANG,
                 ModelReading(
                     "ds",
-                    gauges=SpecGauges(scope="last logging interval", mean_acceptance_length=2.1),
+                    gauges=SpecGauges(scope=GaugeScope.LAST_INTERVAL, mean_acceptance_length=2.1),
                 ),
             ),
         ],
@@ -115,7 +123,9 @@ def fleet() -> list[TargetState]:
                 Engine.VLLM_V0,
                 ModelReading(
                     "old",
-                    gauges=SpecGauges(scope="lifetime", acceptance_rate=0.6, efficiency=0.5),
+                    gauges=SpecGauges(
+                        scope=GaugeScope.LIFETIME, acceptance_rate=0.6, efficiency=0.5
+                    ),
                 ),
             )
         ],

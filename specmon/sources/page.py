@@ -1,0 +1,58 @@
+"""The HTTP page source: one engine's ``/metrics`` fetched and read through the adapters."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import aiohttp
+
+from specmon.engines import Engine, read_page
+from specmon.secrets import Secret
+from specmon.sources import Reading, ScrapeResult
+from specmon.sources.http import FetchError, fetch_page
+
+__all__ = ["HttpPageSource"]
+
+
+class HttpPageSource:
+    """Reads ``url`` with the settings given; a page that is not an exposition page is a
+    ``parse_error``."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        session: Callable[[], aiohttp.ClientSession],
+        timeout: float,
+        max_bytes: int,
+        headers: Mapping[str, str] | None = None,
+        secrets: Iterable[Secret] = (),
+        engine: Engine | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.url = url
+        self._session = session
+        self._timeout = timeout
+        self._max_bytes = max_bytes
+        self._headers = dict(headers or {})
+        self._secrets = tuple(secrets)
+        self._engine = engine
+        self._model = model
+
+    async def read(self) -> Reading:
+        started = time.perf_counter()
+        result = await fetch_page(
+            self._session(),
+            self.url,
+            timeout=self._timeout,
+            max_bytes=self._max_bytes,
+            headers=self._headers,
+            secrets=self._secrets,
+        )
+        page = read_page(
+            result.text, engine=self._engine, openmetrics=result.openmetrics, model=self._model
+        )
+        if not page.is_exposition:
+            raise FetchError(ScrapeResult.PARSE_ERROR, page.message or "unparseable page")
+        return Reading(page=page, size=result.size, duration=time.perf_counter() - started)
