@@ -128,13 +128,14 @@ def conditional_acceptance(accepted_per_position: Sequence[int], drafts: int) ->
     return out
 
 
-def measured_speedup(
-    survival_rates: Sequence[float], c: float, draft_tokens_per_draft: float
-) -> float:
-    """(1 + sum s_i) / (1 + c * drafted tokens per draft): speed-up from measured survival."""
+def measured_speedup(accepted_per_draft: float, c: float, draft_tokens_per_draft: float) -> float:
+    """(1 + accepted / drafts) / (1 + c * draft tokens / drafts): the expected speed-up from
+    measured counters. accepted / drafts = sum s_i, so no independence is assumed; using the
+    drafted tokens per draft (not k) charges only what was drafted (n-gram proposers and
+    dynamic speculation draft fewer than k)."""
     if c < 0:
         raise ValueError("draft cost must be >= 0")
-    return (1.0 + math.fsum(survival_rates)) / (1.0 + c * draft_tokens_per_draft)
+    return (1.0 + accepted_per_draft) / (1.0 + c * draft_tokens_per_draft)
 
 
 @dataclass(frozen=True, slots=True)

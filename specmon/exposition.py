@@ -79,8 +79,6 @@ class Page:
     #: Lines that failed to parse (among those examined).
     malformed: int = 0
     problems: list[Problem] = field(default_factory=list)
-    #: Sample lines examined in any way (wanted or validated).
-    sample_lines: int = 0
     #: Valid sample lines seen; zero on a non-empty page means it is not an exposition page.
     valid_lines: int = 0
     openmetrics: bool = False
@@ -135,7 +133,6 @@ def parse(
             _comment(page, line, index + 1)
             continue
         if page.saw_eof:
-            page.sample_lines += 1
             page._problem(index + 1, line, "content after # EOF")
             continue
         if line[-1] == "\r":
@@ -143,7 +140,6 @@ def parse(
             if not line:
                 continue
         if want_all or line.startswith(prefixes):
-            page.sample_lines += 1
             try:
                 sample = _sample(line, openmetrics=openmetrics)
             except _LineError as exc:
@@ -157,7 +153,6 @@ def parse(
             # Always validate the first unrelated sample line, so that a page of garbage is
             # recognised even when it contains none of the wanted names.
             first_sample_checked = True
-            page.sample_lines += 1
             if first in _NAME_START and _valid_unwanted(line):
                 page.valid_lines += 1
             else:

@@ -8,7 +8,10 @@ from typing import Any, TextIO
 
 import structlog
 
-__all__ = ["LEVELS", "configure_logging", "get_logger"]
+__all__ = ["LEVELS", "Logger", "configure_logging", "get_logger"]
+
+#: The logger type every part of specmon uses (structlog's level-filtering bound logger).
+Logger = structlog.typing.FilteringBoundLogger
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -37,9 +40,12 @@ def configure_logging(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=out),
-        cache_logger_on_first_use=False,
+        # Loggers are bound once (per target) and used on every scrape: resolve the
+        # configuration once per logger, not per call.
+        cache_logger_on_first_use=True,
     )
 
 
-def get_logger(**initial: Any) -> Any:
-    return structlog.get_logger("specmon").bind(**initial)
+def get_logger(**initial: Any) -> Logger:
+    logger: Logger = structlog.get_logger("specmon").bind(**initial)
+    return logger

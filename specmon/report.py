@@ -164,7 +164,9 @@ def report_from_counters(
     if drafts > 0:
         mean_accepted = counters.accepted_tokens / drafts
         mean_len = 1.0 + mean_accepted
-        expected = (1.0 + mean_accepted) / (1.0 + draft_cost * counters.draft_tokens / drafts)
+        expected = arithmetic.measured_speedup(
+            mean_accepted, draft_cost, counters.draft_tokens / drafts
+        )
         if k is not None:
             alpha = arithmetic.effective_alpha(mean_accepted, k)
             if alpha is None and k > 0:

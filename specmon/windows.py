@@ -105,10 +105,6 @@ class CounterHistory:
             raise ValueError("retention must be positive")
         self._retention = retention
 
-    @property
-    def last_time(self) -> float | None:
-        return self._times[-1] if self._times else None
-
     def max_positions(self) -> int:
         """The most position series any retained reading published."""
         return max(self._positions, default=0)

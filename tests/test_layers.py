@@ -18,6 +18,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "specmon.arithmetic",
         "specmon.parsing",
         "specmon.secrets",
+        "specmon.formatting",
         "specmon.logs",
     ),
     ("specmon.engines",),

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from specmon.formatting import number
+
 __all__ = ["bar", "fmt", "inspect_text", "signed"]
 
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -21,11 +23,11 @@ def bar(value: float | None, width: int = 20) -> str:
 
 
 def fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+    return number(value, digits, suffix=suffix)
 
 
 def signed(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:+.{digits}f}"
+    return number(value, digits, signed=True)
 
 
 def inspect_text(doc: Mapping[str, Any], out: TextIO) -> None:

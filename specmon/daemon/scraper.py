@@ -17,6 +17,7 @@ from prometheus_client import Counter
 
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.target import Event, TargetState
+from specmon.logs import Logger
 from specmon.sources import ScrapeResult, Source
 from specmon.sources.http import FetchError
 
@@ -38,7 +39,7 @@ class TargetScraper:
         *,
         source: Callable[[TargetConfig], Source],
         scrapes_total: Counter,
-        log: Any,
+        log: Logger,
         on_scraped: Callable[[str], None],
     ) -> None:
         self.state = state

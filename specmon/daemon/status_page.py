@@ -12,6 +12,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.daemon.target import ModelView, TargetView, WindowView
+from specmon.formatting import number
 
 __all__ = ["render_status", "views_json"]
 
@@ -38,7 +39,7 @@ footer{margin-top:16px;color:#8a93a5;font-size:12px}
 
 
 def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
-    return "&ndash;" if value is None else f"{value:.{digits}f}{suffix}"
+    return number(value, digits, suffix=suffix, missing="&ndash;")
 
 
 def _margin(value: float | None) -> str:

@@ -6,6 +6,7 @@ import textwrap
 import unicodedata
 from collections.abc import Sequence
 
+from specmon.formatting import number
 from specmon.measure.analysis import ALL, MeasureReport, Row, SideSummary
 from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
 from specmon.measure.compare import DIVERGENCE_CAVEAT, Comparison, escape
@@ -47,7 +48,7 @@ def _table(
 
 
 def _num(value: float | None, digits: int = 1, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+    return number(value, digits, suffix=suffix)
 
 
 def _tps(side: SideSummary) -> str:
