@@ -43,7 +43,7 @@ lint() {
     "$VENV/bin/ruff" check specmon tests bench deploy grafana
     "$VENV/bin/ruff" format --check specmon tests bench deploy grafana
     echo "==> mypy --strict"
-    "$VENV/bin/mypy"
+    "$VENV/bin/mypy"  # specmon, tests, bench, grafana, deploy (pyproject.toml)
 }
 
 cmd="${1:-help}"

@@ -99,6 +99,7 @@ def test_windows_equal_hand_computation(kind: PageKind, tmp_path: Path) -> None:
     a = breakeven
     assert (1 - a ** (k + 1)) / ((1 - a) * (1 + k * c)) == pytest.approx(1.0, abs=1e-9)
     alpha = m.value("specmon_alpha_ratio", **w)
+    assert alpha is not None
     assert alpha == pytest.approx(expected_alpha(accepted / drafts, k), abs=1e-9)
     assert m.value("specmon_alpha_margin_ratio", **w) == pytest.approx(alpha - breakeven)
     assert m.value("specmon_expected_speedup_ratio", **w) == pytest.approx(

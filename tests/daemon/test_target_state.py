@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import views_json
-from specmon.daemon.target import TargetState
+from specmon.daemon.target import Event, ModelView, TargetState
 from specmon.engines import Engine, ModelReading, PageReading, SpecCounters
+from specmon.sources import ScrapeResult
 
 
 def _reading(
@@ -62,8 +63,8 @@ def test_restart_with_a_shorter_chain_adds_no_false_configured_note() -> None:
         assert window["report"]["chain_length_source"] == "detected"
 
 
-def _events(events: list[object]) -> list[str]:
-    return [e.event for e in events]  # type: ignore[attr-defined]
+def _events(events: list[Event]) -> list[str]:
+    return [e.event for e in events]
 
 
 def test_first_observation_is_up_and_windows_wait_for_two_readings() -> None:
@@ -99,17 +100,25 @@ def test_windows_are_increases_between_readings_inside_them() -> None:
 def test_failure_keeps_nothing_derived_and_logs_once_per_change() -> None:
     state = _state()
     state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
-    first = state.fail(kind="timeout", message="no complete response within 3s", duration=3.0)
+    first = state.fail(
+        kind=ScrapeResult.TIMEOUT, message="no complete response within 3s", duration=3.0
+    )
     assert _events(first) == ["target_down"]
     assert not state.view.up and state.view.models == ()
     assert state.view.error_kind == "timeout" and state.view.last_success == 0.0
-    assert state.fail(kind="timeout", message="no complete response within 3s", duration=3.0) == []
-    changed = state.fail(kind="http_error", message="HTTP 500", duration=0.1)
+    assert (
+        state.fail(
+            kind=ScrapeResult.TIMEOUT, message="no complete response within 3s", duration=3.0
+        )
+        == []
+    )
+    changed = state.fail(kind=ScrapeResult.HTTP_ERROR, message="HTTP 500", duration=0.1)
     assert _events(changed) == ["target_error_changed"]
     back = state.observe(_reading(200, 600, (160, 120, 80)), mono=10.0, wall=10.0, duration=0.01)
     assert _events(back) == ["target_up"]
     # The history survived the outage: the window spans it.
-    [model] = state.view.models
+    model: ModelView
+    [model] = list(state.view.models)
     assert model.windows[0].drafts == 100
 
 

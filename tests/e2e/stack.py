@@ -120,7 +120,7 @@ def shortened_rules() -> dict[str, Any]:
 def prometheus_config(
     *, rules_file: Path, specmon: str, alertmanager: str, interval: str = "1s"
 ) -> dict[str, Any]:
-    cfg = yaml.safe_load((PROM_DIR / "prometheus.example.yml").read_text("utf-8"))
+    cfg: dict[str, Any] = yaml.safe_load((PROM_DIR / "prometheus.example.yml").read_text("utf-8"))
     cfg["global"] = {
         "scrape_interval": interval,
         "scrape_timeout": interval,
@@ -137,7 +137,7 @@ def prometheus_config(
 
 
 def alertmanager_config(*, webhook_base: str) -> dict[str, Any]:
-    cfg = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
+    cfg: dict[str, Any] = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
 
     def shorten(route: dict[str, Any]) -> None:
         for key in ("group_wait", "group_interval", "repeat_interval"):

@@ -25,6 +25,7 @@ that exist, returns data from the same Prometheus. It prints the measured delays
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import sys
@@ -173,7 +174,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     procs: list[Proc] = []
     webhook = Webhook()
     with contextlib.ExitStack() as cleanup:
-        cleanup.callback(lambda: [p.stop() for p in reversed(procs)])
+
+        def stop_all() -> None:
+            for proc in reversed(procs):
+                proc.stop()
+
+        cleanup.callback(stop_all)
         webhook.start()
         cleanup.callback(webhook.stop)
 
@@ -343,7 +349,7 @@ class Cycle:
     firing: dict[str, float]
     api_pending: dict[str, float]
     api_firing: dict[str, float]
-    delivered: dict[str, float]
+    delivered: dict[tuple[str, str], float]
 
     def report(self) -> dict[str, Any]:
         def rel(t: float) -> float:
@@ -398,7 +404,7 @@ def cycle(stack: Stack) -> Cycle:
         sel = f'{selector}, severity="{severity}", alertstate="pending"}}'
         pending[severity] = wait_until(
             f"{ALERT} ({severity}) to go pending",
-            lambda sel=sel: _first_sample(prom, sel, stack.drop - 5),
+            functools.partial(_first_sample, prom, sel, stack.drop - 5),
             # The 10s window must tip (at most 10 s), then a scrape and an evaluation.
             timeout=max(0.0, stack.drop - time.time()) + 10 + 15,
             interval=0.5,
@@ -408,7 +414,7 @@ def cycle(stack: Stack) -> Cycle:
         sel = f'{selector}, severity="{severity}", alertstate="firing"}}'
         firing[severity] = wait_until(
             f"{ALERT} ({severity}) to fire",
-            lambda sel=sel: _first_sample(prom, sel, stack.drop - 5),
+            functools.partial(_first_sample, prom, sel, stack.drop - 5),
             timeout=max(0.0, pending[severity] + for_seconds[severity] - time.time()) + 15,
             interval=0.5,
             alive=stack.alive,
@@ -617,8 +623,8 @@ def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: st
     ]
     assert _returns_data(stack, annotation.expr, instant=False)
     for healthy in HEALTHY:
-        q = substitute(annotation.raw_expr, {"target": healthy})
-        assert not _returns_data(stack, q, instant=False), healthy
+        expr = substitute(annotation.raw_expr, {"target": healthy})
+        assert not _returns_data(stack, expr, instant=False), healthy
 
 
 def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:

@@ -15,6 +15,7 @@ from specmon.engines import (
     SpecCounters,
     SpecGauges,
 )
+from specmon.sources import ScrapeResult
 
 WINDOWS = (60.0, 300.0)
 RETENTION = 310.0
@@ -132,7 +133,9 @@ def fleet() -> list[TargetState]:
     )
     off = feed(state("vllm-off"), [page(Engine.VLLM)])
     down = state("down")
-    down.fail(kind="connection_error", message="cannot connect to 127.0.0.1:9", duration=0.002)
+    down.fail(
+        kind=ScrapeResult.CONNECTION_ERROR, message="cannot connect to 127.0.0.1:9", duration=0.002
+    )
     pending = state("pending")
     return [vllm, llama, idle, sglang, v0, off, down, pending]
 
