@@ -2,7 +2,7 @@
 
 Shared by the daemon, the CLI and the A/B tool.
 
-Notation (the lesson's): ``alpha`` is the per-token acceptance rate, ``k`` the chain length
+Notation (docs/background.md): ``alpha`` is the per-token acceptance rate, ``k`` the chain length
 (tokens drafted per verification step), ``c`` the cost of one drafted token as a fraction of a
 target step.
 
@@ -170,8 +170,8 @@ def implied_draft_cost(
     """c = (K / R - 1) / k̄: the draft cost that makes R = K / (1 + k̄ c) hold.
 
     K: tokens kept per verification step (1 + accepted / drafts); R: measured speed ratio
-    (tokens/s with the draft / without); k̄: tokens drafted per step. This is the lesson's
-    measured form K T / (D + V) read backwards: it folds verification overhead into c.
+    (tokens/s with the draft / without); k̄: tokens drafted per step. This is the speed-up
+    formula read backwards (docs/background.md#implied-cost): it folds verification overhead into c.
 
     ``None`` when it cannot be solved (R <= 0, k̄ <= 0, K < 1 or non-finite input). The value
     may be negative: the measured ratio is then higher than acceptance alone can explain.

@@ -1,4 +1,4 @@
-"""``specmon breakeven``: the lesson's break-even table (rows k, columns c)."""
+"""``specmon breakeven``: the break-even table (rows k, columns c; docs/background.md#break-even)."""
 
 from __future__ import annotations
 

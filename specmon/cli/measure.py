@@ -1,6 +1,6 @@
 """``specmon measure``: a server without speculation against its twin with it.
 
-The lesson's ``measure-speculative.py`` rebuilt on specmon's parser, adapters and arithmetic:
+The classic two-server A/B measurement (``measure-speculative.py``) rebuilt on specmon's parser, adapters and arithmetic:
 the same prompts, temperature 0, through both servers at each concurrency level; tokens per
 second from the servers' ``usage``, acceptance from the speculative server's counters (and
 llama.cpp's per-response timings), a byte-for-byte comparison of the completions, and the

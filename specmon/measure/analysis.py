@@ -1,4 +1,4 @@
-"""From a raw run to the lesson's table: per concurrency level, per workload. Pure."""
+"""From a raw run to the A/B table: per concurrency level, per workload. Pure."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The measured break-even reading: the draft cost a measured speed ratio implies. Pure.
 
-The lesson's model of one speculative iteration: it keeps K tokens (the accepted draft tokens
+The model of one speculative iteration (docs/background.md#implied-cost): it keeps K tokens (the accepted draft tokens
 plus the target's own token) and costs 1 + k̄ c target steps, where k̄ tokens were drafted and c
 is the cost of one drafted token as a fraction of a target step. The speed ratio over plain
 decoding is then
@@ -9,7 +9,7 @@ decoding is then
 
 With R measured (tokens/s with the draft over tokens/s without), K = 1 + accepted / drafts and
 k̄ = draft tokens / drafts from the speculative server's counters, c is what this machine
-actually charged per drafted token - the lesson's "measured break-even calculation" in place of
+actually charged per drafted token - a measured break-even calculation in place of
 a parameter-count guess. Speculation pays while K > 1 + k̄ c.
 """
 
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 IMPLIED_COST_CAVEAT = (
-    "The implied draft cost c solves the lesson's model R = K / (1 + k̄ c) for c from the "
+    "The implied draft cost c solves the model R = K / (1 + k̄ c) for c from the "
     "measured speed ratio R, the tokens kept per iteration K and the tokens drafted per "
     "iteration k̄. It folds everything the speculative server does beyond plain decoding - "
     "running the draft, the wider verification pass over k̄ + 1 positions, extra scheduling "

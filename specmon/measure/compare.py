@@ -2,7 +2,7 @@
 
 At temperature 0, verification keeps exactly the tokens the target would have produced, so the
 completions of the server without a draft and of its twin with one should be identical bytes.
-They can still differ "within hardware numerics" (the lesson, quoting Chen et al.): a different
+They can still differ "within hardware numerics" (Chen et al. 2023; docs/background.md): a different
 batch shape changes the order of floating-point reductions and can flip a near-tie. This module
 says where the first difference is; :data:`DIVERGENCE_CAVEAT` says what to make of it.
 """

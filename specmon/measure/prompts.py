@@ -1,4 +1,4 @@
-"""Workloads: the lesson's built-in prompt sets and a prompts file that adds or replaces them.
+"""Workloads: the built-in prompt sets and a prompts file that adds or replaces them.
 
 Pure: ``parse_prompts`` takes the file's text; only :func:`load_prompts_file` touches disk.
 
@@ -29,7 +29,7 @@ __all__ = [
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 
-#: The lesson's three shapes of work (``measure-speculative.py``), verbatim. "copy" repeats
+#: Three shapes of work (``measure-speculative.py``), verbatim. "copy" repeats
 #: material already in the prompt, where lookup-based drafting wins; "closed" has one
 #: predictable answer; "open" is high-entropy writing, where a draft agrees least often.
 BUILTIN_WORKLOADS: Mapping[str, tuple[str, ...]] = {
@@ -62,7 +62,7 @@ BUILTIN_WORKLOADS: Mapping[str, tuple[str, ...]] = {
     ),
 }
 
-#: How the lesson's table names the built-in workloads.
+#: How the A/B table names the built-in workloads.
 WORKLOAD_TITLES: Mapping[str, str] = {
     "copy": "copy-heavy (quote the input back)",
     "closed": "closed questions",

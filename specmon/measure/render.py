@@ -1,4 +1,4 @@
-"""The measurement as text: the lesson's table per concurrency level, then the readings. Pure."""
+"""The measurement as text: the A/B table per concurrency level, then the readings. Pure."""
 
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
     )
     lines += _wrap(
         "- alpha: the effective per-token acceptance (the alpha whose expected yield under the "
-        "lesson's independence model equals K - 1); break-even alpha: where S = 1 at the chain "
+        "independence model (docs/background.md) equals K - 1); break-even alpha: where S = 1 at the chain "
         "length k (the engine's position series) and the implied c; best k: the chain length "
         "that would do best at that c from the measured per-position survival (0 = off)."
     )

@@ -44,9 +44,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from tests.dashboards.queries import duration_seconds
 from tests.rules.alert_rules import alert_rules, iter_rules, load_rules, with_durations
 from tests.rules.common import PROM_DIR
-from tests.rules.dashboards import duration_seconds
 
 __all__ = [
     "SCALE",

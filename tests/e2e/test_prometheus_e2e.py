@@ -38,6 +38,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.dashboards.queries import (
+    duration_seconds,
+    load_dashboard,
+    panel_queries,
+    substitute,
+    variable_queries,
+)
 from tests.e2e.stack import (
     SCALE,
     WINDOWS,
@@ -58,13 +65,6 @@ from tests.e2e.stack import (
 )
 from tests.rules.alert_rules import alert_rules, dump_rules, load_rules
 from tests.rules.common import DASHBOARD_DIR, run_tool
-from tests.rules.dashboards import (
-    duration_seconds,
-    load_dashboard,
-    panel_queries,
-    substitute,
-    variable_queries,
-)
 from tests.support.daemon import Daemon, daemon, get
 
 pytestmark = pytest.mark.prometheus

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.dashboards.queries import duration_seconds
 from tests.rules.alert_rules import (
     ALERTS_FILE,
     RECORDING_FILE,
@@ -27,7 +28,6 @@ from tests.rules.common import (
     promql_label_names,
     promql_metric_names,
 )
-from tests.rules.dashboards import duration_seconds
 
 REQUIRED_ALERTS = {
     "SpecmonBelowBreakEven",

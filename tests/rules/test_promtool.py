@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.dashboards.queries import load_dashboard, panel_queries
 from tests.rules.alert_rules import (
     ALERTS_FILE,
     RECORDING_FILE,
@@ -19,7 +20,6 @@ from tests.rules.alert_rules import (
     with_durations,
 )
 from tests.rules.common import DASHBOARD_DIR, PROM_DIR, run_tool
-from tests.rules.dashboards import load_dashboard, panel_queries
 from tests.rules.fleet import STEP, fleet_series
 
 pytestmark = pytest.mark.prometheus

@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.dashboards.queries import (
+    BUILTIN_NAMES,
+    iter_panels,
+    load_dashboard,
+    panel_queries,
+    variable_queries,
+)
 from tests.rules.common import (
     DASHBOARD_DIR,
     GRAFANA_DIR,
     contract_metric_names,
     promql_label_names,
     promql_metric_names,
-)
-from tests.rules.dashboards import (
-    BUILTIN_NAMES,
-    iter_panels,
-    load_dashboard,
-    panel_queries,
-    variable_queries,
 )
 from tests.rules.fleet import FLEET_METRICS
 

@@ -1,4 +1,4 @@
-"""Unit tests of tests/rules/dashboards.py, the query extractor the end-to-end test uses."""
+"""Unit tests of tests/dashboards/queries.py, the query extractor the end-to-end test uses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.rules.dashboards import (
+from tests.dashboards.queries import (
     duration_seconds,
     iter_panels,
     panel_queries,

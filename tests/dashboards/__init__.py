@@ -1,0 +1,1 @@
+"""Grafana dashboards: static checks and the query extractor the end-to-end test uses."""
