@@ -6,7 +6,7 @@ The JSON files are committed; this script is their source. After editing it, run
     python grafana/build_dashboards.py          # rewrite the JSON files
     python grafana/build_dashboards.py --check  # exit 1 if a committed file is out of date
 
-(tests/rules/test_dashboards.py runs the check.) Standard library only.
+(tests/dashboards/test_dashboards.py runs the check.) Standard library only.
 
 Conventions every panel follows (and the tests enforce):
 - the data source is the `datasource` template variable, never a `${DS_...}` import input;
