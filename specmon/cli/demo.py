@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon.cli._args import positive_float
 from specmon.daemon.app import Daemon
 from specmon.daemon.target import TargetView
 from specmon.logs import configure_logging
@@ -66,6 +67,13 @@ def add_parser(sub: Any) -> None:
         "stdout is not a terminal)",
     )
     p.add_argument(
+        "--drop-at",
+        type=positive_float,
+        default=DROP_AT,
+        metavar="SECONDS",
+        help=f"when vllm-degrading's draft stops matching (default {DROP_AT:g})",
+    )
+    p.add_argument(
         "--refresh",
         type=float,
         default=2.0,
@@ -75,12 +83,12 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
-def demo_fleet(*, seed: int = 7) -> list[VirtualTarget]:
-    """The demo's engines. ``vllm-degrading`` loses acceptance at DROP_AT seconds."""
+def demo_fleet(*, seed: int = 7, drop_at: float = DROP_AT) -> list[VirtualTarget]:
+    """The demo's engines. ``vllm-degrading`` loses acceptance at ``drop_at`` seconds."""
     degrading = Scenario(
         phases=(
             Phase(at=0.0, changes={"survival": (0.85, 0.7, 0.55, 0.4)}),
-            Phase(at=DROP_AT, changes={"survival": (0.12, 0.02, 0.004, 0.001)}),
+            Phase(at=drop_at, changes={"survival": (0.12, 0.02, 0.004, 0.001)}),
         )
     )
     return [
@@ -196,7 +204,7 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
 
 
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    fleet = demo_fleet()
+    fleet = demo_fleet(drop_at=args.drop_at)
     server = SimServer(fleet)
     await server.start_each("127.0.0.1")
     workdir = Path(tempfile.mkdtemp(prefix="specmon-demo-"))
@@ -221,7 +229,8 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
         f"  status page   {base}/",
         f"  metrics       {base}/metrics",
         f"  config        {config}",
-        f"  vllm-degrading's draft stops matching after {DROP_AT:.0f}s: watch its margin go red.",
+        f"  vllm-degrading's draft stops matching after {args.drop_at:.0f}s: watch its margin "
+        "go red.",
         f"  figures over the {DEMO_PRIMARY} window; Ctrl-C stops everything.",
     ]
     out.write("\n".join(intro) + "\n\n")
