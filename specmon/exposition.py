@@ -6,8 +6,12 @@ skipped after a cheap check of its first character. Comment lines are read for `
 ``# EOF``. Lines of wanted families that do not parse are counted and reported, never fatal;
 ``validate_all=True`` also validates every other sample line (slower; ``specmon inspect``).
 
-Input size is the caller's business: sources cap the bytes they read before calling this.
-No I/O happens here.
+Work is bounded per page: sources cap the bytes they read; here a line longer than
+``max_line_length`` is refused before any regular expression looks at it, and a page with more
+than ``max_samples`` samples of the wanted names stops being materialised (``Page.truncated``).
+An exact duplicate of a wanted series (same name, same labels) is kept out of ``samples`` and
+listed in ``Page.duplicates``: the caller decides what a duplicate invalidates. No I/O happens
+here.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ __all__ = [
 
 #: Keep at most this many problem descriptions per page (the count is always exact).
 MAX_PROBLEMS = 10
+#: Default longest line examined (bytes of text, labels included).
+MAX_LINE_LENGTH = 65536
+#: Default most samples of the wanted names materialised from one page.
+MAX_SAMPLES = 50_000
 _MAX_LINE_ECHO = 160
 
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
@@ -83,6 +91,10 @@ class Page:
     valid_lines: int = 0
     openmetrics: bool = False
     saw_eof: bool = False
+    #: More than ``max_samples`` wanted samples: the rest were not materialised.
+    truncated: bool = False
+    #: Exact repeats of a wanted series already seen (same name and labels), not in samples.
+    duplicates: list[Sample] = field(default_factory=list)
 
     def get(self, name: str) -> list[Sample]:
         return self.samples.get(name, [])
@@ -107,6 +119,8 @@ def parse(
     wanted: Iterable[str] | None = None,
     openmetrics: bool | None = None,
     validate_all: bool = False,
+    max_line_length: int = MAX_LINE_LENGTH,
+    max_samples: int = MAX_SAMPLES,
 ) -> Page:
     """Parse an exposition page.
 
@@ -124,9 +138,14 @@ def parse(
     # startswith() with a tuple runs in C: a cheap first filter before the exact check.
     prefixes = tuple(sorted(wanted_set))
     first_sample_checked = False
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    materialised = 0
 
     for index, line in enumerate(text.split("\n")):
         if not line:
+            continue
+        if len(line) > max_line_length:
+            page._problem(index + 1, line, f"line longer than {max_line_length} characters")
             continue
         first = line[0]
         if first == "#":
@@ -147,6 +166,16 @@ def parse(
                 continue
             page.valid_lines += 1
             if want_all or sample.name in wanted_set:
+                if materialised >= max_samples:
+                    page.truncated = True
+                    continue
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                if key in seen:
+                    page.duplicates.append(sample)
+                    page._problem(index + 1, line, "duplicate series (same name and labels)")
+                    continue
+                seen.add(key)
+                materialised += 1
                 page.samples.setdefault(sample.name, []).append(sample)
             continue
         if validate_all or not first_sample_checked:
@@ -157,6 +186,8 @@ def parse(
                 page.valid_lines += 1
             else:
                 page._problem(index + 1, line, "not a sample line")
+    if page.truncated:
+        page._problem(0, "", f"more than {max_samples} samples of the wanted families")
     return page
 
 

@@ -1,10 +1,14 @@
 """Rolling windows over timestamped counter readings: exact, reset-aware, no I/O.
 
 A :class:`CounterHistory` keeps one model's readings as a monotonic running total of counter
-increases. An engine restart shows up as a counter that went down; like Prometheus's
+increases. An engine restart shows up as the drafts counter going down; like Prometheus's
 ``increase()``, the increase over that step is then the new value itself (the counter started
-again from zero). Per-position series that appear later (llama.cpp publishes them after the
-first speculative request) count from zero; series that vanish stop contributing.
+again from zero). Some counters going down while the drafts counter does not is not a restart
+but a broken page: the reading is refused (``partial_decrease``) unless it persists for
+:data:`PARTIAL_DECREASE_LIMIT` readings in a row, which only a restart explains. The
+generated-token counter (another family) going down alone restarts only itself. Per-position
+series that appear later (llama.cpp publishes them after the first speculative request) count
+from zero; series that vanish stop contributing.
 
 A window of W seconds is the increase from the oldest reading at or after ``t_last - W`` to the
 newest reading, in integers. Nothing is extrapolated: ``seconds`` says how much time the
@@ -54,6 +58,10 @@ class WindowDelta:
         )
 
 
+#: Consecutive readings with a partial decrease after which it is taken as a restart.
+PARTIAL_DECREASE_LIMIT = 3
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What adding one reading did."""
@@ -61,6 +69,8 @@ class Observation:
     accepted: bool
     reset: bool = False
     reason: str = ""
+    #: The refused reading had some counters going down while the drafts counter did not.
+    partial_decrease: bool = False
 
 
 def _vector(counters: SpecCounters, generated: int | None) -> tuple[int, ...]:
@@ -74,6 +84,12 @@ def _vector(counters: SpecCounters, generated: int | None) -> tuple[int, ...]:
 
 
 _SCALARS = 4
+_GENERATED = 3
+_NAMES = ("drafts", "draft tokens", "accepted tokens", "generated tokens")
+
+
+def _series_name(index: int) -> str:
+    return _NAMES[index] if index < _SCALARS else f"position {index - _SCALARS + 1}"
 
 
 def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
@@ -94,6 +110,7 @@ class CounterHistory:
         self._positions: deque[int] = deque()  # position series live at each reading
         self._last_raw: tuple[int, ...] | None = None
         self._reset_count = 0
+        self._partial_decreases = 0
         self._has_generated = False
         self._generated_seen = False
 
@@ -156,17 +173,39 @@ class CounterHistory:
             base = self._totals[-1]
             size = max(len(raw), len(previous), len(base))
             new_p, old_p = _pad(raw, size), _pad(previous, size)
-            # A series present in both readings that went down means the engine restarted. A
-            # series missing now (llama.cpp's positions after a restart) is not a decrease.
-            reset = any(new_p[i] < old_p[i] for i in range(min(len(raw), len(previous))))
+            common = min(len(raw), len(previous))
+            # A restart: the drafts counter went down. A series missing now (llama.cpp's
+            # positions after a restart) is not a decrease.
+            reset = new_p[0] < old_p[0]
+            partial = [
+                i for i in range(common) if i != _GENERATED and new_p[i] < old_p[i] and not reset
+            ]
+            if partial:
+                self._partial_decreases += 1
+                if self._partial_decreases < PARTIAL_DECREASE_LIMIT:
+                    return Observation(
+                        False,
+                        reason=f"{_series_name(partial[0])} went down while the drafts counter "
+                        "did not: a broken page, not a restart",
+                        partial_decrease=True,
+                    )
+                reset = True  # persistent: only a restart explains it
             if reset:
                 increase = new_p
             else:
                 increase = tuple(
                     max(new_p[i] - old_p[i], 0) if i < len(raw) else 0 for i in range(size)
                 )
+                if common > _GENERATED and new_p[_GENERATED] < old_p[_GENERATED]:
+                    # The generated-token counter restarted alone: its new value is its increase.
+                    increase = (
+                        *increase[:_GENERATED],
+                        new_p[_GENERATED],
+                        *increase[_GENERATED + 1 :],
+                    )
             base = _pad(base, size)
             total = tuple(b + d for b, d in zip(base, increase, strict=True))
+        self._partial_decreases = 0
         if reset:
             self._reset_count += 1
         self._last_raw = raw

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmon.engines import Engine, detect_engine, read_page
+from specmon.engines import Engine, RejectReason, detect_engine, read_page
 from specmon.report import report_from_counters, report_from_gauges
 
 VLLM_TWO_ENGINES = """\
@@ -60,14 +60,14 @@ def test_vllm_openmetrics_prefix() -> None:
 def test_vllm_large_values_are_exact_integers() -> None:
     text = (
         'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 1.8432e+06\n'
-        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 5529601.0\n'
-        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 9007199254740991.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 9007199254740991.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 5529601.0\n'
     )
     counters = read_page(text).models[0].counters
     assert counters is not None
     assert counters.drafts == 1843200
-    assert counters.draft_tokens == 5529601
-    assert counters.accepted_tokens == 9007199254740991
+    assert counters.draft_tokens == 9007199254740991  # 2^53 - 1: the largest exact count
+    assert counters.accepted_tokens == 5529601
 
 
 def test_vllm_v0_lifetime_gauges() -> None:
@@ -196,5 +196,7 @@ def test_negative_counter_is_reported_not_raised() -> None:
     text = 'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} -5\n'
     reading = read_page(text)
     assert reading.models == ()
-    assert reading.malformed == 1
-    assert "must be finite and >= 0" in reading.problems[0].reason
+    [rejection] = reading.rejected
+    assert (rejection.model, rejection.reason) == ("m", RejectReason.NEGATIVE)
+    assert "drafts is -5; a counter must be >= 0" in rejection.detail
+    assert reading.message is not None and "rejected" in reading.message

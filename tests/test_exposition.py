@@ -108,7 +108,7 @@ def test_metric_names_with_colons_and_crlf() -> None:
     ],
 )
 def test_malformed_wanted_lines_are_counted_not_fatal(line: str, reason: str) -> None:
-    text = f"m 0\n{line}\nm 5\n"
+    text = f'm{{i="0"}} 0\n{line}\nm{{i="5"}} 5\n'
     page = parse(text, wanted=["m", "9m"])
     assert page.malformed == 1
     assert reason in page.problems[0].reason

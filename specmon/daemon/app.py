@@ -31,6 +31,7 @@ from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import (
     Config,
     ConfigError,
+    GlobalConfig,
     TargetConfig,
     default_config,
     load_config,
@@ -40,6 +41,7 @@ from specmon.daemon.metrics import MetricDef
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState, TargetView
+from specmon.engines import RejectReason
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
 from specmon.sources import ScrapeResult, Source
@@ -68,6 +70,7 @@ class _OwnMetrics:
             return Gauge(d.name, d.help, list(d.labels), registry=registry)
 
         self.scrapes_total = counter(m.SCRAPES)
+        self.rejected_total = counter(m.REJECTED)
         build = gauge(m.BUILD_INFO)
         build.labels(version=__version__, python=platform.python_version()).set(1)
         self.reload_ok = gauge(m.RELOAD_OK)
@@ -106,6 +109,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._shutting_down = False
         self._reload_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[tuple[bool, str]]] = set()
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
 
@@ -152,15 +156,16 @@ class Daemon:
             try:
                 config = self._read_config()
             except ConfigError as exc:
-                self.metrics.reload_ok.set(0)
-                self.log.error(
-                    "config_reload_failed",
-                    file=str(self.config_path),
-                    problems=exc.problems,
-                    kept="previous configuration",
-                )
-                return False, str(exc)
-            self._apply(config)
+                return self._reload_failed(exc.problems, str(exc))
+            except Exception as exc:  # whatever a file does to the parser, the daemon stays
+                problem = f"cannot load the configuration: {type(exc).__name__}"
+                return self._reload_failed([problem], problem)
+            try:
+                self._apply(config)
+            except Exception as exc:  # a bug: keep running with what is applied, say so
+                self.log.exception("config_apply_failed")
+                problem = f"internal error applying the configuration: {type(exc).__name__}"
+                return self._reload_failed([problem], problem)
             self.metrics.reload_ok.set(1)
             self.metrics.reload_time.set(time.time())
             self.log.info(
@@ -169,6 +174,22 @@ class Daemon:
                 targets=len(self._running),
             )
             return True, f"loaded {config.source}: {len(self._running)} target(s)"
+
+    def _reload_failed(self, problems: list[str], message: str) -> tuple[bool, str]:
+        self.metrics.reload_ok.set(0)
+        self.log.error(
+            "config_reload_failed",
+            file=str(self.config_path),
+            problems=problems,
+            kept="previous configuration",
+        )
+        return False, message
+
+    def _reload_in_background(self) -> None:
+        """SIGHUP: reload without blocking the signal handler; nothing escapes unlogged."""
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _desired_targets(self, config: Config) -> list[TargetConfig]:
         desired: dict[str, TargetConfig] = {t.name: t for t in config.targets}
@@ -230,6 +251,7 @@ class Daemon:
             state,
             source=self._source_for,
             scrapes_total=self.metrics.scrapes_total,
+            rejected_total=self.metrics.rejected_total,
             log=self.log,
             on_scraped=self._pending_first.discard,
         )
@@ -243,6 +265,9 @@ class Daemon:
         for result in ScrapeResult:
             with contextlib.suppress(KeyError):
                 self.metrics.scrapes_total.remove(name, result)
+        for reason in RejectReason:
+            with contextlib.suppress(KeyError):
+                self.metrics.rejected_total.remove(name, reason)
 
     # -- file_sd ----------------------------------------------------------------------------
 
@@ -262,12 +287,13 @@ class Daemon:
 
     def _source_for(self, target: TargetConfig) -> Source:
         """The source a target is read from, with its current settings."""
-        max_bytes = self.config.global_.max_response_bytes if self.config else 10 * 2**20
+        glob = self.config.global_ if self.config else GlobalConfig()
         return HttpPageSource(
+            limits=glob.limits,
             url=target.url,
             session=self._get_session,
             timeout=target.scrape_timeout,
-            max_bytes=max_bytes,
+            max_bytes=glob.max_response_bytes,
             headers=target.request_headers(),
             secrets=target.secrets(),
             engine=target.engine,
@@ -383,7 +409,7 @@ class Daemon:
             return 1
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        loop.add_signal_handler(signal.SIGHUP, self._reload_in_background)
         try:
             await self.wait()
         finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.engines import Engine
+from specmon.engines import Engine, PageLimits
 from specmon.parsing import (
     Checker,
     ConfigError,
@@ -71,6 +71,8 @@ class GlobalConfig:
     draft_cost: float = DEFAULT_DRAFT_COST
     chain_length: int | None = None
     max_response_bytes: int = 10 * 2**20
+    #: What one page may make specmon do (docs/security.md).
+    limits: PageLimits = field(default_factory=PageLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +340,40 @@ def _check_global(checker: PathChecker, raw: Any) -> GlobalConfig:
         max_response_bytes=checker.get(
             data, "max_response_bytes", "global", parse_size, default.max_response_bytes
         ),
+        limits=_check_limits(checker, data.get("limits")),
     )
+
+
+#: The accepted range of each ``global.limits`` key (one per PageLimits field).
+LIMIT_BOUNDS = {
+    "max_position": (1, 4096),
+    "max_models": (1, 100_000),
+    "max_label_length": (16, 65536),
+    "max_line_length": (1024, 16 * 2**20),
+    "max_samples": (100, 10_000_000),
+}
+
+
+def _check_limits(checker: PathChecker, raw: Any) -> PageLimits:
+    """``global.limits``: every PageLimits field, each a positive integer within its bounds."""
+    data = checker.mapping(raw, "global.limits", config_keys(PageLimits))
+    values: dict[str, int] = {}
+    for key, (low, high) in LIMIT_BOUNDS.items():
+        if data is None or key not in data:
+            continue
+        value = data[key]
+        where = join_path("global.limits", key)
+        if key == "max_line_length" and isinstance(value, str):
+            try:
+                value = parse_size(value, minimum=1)
+            except ValueError as exc:
+                checker.add(where, str(exc))
+                continue
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            checker.add(where, f"must be an integer between {low} and {high}")
+            continue
+        values[key] = value
+    return PageLimits(**values)
 
 
 def _check_target(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from specmon.engines import RejectReason
 from specmon.sources import ScrapeResult
 
 __all__ = [
@@ -287,6 +288,18 @@ SCRAPES = _c(
     + " (`internal_error` is a bug in specmon: logged with its traceback, the target keeps "
     "being scraped)",
 )
+REJECTED = _c(
+    "specmon_rejected_readings",
+    "Readings of a target's page that specmon refused, by reason (a value no real engine can "
+    "publish: non-finite, negative, beyond 2^53, counts rising along the chain, more accepted "
+    "than drafted, duplicated series, limits exceeded, a partial decrease).",
+    ("target", "reason"),
+    Scope.OWN,
+    "readings refused by validation, by reason: "
+    + ", ".join(f"`{r.value}`" for r in RejectReason)
+    + "; a refused model's figures are left out of that scrape, the page's other models stay "
+    "(docs/security.md)",
+)
 BUILD_INFO = _g(
     "specmon_build_info",
     "specmon's version and Python version; always 1.",
@@ -341,6 +354,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     BEST_CHAIN_LENGTH,
     BEST_SPEEDUP,
     SCRAPES,
+    REJECTED,
     BUILD_INFO,
     RELOAD_OK,
     RELOAD_TIME,

@@ -39,12 +39,14 @@ class TargetScraper:
         *,
         source: Callable[[TargetConfig], Source],
         scrapes_total: Counter,
+        rejected_total: Counter,
         log: Logger,
         on_scraped: Callable[[str], None],
     ) -> None:
         self.state = state
         self._source = source
         self._scrapes_total = scrapes_total
+        self._rejected_total = rejected_total
         #: Bound once: every line this scraper logs names its target.
         self._log = log.bind(target=state.config.name)
         self._on_scraped = on_scraped
@@ -102,6 +104,8 @@ class TargetScraper:
             return
         self.failures = 0
         self._scrapes_total.labels(target=cfg.name, result=ScrapeResult.SUCCESS).inc()
+        for rejection in self.state.view.rejected:
+            self._rejected_total.labels(target=cfg.name, reason=rejection.reason).inc()
         self._emit(events)
         self._canonical(
             ScrapeResult.SUCCESS, duration, size=reading.size, malformed=reading.page.malformed

@@ -186,6 +186,15 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "message": view.message,
                 "notes": list(view.notes),
                 "malformed_lines": view.malformed,
+                "rejected": [
+                    {
+                        "model": r.model,
+                        "reason": r.reason.value,
+                        "detail": r.detail,
+                        "whole_model": r.whole_model,
+                    }
+                    for r in view.rejected
+                ],
                 "models": [
                     {
                         "model": m.model,

@@ -13,7 +13,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.daemon.config import TargetConfig
-from specmon.engines import Engine, GaugeScope, ModelReading, PageReading, SpecGauges
+from specmon.engines import (
+    Engine,
+    GaugeScope,
+    ModelReading,
+    PageReading,
+    Rejection,
+    RejectReason,
+    SpecGauges,
+)
 from specmon.parsing import format_duration
 from specmon.report import (
     AcceptanceReport,
@@ -81,6 +89,8 @@ class TargetView:
     notes: tuple[str, ...] = ()
     malformed: int = 0
     models: tuple[ModelView, ...] = ()
+    #: Readings refused at the last scrape, with their reasons (their figures are left out).
+    rejected: tuple[Rejection, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +112,7 @@ class TargetState:
         self._engine: Engine | None = None
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
+        self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
         self.view = TargetView(
             name=config.name, url=display_url(config.url), labels=dict(config.labels)
         )
@@ -193,18 +204,32 @@ class TargetState:
             events.append(Event("warning", "no_speculation", {"message": reading.message}))
 
         models: list[ModelView] = []
-        present = set()
+        kept: list[ModelReading] = []
+        rejected = list(reading.rejected)
+        # A refused model keeps its history: the next good reading resumes its windows.
+        present = {r.model for r in rejected}
         for model in reading.models:
             present.add(model.model)
-            events.extend(self._record(model, mono))
+            recorded, refusal = self._record(model, mono)
+            events.extend(recorded)
+            if refusal is not None:
+                rejected.append(refusal)
+                continue
             view = self._model_view(model)
             models.append(view)
+            kept.append(model)
             events.extend(self._margin_events(view))
-        self._last_models = reading.models
+        self._last_models = tuple(kept)
         for gone in set(self._histories) - present:
             del self._histories[gone]
         for gone in set(self._gauges) - present:
             del self._gauges[gone]
+        events.extend(self._rejection_events(rejected))
+        message = reading.message
+        if not models and rejected and reading.speculation:
+            message = "every speculative-decoding reading was refused: " + "; ".join(
+                str(r) for r in rejected[:3]
+            )
 
         self.view = TargetView(
             name=self.config.name,
@@ -216,15 +241,35 @@ class TargetState:
             last_duration=duration,
             last_success=wall,
             speculation=speculation,
-            message=reading.message,
+            message=message,
             notes=reading.notes,
             malformed=reading.malformed,
             models=tuple(models),
+            rejected=tuple(rejected),
         )
         return events
 
-    def _record(self, model: ModelReading, mono: float) -> list[Event]:
-        """Add one model's reading to its history."""
+    def _rejection_events(self, rejected: list[Rejection]) -> list[Event]:
+        """Log each refused reading once, when its (model, reason) first appears, and say when
+        every refusal has cleared."""
+        keys = frozenset((r.model, r.reason.value) for r in rejected)
+        previous, self._rejected_keys = self._rejected_keys, keys
+        events = [
+            Event(
+                "warning",
+                "reading_rejected",
+                {"model": r.model, "reason": r.reason.value, "detail": r.detail},
+            )
+            for r in rejected
+            if (r.model, r.reason.value) not in previous
+        ]
+        if previous and not keys:
+            events.append(Event("info", "readings_accepted_again", {}))
+        return events
+
+    def _record(self, model: ModelReading, mono: float) -> tuple[list[Event], Rejection | None]:
+        """Add one model's reading to its history; a refused reading comes back as a
+        Rejection (its figures are left out of this scrape)."""
         if model.counters is not None:
             history = self._histories.get(model.model)
             if history is None:
@@ -232,9 +277,11 @@ class TargetState:
             observation = history.add(
                 mono, model.counters, generated_tokens=model.context.generation_tokens
             )
+            if observation.partial_decrease:
+                return [], Rejection(model.model, RejectReason.PARTIAL_DECREASE, observation.reason)
             if observation.reset:
-                return [Event("warning", "counter_reset", {"model": model.model})]
-            return []
+                return [Event("warning", "counter_reset", {"model": model.model})], None
+            return [], None
         gauges = model.gauges
         if gauges is not None and gauges.scope is not GaugeScope.LIFETIME:
             length_h, rate_h = self._gauges.setdefault(
@@ -245,7 +292,7 @@ class TargetState:
                 length_h.add(mono, gauges.mean_acceptance_length)
             if gauges.acceptance_rate is not None:
                 rate_h.add(mono, gauges.acceptance_rate)
-        return []
+        return [], None
 
     def _model_view(self, model: ModelReading) -> ModelView:
         """Figures for one model from its history and the current settings (no recording)."""

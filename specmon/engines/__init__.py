@@ -15,14 +15,18 @@ from specmon.engines.model import (
     Engine,
     GaugeScope,
     ModelReading,
+    PageLimits,
     PageReading,
+    Rejection,
+    RejectReason,
     SpecCounters,
     SpecGauges,
 )
 from specmon.engines.sglang import SglangAdapter
+from specmon.engines.validate import check_model
 from specmon.engines.vllm import VllmAdapter
 from specmon.engines.vllm_v0 import VllmV0Adapter
-from specmon.exposition import Page, Problem, parse
+from specmon.exposition import Page, parse
 
 __all__ = [
     "AdapterError",
@@ -30,7 +34,10 @@ __all__ = [
     "Engine",
     "GaugeScope",
     "ModelReading",
+    "PageLimits",
     "PageReading",
+    "RejectReason",
+    "Rejection",
     "SpecCounters",
     "SpecGauges",
     "detect_engine",
@@ -43,7 +50,9 @@ class Adapter(Protocol):
     wanted: tuple[str, ...]
     markers: tuple[str, ...]
 
-    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]: ...
+    def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
+        """Per model a reading, or a Rejection saying why its values cannot be used."""
+        ...
 
 
 ADAPTERS: dict[Engine, Adapter] = {
@@ -82,15 +91,26 @@ def read_page(
     openmetrics: bool | None = None,
     validate_all: bool = False,
     model: str | None = None,
+    limits: PageLimits | None = None,
 ) -> PageReading:
     """Parse ``text`` and read it with the adapter for ``engine`` (None = detect).
 
-    ``model`` overrides the model name (useful for llama.cpp, which publishes none).
-    Never raises on bad content: problems are reported in the result.
+    ``model`` overrides the model name (useful for llama.cpp, which publishes none). Every
+    model's reading is validated (:mod:`specmon.engines.validate`) within ``limits``; refused
+    ones are in ``PageReading.rejected`` with their reasons. Never raises on bad content.
     """
+    lim = limits or PageLimits()
     chosen = engine if engine is not None else detect_engine(text)
+    wanted = ADAPTERS[chosen].wanted if chosen is not None else ()
+    page = parse(
+        text,
+        wanted=wanted,
+        openmetrics=openmetrics,
+        validate_all=validate_all,
+        max_line_length=lim.max_line_length,
+        max_samples=lim.max_samples,
+    )
     if chosen is None:
-        page = parse(text, wanted=(), openmetrics=openmetrics, validate_all=validate_all)
         return PageReading(
             engine=None,
             models=(),
@@ -98,28 +118,79 @@ def read_page(
             problems=tuple(page.problems),
             is_exposition=_is_exposition(text, page),
         )
-    adapter = ADAPTERS[chosen]
-    page = parse(text, wanted=adapter.wanted, openmetrics=openmetrics, validate_all=validate_all)
     problems = list(page.problems)
-    try:
-        models, notes = adapter.read(page)
-    except AdapterError as exc:
-        models, notes = [], []
-        problems.append(Problem(0, "", str(exc)))
-    models = [m if m.model else _renamed(m, "default") for m in models]
+    notes: list[str] = []
+    rejected: list[Rejection] = []
+    models: list[ModelReading] = []
+    if page.truncated:
+        rejected.append(
+            Rejection(
+                "*",
+                RejectReason.SERIES_LIMIT,
+                f"more than {lim.max_samples} speculative-decoding samples on the page",
+            )
+        )
+    else:
+        try:
+            read, notes = ADAPTERS[chosen].read(page)
+        except AdapterError as exc:
+            read = [Rejection("*", exc.reason, str(exc)[:200])]
+        models, rejected = _validated(read, page, lim)
     if model is not None:
         if len(models) == 1:
             models = [_renamed(models[0], model)]
         elif models:
-            notes.append(f"model override {model!r} ignored: the page has {len(models)} models")
+            notes.append(
+                f"model override {model[:60]!r} ignored: the page has {len(models)} models"
+            )
     return PageReading(
         engine=chosen,
         models=tuple(models),
         notes=tuple(notes),
-        malformed=page.malformed + (len(problems) - len(page.problems)),
+        malformed=page.malformed,
         problems=tuple(problems),
         is_exposition=_is_exposition(text, page),
+        rejected=tuple(rejected),
     )
+
+
+def _validated(
+    read: list[ModelReading | Rejection], page: Page, limits: PageLimits
+) -> tuple[list[ModelReading], list[Rejection]]:
+    """Split the adapter's output, refuse duplicated and invalid models, cap the count."""
+    duplicated = {s.labels.get("model_name") for s in page.duplicates}
+    unlabelled_duplicate = None in duplicated
+    models: list[ModelReading] = []
+    rejected: list[Rejection] = []
+    for item in read:
+        if isinstance(item, Rejection):
+            rejected.append(item)
+            continue
+        if unlabelled_duplicate or item.model in duplicated:
+            rejected.append(
+                Rejection(
+                    item.model or "default",
+                    RejectReason.DUPLICATE,
+                    "a series appears twice with the same labels",
+                )
+            )
+            continue
+        checked, refused = check_model(item if item.model else _renamed(item, "default"), limits)
+        rejected.extend(refused)
+        if checked is not None:
+            models.append(checked)
+    if len(models) > limits.max_models:
+        models.sort(key=lambda m: m.model)
+        for extra in models[limits.max_models :]:
+            rejected.append(
+                Rejection(
+                    extra.model,
+                    RejectReason.MODEL_LIMIT,
+                    f"more than {limits.max_models} models on the page",
+                )
+            )
+        models = models[: limits.max_models]
+    return models, rejected
 
 
 def _is_exposition(text: str, page: Page) -> bool:

@@ -1,31 +1,54 @@
-"""Helpers shared by the adapters: grouping samples by model, reading counters as integers."""
+"""Helpers shared by the adapters: grouping samples by model, reading counters as integers,
+and turning one model's unusable values into a :class:`Rejection` instead of an exception."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from specmon.engines.model import ModelReading, Rejection, RejectReason
 from specmon.exposition import Page, Sample
 
 __all__ = [
+    "HARD_POSITION_CAP",
+    "MAX_COUNT",
     "AdapterError",
     "count",
     "first_present",
     "mean_by_model",
+    "per_model",
+    "positions_tuple",
     "sum_by",
     "sum_positions",
 ]
 
+#: Largest counter value accepted: 2^53, the last integer a double holds exactly. No engine
+#: counts that many tokens; a page that says so is broken or hostile.
+MAX_COUNT = float(2**53)
+#: No per-position storage is made past this position, whatever the page says; the configured
+#: limit (``PageLimits.max_position``, normally 64) is applied by validation afterwards.
+HARD_POSITION_CAP = 4096
+
 
 class AdapterError(ValueError):
-    """A page's values cannot be used (negative or non-finite counters)."""
+    """A model's values cannot be used; ``reason`` says why."""
+
+    def __init__(self, reason: RejectReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def count(value: float, name: str) -> int:
     """A counter value as an exact integer (counters of events are whole numbers)."""
-    if not math.isfinite(value) or value < 0:
-        raise AdapterError(f"{name} has value {value!r}; a counter must be finite and >= 0")
+    if math.isnan(value) or math.isinf(value):
+        raise AdapterError(RejectReason.NON_FINITE, f"{name} is {value}; a counter must be finite")
+    if value < 0:
+        raise AdapterError(RejectReason.NEGATIVE, f"{name} is {value:g}; a counter must be >= 0")
+    if value > MAX_COUNT:
+        raise AdapterError(
+            RejectReason.IMPLAUSIBLE, f"{name} is {value:g}, beyond any real count (2^53)"
+        )
     return round(value)
 
 
@@ -46,36 +69,61 @@ def sum_by(samples: Iterable[Sample], key: str) -> dict[str, float]:
 
 
 def sum_positions(samples: Iterable[Sample], key: str | None) -> dict[str, dict[int, float]]:
-    """Per model (label ``key``; all one group when None), per 0-based position, summed values."""
+    """Per model (label ``key``; all one group when None), per 0-based position, summed values.
+
+    Positions that are not small non-negative integers are skipped here; the configured
+    position limit is applied by :func:`positions_tuple`.
+    """
     out: dict[str, dict[int, float]] = {}
     for sample in samples:
         raw = sample.labels.get("position")
-        if raw is None:
+        if raw is None or not raw.isdigit() or len(raw) > 9:
             continue
-        try:
-            position = int(raw)
-        except ValueError:
-            continue
-        if position < 0:
-            continue
+        position = int(raw)
         group = sample.labels.get(key, "") if key else ""
         per = out.setdefault(group, {})
+        if position >= HARD_POSITION_CAP:
+            per[HARD_POSITION_CAP] = math.inf  # noted: positions_tuple rejects it
+            continue
         per[position] = per.get(position, 0.0) + sample.value
     return out
 
 
 def positions_tuple(per: dict[int, float], name: str) -> tuple[int, ...]:
-    """Dense tuple of per-position counts; positions the engine skipped count as 0."""
+    """Dense tuple of per-position counts; positions the engine skipped count as 0.
+
+    Raises :class:`AdapterError` (``position_limit``) for a position at or beyond
+    :data:`HARD_POSITION_CAP` before anything of that size is built.
+    """
     if not per:
         return ()
-    size = max(per) + 1
-    return tuple(count(per.get(i, 0.0), f"{name}[{i}]") for i in range(size))
+    highest = max(per)
+    if highest >= HARD_POSITION_CAP:
+        raise AdapterError(
+            RejectReason.POSITION_LIMIT,
+            f"{name} has a position beyond {HARD_POSITION_CAP}",
+        )
+    return tuple(count(per.get(i, 0.0), f"{name}[{i}]") for i in range(highest + 1))
 
 
 def mean_by_model(page: Page, name: str) -> dict[str, float]:
-    """Mean of a gauge's finite values per ``model_name`` (over ranks and other labels)."""
+    """Mean of a gauge's values per ``model_name`` (over ranks and other labels). A value that
+    is not finite makes the mean not finite: validation rejects it with its reason."""
     groups: dict[str, list[float]] = defaultdict(list)
     for sample in page.get(name):
-        if math.isfinite(sample.value):
-            groups[sample.label("model_name")].append(sample.value)
+        groups[sample.label("model_name")].append(sample.value)
     return {model: sum(v) / len(v) for model, v in groups.items() if v}
+
+
+def per_model(
+    models: Iterable[str], build: Callable[[str], ModelReading]
+) -> list[ModelReading | Rejection]:
+    """``build`` each model; a model whose values cannot be used becomes a Rejection, and the
+    page's other models are unaffected."""
+    out: list[ModelReading | Rejection] = []
+    for model in models:
+        try:
+            out.append(build(model))
+        except AdapterError as exc:
+            out.append(Rejection(model or "default", exc.reason, str(exc)[:200]))
+    return out

@@ -12,8 +12,14 @@
 
 from __future__ import annotations
 
-from specmon.engines._common import count, first_present, positions_tuple, sum_positions
-from specmon.engines.model import Context, Engine, ModelReading, SpecCounters
+from specmon.engines._common import (
+    count,
+    first_present,
+    per_model,
+    positions_tuple,
+    sum_positions,
+)
+from specmon.engines.model import Context, Engine, ModelReading, Rejection, SpecCounters
 from specmon.exposition import Page, Sample
 
 __all__ = ["LlamacppAdapter"]
@@ -48,65 +54,68 @@ class LlamacppAdapter:
     )
     markers: tuple[str, ...] = (_P + "spec_decode_num_drafts",)
 
-    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+    def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         drafts_name = first_present(page, _DRAFTS)
         if drafts_name is None:
             return [], []
         notes: list[str] = []
-        rounded: list[str] = []
 
-        def scalar(names: tuple[str, str], label: str) -> int:
-            name = first_present(page, names)
-            if name is None:
-                return 0
-            samples = page.get(name)
-            if any(_is_rounded(s) for s in samples):
-                rounded.append(label)
-            return count(sum(s.value for s in samples), label)
+        def build(_model: str) -> ModelReading:
+            rounded: list[str] = []
 
-        drafts = scalar(_DRAFTS, "drafts")
-        draft_tokens = scalar(_DRAFT_TOKENS, "draft_tokens")
-        printed_accepted = scalar(_ACCEPTED, "accepted_tokens")
-        per_pos_name = first_present(page, _PER_POS)
-        per_pos: tuple[int, ...] = ()
-        if per_pos_name is not None:
-            per_pos = positions_tuple(
-                sum_positions(page.get(per_pos_name), None).get("", {}), "per_pos"
-            )
-        accepted = printed_accepted
-        if per_pos:
-            exact = sum(per_pos)
-            if "accepted_tokens" in rounded:
-                rounded.remove("accepted_tokens")
-                notes.append(
-                    "accepted tokens taken from the exact per-position sum "
-                    f"({exact}); the scalar counter was printed rounded ({printed_accepted})"
+            def scalar(names: tuple[str, str], label: str) -> int:
+                name = first_present(page, names)
+                if name is None:
+                    return 0
+                samples = page.get(name)
+                if any(_is_rounded(s) for s in samples):
+                    rounded.append(label)
+                return count(sum(s.value for s in samples), label)
+
+            drafts = scalar(_DRAFTS, "drafts")
+            draft_tokens = scalar(_DRAFT_TOKENS, "draft_tokens")
+            printed_accepted = scalar(_ACCEPTED, "accepted_tokens")
+            per_pos_name = first_present(page, _PER_POS)
+            per_pos: tuple[int, ...] = ()
+            if per_pos_name is not None:
+                per_pos = positions_tuple(
+                    sum_positions(page.get(per_pos_name), None).get("", {}), "per_pos"
                 )
-            accepted = exact
-        if rounded:
-            notes.append(
-                "llama.cpp prints " + " and ".join(rounded) + " with 6 significant digits; "
-                "above a million these counters are rounded"
+            accepted = printed_accepted
+            if per_pos:
+                exact = sum(per_pos)
+                if "accepted_tokens" in rounded:
+                    rounded.remove("accepted_tokens")
+                    notes.append(
+                        "accepted tokens taken from the exact per-position sum "
+                        f"({exact}); the scalar counter was printed rounded ({printed_accepted})"
+                    )
+                accepted = exact
+            if rounded:
+                notes.append(
+                    "llama.cpp prints " + " and ".join(rounded) + " with 6 significant digits; "
+                    "above a million these counters are rounded"
+                )
+            processing = page.get(_PROCESSING[0])
+            predicted_name = first_present(page, _PREDICTED)
+            context = Context(
+                requests_running=sum(s.value for s in processing) if processing else None,
+                generation_tokens=(
+                    count(sum(s.value for s in page.get(predicted_name)), "tokens_predicted")
+                    if predicted_name
+                    else None
+                ),
             )
-        processing = page.get(_PROCESSING[0])
-        predicted_name = first_present(page, _PREDICTED)
-        context = Context(
-            requests_running=sum(s.value for s in processing) if processing else None,
-            generation_tokens=(
-                count(sum(s.value for s in page.get(predicted_name)), "tokens_predicted")
-                if predicted_name
-                else None
-            ),
-        )
-        reading = ModelReading(
-            model="default",
-            counters=SpecCounters(
-                drafts=drafts,
-                draft_tokens=draft_tokens,
-                accepted_tokens=accepted,
-                accepted_per_position=per_pos,
-                rounded=tuple(rounded),
-            ),
-            context=context,
-        )
-        return [reading], notes
+            return ModelReading(
+                model="default",
+                counters=SpecCounters(
+                    drafts=drafts,
+                    draft_tokens=draft_tokens,
+                    accepted_tokens=accepted,
+                    accepted_per_position=per_pos,
+                    rounded=tuple(rounded),
+                ),
+                context=context,
+            )
+
+        return per_model(["default"], build), notes

@@ -17,7 +17,10 @@ __all__ = [
     "Engine",
     "GaugeScope",
     "ModelReading",
+    "PageLimits",
     "PageReading",
+    "RejectReason",
+    "Rejection",
     "SpecCounters",
     "SpecGauges",
 ]
@@ -87,6 +90,64 @@ class ModelReading:
     context: Context = field(default_factory=Context)
 
 
+class RejectReason(StrEnum):
+    """Why a reading (a model's data on a page, or one value of it) was not used.
+
+    The ``reason`` label of ``specmon_rejected_readings_total``.
+    """
+
+    NON_FINITE = "non_finite"
+    NEGATIVE = "negative"
+    #: A counter beyond 2^53: no engine counts that many tokens, and a double cannot hold
+    #: the integer exactly.
+    IMPLAUSIBLE = "implausible"
+    DUPLICATE = "duplicate_series"
+    POSITION_LIMIT = "position_limit"
+    #: Per-position counts rising along the chain (more drafts accepted 3 deep than 2 deep).
+    POSITIONS_RISE = "positions_rise"
+    #: More drafts accepted at the first position than drafts.
+    ABOVE_DRAFTS = "position_above_drafts"
+    ACCEPTED_ABOVE_DRAFTED = "accepted_above_drafted"
+    DRAFTS_ABOVE_DRAFT_TOKENS = "drafts_above_draft_tokens"
+    GAUGE_RANGE = "gauge_out_of_range"
+    MODEL_LIMIT = "model_limit"
+    LABEL_LENGTH = "label_too_long"
+    SERIES_LIMIT = "series_limit"
+    #: Some counters went down while the drafts counter did not: not a restart, a bad page.
+    PARTIAL_DECREASE = "partial_decrease"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One reading specmon refused, and why (``detail`` is bounded and safe to log)."""
+
+    model: str
+    reason: RejectReason
+    detail: str
+    #: True when the model's whole reading was dropped; False when only one value was (the
+    #: model's other figures stand).
+    whole_model: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class PageLimits:
+    """Bounds on what one page may make specmon do (``global.limits`` in the config)."""
+
+    #: Highest draft position accepted (1-based, as specmon exports it).
+    max_position: int = 64
+    #: Most models read from one page; the rest are rejected.
+    max_models: int = 100
+    #: Longest model name (label value) accepted.
+    max_label_length: int = 256
+    #: Longest line examined.
+    max_line_length: int = 65536
+    #: Most samples of the speculative-decoding families read from one page.
+    max_samples: int = 50_000
+
+
 @dataclass(frozen=True, slots=True)
 class PageReading:
     """What one page says: which engine, and per model its speculative-decoding data."""
@@ -99,6 +160,8 @@ class PageReading:
     problems: tuple[Problem, ...] = ()
     #: False when the page had content but not a single valid exposition line.
     is_exposition: bool = True
+    #: Readings refused by validation (each with its reason); the good ones are in models.
+    rejected: tuple[Rejection, ...] = ()
 
     @property
     def speculation(self) -> bool:
@@ -111,6 +174,11 @@ class PageReading:
             return "the response is not a Prometheus exposition page"
         if self.speculation:
             return None
+        whole = [r for r in self.rejected if r.whole_model]
+        if whole:
+            shown = "; ".join(str(r) for r in whole[:3])
+            more = f" (and {len(whole) - 3} more)" if len(whole) > 3 else ""
+            return f"every speculative-decoding reading on the page was rejected: {shown}{more}"
         if self.engine is None:
             return (
                 "no speculative-decoding metrics and no known engine on this page "

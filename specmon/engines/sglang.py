@@ -8,7 +8,14 @@ configured chain length.
 from __future__ import annotations
 
 from specmon.engines._common import mean_by_model
-from specmon.engines.model import Context, Engine, GaugeScope, ModelReading, SpecGauges
+from specmon.engines.model import (
+    Context,
+    Engine,
+    GaugeScope,
+    ModelReading,
+    Rejection,
+    SpecGauges,
+)
 from specmon.exposition import Page
 
 __all__ = ["SglangAdapter"]
@@ -28,13 +35,13 @@ class SglangAdapter:
     wanted: tuple[str, ...] = (_LENGTH, _RATE, _RUNNING)
     markers: tuple[str, ...] = (_LENGTH, _RATE)
 
-    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+    def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         lengths = mean_by_model(page, _LENGTH)
         rates = mean_by_model(page, _RATE)
         if not lengths and not rates:
             return [], []
         running = mean_by_model(page, _RUNNING)
-        models = []
+        models: list[ModelReading | Rejection] = []
         for model in sorted(set(lengths) | set(rates)):
             length = lengths.get(model)
             rate = rates.get(model)
@@ -43,10 +50,8 @@ class SglangAdapter:
                     model=model,
                     gauges=SpecGauges(
                         scope=GaugeScope.LAST_INTERVAL,
-                        acceptance_rate=rate if rate is not None and 0 <= rate <= 1 else None,
-                        mean_acceptance_length=length
-                        if length is not None and length >= 1
-                        else None,
+                        acceptance_rate=rate,
+                        mean_acceptance_length=length,
                     ),
                     context=Context(requests_running=running.get(model)),
                 )

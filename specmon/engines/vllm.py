@@ -7,8 +7,8 @@ API servers) have the same names without ``_created`` siblings, one series per e
 
 from __future__ import annotations
 
-from specmon.engines._common import count, positions_tuple, sum_by, sum_positions
-from specmon.engines.model import Context, Engine, ModelReading, SpecCounters
+from specmon.engines._common import count, per_model, positions_tuple, sum_by, sum_positions
+from specmon.engines.model import Context, Engine, ModelReading, Rejection, SpecCounters
 from specmon.exposition import Page
 
 __all__ = ["VllmAdapter"]
@@ -37,7 +37,7 @@ class VllmAdapter:
     wanted: tuple[str, ...] = _names(_COUNTERS + _CONTEXT)
     markers: tuple[str, ...] = _names(("spec_decode_num_drafts",))
 
-    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+    def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         prefix = next((p for p in PREFIXES if page.has(p + "spec_decode_num_drafts_total")), None)
         if prefix is None:
             return [], []
@@ -51,8 +51,8 @@ class VllmAdapter:
         generated = sum_by(page.get(prefix + "generation_tokens_total"), "model_name")
         itl_sum = sum_by(page.get(prefix + "inter_token_latency_seconds_sum"), "model_name")
         itl_count = sum_by(page.get(prefix + "inter_token_latency_seconds_count"), "model_name")
-        models: list[ModelReading] = []
-        for model in sorted(drafts):
+
+        def build(model: str) -> ModelReading:
             counters = SpecCounters(
                 drafts=count(drafts[model], "drafts"),
                 draft_tokens=count(draft_tokens.get(model, 0.0), "draft_tokens"),
@@ -69,7 +69,9 @@ class VllmAdapter:
                     count(itl_count[model], "itl_count") if model in itl_count else None
                 ),
             )
-            models.append(ModelReading(model=model, counters=counters, context=context))
+            return ModelReading(model=model, counters=counters, context=context)
+
+        models = per_model(sorted(drafts), build)
         notes = []
         if prefix == "vllm_":
             notes.append("sample names use the vllm_ prefix (vLLM's OpenMetrics path)")

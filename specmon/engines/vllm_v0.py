@@ -10,7 +10,7 @@ over the server's lifetime.
 from __future__ import annotations
 
 from specmon.engines._common import mean_by_model
-from specmon.engines.model import Engine, GaugeScope, ModelReading, SpecGauges
+from specmon.engines.model import Engine, GaugeScope, ModelReading, Rejection, SpecGauges
 from specmon.exposition import Page
 
 __all__ = ["VllmV0Adapter"]
@@ -30,18 +30,18 @@ class VllmV0Adapter:
     wanted: tuple[str, ...] = tuple(p + n for p in _PREFIXES for n in (_RATE, _EFFICIENCY))
     markers: tuple[str, ...] = tuple(p + _RATE for p in _PREFIXES)
 
-    def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
+    def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         prefix = next((p for p in _PREFIXES if page.has(p + _RATE)), None)
         if prefix is None:
             return [], []
         rates = mean_by_model(page, prefix + _RATE)
         efficiency = mean_by_model(page, prefix + _EFFICIENCY)
-        models = [
+        models: list[ModelReading | Rejection] = [
             ModelReading(
                 model=model,
                 gauges=SpecGauges(
                     scope=GaugeScope.LIFETIME,
-                    acceptance_rate=rate if 0.0 <= rate <= 1.0 else None,
+                    acceptance_rate=rate,
                     efficiency=efficiency.get(model),
                 ),
             )

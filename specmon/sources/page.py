@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import aiohttp
 
-from specmon.engines import Engine, read_page
+from specmon.engines import Engine, PageLimits, read_page
 from specmon.secrets import Secret
 from specmon.sources import Reading, ScrapeResult
 from specmon.sources.http import FetchError, fetch_page
@@ -30,6 +30,7 @@ class HttpPageSource:
         secrets: Iterable[Secret] = (),
         engine: Engine | None = None,
         model: str | None = None,
+        limits: PageLimits | None = None,
     ) -> None:
         self.url = url
         self._session = session
@@ -39,6 +40,7 @@ class HttpPageSource:
         self._secrets = tuple(secrets)
         self._engine = engine
         self._model = model
+        self._limits = limits
 
     async def read(self) -> Reading:
         started = time.perf_counter()
@@ -51,7 +53,11 @@ class HttpPageSource:
             secrets=self._secrets,
         )
         page = read_page(
-            result.text, engine=self._engine, openmetrics=result.openmetrics, model=self._model
+            result.text,
+            engine=self._engine,
+            openmetrics=result.openmetrics,
+            model=self._model,
+            limits=self._limits,
         )
         if not page.is_exposition:
             raise FetchError(ScrapeResult.PARSE_ERROR, page.message or "unparseable page")

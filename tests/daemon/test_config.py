@@ -303,3 +303,109 @@ def test_run_exits_1_when_the_port_is_taken(tmp_path: Path) -> None:
         )  # fmt: skip
     assert result.returncode == 1
     assert '"listen_failed"' in result.stderr
+
+
+def test_limits_block_covers_every_page_limit() -> None:
+    from specmon.daemon.config import LIMIT_BOUNDS, config_keys
+    from specmon.engines import PageLimits
+
+    assert set(LIMIT_BOUNDS) == set(config_keys(PageLimits))
+    config = parse_config(
+        "global:\n  limits: {max_position: 8, max_line_length: 1MiB}\n"
+        "targets: [{name: a, url: 'http://h:1/metrics'}]\n",
+        environ={},
+    )
+    assert config.global_.limits == PageLimits(max_position=8, max_line_length=2**20)
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            "global:\n  limits: {max_position: 0, max_models: x, colour: 1}\n"
+            "targets: [{name: a, url: 'http://h:1/metrics'}]\n",
+            environ={},
+        )
+    assert info.value.problems == [
+        "global.limits.colour: unknown key",
+        "global.limits.max_position: must be an integer between 1 and 4096",
+        "global.limits.max_models: must be an integer between 1 and 100000",
+    ]
+
+
+ALIAS_BOMB = """\
+a0: &a0 [x, x, x, x, x, x, x, x, x, x]
+a1: &a1 [*a0, *a0, *a0, *a0, *a0, *a0, *a0, *a0, *a0, *a0]
+a2: &a2 [*a1, *a1, *a1, *a1, *a1, *a1, *a1, *a1, *a1, *a1]
+a3: &a3 [*a2, *a2, *a2, *a2, *a2, *a2, *a2, *a2, *a2, *a2]
+a4: &a4 [*a3, *a3, *a3, *a3, *a3, *a3, *a3, *a3, *a3, *a3]
+a5: &a5 [*a4, *a4, *a4, *a4, *a4, *a4, *a4, *a4, *a4, *a4]
+a6: &a6 [*a5, *a5, *a5, *a5, *a5, *a5, *a5, *a5, *a5, *a5]
+a7: &a7 [*a6, *a6, *a6, *a6, *a6, *a6, *a6, *a6, *a6, *a6]
+a8: &a8 [*a7, *a7, *a7, *a7, *a7, *a7, *a7, *a7, *a7, *a7]
+a9: &a9 [*a8, *a8, *a8, *a8, *a8, *a8, *a8, *a8, *a8, *a8]
+global:
+  max_response_bytes: *a9
+targets: [{name: a, url: 'http://h:1/metrics'}]
+"""
+
+
+def test_an_alias_bomb_is_refused_at_once() -> None:
+    """Issue 12: a 612-byte alias bomb ran check-config 51 s into a MemoryError at 2.2 GB."""
+    assert len(ALIAS_BOMB) < 1000
+    with pytest.raises(ConfigError) as info:
+        parse_config(ALIAS_BOMB, environ={})
+    [problem] = info.value.problems
+    assert "aliases are resolved (an alias bomb?)" in problem
+
+
+def test_deep_nesting_is_refused_without_a_recursion_error() -> None:
+    """Issue 12: 100,000-deep nesting gave a RecursionError traceback from check-config."""
+    deep = "targets: " + "[" * 100_000 + "]" * 100_000 + "\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(deep, environ={})
+    assert info.value.problems == ["line 1: nested deeper than 32 levels"]
+
+
+def test_anchors_of_normal_size_still_work() -> None:
+    config = parse_config(
+        "targets:\n"
+        "  - &t {name: a, url: 'http://h:1/metrics', labels: &l {team: x}}\n"
+        "  - {name: b, url: 'http://h:2/metrics', labels: *l}\n",
+        environ={},
+    )
+    assert [dict(t.labels) for t in config.targets] == [{"team": "x"}, {"team": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://[::1]:99999/metrics", "has an invalid port (0-65535)"),
+        ("http://host:1/metrics with spaces", "contains whitespace or control characters"),
+        ("http://ho st:1/metrics", "contains whitespace or control characters"),
+        ("ftp://host/metrics", "is not an http(s) URL with a host"),
+    ],
+)
+def test_urls_that_cannot_work_fail_check_config(url: str, problem: str) -> None:
+    """Issue 12: http://[::1]:99999 and URLs with spaces passed check-config."""
+    with pytest.raises(ConfigError) as info:
+        parse_config(f"targets: [{{name: a, url: '{url}'}}]\n", environ={})
+    [found] = info.value.problems
+    assert found.startswith("targets[0].url: ") and problem in found
+
+
+def test_a_huge_value_is_never_quoted_whole() -> None:
+    text = (
+        "global:\n  scrape_interval: '"
+        + "9" * 500_000
+        + "s'\ntargets: [{name: a, url: 'http://h:1/m'}]\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, environ={})
+    assert len(str(info.value)) < 500
+
+
+def test_a_config_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    from specmon.daemon.config import MAX_CONFIG_BYTES, load_config
+
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * MAX_CONFIG_BYTES + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(big)
+    assert info.value.problems == [f"the file is larger than the {MAX_CONFIG_BYTES}-byte limit"]

@@ -64,6 +64,11 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_config_last_reload_success_timestamp_seconds", own, _const(1000))
         add("specmon_targets", own, _const(3))
         add("specmon_file_sd_read_errors_total", own, _const(0))
+        add(
+            "specmon_rejected_readings_total",
+            {**own, "target": _DOWN, "reason": "negative"},
+            _const(0),
+        )
         down = {**own, "target": _DOWN}
         add("specmon_up", down, _const(0))
         add("specmon_scrape_duration_seconds", down, _const(3))

@@ -107,6 +107,7 @@ def test_large_values_are_formatted_like_each_engine() -> None:
     )
     ll = make_target(name="l", kind=PageKind.LLAMACPP, settings=SimSettings(drafts_per_second=0))
     ll.engine.counters.drafts = 1_234_567
+    ll.engine.counters.draft_tokens = 3 * 1_234_567
     ll.engine.counters.per_pos = [1_111_111, 2, 1]
     ll.engine.counters.positions_published = True
     page = ll.page()
