@@ -171,7 +171,10 @@ class PageReading:
     def message(self) -> str | None:
         """Why there is nothing to compute, in words for an operator; None when there is."""
         if not self.is_exposition:
-            return "the response is not a Prometheus exposition page"
+            why = f" (line {self.problems[0].line_number}: {self.problems[0].reason})"
+            return "the response is not a Prometheus exposition page" + (
+                why if self.problems else ""
+            )
         if self.speculation:
             return None
         whole = [r for r in self.rejected if r.whole_model]
