@@ -127,6 +127,33 @@ def test_reload_keeps_windows_and_rejects_bad_config(tmp_path: Path) -> None:
             assert not m.series("specmon_up", target="a")
             assert not m.series("specmon_scrapes_total", target="a")
             assert m.value("specmon_config_last_reload_successful") == 1
+            # Hostile files by SIGHUP (issue 12): an alias bomb and 100,000-deep nesting are
+            # refused at once, said in the logs and the metric; the daemon keeps answering.
+            for hostile_file, problem in (
+                (ALIAS_BOMB, "an alias bomb?"),
+                ("targets: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested deeper than 32"),
+            ):
+                cfg.write_text(BASE + _targets(("b", engines.url("b"))))
+                d.signal(signal.SIGHUP)
+                d.wait_for(lambda: d.metrics().value("specmon_config_last_reload_successful") == 1)
+                cfg.write_text(hostile_file)
+                d.signal(signal.SIGHUP)
+                d.wait_for(
+                    lambda: d.metrics().value("specmon_config_last_reload_successful") == 0,
+                    timeout=5,
+                )
+                assert get(d.base + "/healthz", timeout=2)[0] == 200
+                assert d.metrics().value("specmon_up", target="b") == 1
+                assert problem in d.log_text()
+            assert "Task exception was never retrieved" not in d.log_text()
+
+
+ALIAS_BOMB = (
+    "".join(
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "x"] * 10) + "]\n" for i in range(10)
+    )
+    + "global: {max_response_bytes: *a9}\n"
+)
 
 
 def test_endpoints_and_sigterm(tmp_path: Path) -> None:
