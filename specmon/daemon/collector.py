@@ -150,13 +150,20 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
             "Chain length k in use: the configured chain_length, else the number of position "
             "series the engine publishes.",
         ).add_sample("specmon_chain_length", labels, float(model.basis.chain_length))
-    fam.gauge(
+    cost = fam.gauge(
         "specmon_draft_cost_ratio",
         "Draft cost c: one drafted token's cost as a fraction of a target step "
-        "(source=configured: from specmon's config).",
-    ).add_sample(
+        "(source=configured: from specmon's config, used for every verdict; source=engine: "
+        "measured by the engine, TensorRT-LLM's spec_decode_draft_overhead o averaged over "
+        "the middle window's scrapes and converted as c = o / (k (1 - o))).",
+    )
+    cost.add_sample(
         "specmon_draft_cost_ratio", {**labels, "source": "configured"}, model.basis.draft_cost
     )
+    if model.engine_draft_cost is not None:
+        cost.add_sample(
+            "specmon_draft_cost_ratio", {**labels, "source": "engine"}, model.engine_draft_cost
+        )
     if model.requests_running is not None:
         fam.gauge(
             "specmon_requests_running",

@@ -18,6 +18,9 @@ from specmon.report import (
     AcceptanceReport,
     Basis,
     basis,
+    detected_chain_length,
+    engine_draft_cost,
+    has_data,
     report_from_counters,
     report_from_gauges,
 )
@@ -57,6 +60,11 @@ class ModelView:
     resets: int
     windows: tuple[WindowView, ...]
     requests_running: float | None = None
+    #: Draft cost c the engine measured (TensorRT-LLM's draft overhead o over the primary
+    #: window's scrapes, converted with c = o / (k (1 - o))); None when it measures none.
+    engine_draft_cost: float | None = None
+    #: The engine's raw draft overhead behind ``engine_draft_cost`` (mean of the readings).
+    engine_draft_overhead: float | None = None
 
     def window(self, label: str) -> WindowView | None:
         return next((w for w in self.windows if w.window == label), None)
@@ -97,6 +105,8 @@ class TargetState:
         self._retention = retention
         self._histories: dict[str, CounterHistory] = {}
         self._gauges: dict[str, tuple[GaugeHistory, GaugeHistory]] = {}
+        #: Per model, the engine's draft overhead readings (TensorRT-LLM).
+        self._overheads: dict[str, GaugeHistory] = {}
         self._engine: Engine | None = None
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
@@ -178,6 +188,7 @@ class TargetState:
                 )
             self._histories.clear()
             self._gauges.clear()
+            self._overheads.clear()
             self._margin_sign.clear()
             self._engine = reading.engine
         speculation = reading.speculation
@@ -203,6 +214,8 @@ class TargetState:
             del self._histories[gone]
         for gone in set(self._gauges) - present:
             del self._gauges[gone]
+        for gone in set(self._overheads) - present:
+            del self._overheads[gone]
 
         self.view = TargetView(
             name=self.config.name,
@@ -230,8 +243,21 @@ class TargetState:
             observation = history.add(
                 mono, model.counters, generated_tokens=model.context.generation_tokens
             )
+            overhead = model.gauges.draft_overhead if model.gauges is not None else None
+            if overhead is not None:
+                self._overheads.setdefault(
+                    model.model, GaugeHistory(retention=self._retention)
+                ).add(mono, overhead)
             if observation.reset:
                 return [Event("warning", "counter_reset", {"model": model.model})]
+            if observation.reason and observation.accepted:
+                return [
+                    Event(
+                        "info",
+                        "counter_source_changed",
+                        {"model": model.model, "reason": observation.reason},
+                    )
+                ]
             return []
         gauges = model.gauges
         if gauges is not None and gauges.scope != "lifetime":
@@ -250,14 +276,14 @@ class TargetState:
         if model.counters is None:
             assert model.gauges is not None
             return replace(
-                self._gauge_view(model.model, model.gauges),
+                self._gauge_view(model.model, model.gauges, model.chain_length),
                 requests_running=model.context.requests_running,
             )
         cfg = self.config
         history = self._histories[model.model]
-        # Detected k: the page's position series, or (after a restart, before llama.cpp
-        # republishes them) the most any retained reading had.
-        detected = len(model.counters.accepted_per_position) or history.max_positions()
+        # Detected k: the page's position series or the k the engine publishes, or (after a
+        # restart, before llama.cpp republishes them) the most any retained reading had.
+        detected = detected_chain_length(model) or history.max_positions()
         model_basis = basis(
             draft_cost=cfg.draft_cost,
             configured_chain_length=cfg.chain_length,
@@ -270,14 +296,15 @@ class TargetState:
             if delta is None:
                 windows.append(WindowView(label, seconds, None, None, None))
                 continue
+            counters = delta.as_counters()
             report = (
                 report_from_counters(
-                    delta.as_counters(),
+                    counters,
                     draft_cost=cfg.draft_cost,
                     configured_chain_length=cfg.chain_length,
                     detected_chain_length=detected,
                 )
-                if delta.drafts > 0
+                if has_data(counters)
                 else None
             )
             windows.append(
@@ -285,30 +312,51 @@ class TargetState:
                     label,
                     seconds,
                     delta.seconds,
-                    delta.drafts,
+                    delta.drafts if counters.knows("drafts") else None,
                     report,
                     delta.readings,
                     delta.generated_tokens,
                 )
             )
         totals = history.totals()
+        overhead: float | None = None
+        overheads = self._overheads.get(model.model)
+        if overheads is not None:
+            mean = overheads.mean(self._primary_seconds)
+            overhead = mean[0] if mean else None
         return ModelView(
             model=model.model,
             basis=model_basis,
-            totals_drafts=totals.drafts if totals else None,
-            totals_draft_tokens=totals.draft_tokens if totals else None,
+            totals_drafts=totals.drafts if totals and totals.knows("drafts") else None,
+            totals_draft_tokens=(
+                totals.draft_tokens if totals and totals.knows("draft_tokens") else None
+            ),
             totals_accepted=totals.accepted_tokens if totals else None,
             resets=history.resets,
             windows=tuple(windows),
             requests_running=model.context.requests_running,
+            engine_draft_cost=engine_draft_cost(
+                SpecGauges(scope="engine", draft_overhead=overhead),
+                chain_length=model_basis.chain_length,
+            ),
+            engine_draft_overhead=overhead,
         )
 
-    def _gauge_view(self, model: str, gauges: SpecGauges) -> ModelView:
+    @property
+    def _primary_seconds(self) -> float:
+        return self._windows[len(self._windows) // 2]
+
+    def _gauge_view(
+        self, model: str, gauges: SpecGauges, chain_length: int | None = None
+    ) -> ModelView:
         cfg = self.config
         windows: list[WindowView] = []
         if gauges.scope == "lifetime":
             report = report_from_gauges(
-                gauges, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
+                gauges,
+                draft_cost=cfg.draft_cost,
+                configured_chain_length=cfg.chain_length,
+                detected_chain_length=chain_length,
             )
             windows.append(WindowView("lifetime", 0.0, None, None, report))
             model_basis = report.basis
@@ -323,10 +371,17 @@ class TargetState:
                     acceptance_rate=rate[0] if rate else None,
                 )
                 report = report_from_gauges(
-                    averaged, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
+                    averaged,
+                    draft_cost=cfg.draft_cost,
+                    configured_chain_length=cfg.chain_length,
+                    detected_chain_length=chain_length,
                 )
                 windows.append(WindowView(format_duration(seconds), seconds, None, None, report))
-            model_basis = basis(draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length)
+            model_basis = basis(
+                draft_cost=cfg.draft_cost,
+                configured_chain_length=cfg.chain_length,
+                detected_chain_length=chain_length,
+            )
         return ModelView(
             model=model,
             basis=model_basis,

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from specmon.exposition import Page, Sample
 
 __all__ = [
+    "MAX_POSITIONS",
     "AdapterError",
     "count",
     "first_present",
@@ -16,6 +17,11 @@ __all__ = [
     "sum_by",
     "sum_positions",
 ]
+
+
+#: Position labels at or above this are ignored: a page cannot make specmon allocate an
+#: arbitrarily long per-position vector (engines use k <= 64).
+MAX_POSITIONS = 1024
 
 
 class AdapterError(ValueError):
@@ -45,18 +51,21 @@ def sum_by(samples: Iterable[Sample], key: str) -> dict[str, float]:
     return out
 
 
-def sum_positions(samples: Iterable[Sample], key: str | None) -> dict[str, dict[int, float]]:
-    """Per model (label ``key``; all one group when None), per 0-based position, summed values."""
+def sum_positions(
+    samples: Iterable[Sample], key: str | None, *, label: str = "position"
+) -> dict[str, dict[int, float]]:
+    """Per model (label ``key``; all one group when None), per 0-based position (label
+    ``label``), summed values."""
     out: dict[str, dict[int, float]] = {}
     for sample in samples:
-        raw = sample.labels.get("position")
+        raw = sample.labels.get(label)
         if raw is None:
             continue
         try:
             position = int(raw)
         except ValueError:
             continue
-        if position < 0:
+        if position < 0 or position >= MAX_POSITIONS:
             continue
         group = sample.labels.get(key, "") if key else ""
         per = out.setdefault(group, {})

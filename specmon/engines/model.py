@@ -27,6 +27,8 @@ class Engine(StrEnum):
     VLLM_V0 = "vllm_v0"
     LLAMACPP = "llamacpp"
     SGLANG = "sglang"
+    TRTLLM = "trtllm"
+    TGI = "tgi"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +46,24 @@ class SpecCounters:
     accepted_per_position: tuple[int, ...] = ()
     #: Counters the engine printed with reduced precision (llama.cpp: 6 significant digits).
     rounded: tuple[str, ...] = ()
+    #: Counters the engine does not publish at all ("drafts": TensorRT-LLM without its
+    #: per-position series; "draft_tokens": TGI, SGLang). Their value here is 0 and means
+    #: nothing; :mod:`specmon.report` says what can and cannot be computed without them.
+    unknown: tuple[str, ...] = ()
+    #: Counters specmon derived from other series rather than read (SGLang's accepted tokens:
+    #: generation tokens - verification steps - requests).
+    derived: tuple[str, ...] = ()
+
+    def knows(self, name: str) -> bool:
+        """True unless the engine publishes no counter ``name`` (drafts, draft_tokens)."""
+        return name not in self.unknown
 
 
 @dataclass(frozen=True, slots=True)
 class SpecGauges:
     """Engines that publish only gauges: no sample size, no window of our own."""
 
-    #: "lifetime" (vLLM V0) or "last logging interval" (SGLang).
+    #: "lifetime" (vLLM V0), "last logging interval" (SGLang), "last iteration" (TensorRT-LLM).
     scope: str
     #: Accepted / drafted tokens (vLLM V0 counts every accepted position: a per-token alpha).
     acceptance_rate: float | None = None
@@ -58,6 +71,9 @@ class SpecGauges:
     mean_acceptance_length: float | None = None
     #: vLLM V0: emitted tokens / (steps * (k + 1)).
     efficiency: float | None = None
+    #: TensorRT-LLM ``spec_decode_draft_overhead``: the drafter's wall time / the whole
+    #: iteration's wall time, for the last iteration (two-model speculation only; 0 otherwise).
+    draft_overhead: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +90,13 @@ class Context:
 class ModelReading:
     model: str
     counters: SpecCounters | None = None
+    #: Engines with counters may publish gauges beside them (TensorRT-LLM's draft overhead).
     gauges: SpecGauges | None = None
     context: Context = field(default_factory=Context)
+    #: The chain length the engine publishes as configuration (SGLang ``spec_num_steps``,
+    #: TensorRT-LLM ``speculative_config_info{spec_num_tokens}``, TGI's largest histogram
+    #: bucket); None when it publishes none. Position series, when present, count too.
+    chain_length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +126,7 @@ class PageReading:
         if self.engine is None:
             return (
                 "no speculative-decoding metrics and no known engine on this page "
-                "(expected vLLM, llama.cpp or SGLang metrics)"
+                "(expected vLLM, llama.cpp, SGLang, TensorRT-LLM or TGI metrics)"
             )
         return (
             f"{self.engine.value} page without speculative-decoding metrics: "

@@ -157,8 +157,13 @@ def _delta(before: MetricsRead, after: MetricsRead) -> MetricsDelta:
     previous = before.model.counters if before.model is not None else None
     if previous is None:
         # The page was readable but had no counters yet: they started from zero.
-        previous = SpecCounters(0, 0, 0)
-    window = increase(previous, reading.counters)
+        previous = SpecCounters(
+            0, 0, 0, unknown=reading.counters.unknown, derived=reading.counters.derived
+        )
+    try:
+        window = increase(previous, reading.counters)
+    except ValueError as exc:
+        return MetricsDelta(engine=engine, error=f"counters: {exc} (before and after the run)")
     counters = replace(window.as_counters(), rounded=reading.counters.rounded)
     return MetricsDelta(counters=counters, engine=engine, resets=window.resets, notes=notes)
 
