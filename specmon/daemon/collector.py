@@ -177,7 +177,9 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
             "Break-even alpha for (k, c): S(alpha) = (1 - alpha^(k+1)) / ((1 - alpha)(1 + k c)) "
             "= 1. Below it speculation costs time.",
         ).add_sample("specmon_breakeven_alpha_ratio", labels, model.basis.breakeven_alpha)
-    if model.totals_drafts is not None:
+    if model.totals_accepted is not None:
+        # Engines without a counter (TensorRT-LLM: drafts; SGLang, TGI: draft tokens) get no
+        # series for it rather than a zero.
         for name, value, what in (
             ("specmon_drafts", model.totals_drafts, "drafts (num_drafts)"),
             ("specmon_draft_tokens", model.totals_draft_tokens, "draft tokens (num_draft_tokens)"),
@@ -187,11 +189,13 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
                 "accepted draft tokens (num_accepted_tokens)",
             ),
         ):
+            if value is None:
+                continue
             fam.counter(
                 name,
                 f"Increase of the engine's {what} counter seen by specmon since it started; "
                 "engine restarts are not counted as decreases.",
-            ).add_sample(name + "_total", labels, float(value or 0))
+            ).add_sample(name + "_total", labels, float(value))
         fam.counter(
             "specmon_engine_resets",
             "Engine counter resets (restarts) detected by specmon since it started.",
@@ -202,7 +206,9 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
             fam.gauge(
                 "specmon_window_drafts",
                 "Drafts counted in the window: the increase of the engine's num_drafts counter "
-                "(the sample size behind every ratio).",
+                "(SGLang: spec_verify_calls, TGI: tgi_request_skipped_tokens_count, TensorRT-LLM: "
+                "drafted tokens at position 0; the sample size behind every ratio). Absent for "
+                "engines that count no drafts.",
             ).add_sample("specmon_window_drafts", wl, float(window.drafts))
         if window.generated_tokens is not None and window.drafts is not None:
             fam.gauge(
