@@ -65,7 +65,7 @@ def test_trtllm_windows_and_engine_draft_cost() -> None:
         (("engine", "trtllm"), ("model", "m"), ("source", "engine")),
     )
     assert abs(samples[key] - expected_c) < 1e-12
-    assert samples[("specmon_draft_cost_ratio", key[1][:2] + (("source", "configured"),))] == 0.1
+    assert samples[("specmon_draft_cost_ratio", (*key[1][:2], ("source", "configured")))] == 0.1
     [target] = views_json([state.view])
     assert abs(target["models"][0]["engine_draft_cost"] - expected_c) < 1e-12
     assert "engine 0.107" in render_status([state.view], ready=True, primary_window="5m")
