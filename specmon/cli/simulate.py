@@ -23,8 +23,15 @@ ENGINES = {
     "vllm": PageKind.VLLM,
     "vllm-multiproc": PageKind.VLLM_MULTIPROC,
     "llamacpp": PageKind.LLAMACPP,
-    "sglang": PageKind.SGLANG,
+    "sglang": PageKind.SGLANG_CURRENT,
+    "sglang-legacy": PageKind.SGLANG,
+    "sglang-router": PageKind.SGLANG_ROUTER,
+    "trtllm": PageKind.TRTLLM,
+    "tgi": PageKind.TGI,
+    "tgi-histogram": PageKind.TGI_HISTOGRAM,
 }
+#: Where each engine serves its Prometheus page (the simulator also serves it on /metrics).
+METRICS_PATHS = {PageKind.TRTLLM: "/prometheus/metrics", PageKind.SGLANG_ROUTER: "/engine_metrics"}
 
 
 def _survival(text: str) -> tuple[float, ...]:
@@ -40,11 +47,14 @@ def _survival(text: str) -> tuple[float, ...]:
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "simulate",
-        help="serve simulated vLLM / llama.cpp / SGLang metrics and OpenAI endpoints",
+        help="serve simulated vLLM / llama.cpp / SGLang / TensorRT-LLM / TGI metrics and "
+        "OpenAI endpoints",
         description=(
             "Serve engines whose speculative acceptance you control: their /metrics pages are "
-            "rendered from pages captured from real servers, their counters advance from a "
-            "stochastic model, and /v1/chat/completions answers in the OpenAI shape."
+            "rendered from pages captured from real servers (vLLM, llama.cpp) or written from "
+            "the engines' source (SGLang, sgl-router, TensorRT-LLM, TGI: see "
+            "specmon/sim/templates/README.md), their counters advance from a stochastic model, "
+            "and /v1/chat/completions answers in the OpenAI shape."
         ),
     )
     p.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
@@ -163,7 +173,8 @@ async def _serve(args: argparse.Namespace, targets: list[VirtualTarget]) -> int:
         ports = [port + i if port else 0 for i in range(len(targets))]
         await server.start_each(host or "127.0.0.1", ports)
     for name, address in server.addresses.items():
-        print(f"{name}: {address}/metrics", flush=True)
+        path = METRICS_PATHS.get(server.targets[name].kind, "/metrics")
+        print(f"{name}: {address}{path}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

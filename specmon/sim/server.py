@@ -153,7 +153,7 @@ class VirtualTarget:
         self.engine.advance(now)
 
     def page(self) -> str:
-        return self.template.render(self.engine, model=self.model)
+        return self.template.render(self.engine, model=self.model, draft_cost=self.draft_cost)
 
 
 class SimServer:
@@ -202,6 +202,10 @@ class SimServer:
 
         app.router.add_get(prefix + "/metrics", metrics)
         app.router.add_get(prefix + "/metrics/", metrics)
+        # trtllm-serve's Prometheus page; sgl-router's aggregated engine page. (The simulator
+        # serves every page on /metrics too; trtllm-serve's real /metrics is JSON.)
+        app.router.add_get(prefix + "/prometheus/metrics", metrics)
+        app.router.add_get(prefix + "/engine_metrics", metrics)
         app.router.add_get(prefix + "/v1/models", models)
         app.router.add_post(prefix + "/v1/chat/completions", chat)
         app.router.add_get(prefix + "/health", health)
@@ -247,10 +251,11 @@ class SimServer:
                 content_type = om.content_type
         response = web.Response(body=body.encode("utf-8"))
         response.headers["Content-Type"] = content_type
-        if target.template.family in ("vllm", "sglang") and "gzip" in request.headers.get(
+        if target.template.family in ("vllm", "sglang", "trtllm") and "gzip" in request.headers.get(
             "Accept-Encoding", ""
         ):
-            # vLLM and SGLang serve /metrics through prometheus_client, which gzips on request.
+            # vLLM, SGLang and trtllm-serve serve /metrics through prometheus_client, which
+            # gzips on request.
             response.enable_compression(web.ContentCoding.gzip)
         self.metrics_requests += 1
         self.last_metrics_headers = dict(request.headers)
@@ -376,6 +381,11 @@ class SimServer:
         self._runners.clear()
 
 
+_LUMPY = frozenset(
+    {PageKind.LLAMACPP, PageKind.SGLANG_CURRENT, PageKind.SGLANG_ROUTER, PageKind.TRTLLM}
+)
+
+
 def make_target(
     *,
     name: str,
@@ -392,11 +402,19 @@ def make_target(
         seed=seed,
         now=now,
         wall=time.time(),
-        lumpy=kind is PageKind.LLAMACPP,
+        # Engines whose counters move when a request finishes (llama.cpp; SGLang's tokenizer
+        # counters; TensorRT-LLM's per-position counters).
+        lumpy=kind in _LUMPY,
     )
-    default_model = {PageKind.LLAMACPP: "tiny-llama", PageKind.SGLANG: "qwen"}.get(
-        kind, "tiny-llama"
-    )
+    default_model = {
+        PageKind.LLAMACPP: "tiny-llama",
+        PageKind.SGLANG: "qwen",
+        PageKind.SGLANG_CURRENT: "qwen3-32b",
+        PageKind.SGLANG_ROUTER: "qwen3-32b",
+        PageKind.TRTLLM: "Qwen3-8B",
+        PageKind.TGI: "tgi",
+        PageKind.TGI_HISTOGRAM: "tgi",
+    }.get(kind, "tiny-llama")
     return VirtualTarget(
         name=name,
         kind=kind,
