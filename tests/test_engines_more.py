@@ -51,6 +51,11 @@ EXPECTED: dict[str, Engine | None] = {
     "templates/vllm-0.32.0-multiproc.txt": Engine.VLLM,
     "templates/vllm-0.32.0-openmetrics.txt": Engine.VLLM,
     "templates/vllm-0.32.0.txt": Engine.VLLM,
+    "templates/trtllm-serve.txt": Engine.TRTLLM,
+    "templates/sglang-current.txt": Engine.SGLANG,
+    "templates/sglang-router.txt": Engine.SGLANG,
+    "templates/tgi-summary.txt": Engine.TGI,
+    "templates/tgi-histogram.txt": Engine.TGI,
 }
 #: Log excerpts, not metrics pages.
 NOT_PAGES = {"pages/llamacpp-after-log.txt", "pages/vllm-single-log.txt",
