@@ -111,6 +111,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--no-usage", action="store_true", help="omit usage from chat responses")
     p.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=("none", "summary"),
+        default="none",
+        help="vLLM engines: return metrics.speculative_decoding in each chat response, as "
+        "vLLM does with this flag (default none)",
+    )
+    p.add_argument(
         "--fail-every",
         type=int,
         default=0,
@@ -157,6 +164,7 @@ def build_targets(args: argparse.Namespace, scenario: Scenario | None) -> list[V
                 step_seconds=args.step_seconds,
                 draft_cost=args.draft_cost,
                 usage=not args.no_usage,
+                per_request_spec_metrics=args.per_request_spec_decode_metrics,
                 fail_every=args.fail_every,
                 diverge_every=args.diverge_every,
             )
