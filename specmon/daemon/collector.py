@@ -168,7 +168,8 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
         fam.gauge(
             "specmon_requests_running",
             "Requests the engine is running now (vllm:num_requests_running, "
-            "llamacpp:requests_processing, sglang:num_running_reqs): concurrency, which eats "
+            "llamacpp:requests_processing, sglang:num_running_reqs, "
+            "trtllm_num_requests_running, tgi_batch_current_size): concurrency, which eats "
             "speculation's gain.",
         ).add_sample("specmon_requests_running", labels, model.requests_running)
     if model.basis.breakeven_alpha is not None:

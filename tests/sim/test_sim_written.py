@@ -135,3 +135,23 @@ def test_speculation_off(kind: PageKind) -> None:
     page = read_page(t.page())
     assert page.engine is PAGES[kind][1]
     assert not page.speculation
+
+
+@pytest.mark.parametrize(
+    ("choice", "engine"),
+    [("trtllm", Engine.TRTLLM), ("sglang", Engine.SGLANG), ("sglang-legacy", Engine.SGLANG),
+     ("sglang-router", Engine.SGLANG), ("tgi", Engine.TGI), ("tgi-histogram", Engine.TGI)],
+)  # fmt: skip
+def test_simulate_command_line_engines(choice: str, engine: Engine) -> None:
+    import argparse
+
+    from specmon.cli.main import build_parser
+    from specmon.cli.simulate import build_targets
+
+    parser = build_parser()
+    args = parser.parse_args(["simulate", "--engine", choice, "--survival", "0.8,0.5"])
+    assert isinstance(args, argparse.Namespace)
+    [t] = build_targets(args, None)
+    t.tick(time.monotonic() + 30)
+    page = read_page(t.page())
+    assert page.engine is engine and page.speculation
