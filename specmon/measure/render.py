@@ -69,6 +69,9 @@ def _identical(c: Comparison) -> str:
 def _acceptance(row: Row) -> str:
     a = row.acceptance
     if a.ratio is None:
+        if a.mean_acceptance_length is not None and a.source is not None:
+            # engines that count no draft tokens (SGLang, TGI): the mean acceptance length
+            return f"K {a.mean_acceptance_length:.2f} ({a.source})"
         return "n/a"
     return f"{a.ratio:.3f} ({a.source})"
 

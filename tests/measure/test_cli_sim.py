@@ -499,3 +499,30 @@ def test_captured_vllm_response_with_per_request_metrics_parses() -> None:
         body["metrics"]["speculative_decoding"]
     )
     assert parse_chat_response(simulated).spec is not None
+
+
+@pytest.mark.parametrize("kind", [PageKind.SGLANG_CURRENT, PageKind.TGI_HISTOGRAM, PageKind.TRTLLM])
+def test_engines_without_some_counters(kind: PageKind, capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang and TGI count no draft tokens, TensorRT-LLM's per-position family is complete:
+    measure reports what each engine's counters allow, from the servers' own counters."""
+    base = sim_target("baseline", speculation=False, kind=PageKind.VLLM)
+    spec = sim_target("speculative", speculation=True, kind=kind, survival=(0.9, 0.6, 0.3))
+    with sim_pair(base, spec) as pair:
+        engine = pair.targets["speculative"].engine
+        before = (engine.counters.drafts, engine.counters.draft_tokens, engine.counters.accepted)
+        code, doc = run_json(measure(pair, "--workloads", "closed"), capsys)
+        after = (engine.counters.drafts, engine.counters.draft_tokens, engine.counters.accepted)
+        code_text, text, _ = run_cli(measure(pair, "--workloads", "closed"), capsys)
+    assert code == 0 and code_text == 0
+    [row] = rows(doc)
+    acc = row["acceptance"]
+    assert acc["source"] == "counters", acc
+    steps, tokens, accepted = (a - b for a, b in zip(after, before, strict=True))
+    assert acc["counters"]["drafts"] == steps and acc["counters"]["accepted_tokens"] == accepted
+    assert acc["mean_acceptance_length"] == pytest.approx(1 + accepted / steps)
+    if kind is PageKind.TRTLLM:
+        assert acc["ratio"] == pytest.approx(accepted / tokens)
+        assert row["breakeven"] is not None
+    else:
+        assert acc["ratio"] is None and row["breakeven"] is None
+        assert "K " in text and "(counters)" in text
