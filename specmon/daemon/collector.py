@@ -155,7 +155,7 @@ def _model_series(fam: _Families, labels: dict[str, str], model: ModelView) -> N
         "Draft cost c: one drafted token's cost as a fraction of a target step "
         "(source=configured: from specmon's config, used for every verdict; source=engine: "
         "measured by the engine, TensorRT-LLM's spec_decode_draft_overhead o averaged over "
-        "the middle window's scrapes and converted as c = o / (k (1 - o))).",
+        "the middle window's scrapes where o > 0 and converted as c = o / (k (1 - o))).",
     )
     cost.add_sample(
         "specmon_draft_cost_ratio", {**labels, "source": "configured"}, model.basis.draft_cost

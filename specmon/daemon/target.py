@@ -244,7 +244,9 @@ class TargetState:
                 mono, model.counters, generated_tokens=model.context.generation_tokens
             )
             overhead = model.gauges.draft_overhead if model.gauges is not None else None
-            if overhead is not None:
+            # 0 means the engine timed no drafter in that iteration (one-model speculation, or
+            # an iteration without drafts): not a measurement, so it is not averaged in.
+            if overhead is not None and overhead > 0:
                 self._overheads.setdefault(
                     model.model, GaugeHistory(retention=self._retention)
                 ).add(mono, overhead)

@@ -147,3 +147,13 @@ def test_sglang_counters_window_and_detected_chain_length() -> None:
     names = {name for name, _ in _samples(state)}
     assert "specmon_draft_tokens_total" not in names
     assert "specmon_drafts_total" in names
+
+
+def test_zero_draft_overhead_readings_are_not_averaged_in() -> None:
+    """o = 0: no drafter timed in that iteration (one without drafts): not a measurement."""
+    state = _state()
+    for mono, overhead in ((0, 0.3), (5, 0.0), (10, 0.3)):
+        page = _trtllm(100 + mono, (80, 60, 40, 20), overhead)
+        state.observe(read_page(page), mono=mono, wall=mono, duration=0.01)
+    [model] = state.view.models
+    assert model.engine_draft_overhead == pytest.approx(0.3)
