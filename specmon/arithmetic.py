@@ -29,6 +29,7 @@ __all__ = [
     "best_chain_length",
     "breakeven_alpha",
     "conditional_acceptance",
+    "draft_cost_from_overhead",
     "effective_alpha",
     "expected_tokens",
     "implied_draft_cost",
@@ -182,3 +183,23 @@ def implied_draft_cost(
     if speed_ratio <= 0.0 or drafted_per_iteration <= 0.0 or tokens_per_iteration < 1.0:
         return None
     return (tokens_per_iteration / speed_ratio - 1.0) / drafted_per_iteration
+
+
+def draft_cost_from_overhead(overhead: float, k: float) -> float | None:
+    """c = o / (k (1 - o)): the draft cost c behind a measured draft overhead o.
+
+    o is the share of a speculative iteration's wall time spent drafting (TensorRT-LLM's
+    ``spec_decode_draft_overhead`` = drafter time / iteration time). In the lesson's model an
+    iteration costs T (1 + k c), of which k c T is drafting, so o = k c / (1 + k c); solved
+    for c. k is the number of tokens drafted per request in that iteration. The result folds
+    everything in the iteration besides drafting (verification, sampling, scheduling) into
+    the "target step", as the speed-up formula does.
+
+    ``None`` when it cannot be solved: o outside (0, 1) (0 means the engine did not time a
+    drafter, as with one-model speculation), k <= 0, or non-finite input.
+    """
+    if not (math.isfinite(overhead) and math.isfinite(k)):
+        return None
+    if not 0.0 < overhead < 1.0 or k <= 0.0:
+        return None
+    return overhead / (k * (1.0 - overhead))

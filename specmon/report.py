@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from specmon import arithmetic
-from specmon.engines.model import SpecCounters, SpecGauges
+from specmon.engines.model import ModelReading, SpecCounters, SpecGauges
 
 __all__ = [
     "DEFAULT_DRAFT_COST",
@@ -19,6 +19,9 @@ __all__ = [
     "ChainLengthSource",
     "PositionStat",
     "basis",
+    "detected_chain_length",
+    "engine_draft_cost",
+    "has_data",
     "report_from_counters",
     "report_from_gauges",
 ]
@@ -114,8 +117,13 @@ def report_from_counters(
     """Every figure from counter values (lifetime or a window's increase).
 
     The chain length is ``configured_chain_length`` when given, else
-    ``detected_chain_length`` (the position series the engine publishes now; default: those
-    in ``counters``).
+    ``detected_chain_length`` (what the engine publishes now: its position series or its
+    configured k; default: the position series in ``counters``).
+
+    Engines that lack a counter (``counters.unknown``) get the figures that do not need it;
+    where a figure needs it and k is known, it assumes every draft carried k tokens and says
+    so in the notes: TensorRT-LLM without per-position series has no drafts counter (drafts
+    ~ draft tokens / k), TGI and SGLang have no draft-token counter (draft tokens ~ k drafts).
     """
     notes: list[str] = []
     per_pos = counters.accepted_per_position
@@ -130,9 +138,11 @@ def report_from_counters(
         resolved.chain_length_source,
         resolved.breakeven_alpha,
     )
-    drafts = counters.drafts
     if k is None:
-        notes.append("chain length unknown: no per-position series yet; configure chain_length")
+        notes.append(
+            "chain length unknown: the engine publishes no per-position series (yet) and no "
+            "k; configure chain_length"
+        )
     elif per_pos and len(per_pos) != k:
         if k_source is ChainLengthSource.CONFIGURED:
             notes.append(
@@ -147,10 +157,45 @@ def report_from_counters(
     if breakeven is None and k is not None and k > 0:
         notes.append(f"no alpha breaks even at draft cost {draft_cost}: speculation cannot pay")
 
+    # What was counted, and what has to be assumed for the rest.
+    drafts: float | None = counters.drafts if counters.knows("drafts") else None
+    draft_tokens: float | None = counters.draft_tokens if counters.knows("draft_tokens") else None
+    if drafts is None and draft_tokens is not None and draft_tokens > 0:
+        if k:
+            drafts = draft_tokens / k
+            notes.append(
+                "the engine counts no drafts: per-draft figures (mean acceptance length, "
+                f"alpha, speed-up) assume every draft carried k = {k} tokens "
+                "(drafts = draft tokens / k)"
+            )
+        else:
+            notes.append(
+                "the engine counts no drafts and the chain length is unknown: only the draft "
+                "acceptance ratio can be computed; configure chain_length for the rest"
+            )
+    elif draft_tokens is None and drafts is not None and drafts > 0:
+        if k:
+            draft_tokens = drafts * k
+            notes.append(
+                "the engine counts no draft tokens: the draft acceptance ratio and the "
+                f"speed-up assume every draft carried k = {k} tokens"
+            )
+        else:
+            notes.append(
+                "the engine counts no draft tokens and the chain length is unknown: the draft "
+                "acceptance ratio and the speed-up need chain_length"
+            )
+    if "accepted_tokens" in counters.derived:
+        notes.append(
+            "accepted tokens are derived, not counted: generated tokens - verification "
+            "steps - requests (see the engine notes)"
+        )
+
     positions: tuple[PositionStat, ...] = ()
-    survival = arithmetic.survival(per_pos, drafts)
-    if per_pos:
-        conditional = arithmetic.conditional_acceptance(per_pos, drafts)
+    survival: list[float] | None = None
+    if per_pos and counters.knows("drafts"):
+        survival = arithmetic.survival(per_pos, counters.drafts)
+        conditional = arithmetic.conditional_acceptance(per_pos, counters.drafts)
         positions = tuple(
             PositionStat(i + 1, survival[i] if survival is not None else None, conditional[i])
             for i in range(len(per_pos))
@@ -159,14 +204,15 @@ def report_from_counters(
     mean_len = alpha = margin = expected = best_speed = None
     best_k: int | None = None
     accept_ratio = (
-        counters.accepted_tokens / counters.draft_tokens if counters.draft_tokens > 0 else None
+        counters.accepted_tokens / draft_tokens
+        if draft_tokens is not None and draft_tokens > 0
+        else None
     )
-    if drafts > 0:
+    if drafts is not None and drafts > 0:
         mean_accepted = counters.accepted_tokens / drafts
         mean_len = 1.0 + mean_accepted
-        expected = arithmetic.measured_speedup(
-            mean_accepted, draft_cost, counters.draft_tokens / drafts
-        )
+        if draft_tokens is not None:
+            expected = arithmetic.measured_speedup(mean_accepted, draft_cost, draft_tokens / drafts)
         if k is not None:
             alpha = arithmetic.effective_alpha(mean_accepted, k)
             if alpha is None and k > 0:
@@ -179,12 +225,19 @@ def report_from_counters(
         if survival is not None and k is not None:
             best = arithmetic.best_chain_length(survival[:k], draft_cost)
             best_k, best_speed = best.chain_length, best.speedup
-    else:
+        elif not per_pos and alpha is not None and k is not None:
+            best = arithmetic.best_chain_length([alpha**i for i in range(1, k + 1)], draft_cost)
+            best_k, best_speed = best.chain_length, best.speedup
+            notes.append(
+                "no per-position series: the best chain length assumes independent "
+                "acceptance (alpha^i)"
+            )
+    elif drafts is not None or draft_tokens is None or draft_tokens == 0:
         notes.append("no drafts counted: nothing to compute acceptance from")
 
     return AcceptanceReport(
-        drafts=drafts,
-        draft_tokens=counters.draft_tokens,
+        drafts=counters.drafts if counters.knows("drafts") else None,
+        draft_tokens=counters.draft_tokens if counters.knows("draft_tokens") else None,
         accepted_tokens=counters.accepted_tokens,
         chain_length=k,
         chain_length_source=k_source,
@@ -202,6 +255,32 @@ def report_from_counters(
     )
 
 
+def detected_chain_length(reading: ModelReading) -> int | None:
+    """The chain length a reading shows: the larger of its position series and the k the
+    engine publishes as configuration (TensorRT-LLM creates position series lazily, up to
+    the longest draft seen so far); None when it shows neither."""
+    positions = len(reading.counters.accepted_per_position) if reading.counters else 0
+    return max(positions, reading.chain_length or 0) or None
+
+
+def has_data(counters: SpecCounters) -> bool:
+    """True when the counters hold anything to compute from: drafts, or (engines without a
+    drafts counter) draft tokens."""
+    if counters.knows("drafts"):
+        return counters.drafts > 0
+    return counters.knows("draft_tokens") and counters.draft_tokens > 0
+
+
+def engine_draft_cost(gauges: SpecGauges | None, *, chain_length: int | None) -> float | None:
+    """The draft cost c the engine measured (TensorRT-LLM's draft overhead o, converted with
+    :func:`specmon.arithmetic.draft_cost_from_overhead`: c = o / (k (1 - o))), or None when
+    the engine measured none (no overhead gauge, o = 0: one-model speculation) or k is
+    unknown."""
+    if gauges is None or gauges.draft_overhead is None or not chain_length:
+        return None
+    return arithmetic.draft_cost_from_overhead(gauges.draft_overhead, chain_length)
+
+
 def infer_chain_length(alpha: float, efficiency: float, *, max_k: int = 64) -> int | None:
     """vLLM V0: the k whose E(alpha, k) / (k + 1) is nearest the published efficiency."""
     if not (0.0 <= alpha <= 1.0) or not (0.0 < efficiency <= 1.0):
@@ -217,15 +296,20 @@ def report_from_gauges(
     *,
     draft_cost: float,
     configured_chain_length: int | None = None,
+    detected_chain_length: int | None = None,
 ) -> AcceptanceReport:
-    """Figures for engines that publish gauges only (vLLM V0, SGLang).
+    """Figures for engines that publish gauges only (vLLM V0, SGLang without its verify-call
+    counter).
 
-    Without per-position data the expected and best speed-ups use the independence model
-    S(alpha, k', c); they are estimates, and the notes say so.
+    ``detected_chain_length``: the k the engine publishes (SGLang ``spec_num_steps``); the
+    configured one wins. Without per-position data the expected and best speed-ups use the
+    independence model S(alpha, k', c); they are estimates, and the notes say so.
     """
     notes = [f"gauges over the engine's {gauges.scope}; no per-position data"]
     k = configured_chain_length
     k_source = ChainLengthSource.CONFIGURED if k is not None else None
+    if k is None and detected_chain_length:
+        k, k_source = detected_chain_length, ChainLengthSource.DETECTED
     alpha: float | None = None
     mean_len = gauges.mean_acceptance_length
     if gauges.acceptance_rate is not None and gauges.mean_acceptance_length is None:

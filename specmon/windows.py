@@ -44,6 +44,9 @@ class WindowDelta:
     resets: int
     #: Tokens the engine generated in the window (None when it publishes no such counter).
     generated_tokens: int | None = None
+    #: Counters the engine does not publish, and counters specmon derived (see SpecCounters).
+    unknown: tuple[str, ...] = ()
+    derived: tuple[str, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -55,6 +58,8 @@ class WindowDelta:
             draft_tokens=self.draft_tokens,
             accepted_tokens=self.accepted_tokens,
             accepted_per_position=self.accepted_per_position,
+            unknown=self.unknown,
+            derived=self.derived,
         )
 
 
@@ -113,6 +118,11 @@ class CounterHistory:
         self._partial_decreases = 0
         self._has_generated = False
         self._generated_seen = False
+        #: (unknown, derived) of the readings held: a reading with another counter set
+        #: (TensorRT-LLM's per-position series appearing) restarts the history.
+        self._kind: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        #: Times the history restarted because the counter set changed.
+        self.source_changes = 0
 
     def __len__(self) -> int:
         return len(self._times)
@@ -136,11 +146,14 @@ class CounterHistory:
         if not self._totals:
             return None
         last = self._totals[-1]
+        unknown, derived = self._kind or ((), ())
         return SpecCounters(
             drafts=last[0],
             draft_tokens=last[1],
             accepted_tokens=last[2],
             accepted_per_position=last[_SCALARS : _SCALARS + self._positions[-1]],
+            unknown=unknown,
+            derived=derived,
         )
 
     def add(
@@ -153,6 +166,20 @@ class CounterHistory:
         """
         if self._times and time <= self._times[-1]:
             return Observation(False, reason="reading is not newer than the previous one")
+        kind = (counters.unknown, counters.derived)
+        restarted = self._kind is not None and kind != self._kind
+        if restarted:
+            # Other counters now stand behind the same names (TensorRT-LLM: drafts from the
+            # per-position series once they appear): differences across the change would
+            # mix two sources, so the windows start again from this reading.
+            self._times.clear()
+            self._totals.clear()
+            self._resets.clear()
+            self._positions.clear()
+            self._last_raw = None
+            self._generated_seen = False
+            self.source_changes += 1
+        self._kind = kind
         # A reading without the generated-token counter changes nothing in its running total
         # (no increase, no reset); a counter that appears later counts from its first value.
         previous_generated = self._last_raw[3] if self._last_raw is not None else None
@@ -214,6 +241,8 @@ class CounterHistory:
         self._resets.append(self._reset_count)
         self._positions.append(len(raw) - _SCALARS)
         self._prune(time)
+        if restarted:
+            return Observation(True, reason="the engine's counter set changed; windows restart")
         return Observation(True, reset=reset)
 
     def _prune(self, now: float) -> None:
@@ -254,11 +283,19 @@ class CounterHistory:
             readings=end_index - start_index + 1,
             resets=self._resets[end_index] - self._resets[start_index],
             generated_tokens=delta[3] if self._has_generated else None,
+            unknown=self._kind[0] if self._kind else (),
+            derived=self._kind[1] if self._kind else (),
         )
 
 
 def increase(before: SpecCounters, after: SpecCounters) -> WindowDelta:
-    """The increase from one reading to a later one, reset-aware (a two-reading window)."""
+    """The increase from one reading to a later one, reset-aware (a two-reading window).
+
+    ValueError when the two readings hold different counter sets (``unknown``/``derived``
+    differ): their difference would mix two sources.
+    """
+    if (before.unknown, before.derived) != (after.unknown, after.derived):
+        raise ValueError("the engine published a different set of counters in the two readings")
     history = CounterHistory(retention=math.inf)
     history.add(0.0, before)
     history.add(1.0, after)

@@ -14,6 +14,9 @@ import time
 
 from tests.support.daemon import Exported, get
 
+HEALTHY = ("vllm-eagle", "vllm-ngram", "llamacpp-draft", "trtllm-draft", "sglang-eagle",
+           "sglang-router", "tgi-medusa")  # fmt: skip
+
 
 def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     """The demo as the README shows it, time-compressed: the degrading target's draft stops
@@ -48,15 +51,14 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
             if margin is not None:
                 margins.append(margin)
             healthy = [
-                m.value("specmon_alpha_margin_ratio", target=t, window="30s")
-                for t in ("vllm-eagle", "vllm-ngram", "llamacpp-draft")
+                m.value("specmon_alpha_margin_ratio", target=t, window="30s") for t in HEALTHY
             ]
             assert all(h is None or h > 0 for h in healthy), healthy
         time.sleep(2)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     text = "".join(lines) + out
-    assert targets_seen == {"vllm-eagle", "vllm-ngram", "llamacpp-draft", "vllm-degrading"}
+    assert targets_seen == {*HEALTHY, "vllm-degrading"}
     assert margins and margins[0] > 0 and min(margins) < 0, margins
     for name in targets_seen:
         assert name in text

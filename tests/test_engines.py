@@ -189,7 +189,9 @@ def test_no_speculation_message(text: str, engine: Engine | None) -> None:
 def test_garbage_is_not_an_exposition_page() -> None:
     reading = read_page("<html>oops</html>\n")
     assert not reading.is_exposition
-    assert reading.message == "the response is not a Prometheus exposition page"
+    assert reading.message == (
+        "the response is not a Prometheus exposition page (line 1: not a sample line)"
+    )
 
 
 def test_negative_counter_is_reported_not_raised() -> None:

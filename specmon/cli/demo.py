@@ -1,9 +1,9 @@
 """``specmon demo``: a simulated fleet, the daemon watching it, and a live terminal view.
 
-Four simulated engines (two vLLM, one llama.cpp, and one vLLM whose draft stops matching
-after about 45 seconds) are served on loopback; the real daemon scrapes them and serves its
-status page and /metrics; the terminal shows what it computes. No engine, GPU or network
-needed.
+Eight simulated engines (two vLLM, one llama.cpp, one vLLM whose draft stops matching after
+about 45 seconds, and, from pages written from their source, TensorRT-LLM, SGLang, sgl-router
+and TGI) are served on loopback; the real daemon scrapes them and serves its status page and
+/metrics; the terminal shows what it computes. No engine, GPU or network needed.
 """
 
 from __future__ import annotations
@@ -114,6 +114,30 @@ def demo_fleet(*, seed: int = 7, drop_at: float = DROP_AT) -> list[VirtualTarget
             settings=SimSettings(survival=(0.85, 0.7, 0.55, 0.4), drafts_per_second=30),
             scenario=degrading, seed=seed + 3,
         ),
+        # Engines that cannot run here: pages written from their source.
+        make_target(
+            name="trtllm-draft", kind=PageKind.TRTLLM, model="llama-3.3-70b",
+            settings=SimSettings(survival=(0.86, 0.7, 0.55, 0.42), drafts_per_second=30,
+                                 drafts_per_request=20),
+            seed=seed + 4, draft_cost=0.07,
+        ),
+        make_target(
+            name="sglang-eagle", kind=PageKind.SGLANG_CURRENT, model="qwen3-32b",
+            settings=SimSettings(survival=(0.8, 0.6, 0.42), drafts_per_second=30,
+                                 drafts_per_request=20),
+            seed=seed + 5,
+        ),
+        make_target(
+            name="sglang-router", kind=PageKind.SGLANG_ROUTER, model="deepseek-v3",
+            settings=SimSettings(survival=(0.9, 0.78, 0.64), drafts_per_second=30,
+                                 drafts_per_request=20),
+            seed=seed + 6,
+        ),
+        make_target(
+            name="tgi-medusa", kind=PageKind.TGI_HISTOGRAM, model="mixtral-8x7b",
+            settings=SimSettings(survival=(0.7, 0.45, 0.25), drafts_per_second=30),
+            seed=seed + 7,
+        ),
     ]  # fmt: skip
 
 
@@ -126,16 +150,28 @@ def _config_yaml(server: SimServer) -> str:
         "  draft_cost: 0.1",
         "targets:",
     ]
-    costs = {"vllm-eagle": 0.08, "vllm-ngram": 0.02, "llamacpp-draft": 0.12, "vllm-degrading": 0.1}
+    costs = {
+        "vllm-eagle": 0.08,
+        "vllm-ngram": 0.02,
+        "llamacpp-draft": 0.12,
+        "vllm-degrading": 0.1,
+        "trtllm-draft": 0.07,
+        "sglang-eagle": 0.05,
+        "sglang-router": 0.05,
+        "tgi-medusa": 0.03,
+    }
+    paths = {"trtllm-draft": "/prometheus/metrics", "sglang-router": "/engine_metrics"}
     for name, address in server.addresses.items():
         lines += [
             f"  - name: {name}",
-            f"    url: {address}/metrics",
+            f"    url: {address}{paths.get(name, '/metrics')}",
             f"    draft_cost: {costs.get(name, 0.1)}",
             "    labels: {fleet: demo}",
         ]
         if name == "llamacpp-draft":
             lines.append("    model: qwen3-8b")
+        if name == "tgi-medusa":
+            lines.append("    model: mixtral-8x7b")  # TGI's page has no model label
     return "\n".join(lines) + "\n"
 
 
@@ -195,6 +231,8 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
             k = "-" if model.basis.chain_length is None else str(model.basis.chain_length)
             spark = _spark([p.survival for p in r.positions])
             survival = " ".join(f"{p.survival:.2f}" for p in r.positions if p.survival is not None)
+            if not r.positions:
+                survival = paint("(engine publishes no per-position data)", _DIM)
             up = paint("up    ", _GREEN)
             rows.append(
                 f"{view.name:<16} {engine:<9} {up} {alpha} {be} "
@@ -225,7 +263,7 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
     host, _ = parse_listen_address(args.listen)
     base = f"http://{host or '127.0.0.1'}:{daemon.bound_port}"
     intro = [
-        "specmon demo: 4 simulated engines on loopback, watched by the specmon daemon.",
+        f"specmon demo: {len(fleet)} simulated engines on loopback, watched by the specmon daemon.",
         f"  status page   {base}/",
         f"  metrics       {base}/metrics",
         f"  config        {config}",

@@ -17,6 +17,8 @@ from specmon.engines import Engine, ModelReading, PageReading, read_page
 from specmon.report import (
     DEFAULT_DRAFT_COST,
     AcceptanceReport,
+    detected_chain_length,
+    engine_draft_cost,
     report_from_counters,
     report_from_gauges,
 )
@@ -36,7 +38,8 @@ def add_parser(sub: Any) -> None:
         "inspect",
         help="acceptance figures from a metrics page (URL or file), or between two pages",
         description=(
-            "Read a vLLM, llama.cpp or SGLang metrics page and report per-position acceptance, "
+            "Read a vLLM, llama.cpp, SGLang, TensorRT-LLM or TGI metrics page and report "
+            "per-position acceptance (where the engine publishes it), "
             "alpha, break-even, margin, expected speed-up and best chain length. With one page "
             "the figures cover the server's lifetime; with --before (an earlier page) or "
             "--interval (two scrapes of a URL) they cover the time between the two pages. "
@@ -116,23 +119,33 @@ def _report(
     if after.counters is not None:
         counters = after.counters
         if before is not None and before.counters is not None:
-            window = increase(before.counters, after.counters)
-            counters = window.as_counters()
-            if window.resets:
-                notes.append(
-                    "counters went down between the pages: the server restarted; the figures "
-                    "cover the time since the restart"
-                )
+            try:
+                window = increase(before.counters, after.counters)
+            except ValueError as exc:
+                notes.append(f"{exc}: lifetime figures of the later page shown")
+            else:
+                counters = window.as_counters()
+                if window.resets:
+                    notes.append(
+                        "counters went down between the pages: the server restarted; the "
+                        "figures cover the time since the restart"
+                    )
         elif before is not None:
             notes.append("the earlier page has no data for this model; lifetime figures shown")
         return report_from_counters(
-            counters, draft_cost=cost, configured_chain_length=args.chain_length
+            counters,
+            draft_cost=cost,
+            configured_chain_length=args.chain_length,
+            detected_chain_length=detected_chain_length(after),
         ), notes
     assert after.gauges is not None
     if before is not None:
         notes.append("this engine publishes gauges, not counters: the later page is shown")
     return report_from_gauges(
-        after.gauges, draft_cost=cost, configured_chain_length=args.chain_length
+        after.gauges,
+        draft_cost=cost,
+        configured_chain_length=args.chain_length,
+        detected_chain_length=after.chain_length,
     ), notes
 
 
@@ -172,6 +185,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
                 "model": model.model,
                 **report.as_dict(),
                 "draft_cost_source": cost_source,
+                "engine_draft_cost": engine_draft_cost(
+                    model.gauges, chain_length=report.chain_length
+                ),
                 "notes": [*report.notes, *notes],
             }
         )

@@ -52,9 +52,11 @@ def inspect_text(doc: Mapping[str, Any], out: TextIO) -> None:
         return
     for model in doc["models"]:
         out.write(f"\nmodel {model['model']}\n")
-        if model["drafts"] is not None:
+        if model["drafts"] is not None or model["draft_tokens"] is not None:
+            drafts = "not counted" if model["drafts"] is None else model["drafts"]
+            tokens = "not counted" if model["draft_tokens"] is None else model["draft_tokens"]
             out.write(
-                f"  drafts {model['drafts']}  draft tokens {model['draft_tokens']}  "
+                f"  drafts {drafts}  draft tokens {tokens}  "
                 f"accepted tokens {model['accepted_tokens']}\n"
             )
         k = model["chain_length"]
@@ -63,6 +65,11 @@ def inspect_text(doc: Mapping[str, Any], out: TextIO) -> None:
             f"  chain length k {k_text}  draft cost c {model['draft_cost']:g} "
             f"({model['draft_cost_source']})\n"
         )
+        if model.get("engine_draft_cost") is not None:
+            out.write(
+                f"  draft cost measured by the engine {model['engine_draft_cost']:.4f} "
+                "(c = o / (k (1 - o)) from its draft overhead o, last iteration)\n"
+            )
         if model["positions"]:
             out.write("\n  position  survival  conditional\n")
             for pos in model["positions"]:

@@ -22,8 +22,15 @@ ENGINES = {
     "vllm": PageKind.VLLM,
     "vllm-multiproc": PageKind.VLLM_MULTIPROC,
     "llamacpp": PageKind.LLAMACPP,
-    "sglang": PageKind.SGLANG,
+    "sglang": PageKind.SGLANG_CURRENT,
+    "sglang-legacy": PageKind.SGLANG,
+    "sglang-router": PageKind.SGLANG_ROUTER,
+    "trtllm": PageKind.TRTLLM,
+    "tgi": PageKind.TGI,
+    "tgi-histogram": PageKind.TGI_HISTOGRAM,
 }
+#: Where each engine serves its Prometheus page (the simulator also serves it on /metrics).
+METRICS_PATHS = {PageKind.TRTLLM: "/prometheus/metrics", PageKind.SGLANG_ROUTER: "/engine_metrics"}
 
 
 def _survival(text: str) -> tuple[float, ...]:
@@ -39,11 +46,14 @@ def _survival(text: str) -> tuple[float, ...]:
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "simulate",
-        help="serve simulated vLLM / llama.cpp / SGLang metrics and OpenAI endpoints",
+        help="serve simulated vLLM / llama.cpp / SGLang / TensorRT-LLM / TGI metrics and "
+        "OpenAI endpoints",
         description=(
             "Serve engines whose speculative acceptance you control: their /metrics pages are "
-            "rendered from pages captured from real servers, their counters advance from a "
-            "stochastic model, and /v1/chat/completions answers in the OpenAI shape."
+            "rendered from pages captured from real servers (vLLM, llama.cpp) or written from "
+            "the engines' source (SGLang, sgl-router, TensorRT-LLM, TGI: see "
+            "specmon/sim/templates/README.md), their counters advance from a stochastic model, "
+            "and /v1/chat/completions answers in the OpenAI shape."
         ),
     )
     p.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
@@ -100,6 +110,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--no-usage", action="store_true", help="omit usage from chat responses")
     p.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=("none", "summary"),
+        default="none",
+        help="vLLM engines: return metrics.speculative_decoding in each chat response, as "
+        "vLLM does with this flag (default none)",
+    )
+    p.add_argument(
         "--fail-every",
         type=int,
         default=0,
@@ -146,6 +163,7 @@ def build_targets(args: argparse.Namespace, scenario: Scenario | None) -> list[V
                 step_seconds=args.step_seconds,
                 draft_cost=args.draft_cost,
                 usage=not args.no_usage,
+                per_request_spec_metrics=args.per_request_spec_decode_metrics,
                 fail_every=args.fail_every,
                 diverge_every=args.diverge_every,
             )
@@ -162,7 +180,8 @@ async def _serve(args: argparse.Namespace, targets: list[VirtualTarget]) -> int:
         ports = [port + i if port else 0 for i in range(len(targets))]
         await server.start_each(host or "127.0.0.1", ports)
     for name, address in server.addresses.items():
-        print(f"{name}: {address}/metrics", flush=True)
+        path = METRICS_PATHS.get(server.targets[name].kind, "/metrics")
+        print(f"{name}: {address}{path}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -85,12 +85,15 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
     basis = model.basis
     out.add(m.CHAIN_LENGTH, labels, basis.chain_length)
     out.add(m.DRAFT_COST, (*labels, "configured"), basis.draft_cost)
+    out.add(m.DRAFT_COST, (*labels, "engine"), model.engine_draft_cost)
     out.add(m.REQUESTS_RUNNING, labels, model.requests_running)
     out.add(m.BREAKEVEN, labels, basis.breakeven_alpha)
-    if model.totals_drafts is not None:
+    if model.totals_accepted is not None:
+        # Engines without a counter (TensorRT-LLM: drafts; SGLang, TGI: draft tokens) get no
+        # series for it rather than a zero.
         out.add(m.DRAFTS, labels, model.totals_drafts)
-        out.add(m.DRAFT_TOKENS, labels, model.totals_draft_tokens or 0)
-        out.add(m.ACCEPTED_TOKENS, labels, model.totals_accepted or 0)
+        out.add(m.DRAFT_TOKENS, labels, model.totals_draft_tokens)
+        out.add(m.ACCEPTED_TOKENS, labels, model.totals_accepted)
         out.add(m.ENGINE_RESETS, labels, model.resets)
     for window in model.windows:
         wl = (*labels, window.window)

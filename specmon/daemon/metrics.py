@@ -120,27 +120,36 @@ MALFORMED_LINES = _g(
 CHAIN_LENGTH = _g(
     "specmon_chain_length",
     "Chain length k in use: the configured chain_length, else the number of position "
-    "series the engine publishes.",
+    "series the engine publishes (or the k it publishes as configuration).",
     _M,
     Scope.MODEL,
+    "k in use: configured `chain_length`, else the larger of the number of `position` series "
+    "and the k the engine publishes (SGLang `spec_num_steps`, TensorRT-LLM "
+    "`speculative_config_info{spec_num_tokens}`, TGI's largest histogram bucket)",
 )
 DRAFT_COST = _g(
     "specmon_draft_cost_ratio",
     "Draft cost c: one drafted token's cost as a fraction of a target step "
-    "(source=configured: from specmon's config).",
+    "(source=configured: from specmon's config, used for every verdict; source=engine: "
+    "measured by the engine, TensorRT-LLM's spec_decode_draft_overhead o averaged over "
+    "the middle window's scrapes where o > 0 and converted as c = o / (k (1 - o))).",
     (*_M, "source"),
     Scope.MODEL,
-    'c; `source="configured"` (from the config)',
+    'c; `source="configured"`: from the config, used for every verdict; `source="engine"`: '
+    "measured by the engine (TensorRT-LLM only: its `spec_decode_draft_overhead` o averaged "
+    "over the middle window's scrapes where o > 0 (0: no drafter timed in that iteration), "
+    "c = o / (k (1 - o)); absent when the engine timed no drafter)",
 )
 REQUESTS_RUNNING = _g(
     "specmon_requests_running",
     "Requests the engine is running now (vllm:num_requests_running, "
-    "llamacpp:requests_processing, sglang:num_running_reqs): concurrency, which eats "
-    "speculation's gain.",
+    "llamacpp:requests_processing, sglang:num_running_reqs, trtllm_num_requests_running, "
+    "tgi_batch_current_size): concurrency, which eats speculation's gain.",
     _M,
     Scope.MODEL,
     "requests the engine runs now (`vllm:num_requests_running`, "
-    "`llamacpp:requests_processing`, `sglang:num_running_reqs`)",
+    "`llamacpp:requests_processing`, `sglang:num_running_reqs`, "
+    "`trtllm_num_requests_running`, `tgi_batch_current_size`)",
 )
 BREAKEVEN = _g(
     "specmon_breakeven_alpha_ratio",
@@ -157,7 +166,8 @@ DRAFTS = _c(
     _M,
     Scope.MODEL,
     "drafts seen by specmon since it started (sum of non-negative counter increases; engine "
-    "restarts are not counted as decreases)",
+    "restarts are not counted as decreases); absent for engines that count no drafts "
+    "(TensorRT-LLM without per-position series)",
 )
 DRAFT_TOKENS = _c(
     "specmon_draft_tokens",
@@ -165,7 +175,8 @@ DRAFT_TOKENS = _c(
     "started; engine restarts are not counted as decreases.",
     _M,
     Scope.MODEL,
-    "draft tokens seen by specmon since it started, likewise",
+    "draft tokens seen by specmon since it started, likewise; absent for engines that count "
+    "no draft tokens (SGLang, TGI)",
 )
 ACCEPTED_TOKENS = _c(
     "specmon_accepted_tokens",
@@ -184,7 +195,9 @@ ENGINE_RESETS = _c(
 WINDOW_DRAFTS = _g(
     "specmon_window_drafts",
     "Drafts counted in the window: the increase of the engine's num_drafts counter "
-    "(the sample size behind every ratio).",
+    "(SGLang: spec_verify_calls, TGI: tgi_request_skipped_tokens_count, TensorRT-LLM: "
+    "drafted tokens at position 0; the sample size behind every ratio). Absent for "
+    "engines that count no drafts.",
     _W,
     Scope.WINDOW,
 )

@@ -118,14 +118,14 @@ def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bo
                 f"<td>{engine}</td>"
                 f"<td>{escape(model.model)}{notes}</td>"
                 f"<td class='num'>{escape(window.window) if window else '&ndash;'}"
-                f"<br><span class='muted'>{window.drafts if window and window.drafts is not None else 0} drafts</span></td>"
+                f"<br><span class='muted'>{_drafts(window)}</span></td>"
                 f"<td class='num'>{_fmt(report.alpha if report else None)}</td>"
                 f"<td class='num'>{_fmt(model.basis.breakeven_alpha)}</td>"
                 f"<td class='num'>{_margin(report.alpha_margin if report else None)}</td>"
                 f"<td class='num'>{_fmt(report.expected_speedup if report else None, 2, '&times;')}</td>"
                 f"<td class='num'>{model.basis.chain_length if model.basis.chain_length is not None else '&ndash;'}"
                 f" / {best_text}</td>"
-                f"<td class='num'>{model.basis.draft_cost:g}</td>"
+                f"<td class='num'>{model.basis.draft_cost:g}{_engine_cost(model)}</td>"
                 f"<td>{_bars(window)}</td>"
                 "</tr>"
             )
@@ -153,6 +153,18 @@ def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bo
 <a href="/readyz">/readyz</a></footer>
 </body></html>
 """
+
+
+def _drafts(window: WindowView | None) -> str:
+    if window is not None and window.drafts is None and window.report is not None:
+        return "drafts not counted"
+    return f"{window.drafts if window and window.drafts is not None else 0} drafts"
+
+
+def _engine_cost(model: ModelView) -> str:
+    if model.engine_draft_cost is None:
+        return ""
+    return f"<br><span class='muted'>engine {model.engine_draft_cost:.3g}</span>"
 
 
 def _report_json(window: WindowView) -> dict[str, Any]:
@@ -201,6 +213,8 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                         "chain_length": m.basis.chain_length,
                         "chain_length_source": m.basis.chain_length_source,
                         "draft_cost": m.basis.draft_cost,
+                        "engine_draft_cost": m.engine_draft_cost,
+                        "engine_draft_overhead": m.engine_draft_overhead,
                         "breakeven_alpha": m.basis.breakeven_alpha,
                         "resets": m.resets,
                         "requests_running": m.requests_running,

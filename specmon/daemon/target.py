@@ -27,6 +27,9 @@ from specmon.report import (
     AcceptanceReport,
     Basis,
     basis,
+    detected_chain_length,
+    engine_draft_cost,
+    has_data,
     report_from_counters,
     report_from_gauges,
 )
@@ -67,6 +70,11 @@ class ModelView:
     resets: int
     windows: tuple[WindowView, ...]
     requests_running: float | None = None
+    #: Draft cost c the engine measured (TensorRT-LLM's draft overhead o over the primary
+    #: window's scrapes, converted with c = o / (k (1 - o))); None when it measures none.
+    engine_draft_cost: float | None = None
+    #: The engine's raw draft overhead behind ``engine_draft_cost`` (mean of the readings).
+    engine_draft_overhead: float | None = None
 
     def window(self, label: str) -> WindowView | None:
         return next((w for w in self.windows if w.window == label), None)
@@ -109,6 +117,8 @@ class TargetState:
         self._retention = retention
         self._histories: dict[str, CounterHistory] = {}
         self._gauges: dict[str, tuple[GaugeHistory, GaugeHistory]] = {}
+        #: Per model, the engine's draft overhead readings (TensorRT-LLM).
+        self._overheads: dict[str, GaugeHistory] = {}
         self._engine: Engine | None = None
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
@@ -191,6 +201,7 @@ class TargetState:
                 )
             self._histories.clear()
             self._gauges.clear()
+            self._overheads.clear()
             self._margin_sign.clear()
             self._engine = reading.engine
         speculation = reading.speculation
@@ -224,6 +235,8 @@ class TargetState:
             del self._histories[gone]
         for gone in set(self._gauges) - present:
             del self._gauges[gone]
+        for gone in set(self._overheads) - present:
+            del self._overheads[gone]
         events.extend(self._rejection_events(rejected))
         message = reading.message
         if not models and rejected and reading.speculation:
@@ -279,8 +292,23 @@ class TargetState:
             )
             if observation.partial_decrease:
                 return [], Rejection(model.model, RejectReason.PARTIAL_DECREASE, observation.reason)
+            overhead = model.gauges.draft_overhead if model.gauges is not None else None
+            # 0 means the engine timed no drafter in that iteration (one-model speculation, or
+            # an iteration without drafts): not a measurement, so it is not averaged in.
+            if overhead is not None and overhead > 0:
+                self._overheads.setdefault(
+                    model.model, GaugeHistory(retention=self._retention)
+                ).add(mono, overhead)
             if observation.reset:
                 return [Event("warning", "counter_reset", {"model": model.model})], None
+            if observation.reason and observation.accepted:
+                return [
+                    Event(
+                        "info",
+                        "counter_source_changed",
+                        {"model": model.model, "reason": observation.reason},
+                    )
+                ], None
             return [], None
         gauges = model.gauges
         if gauges is not None and gauges.scope is not GaugeScope.LIFETIME:
@@ -299,14 +327,14 @@ class TargetState:
         if model.counters is None:
             assert model.gauges is not None
             return replace(
-                self._gauge_view(model.model, model.gauges),
+                self._gauge_view(model.model, model.gauges, model.chain_length),
                 requests_running=model.context.requests_running,
             )
         cfg = self.config
         history = self._histories[model.model]
-        # Detected k: the page's position series, or (after a restart, before llama.cpp
-        # republishes them) the most any retained reading had.
-        detected = len(model.counters.accepted_per_position) or history.max_positions()
+        # Detected k: the page's position series or the k the engine publishes, or (after a
+        # restart, before llama.cpp republishes them) the most any retained reading had.
+        detected = detected_chain_length(model) or history.max_positions()
         model_basis = basis(
             draft_cost=cfg.draft_cost,
             configured_chain_length=cfg.chain_length,
@@ -319,14 +347,15 @@ class TargetState:
             if delta is None:
                 windows.append(WindowView(label, seconds, None, None, None))
                 continue
+            counters = delta.as_counters()
             report = (
                 report_from_counters(
-                    delta.as_counters(),
+                    counters,
                     draft_cost=cfg.draft_cost,
                     configured_chain_length=cfg.chain_length,
                     detected_chain_length=detected,
                 )
-                if delta.drafts > 0
+                if has_data(counters)
                 else None
             )
             windows.append(
@@ -334,30 +363,51 @@ class TargetState:
                     label,
                     seconds,
                     delta.seconds,
-                    delta.drafts,
+                    delta.drafts if counters.knows("drafts") else None,
                     report,
                     delta.readings,
                     delta.generated_tokens,
                 )
             )
         totals = history.totals()
+        overhead: float | None = None
+        overheads = self._overheads.get(model.model)
+        if overheads is not None:
+            mean = overheads.mean(self._primary_seconds)
+            overhead = mean[0] if mean else None
         return ModelView(
             model=model.model,
             basis=model_basis,
-            totals_drafts=totals.drafts if totals else None,
-            totals_draft_tokens=totals.draft_tokens if totals else None,
+            totals_drafts=totals.drafts if totals and totals.knows("drafts") else None,
+            totals_draft_tokens=(
+                totals.draft_tokens if totals and totals.knows("draft_tokens") else None
+            ),
             totals_accepted=totals.accepted_tokens if totals else None,
             resets=history.resets,
             windows=tuple(windows),
             requests_running=model.context.requests_running,
+            engine_draft_cost=engine_draft_cost(
+                SpecGauges(scope=GaugeScope.ENGINE, draft_overhead=overhead),
+                chain_length=model_basis.chain_length,
+            ),
+            engine_draft_overhead=overhead,
         )
 
-    def _gauge_view(self, model: str, gauges: SpecGauges) -> ModelView:
+    @property
+    def _primary_seconds(self) -> float:
+        return self._windows[len(self._windows) // 2]
+
+    def _gauge_view(
+        self, model: str, gauges: SpecGauges, chain_length: int | None = None
+    ) -> ModelView:
         cfg = self.config
         windows: list[WindowView] = []
         if gauges.scope is GaugeScope.LIFETIME:
             report = report_from_gauges(
-                gauges, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
+                gauges,
+                draft_cost=cfg.draft_cost,
+                configured_chain_length=cfg.chain_length,
+                detected_chain_length=chain_length,
             )
             windows.append(WindowView("lifetime", 0.0, None, None, report))
             model_basis = report.basis
@@ -372,10 +422,17 @@ class TargetState:
                     acceptance_rate=rate[0] if rate else None,
                 )
                 report = report_from_gauges(
-                    averaged, draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length
+                    averaged,
+                    draft_cost=cfg.draft_cost,
+                    configured_chain_length=cfg.chain_length,
+                    detected_chain_length=chain_length,
                 )
                 windows.append(WindowView(format_duration(seconds), seconds, None, None, report))
-            model_basis = basis(draft_cost=cfg.draft_cost, configured_chain_length=cfg.chain_length)
+            model_basis = basis(
+                draft_cost=cfg.draft_cost,
+                configured_chain_length=cfg.chain_length,
+                detected_chain_length=chain_length,
+            )
         return ModelView(
             model=model,
             basis=model_basis,

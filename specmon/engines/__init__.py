@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from specmon.engines._common import AdapterError
@@ -23,6 +24,8 @@ from specmon.engines.model import (
     SpecGauges,
 )
 from specmon.engines.sglang import SglangAdapter
+from specmon.engines.tgi import TgiAdapter
+from specmon.engines.trtllm import TrtllmAdapter
 from specmon.engines.validate import check_model
 from specmon.engines.vllm import VllmAdapter
 from specmon.engines.vllm_v0 import VllmV0Adapter
@@ -60,6 +63,8 @@ ADAPTERS: dict[Engine, Adapter] = {
     Engine.VLLM_V0: VllmV0Adapter(),
     Engine.LLAMACPP: LlamacppAdapter(),
     Engine.SGLANG: SglangAdapter(),
+    Engine.TRTLLM: TrtllmAdapter(),
+    Engine.TGI: TgiAdapter(),
 }
 
 # Family prefixes that identify an engine even when it publishes no speculative data.
@@ -68,6 +73,10 @@ _FAMILY_HINTS: tuple[tuple[str, Engine], ...] = (
     ("\nvllm_", Engine.VLLM),
     ("\nllamacpp:", Engine.LLAMACPP),
     ("\nsglang:", Engine.SGLANG),
+    ("\nsglang_", Engine.SGLANG),
+    ("\ntrtllm_", Engine.TRTLLM),
+    ("\ntrtllm:", Engine.TRTLLM),
+    ("\ntgi_", Engine.TGI),
 )
 
 
@@ -200,6 +209,4 @@ def _is_exposition(text: str, page: Page) -> bool:
 
 
 def _renamed(reading: ModelReading, model: str) -> ModelReading:
-    return ModelReading(
-        model=model, counters=reading.counters, gauges=reading.gauges, context=reading.context
-    )
+    return dataclasses.replace(reading, model=model)

@@ -68,15 +68,19 @@ def sum_by(samples: Iterable[Sample], key: str) -> dict[str, float]:
     return out
 
 
-def sum_positions(samples: Iterable[Sample], key: str | None) -> dict[str, dict[int, float]]:
-    """Per model (label ``key``; all one group when None), per 0-based position, summed values.
+def sum_positions(
+    samples: Iterable[Sample], key: str | None, *, label: str = "position"
+) -> dict[str, dict[int, float]]:
+    """Per model (label ``key``; all one group when None), per 0-based position (label
+    ``label``), summed values.
 
-    Positions that are not small non-negative integers are skipped here; the configured
-    position limit is applied by :func:`positions_tuple`.
+    Positions that are not small non-negative integers are skipped here; a position at or
+    beyond :data:`HARD_POSITION_CAP` is marked so that :func:`positions_tuple` refuses the
+    model, and the configured limit is applied by validation.
     """
     out: dict[str, dict[int, float]] = {}
     for sample in samples:
-        raw = sample.labels.get("position")
+        raw = sample.labels.get(label)
         if raw is None or not raw.isdigit() or len(raw) > 9:
             continue
         position = int(raw)
@@ -116,14 +120,17 @@ def mean_by_model(page: Page, name: str) -> dict[str, float]:
 
 
 def per_model(
-    models: Iterable[str], build: Callable[[str], ModelReading]
+    models: Iterable[str], build: Callable[[str], ModelReading | None]
 ) -> list[ModelReading | Rejection]:
-    """``build`` each model; a model whose values cannot be used becomes a Rejection, and the
-    page's other models are unaffected."""
+    """``build`` each model (None: the model has nothing to read); a model whose values
+    cannot be used becomes a Rejection, and the page's other models are unaffected."""
     out: list[ModelReading | Rejection] = []
     for model in models:
         try:
-            out.append(build(model))
+            reading = build(model)
         except AdapterError as exc:
             out.append(Rejection(model or "default", exc.reason, str(exc)[:200]))
+            continue
+        if reading is not None:
+            out.append(reading)
     return out

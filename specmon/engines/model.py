@@ -31,6 +31,8 @@ class Engine(StrEnum):
     VLLM_V0 = "vllm_v0"
     LLAMACPP = "llamacpp"
     SGLANG = "sglang"
+    TRTLLM = "trtllm"
+    TGI = "tgi"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,17 @@ class SpecCounters:
     accepted_per_position: tuple[int, ...] = ()
     #: Counters the engine printed with reduced precision (llama.cpp: 6 significant digits).
     rounded: tuple[str, ...] = ()
+    #: Counters the engine does not publish at all ("drafts": TensorRT-LLM without its
+    #: per-position series; "draft_tokens": TGI, SGLang). Their value here is 0 and means
+    #: nothing; :mod:`specmon.report` says what can and cannot be computed without them.
+    unknown: tuple[str, ...] = ()
+    #: Counters specmon derived from other series rather than read (SGLang's accepted tokens:
+    #: generation tokens - verification steps - requests).
+    derived: tuple[str, ...] = ()
+
+    def knows(self, name: str) -> bool:
+        """True unless the engine publishes no counter ``name`` (drafts, draft_tokens)."""
+        return name not in self.unknown
 
 
 class GaugeScope(StrEnum):
@@ -57,6 +70,11 @@ class GaugeScope(StrEnum):
     LIFETIME = "lifetime"
     #: The engine's last logging interval (SGLang): specmon averages readings per window.
     LAST_INTERVAL = "last logging interval"
+    #: The engine's last iteration (TensorRT-LLM): specmon averages readings per window.
+    LAST_ITERATION = "last iteration"
+    #: Measured by the engine itself and published beside its counters (TensorRT-LLM's draft
+    #: overhead), averaged per window.
+    ENGINE = "engine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +88,9 @@ class SpecGauges:
     mean_acceptance_length: float | None = None
     #: vLLM V0: emitted tokens / (steps * (k + 1)).
     efficiency: float | None = None
+    #: TensorRT-LLM ``spec_decode_draft_overhead``: the drafter's wall time / the whole
+    #: iteration's wall time, for the last iteration (two-model speculation only; 0 otherwise).
+    draft_overhead: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +107,13 @@ class Context:
 class ModelReading:
     model: str
     counters: SpecCounters | None = None
+    #: Engines with counters may publish gauges beside them (TensorRT-LLM's draft overhead).
     gauges: SpecGauges | None = None
     context: Context = field(default_factory=Context)
+    #: The chain length the engine publishes as configuration (SGLang ``spec_num_steps``,
+    #: TensorRT-LLM ``speculative_config_info{spec_num_tokens}``, TGI's largest histogram
+    #: bucket); None when it publishes none. Position series, when present, count too.
+    chain_length: int | None = None
 
 
 class RejectReason(StrEnum):
@@ -185,7 +211,7 @@ class PageReading:
         if self.engine is None:
             return (
                 "no speculative-decoding metrics and no known engine on this page "
-                "(expected vLLM, llama.cpp or SGLang metrics)"
+                "(expected vLLM, llama.cpp, SGLang, TensorRT-LLM or TGI metrics)"
             )
         return (
             f"{self.engine.value} page without speculative-decoding metrics: "

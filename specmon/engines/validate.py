@@ -67,6 +67,9 @@ def _counters(c: SpecCounters, limits: PageLimits) -> tuple[RejectReason, str] |
         )
     slack_drafts = c.drafts * _ROUNDING if "drafts" in c.rounded else 0.0
     slack_tokens = c.draft_tokens * _ROUNDING if "draft_tokens" in c.rounded else 0.0
+    # Engines without a drafts or draft-token counter (TensorRT-LLM, SGLang, TGI) publish no
+    # bound to check against: those checks are skipped, the others still hold.
+    knows_drafts, knows_tokens = c.knows("drafts"), c.knows("draft_tokens")
     for i in range(1, len(per_pos)):
         if per_pos[i] > per_pos[i - 1]:
             return (
@@ -74,17 +77,17 @@ def _counters(c: SpecCounters, limits: PageLimits) -> tuple[RejectReason, str] |
                 f"position {i + 1} has {per_pos[i]} accepted drafts, more than position {i} "
                 f"({per_pos[i - 1]})",
             )
-    if per_pos and per_pos[0] > c.drafts + slack_drafts:
+    if knows_drafts and per_pos and per_pos[0] > c.drafts + slack_drafts:
         return (
             RejectReason.ABOVE_DRAFTS,
             f"position 1 has {per_pos[0]} accepted drafts, more than the {c.drafts} drafts",
         )
-    if c.accepted_tokens > c.draft_tokens + slack_tokens:
+    if knows_tokens and c.accepted_tokens > c.draft_tokens + slack_tokens:
         return (
             RejectReason.ACCEPTED_ABOVE_DRAFTED,
             f"{c.accepted_tokens} accepted tokens, more than the {c.draft_tokens} drafted",
         )
-    if c.drafts > c.draft_tokens + slack_tokens + slack_drafts:
+    if knows_drafts and knows_tokens and c.drafts > c.draft_tokens + slack_tokens + slack_drafts:
         return (
             RejectReason.DRAFTS_ABOVE_DRAFT_TOKENS,
             f"{c.drafts} drafts but only {c.draft_tokens} drafted tokens",
@@ -97,6 +100,7 @@ def _gauges(g: SpecGauges, limits: PageLimits) -> tuple[RejectReason, str] | Non
         ("acceptance rate", g.acceptance_rate, 0.0, 1.0),
         ("mean acceptance length", g.mean_acceptance_length, 1.0, limits.max_position + 1.0),
         ("efficiency", g.efficiency, 0.0, 1.0),
+        ("draft overhead", g.draft_overhead, 0.0, 1.0),
     )
     for name, value, low, high in ranges:
         if value is None:

@@ -84,7 +84,10 @@ class BreakEvenReading:
 def breakeven_reading(
     counters: SpecCounters, speed_ratio: float | None, *, chain_length: int | None = None
 ) -> BreakEvenReading | None:
-    """The measured reading for one run, or None without drafts or without a speed ratio."""
+    """The measured reading for one run, or None without drafts or without a speed ratio (or
+    for engines that count no drafts or no draft tokens: k̄ is not measured then)."""
+    if not (counters.knows("drafts") and counters.knows("draft_tokens")):
+        return None
     if counters.drafts <= 0 or speed_ratio is None or not math.isfinite(speed_ratio):
         return None
     if speed_ratio <= 0.0:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 __all__ = [
     "ChatAnswer",
     "Endpoint",
+    "RequestSpec",
     "ServerInfo",
     "endpoint",
     "engine_from_props",
@@ -90,6 +91,44 @@ def endpoint(url: str, *, metrics_url: str | None = None, what: str = "URL") -> 
     )
 
 
+#: Longest acceptance histogram accepted (k + 1 entries; engines use k <= 64).
+MAX_HISTOGRAM = 257
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """vLLM's per-request speculative-decoding metrics (``metrics.speculative_decoding`` of a
+    response, with ``--per-request-spec-decode-metrics summary|detailed``; vLLM's
+    ``RequestSpecDecodeMetrics.to_dict``). Only the counts are kept: every ratio is recomputed
+    from them, and the ``detailed`` per-step arrays are not stored."""
+
+    #: ``acceptance_histogram[j]``: verification steps of this request that accepted exactly j
+    #: draft tokens (bonus token excluded); length num_spec_tokens + 1.
+    histogram: tuple[int, ...]
+    #: Proposed draft tokens (after vLLM's grammar-invalidated adjustment).
+    draft_tokens: int
+    #: The configured k (``num_spec_tokens``).
+    spec_tokens: int
+
+    @property
+    def steps(self) -> int:
+        return sum(self.histogram)
+
+    @property
+    def accepted(self) -> int:
+        return sum(j * n for j, n in enumerate(self.histogram))
+
+    @property
+    def accepted_per_position(self) -> tuple[int, ...]:
+        """Steps that accepted at least i + 1 tokens, for i in 0..k-1 (vLLM's per_pos)."""
+        out = []
+        remaining = self.steps
+        for count in self.histogram[:-1]:
+            remaining -= count
+            out.append(remaining)
+        return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatAnswer:
     text: str
@@ -100,6 +139,10 @@ class ChatAnswer:
     draft_accepted: int | None
     finish_reason: str | None
     fingerprint: str | None
+    #: vLLM's per-request speculative metrics, when the server sends them.
+    spec: RequestSpec | None = None
+    #: Why ``metrics.speculative_decoding`` was present but not used.
+    spec_problem: str | None = None
 
 
 def _count(value: Any) -> int | None:
@@ -137,6 +180,14 @@ def parse_chat_response(body: Any) -> ChatAnswer:
             draft_n = accepted = None
     finish = choice.get("finish_reason")
     fingerprint = body.get("system_fingerprint")
+    spec: RequestSpec | None = None
+    problem: str | None = None
+    metrics = body.get("metrics")
+    if isinstance(metrics, dict) and metrics.get("speculative_decoding") is not None:
+        try:
+            spec = parse_request_spec(metrics["speculative_decoding"])
+        except ValueError as exc:
+            problem = str(exc)
     return ChatAnswer(
         text=content or "",
         completion_tokens=tokens,
@@ -144,7 +195,40 @@ def parse_chat_response(body: Any) -> ChatAnswer:
         draft_accepted=accepted,
         finish_reason=finish if isinstance(finish, str) else None,
         fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None,
+        spec=spec,
+        spec_problem=problem,
     )
+
+
+def parse_request_spec(data: Any) -> RequestSpec:
+    """vLLM's ``metrics.speculative_decoding``; ValueError (with the reason) when it is not
+    self-consistent: the counts must agree with the histogram they summarise."""
+    if not isinstance(data, dict):
+        raise ValueError("metrics.speculative_decoding is not an object")
+    raw = data.get("acceptance_histogram")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_HISTOGRAM:
+        raise ValueError("acceptance_histogram is not a list of 1 to 257 counts")
+    histogram = tuple(_count(v) for v in raw)
+    if any(v is None for v in histogram):
+        raise ValueError("acceptance_histogram holds a value that is not a count")
+    counts = tuple(v for v in histogram if v is not None)
+    draft_tokens = _count(data.get("num_draft_tokens"))
+    spec_tokens = _count(data.get("num_spec_tokens"))
+    if draft_tokens is None or spec_tokens is None:
+        raise ValueError("num_draft_tokens or num_spec_tokens missing")
+    if len(counts) != spec_tokens + 1:
+        raise ValueError(
+            f"acceptance_histogram has {len(counts)} entries, num_spec_tokens is {spec_tokens}"
+        )
+    spec = RequestSpec(histogram=counts, draft_tokens=draft_tokens, spec_tokens=spec_tokens)
+    for key, value in (("num_spec_steps", spec.steps),
+                       ("num_accepted_draft_tokens", spec.accepted)):  # fmt: skip
+        given = data.get(key)
+        if given is not None and _count(given) != value:
+            raise ValueError(f"{key} {given!r} disagrees with acceptance_histogram ({value})")
+    if spec.accepted > draft_tokens:
+        raise ValueError("more accepted than proposed draft tokens")
+    return spec
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,9 @@ def _identical(c: Comparison) -> str:
 def _acceptance(row: Row) -> str:
     a = row.acceptance
     if a.ratio is None:
+        if a.mean_acceptance_length is not None and a.source is not None:
+            # engines that count no draft tokens (SGLang, TGI): the mean acceptance length
+            return f"K {a.mean_acceptance_length:.2f} ({a.source})"
         return "n/a"
     return f"{a.ratio:.3f} ({a.source})"
 
@@ -90,6 +93,8 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
     lines.append(_server("baseline", report.baseline.base_url, report.baseline_info))
     lines.append(_server("with draft", report.speculative.base_url, report.speculative_info))
     lines.append(f"  {'':<11} acceptance counters from {report.speculative.metrics_url}")
+    if any(r.acceptance.source == "per-request" for r in report.rows()):
+        lines.append(f"  {'':<11} and from each response's metrics.speculative_decoding (vLLM)")
     prompts = (
         sum(r.prompts for r in report.levels[0].rows if r.workload != ALL) if report.levels else 0
     )
@@ -240,9 +245,31 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
         )
     lines += _wrap(
         "- acceptance: accepted draft tokens / drafted tokens during the workload's run; "
+        "(per-request) = sum of vLLM's per-response metrics.speculative_decoding (this "
+        "workload's requests alone; --per-request-spec-decode-metrics on the server), "
         "(counters) = increase of the with-draft server's own /metrics counters around the run, "
         "(timings) = sum of llama.cpp's per-response timings.draft_n_accepted / draft_n."
     )
+    compared = [r.acceptance.per_request_agree for r in report.rows(include_all=False)]
+    if compared and all(v is not None for v in compared):
+        if all(compared):
+            lines += _wrap(
+                "- in every run, the per-request metrics summed to exactly the counters' "
+                "increase (drafts, draft tokens, accepted tokens, every position)."
+            )
+        else:
+            lines += _wrap("- per-request metrics and counters differ in some runs: see the notes.")
+    histograms = [
+        r for r in report.rows() if r.acceptance.per_request_histogram and r.workload == ALL
+    ] or [r for r in report.rows() if r.acceptance.per_request_histogram]
+    for row in histograms[:1] if histograms else []:
+        hist = row.acceptance.per_request_histogram
+        steps = sum(hist) or 1
+        shares = "  ".join(f"{j}: {n / steps:.3f}" for j, n in enumerate(hist))
+        lines += _wrap(
+            f"- accepted draft tokens per step ({row.workload}, concurrency "
+            f"{row.concurrency}, per-request histogram): {shares}"
+        )
     checked = [r.acceptance.sources_agree for r in report.rows(include_all=False)]
     if checked and all(checked):
         lines += _wrap(

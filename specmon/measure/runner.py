@@ -155,10 +155,23 @@ def _delta(before: MetricsRead, after: MetricsRead) -> MetricsDelta:
     if reading.counters is None:
         return MetricsDelta(gauges=reading.gauges, engine=engine, notes=notes)
     previous = before.model.counters if before.model is not None else None
+    zero = SpecCounters(0, 0, 0, unknown=reading.counters.unknown, derived=reading.counters.derived)
     if previous is None:
         # The page was readable but had no counters yet: they started from zero.
-        previous = SpecCounters(0, 0, 0)
-    window = increase(previous, reading.counters)
+        previous = zero
+    elif set(reading.counters.unknown) < set(previous.unknown):
+        # Counters the engine did not publish before the run appeared during it
+        # (TensorRT-LLM's per-position family: created when the first request finishes), so
+        # they were zero before it.
+        previous = zero
+        notes = (
+            *notes,
+            "the engine's per-position counters appeared during this run: counted from zero",
+        )
+    try:
+        window = increase(previous, reading.counters)
+    except ValueError as exc:
+        return MetricsDelta(engine=engine, error=f"counters: {exc} (before and after the run)")
     counters = replace(window.as_counters(), rounded=reading.counters.rounded)
     return MetricsDelta(counters=counters, engine=engine, resets=window.resets, notes=notes)
 

@@ -27,7 +27,12 @@ class PageKind(StrEnum):
     VLLM_MULTIPROC = "vllm-multiproc"  # --api-server-count 2 (multiprocess mode)
     VLLM_OPENMETRICS = "vllm-openmetrics"  # GET /metrics/ with OpenMetrics negotiated
     LLAMACPP = "llamacpp"
-    SGLANG = "sglang"
+    SGLANG = "sglang"  # the early gauges-only page (sglang-synthetic.txt)
+    SGLANG_CURRENT = "sglang-current"  # today's SGLang: new gauges and the verify counter
+    SGLANG_ROUTER = "sglang-router"  # sgl-router /engine_metrics, sglang_ prefix
+    TRTLLM = "trtllm"  # trtllm-serve /prometheus/metrics with per-position counters
+    TGI = "tgi"  # TGI, tgi_request_skipped_tokens as a summary (newest releases)
+    TGI_HISTOGRAM = "tgi-histogram"  # TGI releases that gave it buckets 0..speculate
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +40,9 @@ class _TemplateInfo:
     file: str
     content_type: str
     model: str | None  # model name in the template, replaced by the simulated one
-    engine_family: str  # vllm | llamacpp | sglang
+    engine_family: str  # vllm | llamacpp | sglang | trtllm | tgi
+    #: Number format of the engine's exporter (prometheus_client, llama.cpp's %g, Rust).
+    number: str = "go"
 
 
 PAGE_KINDS: dict[PageKind, _TemplateInfo] = {
@@ -60,6 +67,22 @@ PAGE_KINDS: dict[PageKind, _TemplateInfo] = {
     PageKind.SGLANG: _TemplateInfo(
         "sglang-synthetic.txt", "text/plain; version=0.0.4; charset=utf-8", "qwen", "sglang"
     ),
+    # Written from the engines' source, not captured (see templates/README.md).
+    PageKind.SGLANG_CURRENT: _TemplateInfo(
+        "sglang-current.txt", "text/plain; version=1.0.0; charset=utf-8", "qwen3-32b", "sglang"
+    ),
+    PageKind.SGLANG_ROUTER: _TemplateInfo(
+        "sglang-router.txt", "text/plain; charset=utf-8", "qwen3-32b", "sglang", number="rust"
+    ),
+    PageKind.TRTLLM: _TemplateInfo(
+        "trtllm-serve.txt", "text/plain; version=1.0.0; charset=utf-8", "Qwen3-8B", "trtllm"
+    ),
+    PageKind.TGI: _TemplateInfo(
+        "tgi-summary.txt", "text/plain; charset=utf-8", None, "tgi", number="rust"
+    ),
+    PageKind.TGI_HISTOGRAM: _TemplateInfo(
+        "tgi-histogram.txt", "text/plain; charset=utf-8", None, "tgi", number="rust"
+    ),
 }
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^\n]*\})?[ \t]+(\S+)(.*)$")
@@ -70,11 +93,32 @@ _DRAFTS, _DRAFT_TOKENS, _ACCEPTED = "drafts", "draft_tokens", "accepted"
 _PER_POS, _CREATED, _PER_POS_CREATED = "per_pos", "created", "per_pos_created"
 _RUNNING, _GENERATED, _SPEC_TEXT = "running", "generated", "spec_text"
 _ACCEPT_LENGTH, _ACCEPT_RATE = "accept_length", "accept_rate"
+# SGLang (today's)
+_STEPS, _STEPS_ROOT, _VERIFY, _REQUESTS = "steps", "steps_root", "verify", "requests"
+# TensorRT-LLM
+_TRT_DRAFTED_POS, _TRT_LENGTH, _TRT_OVERHEAD, _TRT_INFO = (
+    "trt_drafted_pos", "trt_length", "trt_overhead", "trt_info",
+)  # fmt: skip
+# TGI
+_TGI_BUCKET, _TGI_QUANTILE, _TGI_SUM, _TGI_COUNT = (
+    "tgi_bucket",
+    "tgi_quantile",
+    "tgi_sum",
+    "tgi_count",
+)
+#: Slots regenerated as a block (one line per position or bucket) from their first line.
+_BLOCKS = {_PER_POS, _PER_POS_CREATED, _TRT_DRAFTED_POS, _TGI_BUCKET, _TGI_QUANTILE}
 
 _SPEC_SLOTS = {
     _DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS, _CREATED, _PER_POS_CREATED, _SPEC_TEXT,
-    _ACCEPT_LENGTH, _ACCEPT_RATE,
+    _ACCEPT_LENGTH, _ACCEPT_RATE, _STEPS, _STEPS_ROOT, _VERIFY, _TRT_DRAFTED_POS, _TRT_LENGTH,
+    _TRT_OVERHEAD, _TRT_INFO,
 }  # fmt: skip
+_SPEC_INFO = re.compile(r'spec_num_tokens="\d+"')
+_LE = re.compile(r'le="[^"]*"')
+_QUANTILE = re.compile(r'quantile="[^"]*"')
+#: metrics-exporter-prometheus's default summary quantiles.
+_QUANTILES = ("0", "0.5", "0.9", "0.95", "0.99", "0.999", "1")
 
 
 def go_float(value: float) -> str:
@@ -83,7 +127,7 @@ def go_float(value: float) -> str:
 
 
 def _base(name: str) -> str:
-    for prefix in ("vllm:", "vllm_", "llamacpp:", "sglang:"):
+    for prefix in ("vllm:", "vllm_", "llamacpp:", "sglang:", "sglang_", "trtllm_"):
         if name.startswith(prefix):
             return name[len(prefix) :]
     return name
@@ -92,6 +136,29 @@ def _base(name: str) -> str:
 def _classify(base: str) -> str | None:
     if base.startswith("spec_decode_num_accepted_tokens_per_pos"):
         return _PER_POS_CREATED if base.endswith("_created") else _PER_POS
+    newer = {
+        # TensorRT-LLM's per-position counters (the accepted ones fill the per-position slot)
+        "spec_decode_accepted_tokens_total": _PER_POS,
+        "spec_decode_drafted_tokens_total": _TRT_DRAFTED_POS,
+        "spec_decode_acceptance_length": _TRT_LENGTH,
+        "spec_decode_draft_overhead": _TRT_OVERHEAD,
+        "speculative_config_info": _TRT_INFO,
+        # today's SGLang
+        "spec_num_steps": _STEPS,
+        "spec_num_draft_tokens": _STEPS_ROOT,
+        "spec_verify_calls_total": _VERIFY,
+        "num_requests_total": _REQUESTS,
+        "num_running_reqs": _RUNNING,
+        # TGI
+        "tgi_request_skipped_tokens_bucket": _TGI_BUCKET,
+        "tgi_request_skipped_tokens": _TGI_QUANTILE,
+        "tgi_request_skipped_tokens_sum": _TGI_SUM,
+        "tgi_request_skipped_tokens_count": _TGI_COUNT,
+        "tgi_batch_current_size": _RUNNING,
+        "tgi_request_generated_tokens_sum": _GENERATED,
+    }
+    if base in newer:
+        return newer[base]
     table = {
         "spec_decode_num_drafts": _DRAFTS,
         "spec_decode_num_draft_tokens": _DRAFT_TOKENS,
@@ -111,6 +178,13 @@ def _classify(base: str) -> str | None:
     if base == "spec_accept_rate":
         return _ACCEPT_RATE
     return None
+
+
+def rust_number(value: float) -> str:
+    """Rust's f64 display (metrics-exporter-prometheus, openmetrics_parser): 1780, 0.5."""
+    if value.is_integer():
+        return str(int(value))
+    return repr(value)
 
 
 def llamacpp_number(value: float) -> str:
@@ -173,7 +247,7 @@ class PageTemplate:
                 buffer.append(line)
                 continue
             head = stripped[: match.start(3)]
-            if slot in (_PER_POS, _PER_POS_CREATED):
+            if slot in _BLOCKS:
                 if slot in seen_pos:
                     continue  # the block is regenerated from its first line
                 seen_pos.add(slot)
@@ -200,41 +274,62 @@ class PageTemplate:
             self._by_model[model] = parts
         return parts
 
-    def render(self, engine: SimEngine, *, model: str, running: float | None = None) -> str:
+    def render(
+        self,
+        engine: SimEngine,
+        *,
+        model: str,
+        running: float | None = None,
+        draft_cost: float | None = None,
+    ) -> str:
+        """The page for ``engine``'s counters now. ``draft_cost``: the simulated c behind
+        TensorRT-LLM's draft overhead gauge (o = k c / (1 + k c)); default 0.1."""
         c = engine.counters
         s = engine.settings
         spec = s.speculation
+        k = s.chain_length
         out: list[str] = []
+        generated = float(c.generation_tokens)
+        if self.family == "sglang":
+            # SGLang counts each request's first token (from prefill) too.
+            generated += c.requests_finished
         values = {
             _DRAFTS: float(c.drafts),
             _DRAFT_TOKENS: float(c.draft_tokens),
             _ACCEPTED: float(c.accepted),
             _RUNNING: float(running if running is not None else s.requests_running),
-            _GENERATED: float(c.generation_tokens),
+            _GENERATED: generated,
+            _STEPS: float(k),
+            _STEPS_ROOT: float(k + 1),
+            _VERIFY: float(c.drafts),
+            _REQUESTS: float(c.requests_finished),
         }
+        # Per-position families that appear only with the first finished request.
+        lazy = self.family in ("llamacpp", "trtllm")
+        hidden = not c.positions_published
         for part in self._parts_for(model):
             if isinstance(part, str):
                 out.append(part)
                 continue
             kind = part.kind
             if kind in _SPEC_SLOTS and not spec and self.family != "llamacpp":
-                # vLLM and SGLang drop the families; llama-server always prints its
-                # speculative counters (at 0 when no draft model is loaded).
+                # vLLM, SGLang and TensorRT-LLM drop the families; llama-server always
+                # prints its speculative counters (at 0 when no draft model is loaded).
                 continue
             if kind == _SPEC_TEXT:
-                if (
-                    part.tail == _PER_POS
-                    and self.family == "llamacpp"
-                    and not c.positions_published
-                ):
+                if lazy and hidden and part.tail in (_PER_POS, _TRT_DRAFTED_POS):
+                    continue
+                if self.family == "sglang" and hidden and part.tail == _VERIFY:
                     continue
                 out.append(part.head)
+            elif kind == _VERIFY and hidden:
+                continue  # SGLang creates the child when the first request finishes
             elif kind in values:
                 out.append(f"{part.head}{self._number(values[kind])}{part.tail}\n")
             elif kind == _CREATED:
                 out.append(f"{part.head}{go_float(engine.started_wall)}{part.tail}\n")
             elif kind == _PER_POS:
-                if self.family == "llamacpp" and not c.positions_published:
+                if lazy and hidden:
                     continue
                 for i, count in enumerate(c.per_pos):
                     line_head = _POSITION.sub(f'position="{i}"', part.head)
@@ -243,11 +338,55 @@ class PageTemplate:
                 for i in range(len(c.per_pos)):
                     line_head = _POSITION.sub(f'position="{i}"', part.head)
                     out.append(f"{line_head}{go_float(engine.started_wall)}{part.tail}\n")
-            elif kind == _ACCEPT_LENGTH:
+            elif kind == _TRT_DRAFTED_POS:
+                if hidden:
+                    continue
+                # Every simulated draft is a full chain: k tokens, one at each position.
+                for i in range(k):
+                    line_head = _POSITION.sub(f'position="{i}"', part.head)
+                    out.append(f"{line_head}{self._number(float(c.drafts))}{part.tail}\n")
+            elif kind in (_ACCEPT_LENGTH, _TRT_LENGTH):
                 out.append(f"{part.head}{self._number(_sglang_length(engine))}{part.tail}\n")
             elif kind == _ACCEPT_RATE:
                 out.append(f"{part.head}{self._number(_sglang_rate(engine))}{part.tail}\n")
+            elif kind == _TRT_OVERHEAD:
+                cost = 0.1 if draft_cost is None else draft_cost
+                overhead = k * cost / (1.0 + k * cost)
+                out.append(f"{part.head}{self._number(overhead)}{part.tail}\n")
+            elif kind == _TRT_INFO:
+                head = _SPEC_INFO.sub(f'spec_num_tokens="{k}"', part.head)
+                out.append(f"{head}{self._number(1.0)}{part.tail}\n")
+            elif kind in (_TGI_BUCKET, _TGI_QUANTILE, _TGI_SUM, _TGI_COUNT):
+                out.extend(self._tgi(kind, part, engine))
         return "".join(out)
+
+    def _tgi(self, kind: str, part: _Slot, engine: SimEngine) -> list[str]:
+        """TGI's tgi_request_skipped_tokens: one observation per step, the accepted draft
+        tokens (0..k). Without speculation every step is observed as 0."""
+        c = engine.counters
+        spec = engine.settings.speculation
+        k = engine.settings.chain_length if spec else 0
+        count = c.drafts if spec else c.generation_tokens
+        # cumulative[j] = steps that accepted at most j tokens = count - per_pos[j]
+        cumulative = [count - (c.per_pos[j] if spec else 0) for j in range(k)] + [count]
+        total = c.accepted if spec else 0
+        if kind == _TGI_SUM:
+            return [f"{part.head}{self._number(float(total))}{part.tail}\n"]
+        if kind == _TGI_COUNT:
+            return [f"{part.head}{self._number(float(count))}{part.tail}\n"]
+        lines = []
+        if kind == _TGI_BUCKET:
+            bounds = [*(str(j) for j in range(k + 1)), "+Inf"]
+            for bound, value in zip(bounds, [*cumulative, count], strict=True):
+                head = _LE.sub(f'le="{bound}"', part.head)
+                lines.append(f"{head}{self._number(float(value))}{part.tail}\n")
+            return lines
+        for q in _QUANTILES:
+            rank = float(q) * count
+            value = next((j for j, cum in enumerate(cumulative) if cum >= max(rank, 1)), k)
+            head = _QUANTILE.sub(f'quantile="{q}"', part.head)
+            lines.append(f"{head}{self._number(float(value if count else 0))}{part.tail}\n")
+        return lines
 
 
 def _sglang_length(engine: SimEngine) -> float:
@@ -274,5 +413,9 @@ def load_template(kind: PageKind) -> PageTemplate:
             per_pos_number=lambda v: str(int(v)),
         )
     return PageTemplate(
-        text, content_type=info.content_type, model=info.model, family=info.engine_family
+        text,
+        content_type=info.content_type,
+        model=info.model,
+        family=info.engine_family,
+        number=rust_number if info.number == "rust" else go_float,
     )

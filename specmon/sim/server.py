@@ -103,6 +103,8 @@ class VirtualTarget:
     #: Draft cost used to time speculative steps: a step costs (1 + k c) target steps.
     draft_cost: float = 0.1
     usage: bool = True
+    #: vLLM's --per-request-spec-decode-metrics: "none" or "summary" (vLLM kinds only).
+    per_request_spec_metrics: str = "none"
     fail_every: int = 0
     diverge_every: int = 0
     hang_seconds: float = 3600.0
@@ -153,7 +155,7 @@ class VirtualTarget:
         self.engine.advance(now)
 
     def page(self) -> str:
-        return self.template.render(self.engine, model=self.model)
+        return self.template.render(self.engine, model=self.model, draft_cost=self.draft_cost)
 
 
 class SimServer:
@@ -202,6 +204,10 @@ class SimServer:
 
         app.router.add_get(prefix + "/metrics", metrics)
         app.router.add_get(prefix + "/metrics/", metrics)
+        # trtllm-serve's Prometheus page; sgl-router's aggregated engine page. (The simulator
+        # serves every page on /metrics too; trtllm-serve's real /metrics is JSON.)
+        app.router.add_get(prefix + "/prometheus/metrics", metrics)
+        app.router.add_get(prefix + "/engine_metrics", metrics)
         app.router.add_get(prefix + "/v1/models", models)
         app.router.add_post(prefix + "/v1/chat/completions", chat)
         app.router.add_get(prefix + "/health", health)
@@ -247,10 +253,11 @@ class SimServer:
                 content_type = om.content_type
         response = web.Response(body=body.encode("utf-8"))
         response.headers["Content-Type"] = content_type
-        if target.template.family in ("vllm", "sglang") and "gzip" in request.headers.get(
+        if target.template.family in ("vllm", "sglang", "trtllm") and "gzip" in request.headers.get(
             "Accept-Encoding", ""
         ):
-            # vLLM and SGLang serve /metrics through prometheus_client, which gzips on request.
+            # vLLM, SGLang and trtllm-serve serve /metrics through prometheus_client, which
+            # gzips on request.
             response.enable_compression(web.ContentCoding.gzip)
         self.metrics_requests += 1
         self.last_metrics_headers = dict(request.headers)
@@ -302,7 +309,15 @@ class SimServer:
             # A batch-shape floating-point difference: the tail changes from some point on.
             cut = max(1, len(words) // 2)
             words = words[:cut] + [w[::-1] for w in words[cut:]]
+        before = _snapshot(target.engine)
         steps, _drafts, draft_tokens, accepted = target.engine.run_request(max_tokens)
+        spec_metrics = (
+            _vllm_spec_metrics(before, _snapshot(target.engine), settings.chain_length)
+            if target.per_request_spec_metrics != "none"
+            and target.template.family == "vllm"
+            and settings.speculation
+            else None
+        )
         if target.step_seconds > 0:
             cost = 1.0 + settings.chain_length * target.draft_cost if settings.speculation else 1.0
             await asyncio.sleep(steps * target.step_seconds * cost)
@@ -326,6 +341,17 @@ class SimServer:
                 "completion_tokens": max_tokens,
                 "prompt_tokens": prompt_tokens,
                 "total_tokens": max_tokens + prompt_tokens,
+            }
+        if spec_metrics is not None:
+            # vLLM 0.32.0's PerRequestMetrics, as its non-streaming response serialises it
+            # (captured: tests/fixtures/pages/vllm-chat-completion-spec-metrics.json).
+            body["metrics"] = {
+                "time_to_first_token_ms": None,
+                "generation_time_ms": None,
+                "queue_time_ms": None,
+                "mean_itl_ms": None,
+                "tokens_per_second": None,
+                "speculative_decoding": spec_metrics,
             }
         if target.kind is PageKind.LLAMACPP:
             predicted_ms = steps * target.step_seconds * 1000.0
@@ -376,6 +402,41 @@ class SimServer:
         self._runners.clear()
 
 
+def _snapshot(engine: SimEngine) -> tuple[int, int, tuple[int, ...]]:
+    c = engine.counters
+    return c.drafts, c.draft_tokens, tuple(c.per_pos)
+
+
+def _vllm_spec_metrics(
+    before: tuple[int, int, tuple[int, ...]], after: tuple[int, int, tuple[int, ...]], k: int
+) -> dict[str, Any]:
+    """vLLM's ``metrics.speculative_decoding`` of one request (``RequestSpecDecodeMetrics.
+    to_dict``), from the counters' increase over the request. ``run_request`` runs without
+    an await, so no other request's steps can interleave."""
+    steps = after[0] - before[0]
+    draft_tokens = after[1] - before[1]
+    per_pos = [a - b for a, b in zip(after[2], before[2], strict=True)]
+    reached = [steps, *per_pos, 0]
+    histogram = [reached[j] - reached[j + 1] for j in range(k + 1)]
+    accepted = sum(per_pos)
+    return {
+        "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+        "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else 0.0,
+        "acceptance_histogram": histogram,
+        "num_spec_steps": steps,
+        "num_accepted_draft_tokens": accepted,
+        "num_draft_tokens": draft_tokens,
+        "num_spec_tokens": k,
+        "per_step_accepted": None,
+        "per_step_drafted": None,
+    }
+
+
+_LUMPY = frozenset(
+    {PageKind.LLAMACPP, PageKind.SGLANG_CURRENT, PageKind.SGLANG_ROUTER, PageKind.TRTLLM}
+)
+
+
 def make_target(
     *,
     name: str,
@@ -392,11 +453,19 @@ def make_target(
         seed=seed,
         now=now,
         wall=time.time(),
-        lumpy=kind is PageKind.LLAMACPP,
+        # Engines whose counters move when a request finishes (llama.cpp; SGLang's tokenizer
+        # counters; TensorRT-LLM's per-position counters).
+        lumpy=kind in _LUMPY,
     )
-    default_model = {PageKind.LLAMACPP: "tiny-llama", PageKind.SGLANG: "qwen"}.get(
-        kind, "tiny-llama"
-    )
+    default_model = {
+        PageKind.LLAMACPP: "tiny-llama",
+        PageKind.SGLANG: "qwen",
+        PageKind.SGLANG_CURRENT: "qwen3-32b",
+        PageKind.SGLANG_ROUTER: "qwen3-32b",
+        PageKind.TRTLLM: "Qwen3-8B",
+        PageKind.TGI: "tgi",
+        PageKind.TGI_HISTOGRAM: "tgi",
+    }.get(kind, "tiny-llama")
     return VirtualTarget(
         name=name,
         kind=kind,

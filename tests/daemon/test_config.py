@@ -101,7 +101,7 @@ targets:
             "global.windows[2]: 'bogus' is not a duration like 5s, 1m30s or 500ms",
             "global.windows[3]: duplicate window",
             "global.max_response_bytes: must be at least 1KiB",
-            "targets[0].engine: must be one of auto, vllm, vllm_v0, llamacpp, sglang",
+            "targets[0].engine: must be one of auto, vllm, vllm_v0, llamacpp, sglang, trtllm, tgi",
             "targets[1].url: 'ftp://x' is not an http(s) URL with a host",
             "targets[1].name: duplicate target name 'vllm-a' (also targets[0])",
             "targets[2].drafcost: unknown key (did you mean 'draft_cost'?)",

@@ -385,3 +385,144 @@ def test_progress_bar_only_on_a_terminal(capsys: pytest.CaptureFixture[str]) -> 
     assert "24/24" in shown or "baseline" in shown
     assert shown.endswith("\r\x1b[K")  # the bar is cleared before the table is printed
     assert "[#" not in out and "Concurrency 1" in out
+
+
+def test_vllm_per_request_metrics_are_the_source_and_equal_the_counters(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With --per-request-spec-decode-metrics the responses carry each request's own counts
+    (vLLM's metrics.speculative_decoding, in the exact format vLLM 0.32.0 sends): measure uses
+    them, sums equal the counter deltas exactly, and the lab notebook keeps the histograms."""
+    labbook = tmp_path / "labbook.jsonl"
+    base = sim_target("baseline", speculation=False, kind=PageKind.VLLM)
+    spec = sim_target("speculative", speculation=True, kind=PageKind.VLLM,
+                      survival=(0.9, 0.6, 0.3), per_request_spec_metrics="summary")  # fmt: skip
+    with sim_pair(base, spec) as pair:
+        code, doc = run_json(
+            measure(pair, "--concurrency", "1,2", "--max-tokens", "40",
+                    "--labbook", str(labbook)),
+            capsys,
+        )  # fmt: skip
+        engine = pair.targets["speculative"].engine.counters
+        code_text, text, _ = run_cli(measure(pair, "--workloads", "copy"), capsys)
+    assert code == 0 and code_text == 0
+    total_steps = 0
+    for row in rows(doc):
+        acc = row["acceptance"]
+        assert acc["source"] == "per-request"
+        pr, c = acc["per_request"], acc["counters"]
+        assert pr["agrees_with_counters"] is True
+        for key in ("drafts", "draft_tokens", "accepted_tokens", "accepted_per_position"):
+            assert pr[key] == c[key], key
+        hist = pr["acceptance_histogram"]
+        assert len(hist) == 4 and sum(hist) == pr["drafts"]
+        assert sum(j * n for j, n in enumerate(hist)) == pr["accepted_tokens"]
+        assert len(pr["requests"]) == row["prompts"]
+        assert sum(sum(r["acceptance_histogram"]) for r in pr["requests"]) == pr["drafts"]
+        assert acc["ratio"] == pytest.approx(pr["accepted_tokens"] / pr["draft_tokens"])
+        assert acc["mean_acceptance_length"] == pytest.approx(
+            1 + pr["accepted_tokens"] / pr["drafts"]
+        )
+        total_steps += pr["drafts"]
+    # every verification step of the engine happened in a measured run (no background drafts)
+    all_rows = [r for r in rows(doc, include_all=True) if r["workload"] == "all"]
+    assert sum(r["acceptance"]["per_request"]["drafts"] for r in all_rows) == total_steps
+    assert 0 < total_steps < engine.drafts  # the text run after the JSON one added more
+    records = [json.loads(line) for line in labbook.read_text().splitlines()]
+    assert all(r["acceptance_source"] == "per-request" for r in records)
+    assert all(r["acceptance_histogram"] and r["per_request"] for r in records)
+    assert all(r["per_request_agrees_with_counters"] is True for r in records)
+    assert "(per-request)" in text
+    assert "metrics.speculative_decoding" in flat(text)
+    assert "summed to exactly the counters' increase" in flat(text)
+    assert "accepted draft tokens per step" in flat(text)
+
+
+def test_partial_or_broken_per_request_metrics_are_not_used() -> None:
+    from specmon.measure.analysis import acceptance_of
+    from specmon.measure.endpoints import parse_chat_response
+    from specmon.measure.results import Outcome
+
+    good = {"choices": [{"message": {"content": "x"}}],
+            "metrics": {"speculative_decoding": {"acceptance_histogram": [1, 2, 3, 4],
+                                                 "num_draft_tokens": 30, "num_spec_tokens": 3,
+                                                 "num_spec_steps": 10,
+                                                 "num_accepted_draft_tokens": 20}}}  # fmt: skip
+    broken = json.loads(json.dumps(good))
+    broken["metrics"]["speculative_decoding"]["num_spec_steps"] = 11
+    plain = {"choices": [{"message": {"content": "x"}}]}
+    answers = [parse_chat_response(b) for b in (good, broken, plain)]
+    assert answers[0].spec is not None and answers[0].spec.accepted_per_position == (9, 7, 4)
+    assert answers[1].spec is None and "disagrees" in (answers[1].spec_problem or "")
+    assert answers[2].spec is None and answers[2].spec_problem is None
+    outcomes = [Outcome("w", i, 0, 0.1, answer=a) for i, a in enumerate(answers)]
+    acc = acceptance_of(None, outcomes)
+    assert acc.source is None and acc.per_request is None
+    assert any("not self-consistent" in n for n in acc.notes)
+    assert any("1 of 3 responses" in n for n in acc.notes)
+    only_good = acceptance_of(None, outcomes[:1])
+    assert only_good.source == "per-request"
+    assert only_good.per_request is not None and only_good.per_request.drafts == 10
+    for hostile in ({"acceptance_histogram": [1] * 1000, "num_draft_tokens": 1,
+                     "num_spec_tokens": 999},
+                    {"acceptance_histogram": [-1, 2], "num_draft_tokens": 1, "num_spec_tokens": 1},
+                    {"acceptance_histogram": [0, 5], "num_draft_tokens": 1, "num_spec_tokens": 1},
+                    "nonsense"):  # fmt: skip
+        body = {**plain, "metrics": {"speculative_decoding": hostile}}
+        answer = parse_chat_response(body)
+        assert answer.spec is None and answer.spec_problem
+
+
+def test_captured_vllm_response_with_per_request_metrics_parses() -> None:
+    """The response of a real vLLM 0.32.0 started with --per-request-spec-decode-metrics
+    summary (tests/fixtures/pages/README.md), and the simulator's answer in the same shape."""
+    from specmon.measure.endpoints import parse_chat_response
+
+    pages = Path(__file__).resolve().parent.parent / "fixtures" / "pages"
+    body = json.loads((pages / "vllm-chat-completion-spec-metrics.json").read_text())
+    answer = parse_chat_response(body)
+    assert answer.spec is not None and answer.spec_problem is None
+    assert answer.spec.histogram == (1, 0, 0, 0)
+    assert (answer.spec.steps, answer.spec.draft_tokens, answer.spec.spec_tokens) == (1, 3, 3)
+    spec = sim_target("speculative", speculation=True, kind=PageKind.VLLM,
+                      per_request_spec_metrics="summary")  # fmt: skip
+    with sim_pair(speculative=spec) as pair:
+        from tests.realengines.servers import fetch
+
+        simulated = json.loads(
+            fetch(pair.api("speculative") + "/chat/completions", method="POST",
+                  body={"model": "tiny-llama", "max_tokens": 30,
+                        "messages": [{"role": "user", "content": "a b a b a b"}]}).text
+        )  # fmt: skip
+    assert set(simulated["metrics"]) == set(body["metrics"])
+    assert set(simulated["metrics"]["speculative_decoding"]) == set(
+        body["metrics"]["speculative_decoding"]
+    )
+    assert parse_chat_response(simulated).spec is not None
+
+
+@pytest.mark.parametrize("kind", [PageKind.SGLANG_CURRENT, PageKind.TGI_HISTOGRAM, PageKind.TRTLLM])
+def test_engines_without_some_counters(kind: PageKind, capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang and TGI count no draft tokens, TensorRT-LLM's per-position family is complete:
+    measure reports what each engine's counters allow, from the servers' own counters."""
+    base = sim_target("baseline", speculation=False, kind=PageKind.VLLM)
+    spec = sim_target("speculative", speculation=True, kind=kind, survival=(0.9, 0.6, 0.3))
+    with sim_pair(base, spec) as pair:
+        engine = pair.targets["speculative"].engine
+        before = (engine.counters.drafts, engine.counters.draft_tokens, engine.counters.accepted)
+        code, doc = run_json(measure(pair, "--workloads", "closed"), capsys)
+        after = (engine.counters.drafts, engine.counters.draft_tokens, engine.counters.accepted)
+        code_text, text, _ = run_cli(measure(pair, "--workloads", "closed"), capsys)
+    assert code == 0 and code_text == 0
+    [row] = rows(doc)
+    acc = row["acceptance"]
+    assert acc["source"] == "counters", acc
+    steps, tokens, accepted = (a - b for a, b in zip(after, before, strict=True))
+    assert acc["counters"]["drafts"] == steps and acc["counters"]["accepted_tokens"] == accepted
+    assert acc["mean_acceptance_length"] == pytest.approx(1 + accepted / steps)
+    if kind is PageKind.TRTLLM:
+        assert acc["ratio"] == pytest.approx(accepted / tokens)
+        assert row["breakeven"] is not None
+    else:
+        assert acc["ratio"] is None and row["breakeven"] is None
+        assert "K " in text and "(counters)" in text
