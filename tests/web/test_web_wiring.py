@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from specmon.cli.main import main as specmon_main
+from specmon.web.probe import probe
 from tests.support.daemon import Daemon, daemon, get
 from tests.support.tls import Pki, bcrypt_hash, make_pki
 
@@ -136,6 +137,8 @@ def test_tls_and_basic_auth_with_curl(tmp_path: Path, pki: Pki, curl_bin: str) -
         # The probes answer without a password (Kubernetes and Docker send none).
         assert curl(curl_bin, url + "/healthz", *ca).status == 200
         assert curl(curl_bin, url + "/readyz", *ca).status == 200
+        # So does the image's HEALTHCHECK, which asks over TLS when the port speaks it.
+        assert probe(f"http://127.0.0.1:{d.port}/healthz") == (True, url + "/healthz: HTTP 200")
         # Without the CA curl refuses the certificate; plain HTTP gets no HTTP answer.
         unverified = curl(curl_bin, url + "/healthz")
         assert unverified.rc == 60 and unverified.status == 0, unverified
@@ -457,6 +460,8 @@ def test_unfinished_request_heads_are_dropped(tmp_path: Path) -> None:
                 status_line = big.recv(4096).split(b"\r\n", 1)[0]
                 assert status_line.split()[1:2] == [b"400"], (head[:30], status_line)
         assert (metric(d, "specmon_web_rejections_total", reason="header_timeout") or 0) >= 4
+        assert probe(d.base + "/healthz") == (True, d.base + "/healthz: HTTP 200")
+        assert probe(d.base + "/nothing")[0] is False
 
 
 def test_tls_handshakes_and_heads_are_bounded_too(tmp_path: Path, pki: Pki) -> None:
