@@ -137,6 +137,9 @@ def test_tls_and_basic_auth_with_curl(tmp_path: Path, pki: Pki, curl_bin: str) -
         # The probes answer without a password (Kubernetes and Docker send none).
         assert curl(curl_bin, url + "/healthz", *ca).status == 200
         assert curl(curl_bin, url + "/readyz", *ca).status == 200
+        # Only those exact paths: a path that merely starts with one still needs the password.
+        for sneaky in ("/healthz/../metrics", "/readyz/..%2Fmetrics", "//healthz/../metrics"):
+            assert curl(curl_bin, url + sneaky, *ca, "--path-as-is").status == 401, sneaky
         # So does the image's HEALTHCHECK, which asks over TLS when the port speaks it.
         assert probe(f"http://127.0.0.1:{d.port}/healthz") == (True, url + "/healthz: HTTP 200")
         # Without the CA curl refuses the certificate; plain HTTP gets no HTTP answer.
@@ -149,7 +152,7 @@ def test_tls_and_basic_auth_with_curl(tmp_path: Path, pki: Pki, curl_bin: str) -
             curl_bin, url + "/-/reload", *ca, "-X", "POST", "-u", f"prometheus:{PASSWORD}"
         )
         assert (reload.status, reload.body) == (403, "Lifecycle API is not enabled.\n")
-        assert metric(d, "specmon_web_rejections_total", reason="unauthorized") == 5
+        assert metric(d, "specmon_web_rejections_total", reason="unauthorized") == 8
         assert metric(d, "specmon_web_rejections_total", reason="lifecycle_disabled") == 1
         assert metric(d, "specmon_web_config_last_reload_successful") == 1
     log = d.log_text()
