@@ -110,9 +110,15 @@ def load_web_settings(path: Path, *, executor: concurrent.futures.Executor) -> W
             try:
                 build_ssl_context(exc.tls, source=str(path))
             except WebConfigError as files:
-                raise WebConfigError([*exc.problems, *files.problems], source=str(path)) from None
+                error = WebConfigError([*exc.problems, *files.problems], source=str(path))
+                error.tls = exc.tls
+                raise error from None
         raise
-    context = build_ssl_context(config.tls, source=str(path)) if config.tls is not None else None
+    try:
+        context = build_ssl_context(config.tls, source=str(path)) if config.tls else None
+    except WebConfigError as exc:
+        exc.tls = config.tls  # its files are worth watching: one may be on its way
+        raise
     auth = BasicAuth(config.users, executor=executor) if config.users else None
     return WebSettings(config=config, ssl_context=context, auth=auth)
 
@@ -234,8 +240,10 @@ class WebServer:
                     source=str(path),
                 )
         except WebConfigError as exc:
-            self._stamps = {p: _stamp(p) for p in self._watched(self.settings)}
-            self._stamps[path] = _stamp(path)
+            # Watch the running config's files and the ones the rejected file names: a
+            # certificate written after the config that names it fixes it without a signal.
+            named = list(exc.tls.files) if exc.tls is not None else []
+            self._stamps = {p: _stamp(p) for p in [*self._watched(self.settings), *named]}
             if self._metrics is not None:
                 self._metrics.reload_ok.set(0)
             self.log.error(
