@@ -203,9 +203,10 @@ class WebServer:
             if self._metrics is not None:
                 self._metrics.reload_ok.set(1)
             return
-        self._stamps = {p: _stamp(p) for p in [self.options.config_file]}
+        before = _stamp(self.options.config_file)  # a change while reading: seen next check
         settings = load_web_settings(self.options.config_file, executor=self._executor)
         self._stamps = {p: _stamp(p) for p in self._watched(settings)}
+        self._stamps[self.options.config_file] = before
         self.settings = settings
         self._loaded(settings)
 
@@ -228,6 +229,7 @@ class WebServer:
         path = self.options.config_file
         if path is None:
             return True, ""
+        before = _stamp(path)  # a change while reading: seen at the next check
         try:
             settings = load_web_settings(path, executor=self._executor)
             if settings.tls != self.settings.tls:
@@ -244,6 +246,7 @@ class WebServer:
             # certificate written after the config that names it fixes it without a signal.
             named = list(exc.tls.files) if exc.tls is not None else []
             self._stamps = {p: _stamp(p) for p in [*self._watched(self.settings), *named]}
+            self._stamps[path] = before
             if self._metrics is not None:
                 self._metrics.reload_ok.set(0)
             self.log.error(
@@ -255,6 +258,7 @@ class WebServer:
             )
             return False, f"web config {exc}"
         self._stamps = {p: _stamp(p) for p in self._watched(settings)}
+        self._stamps[path] = before
         self.settings = settings
         if self._listening_context is not None and settings.ssl_context is not None:
             self._listening_context.install(settings.ssl_context)
