@@ -50,8 +50,10 @@ COPY deploy/systemd/specmon.yml /etc/specmon/specmon.yml
 # writes nothing to disk: the root filesystem can be read-only.
 USER 10920:10920
 EXPOSE 10920
-# No curl in the image: the venv's Python asks /healthz (the process is alive and serving).
+# No curl in the image: the venv's Python asks /healthz (the process is alive and serving),
+# over TLS without verifying the certificate when --web.config.file turned TLS on (the probe
+# needs no password; a server requiring client certificates needs another health command).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:10920/healthz', timeout=4)"]
+    CMD ["python", "-m", "specmon.web.probe", "http://127.0.0.1:10920/healthz"]
 ENTRYPOINT ["specmon", "run"]
 CMD ["--config.file=/etc/specmon/specmon.yml"]

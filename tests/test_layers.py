@@ -23,8 +23,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("specmon.engines",),
     ("specmon.windows", "specmon.report", "specmon.load"),
-    ("specmon.sources",),
-    ("specmon.daemon", "specmon.measure", "specmon.sim", "specmon.web"),
+    ("specmon.sources", "specmon.web"),
+    ("specmon.daemon", "specmon.measure", "specmon.sim"),
     ("specmon.cli",),
     ("specmon.__main__",),
 )

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.cli import breakeven, demo, inspect, measure, run, simulate
+from specmon.cli import breakeven, demo, inspect, measure, run, simulate, web
 
 __all__ = ["build_parser", "main"]
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     breakeven.add_parser(sub)
     inspect.add_parser(sub)
     run.add_parsers(sub)
+    web.add_parser(sub)  # check-web-config (security)
     simulate.add_parser(sub)
     demo.add_parser(sub)
     measure.add_parser(sub)

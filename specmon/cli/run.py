@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
@@ -26,7 +27,8 @@ def add_parsers(sub: Any) -> None:
             "Scrape vLLM, llama.cpp and SGLang metrics endpoints, compute acceptance figures "
             "over rolling windows and serve them on /metrics, with a status page on /. Without "
             "--config.file it watches http://127.0.0.1:8000/metrics and "
-            "http://127.0.0.1:8080/metrics. SIGHUP or POST /-/reload reloads the config."
+            "http://127.0.0.1:8080/metrics. SIGHUP reloads the config (POST /-/reload too, "
+            "with --web.enable-lifecycle). --web.config.file adds TLS and basic auth."
         ),
     )
     run.add_argument("--config.file", dest="config_file", type=Path, default=None, metavar="FILE")
@@ -35,8 +37,10 @@ def add_parsers(sub: Any) -> None:
         dest="listen",
         default=":10920",
         metavar="ADDR",
-        help="address to serve on (default :10920, all interfaces)",
+        help="address to serve on (default :10920, all interfaces; 127.0.0.1:10920 for "
+        "this host only). Secure it with --web.config.file: docs/security.md",
     )
+    web_cli.add_run_arguments(run)  # security: --web.config.file, --web.enable-lifecycle, ...
     run.add_argument("--log.level", dest="log_level", choices=LEVELS, default="info")
     run.add_argument(
         "--log.format",
@@ -62,7 +66,11 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"specmon run: --web.listen-address: {exc}\n")
         return 2
-    daemon = Daemon(config_path=args.config_file, listen=args.listen)
+    daemon = Daemon(
+        config_path=args.config_file,
+        listen=args.listen,
+        web_options=web_cli.web_options(args),  # security: specmon/web
+    )
     return asyncio.run(daemon.serve())
 
 

@@ -47,6 +47,7 @@ from specmon.parsing import format_duration, parse_listen_address
 from specmon.sources import ScrapeResult, Source
 from specmon.sources.http import open_session
 from specmon.sources.page import HttpPageSource
+from specmon.web.server import WebMetrics, WebOptions, WebServer
 
 __all__ = ["Daemon"]
 
@@ -77,6 +78,11 @@ class _OwnMetrics:
         self.reload_time = gauge(m.RELOAD_TIME)
         self.targets = gauge(m.TARGETS)
         self.file_sd_errors = counter(m.FILE_SD_ERRORS)
+        self.web = WebMetrics(
+            reload_ok=gauge(m.WEB_RELOAD_OK),
+            reload_time=gauge(m.WEB_RELOAD_TIME),
+            rejections=counter(m.WEB_REJECTIONS),
+        )
 
 
 class Daemon:
@@ -86,6 +92,7 @@ class Daemon:
         config_path: Path | None,
         listen: str = ":10920",
         shutdown_timeout: float = 3.0,
+        web_options: WebOptions | None = None,  # security: --web.* flags (specmon/web)
     ) -> None:
         self.config_path = config_path
         self.listen = listen
@@ -100,6 +107,8 @@ class Daemon:
         self.metrics = _OwnMetrics(self.registry)
         self._export_errors_logged: set[tuple[str, str]] = set()
         self.registry.register(TargetCollector(lambda: self.views(), on_error=self._export_failed))
+        # security: the listening socket, --web.config.file, lifecycle flag (specmon/web)
+        self.web = WebServer(web_options or WebOptions(), metrics=self.metrics.web, log=self.log)
         self.config: Config | None = None
         self._running: dict[str, _Running] = {}
         self._file_sd = FileSD(on_error=self._file_sd_error, on_loaded=self._file_sd_loaded)
@@ -187,7 +196,7 @@ class Daemon:
 
     def _reload_in_background(self) -> None:
         """SIGHUP: reload without blocking the signal handler; nothing escapes unlogged."""
-        task = asyncio.get_running_loop().create_task(self.reload())
+        task = asyncio.get_running_loop().create_task(self._reload_all())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -301,12 +310,13 @@ class Daemon:
         )
 
     def build_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=self.web.middlewares())  # security: auth, headers
         app.router.add_get("/", self._index)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_post("/-/reload", self._reload_http)
+        app.router.add_put("/-/reload", self._reload_http)  # as Prometheus
         app.router.add_get("/api/v1/targets", self._targets_json)
         return app
 
@@ -335,7 +345,11 @@ class Daemon:
         return web.Response(text="ready\n")
 
     async def _reload_http(self, request: web.Request) -> web.Response:
-        ok, message = await self.reload()
+        # security: as Prometheus, only with --web.enable-lifecycle (SIGHUP always works).
+        if not self.web.lifecycle_enabled:
+            self.web.reject("lifecycle_disabled")
+            return web.Response(status=403, text="Lifecycle API is not enabled.\n")
+        ok, message = await self._reload_all()
         return web.Response(status=200 if ok else 500, text=message + "\n")
 
     async def _index(self, request: web.Request) -> web.Response:
@@ -346,24 +360,32 @@ class Daemon:
         body = json.dumps({"ready": self.ready, "targets": views_json(self.views())})
         return web.Response(text=body, content_type="application/json")
 
+    async def _reload_all(self) -> tuple[bool, str]:
+        """security: the config and the web config (--web.config.file), each keeping its
+        previous version when the new one is invalid."""
+        web_ok, web_message = self.web.reload()
+        ok, message = await self.reload()
+        return ok and web_ok, "\n".join(m for m in (message, web_message) if m)
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Load the config (raises ConfigError), start scraping, and listen."""
+        self.web.load()  # security: raises WebConfigError (a ConfigError) when invalid
         config = self._read_config()
         self._apply(config)
         self.metrics.reload_ok.set(1)
         self.metrics.reload_time.set(time.time())
         host, port = parse_listen_address(self.listen)
         self._runner = web.AppRunner(
-            self.build_app(), access_log=None, shutdown_timeout=self.shutdown_timeout
+            self.build_app(),
+            access_log=None,
+            shutdown_timeout=self.shutdown_timeout,
+            **self.web.handler_options(),  # security: keep-alive and header size limits
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host=host, port=port, reuse_address=True)
-        await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.bound_port = sockets[0].getsockname()[1] if sockets else port
+        # security: specmon/web listens (TLS, connection limit, header read timeout).
+        self.bound_port = await self.web.listen(self._runner, host, port)
         self.log.info(
             "specmon_started",
             version=__version__,
@@ -391,6 +413,7 @@ class Daemon:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
+        await self.web.close()  # security: stop listening before the runner closes connections
         if self._runner is not None:
             await self._runner.cleanup()
         self.log.info("specmon_stopped")

@@ -332,6 +332,34 @@ RELOAD_TIME = _g(
     Scope.OWN,
 )
 TARGETS = _g("specmon_targets", "Targets specmon currently scrapes.", (), Scope.OWN)
+WEB_RELOAD_OK = _g(
+    "specmon_web_config_last_reload_successful",
+    "1 if the last load of --web.config.file succeeded (1 without one); 0 means the "
+    "previous web config (TLS, users, headers) is still in use.",
+    (),
+    Scope.OWN,
+    "1 if the last load of `--web.config.file` succeeded (1 without one); 0: the previous web "
+    "config is in use ([security](security.md#reloading))",
+)
+WEB_RELOAD_TIME = _g(
+    "specmon_web_config_last_reload_success_timestamp_seconds",
+    "Unix time of the last successful load of --web.config.file.",
+    (),
+    Scope.OWN,
+)
+WEB_REJECTIONS = _c(
+    "specmon_web_rejections",
+    "Requests and connections refused by specmon's HTTP server, by reason: "
+    "unauthorized (401), auth_busy (503: too many password checks waiting), "
+    "header_timeout (request head not received in time), too_many_connections, "
+    "client_san (client certificate without an allowed SAN), lifecycle_disabled "
+    "(POST /-/reload without --web.enable-lifecycle).",
+    ("reason",),
+    Scope.OWN,
+    "requests and connections refused by specmon's HTTP server: `unauthorized`, `auth_busy`, "
+    "`header_timeout`, `too_many_connections`, `client_san`, `lifecycle_disabled` "
+    "([security](security.md#what-specmon-reports-about-its-own-surface))",
+)
 FILE_SD_ERRORS = _c(
     "specmon_file_sd_read_errors",
     "Failed reads of file_sd files (the targets from the last good read are kept).",
@@ -373,6 +401,9 @@ FAMILIES: tuple[MetricDef, ...] = (
     RELOAD_TIME,
     TARGETS,
     FILE_SD_ERRORS,
+    WEB_RELOAD_OK,
+    WEB_RELOAD_TIME,
+    WEB_REJECTIONS,
 )
 
 #: Families prometheus_client's standard collectors add (process, platform, garbage

@@ -89,7 +89,8 @@ def test_reload_keeps_windows_and_rejects_bad_config(tmp_path: Path) -> None:
     with running([a, b]) as engines:
         cfg = tmp_path / "c.yaml"
         cfg.write_text(BASE + _targets(("a", engines.url("a"))))
-        with daemon(cfg, tmp_path) as d:
+        # POST /-/reload needs --web.enable-lifecycle (tests/web covers the 403 without it).
+        with daemon(cfg, tmp_path, extra=["--web.enable-lifecycle"]) as d:
             for step in range(2, 6):
                 _advance(a, step)
                 time.sleep(0.5)

@@ -35,12 +35,16 @@ from tests.rules.alert_rules import load_rules, with_durations
 REPO = tools.REPO
 COMPOSE_DIR = REPO / "deploy" / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
+SECURE_FILE = COMPOSE_DIR / "compose.secure.yaml"
 SPECMON_IMAGE_SERVICES = {"specmon", "vllm-eagle", "llamacpp-draft", "vllm-degrading"}
 
 
-def _compose(*args: str, file: Path = COMPOSE_FILE) -> subprocess.CompletedProcess[str]:
+def _compose(
+    *args: str, file: Path = COMPOSE_FILE, overrides: tuple[Path, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    files = [arg for f in (file, *overrides) for arg in ("-f", str(f))]
     return subprocess.run(
-        [*tools.docker_compose(), "-f", str(file), *args],
+        [*tools.docker_compose(), *files, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -79,7 +83,8 @@ def test_docker_compose_accepts_the_file() -> None:
 def test_docker_compose_rejects_a_broken_copy(tmp_path: Path) -> None:
     """The check is real: Compose's schema refuses an unknown service key."""
     for item in COMPOSE_DIR.iterdir():
-        (tmp_path / item.name).write_bytes(item.read_bytes())
+        if item.is_file():
+            (tmp_path / item.name).write_bytes(item.read_bytes())
     broken = tmp_path / "compose.yaml"
     broken.write_text(
         COMPOSE_FILE.read_text().replace(
@@ -454,3 +459,105 @@ def test_the_stack_fires_below_break_even_into_alertmanager(tmp_path: Path) -> N
         assert alerts[0]["labels"]["fleet"] == "demo"
         # The receivers send nowhere: Alertmanager logs no failed notification.
         assert "Notify for alerts failed" not in (logs / "alertmanager.log").read_text()
+
+
+# --------------------------------------------------------------------------- the secured stack
+
+SECURE_DIR = COMPOSE_DIR / "secure"
+#: What make-certs.sh writes into deploy/compose/tls/ (gitignored).
+MADE_BY_SCRIPT = {"ca.crt", "specmon.crt", "specmon.key"}
+
+
+@cache
+def _secure_model() -> dict[str, Any]:
+    result = _compose("config", "--format", "json", overrides=(SECURE_FILE,))
+    assert result.returncode == 0, result.stderr
+    model: dict[str, Any] = json.loads(result.stdout)
+    return model
+
+
+@pytest.mark.deploytools
+def test_docker_compose_accepts_the_secure_override() -> None:
+    """compose.yaml + compose.secure.yaml resolve; specmon reads the web config, Prometheus
+    the secured prometheus.yml, the CA and the password; every bind mount exists but the
+    files make-certs.sh creates."""
+    services = _secure_model()["services"]
+    specmon = services["specmon"]
+    assert specmon["command"] == [
+        "--config.file=/etc/specmon/specmon.yml",
+        "--web.config.file=/etc/specmon/web.yml",
+    ]
+    mounts = _bind_sources(specmon)
+    assert mounts["/etc/specmon/specmon.yml"] == COMPOSE_DIR / "specmon.yml"
+    assert mounts["/etc/specmon/web.yml"] == SECURE_DIR / "web.yml"
+    prom = _bind_sources(services["prometheus"])
+    assert prom["/etc/prometheus/prometheus.yml"] == SECURE_DIR / "prometheus.yml"
+    missing = {
+        source
+        for service in services.values()
+        for source in _bind_sources(service).values()
+        if not source.exists()
+    }
+    assert {p.relative_to(COMPOSE_DIR).as_posix() for p in missing} <= {
+        f"tls/{name}" for name in MADE_BY_SCRIPT
+    }, missing
+    for name in SPECMON_IMAGE_SERVICES:  # the override loosens nothing
+        assert services[name]["read_only"] is True and services[name]["cap_drop"] == ["ALL"]
+
+
+def test_secure_files_fit_together(tmp_path: Path) -> None:
+    """The secured stack's files, checked against each other without Docker: the web config
+    is valid with make-certs.sh's certificates, its hash is the password Prometheus sends,
+    and every path one file names is where another puts it."""
+    import bcrypt
+
+    from specmon.web.server import load_web_settings
+
+    compose = yaml.safe_load(SECURE_FILE.read_text())["services"]
+
+    def mounts(service: str) -> dict[str, str]:
+        return {v.split(":")[1]: v.split(":")[0] for v in compose[service]["volumes"] if ":" in v}
+
+    specmon_mounts, prom_mounts = mounts("specmon"), mounts("prometheus")
+    web_target = next(a.split("=", 1)[1] for a in compose["specmon"]["command"]
+                      if a.startswith("--web.config.file="))  # fmt: skip
+    assert specmon_mounts[web_target] == "./secure/web.yml"
+    web = yaml.safe_load((SECURE_DIR / "web.yml").read_text())
+    web_dir = Path(web_target).parent
+    for key, file in (("cert_file", "specmon.crt"), ("key_file", "specmon.key")):
+        assert specmon_mounts[str(web_dir / web["tls_server_config"][key])] == f"./tls/{file}"
+
+    # make-certs.sh, then the web config loaded as specmon would (certificate and key).
+    tls = tmp_path / "tls"
+    made = subprocess.run(
+        ["sh", str(COMPOSE_DIR / "make-certs.sh"), str(tls)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert {p.name for p in tls.iterdir()} == MADE_BY_SCRIPT
+    (tmp_path / "web.yml").write_text((SECURE_DIR / "web.yml").read_text())
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        settings = load_web_settings(tmp_path / "web.yml", executor=pool)
+    assert settings.tls and settings.auth is not None
+
+    prom = yaml.safe_load((SECURE_DIR / "prometheus.yml").read_text())
+    (job,) = [j for j in prom["scrape_configs"] if j["job_name"] == "specmon"]
+    assert job["scheme"] == "https"
+    assert prom_mounts[job["tls_config"]["ca_file"]] == "./tls/ca.crt"
+    assert prom_mounts[job["basic_auth"]["password_file"]] == "./secure/scrape-password"
+    password = (SECURE_DIR / "scrape-password").read_text().strip()
+    hashed = web["basic_auth_users"][job["basic_auth"]["username"]]
+    assert bcrypt.checkpw(password.encode(), hashed.encode())
+    # The certificate is valid for the name Prometheus checks.
+    cert_text = subprocess.run(
+        ["openssl", "x509", "-in", str(tls / "specmon.crt"), "-noout", "-ext", "subjectAltName"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    assert f"DNS:{job['tls_config']['server_name']}" in cert_text
+    # Apart from the specmon job's security, the secured prometheus.yml is prometheus.yml.
+    plain = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
+    for key in ("scheme", "tls_config", "basic_auth"):
+        job.pop(key)
+    assert prom == plain

@@ -298,4 +298,6 @@ def test_healthcheck_fails_when_nothing_serves(image: Image, tmp_path: Path) -> 
         ["unshare", "--net", "--", *health], capture_output=True, text=True, timeout=30, check=False
     )
     assert result.returncode != 0
-    assert "Connection refused" in result.stderr or "URLError" in result.stderr
+    # specmon.web.probe names both URLs it tried (http, then https) and why each failed.
+    assert "http://127.0.0.1:10920/healthz: <urlopen error" in result.stderr, result.stderr
+    assert "https://127.0.0.1:10920/healthz: <urlopen error" in result.stderr

@@ -16,6 +16,7 @@ import yaml
 
 from specmon import __version__
 from specmon.daemon.config import parse_config
+from specmon.web.server import PROBE_PATHS
 from tests.deploy import tools
 from tests.deploy.dockerfile import stages
 from tests.deploy.measure_resources import measure
@@ -87,6 +88,7 @@ def test_every_manifest_validates_against_its_schema() -> None:
         assert {r["kind"] for r in results if r["schema"] == f"kubernetes {version} (strict)"} == {
             "ConfigMap",
             "Deployment",
+            "Secret",
             "Service",
         }
 
@@ -159,14 +161,23 @@ def test_specmon_container_is_locked_down(deployment: str, container: str) -> No
     assert mount["readOnly"] is True
 
 
-@pytest.mark.parametrize(("deployment", "port"), [("specmon", "http"), ("vllm", "specmon-metrics")])
+@pytest.mark.parametrize(
+    ("deployment", "port"), [("specmon", "https"), ("vllm", "specmon-metrics")]
+)
 def test_probes(deployment: str, port: str) -> None:
+    """Over HTTPS (specmon serves TLS with the web config) and on the paths basic auth leaves
+    open (specmon.web.server.PROBE_PATHS): the kubelet sends no password."""
     c = _container(deployment, "specmon")
     (declared,) = [p for p in c["ports"] if p["name"] == port]
     assert declared["containerPort"] == 10920
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    assert c["livenessProbe"]["httpGet"] == {"scheme": "HTTPS", "path": "/healthz", "port": port}
+    assert {"/healthz", "/readyz"} == PROBE_PATHS
     if deployment == "specmon":
-        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+        assert c["readinessProbe"]["httpGet"] == {
+            "scheme": "HTTPS",
+            "path": "/readyz",
+            "port": port,
+        }
     else:
         # A sidecar must not take the engine out of its Service: liveness only.
         assert "readinessProbe" not in c
@@ -176,10 +187,8 @@ def test_probes(deployment: str, port: str) -> None:
     ("deployment", "configmap"), [("specmon", "specmon"), ("vllm", "specmon-sidecar")]
 )
 def test_configmap_holds_a_valid_config(deployment: str, configmap: str) -> None:
-    pod = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
-    c = _container(deployment, "specmon")
-    (volume,) = [v for v in pod["volumes"] if v["name"] == c["volumeMounts"][0]["name"]]
-    assert volume["configMap"]["name"] == configmap
+    sources = _projected_sources(deployment)
+    assert [s["configMap"]["name"] for s in sources if "configMap" in s] == [configmap]
     data = documents()[("ConfigMap", configmap)]["data"]
     file_name = Path(_dockerfile_config_path()).name
     assert set(data) == {file_name}
@@ -193,6 +202,82 @@ def test_configmap_holds_a_valid_config(deployment: str, configmap: str) -> None
         spec_arg = next(a for a in vllm["args"] if a.startswith("--speculative-config="))
         speculative = json.loads(spec_arg.split("=", 1)[1])
         assert speculative["num_speculative_tokens"] == target.chain_length
+
+
+def _projected_sources(deployment: str) -> list[dict[str, Any]]:
+    """The sources of the projected volume mounted at the config's directory."""
+    pod = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    (mount,) = _container(deployment, "specmon")["volumeMounts"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    sources: list[dict[str, Any]] = volume["projected"]["sources"]
+    return sources
+
+
+def _projected_files(deployment: str) -> dict[str, tuple[str, str]]:
+    """Path under the mount -> (Secret name, key), for the Secrets in the projected volume."""
+    out = {}
+    for source in _projected_sources(deployment):
+        if "secret" in source:
+            for item in source["secret"]["items"]:
+                out[item["path"]] = (source["secret"]["name"], item["key"])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("deployment", "monitor"),
+    [("specmon", ("ServiceMonitor", "specmon")), ("vllm", ("PodMonitor", "vllm-specmon"))],
+)
+def test_specmon_serves_https_with_basic_auth_and_prometheus_follows(
+    deployment: str, monitor: tuple[str, str], tmp_path: Path
+) -> None:
+    """The web config Secret is valid (with a certificate in the projected layout, loaded as
+    specmon loads it), its paths are where the projected volume puts the TLS Secret, and the
+    monitor scrapes over HTTPS with that Secret's CA, the name the docs' certificate carries,
+    and a basic-auth Secret for the user the web config knows."""
+    import concurrent.futures
+
+    from specmon.web.server import load_web_settings
+    from tests.support.tls import make_pki
+
+    c = _container(deployment, "specmon")
+    config_dir = Path(_dockerfile_config_path()).parent
+    (web_arg,) = [a for a in c["args"] if a.startswith("--web.config.file=")]
+    web_path = Path(web_arg.split("=", 1)[1])
+    files = _projected_files(deployment)
+    web_secret, web_key = files[web_path.relative_to(config_dir).as_posix()]
+    web_text = documents()[("Secret", web_secret)]["stringData"][web_key]
+    web = yaml.safe_load(web_text)
+    tls_secret = {files[web["tls_server_config"][k]][0] for k in ("cert_file", "key_file")}
+    assert len(tls_secret) == 1
+    assert files[web["tls_server_config"]["cert_file"]][1] == "tls.crt"
+    assert files[web["tls_server_config"]["key_file"]][1] == "tls.key"
+
+    # The projected directory, with a test certificate where the TLS Secret lands.
+    root = tmp_path / "etc-specmon"
+    (root / "tls").mkdir(parents=True)
+    pki = make_pki(tmp_path / "pki")
+    (root / web["tls_server_config"]["cert_file"]).write_bytes(pki.server_cert.read_bytes())
+    (root / web["tls_server_config"]["key_file"]).write_bytes(pki.server_key.read_bytes())
+    (root / web_path.name).write_text(web_text)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        settings = load_web_settings(root / web_path.name, executor=pool)
+    assert settings.tls and settings.auth is not None
+    assert "--web.enable-lifecycle" not in c["args"]
+
+    kind, name = monitor
+    spec = documents()[(kind, name)]["spec"]
+    (endpoint,) = spec["endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": tls_secret.pop(), "key": "ca.crt"}
+    auth = endpoint["basicAuth"]
+    assert auth["username"]["name"] == auth["password"]["name"]
+    assert (auth["username"]["key"], auth["password"]["key"]) == ("username", "password")
+    readme = (REPO / "deploy" / "README.md").read_text()
+    server_name = endpoint["tlsConfig"]["serverName"]
+    assert f"DNS:{server_name}" in readme, "the README's certificate is valid for serverName"
+    assert f"create secret generic {auth['username']['name']}" in readme
+    (user,) = web["basic_auth_users"]
+    assert f"--from-literal=username={user}" in readme
 
 
 def test_services_and_monitors_select_what_exists() -> None:

@@ -3,6 +3,7 @@ confinement it asks for (as far as it can be reproduced without systemd as PID 1
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shlex
@@ -13,16 +14,25 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specmon import __version__
 from specmon.daemon.config import load_config
 from tests.deploy.dockerfile import Image, stages
 from tests.deploy.sandbox import sandboxed, world_traversable
 from tests.deploy.tools import REPO
+from tests.support.tls import bcrypt_hash, make_pki
 
 UNIT = REPO / "deploy" / "systemd" / "specmon.service"
+WEB_CONFIG = REPO / "deploy" / "systemd" / "web.yml"
 INSTALL_PREFIX = "/opt/specmon"
 CONFIG = "/etc/specmon/specmon.yml"
+#: What the unit hands the service as credentials: name -> file (LoadCredential=).
+CREDENTIALS = {
+    "web.yml": "/etc/specmon/web.yml",
+    "specmon.crt": "/etc/specmon/tls/specmon.crt",
+    "specmon.key": "/etc/specmon/tls/specmon.key",
+}
 #: The first UID systemd hands out to DynamicUser= services.
 DYNAMIC_UID = 61184
 
@@ -48,6 +58,18 @@ def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
 def _one(unit: dict[str, dict[str, list[str]]], section: str, key: str) -> str:
     (value,) = unit[section][key]
     return value
+
+
+def _credentials(unit: dict[str, dict[str, list[str]]]) -> dict[str, str]:
+    return dict(c.split(":", 1) for c in unit["Service"].get("LoadCredential", []))
+
+
+def _test_web_config(password: str) -> str:
+    """The shipped web.yml with its placeholder hash replaced, as the instructions say."""
+    web = yaml.safe_load(WEB_CONFIG.read_text())
+    (user,) = web["basic_auth_users"]
+    web["basic_auth_users"][user] = bcrypt_hash(password)
+    return yaml.safe_dump(web)
 
 
 def _systemd_analyze() -> str:
@@ -91,8 +113,21 @@ def test_unit_commands() -> None:
     assert start[:2] == [f"{INSTALL_PREFIX}/bin/specmon", "run"]
     assert f"--config.file={CONFIG}" in start
     assert "--web.listen-address=:10920" in start
-    pre = shlex.split(_one(unit, "Service", "ExecStartPre"))
-    assert pre == [f"{INSTALL_PREFIX}/bin/specmon", "check-config", CONFIG]
+    # HTTPS and basic auth: the web config and the certificate reach the service as
+    # credentials (%d, readable by its dynamic user only); no lifecycle API.
+    assert "--web.config.file=%d/web.yml" in start
+    assert not [a for a in start if a.startswith("--web.enable-lifecycle")]
+    assert _credentials(unit) == CREDENTIALS
+    pre = [shlex.split(p) for p in unit["Service"]["ExecStartPre"]]
+    assert pre == [
+        [f"{INSTALL_PREFIX}/bin/specmon", "check-config", CONFIG],
+        [f"{INSTALL_PREFIX}/bin/specmon", "check-web-config", "%d/web.yml"],
+    ]
+    web = yaml.safe_load(WEB_CONFIG.read_text())
+    assert {web["tls_server_config"]["cert_file"], web["tls_server_config"]["key_file"]} == {
+        "specmon.crt",
+        "specmon.key",
+    }, "relative to the credentials directory, by their credential names"
     # The same config path and install prefix as the image.
     final = stages()[1][-1]
     cmd = next(i.args for i in final.body if i.keyword == "CMD")
@@ -171,15 +206,38 @@ def test_unit_commands_run_under_its_confinement(image: Image, tmp_path: Path) -
     config.chmod(0o644)
     if not world_traversable(prefix) or not world_traversable(config):
         pytest.skip("the install or the config is not reachable by an unprivileged user")
+    # LoadCredential=, as systemd does it: copies owned by the service's user, mode 0400, in
+    # a directory only it can enter ($CREDENTIALS_DIRECTORY, %d in the unit). The files are
+    # a test certificate and the shipped web.yml with a known password's hash.
+    pki = make_pki(tmp_path / "pki")
+    ca = config.parent / "server-ca.crt"  # for the test's client, readable by the service
+    ca.write_bytes(pki.server_ca.read_bytes())
+    ca.chmod(0o644)
+    credentials = image.root / "systemd-test-credentials"
+    credentials.mkdir(exist_ok=True)
+    content = {
+        CREDENTIALS["web.yml"]: _test_web_config("scrape me").encode(),
+        CREDENTIALS["specmon.crt"]: pki.server_cert.read_bytes(),
+        CREDENTIALS["specmon.key"]: pki.server_key.read_bytes(),
+    }
+    for name, source in _credentials(unit).items():
+        (credentials / name).write_bytes(content[source])
+        os.chown(credentials / name, DYNAMIC_UID, DYNAMIC_UID)
+        (credentials / name).chmod(0o400)
+    os.chown(credentials, DYNAMIC_UID, DYNAMIC_UID)
+    credentials.chmod(0o500)
+    auth = {"Authorization": "Basic " + base64.b64encode(b"prometheus:scrape me").decode()}
 
-    def command(key: str) -> list[str]:
-        text = _one(unit, "Service", key)
-        return shlex.split(text.replace(INSTALL_PREFIX, str(prefix)).replace(CONFIG, str(config)))
+    def command(text: str) -> list[str]:
+        return shlex.split(
+            text.replace(INSTALL_PREFIX, str(prefix))
+            .replace(CONFIG, str(config))
+            .replace("%d", str(credentials))
+        )
 
-    pre = subprocess.run(
-        command("ExecStartPre"), capture_output=True, text=True, timeout=60, check=False
-    )
-    assert pre.returncode == 0 and pre.stdout.startswith("OK "), pre.stdout + pre.stderr
+    for text in service["ExecStartPre"]:
+        pre = subprocess.run(command(text), capture_output=True, text=True, timeout=60, check=False)
+        assert pre.returncode == 0 and pre.stdout.startswith("OK "), pre.stdout + pre.stderr
 
     environment = dict(e.split("=", 1) for e in service.get("Environment", []))
     masked = [
@@ -190,7 +248,7 @@ def test_unit_commands_run_under_its_confinement(image: Image, tmp_path: Path) -
     assert {"/home", "/root"} & set(masked) or not Path("/root").is_dir()
     python = str(prefix / "bin" / "python")
     with sandboxed(
-        command("ExecStart"),
+        command(_one(unit, "Service", "ExecStart")),
         log=tmp_path / "service.log",
         uid=DYNAMIC_UID,
         gid=DYNAMIC_UID,
@@ -201,11 +259,13 @@ def test_unit_commands_run_under_its_confinement(image: Image, tmp_path: Path) -
         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **environment},
         python="/usr/bin/python3",
     ) as box:
+        base = "https://127.0.0.1:10920"
         box.wait_for(
-            lambda: box.fetch("http://127.0.0.1:10920/healthz", python)[0] == 200,
+            lambda: box.fetch(base + "/healthz", python, cafile=str(ca))[0] == 200,
             timeout=20,
-            what="/healthz",
+            what="/healthz over HTTPS",
         )
+        assert box.fetch(base + "/metrics", python, cafile=str(ca))[0] == 401
         status = box.proc_status()
         assert status["Uid"].split()[0] == str(DYNAMIC_UID)
         assert status["NoNewPrivs"] == "1" and status["CapBnd"] == "0000000000000000"
@@ -229,7 +289,7 @@ def test_unit_commands_run_under_its_confinement(image: Image, tmp_path: Path) -
             box.wait_for(
                 lambda: (
                     'specmon_up{target="llamacpp"} 1.0'
-                    in box.fetch("http://127.0.0.1:10920/metrics", python)[1]
+                    in box.fetch(base + "/metrics", python, cafile=str(ca), headers=auth)[1]
                 ),
                 timeout=30,
                 what="the llama.cpp engine scraped",
@@ -277,11 +337,21 @@ def test_readme_systemd_steps_work_as_written(tmp_path: Path) -> None:
         "/opt/specmon/bin/pip",
         "install",
         "install",
+        "install",
+        "openssl",
+        "install",
         "systemd-analyze",
     ]
     upper, work = tmp_path / "upper", tmp_path / "work"
     upper.mkdir()
     work.mkdir()
+    unit = parse_unit(UNIT.read_text())
+    # LoadCredential=: copies of the installed files under their credential names (%d).
+    credentials = tmp_path / "credentials"
+    load_credentials = [
+        f"mkdir -p {credentials}",
+        *(f"cp {source} {credentials}/{name}" for name, source in _credentials(unit).items()),
+    ]
     script = "\n".join(
         [
             "set -e",
@@ -295,7 +365,8 @@ def test_readme_systemd_steps_work_as_written(tmp_path: Path) -> None:
                 for c in runnable
             ),
             "/opt/specmon/bin/specmon --version",
-            _one(parse_unit(UNIT.read_text()), "Service", "ExecStartPre"),
+            *load_credentials,
+            *(c.replace("%d", str(credentials)) for c in unit["Service"]["ExecStartPre"]),
         ]
     )
     result = subprocess.run(
@@ -309,10 +380,12 @@ def test_readme_systemd_steps_work_as_written(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout.splitlines()
-    assert out[-2:] == [
+    assert out[-3:] == [
         f"specmon {__version__}",
         "OK /etc/specmon/specmon.yml: 2 target(s); scrape every 5s (timeout 3s); windows "
         "1m, 5m, 15m",
+        f"OK {credentials}/web.yml: TLS TLS12-TLS13, client certificates: NoClientCert; "
+        "1 basic-auth user(s); headers X-Content-Type-Options, X-Frame-Options",
     ]
     assert (upper / "systemd" / "system" / "specmon.service").read_text() == UNIT.read_text()
     assert not Path("/opt/specmon").exists() and not Path("/etc/specmon").exists()

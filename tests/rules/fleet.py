@@ -69,6 +69,9 @@ def fleet_series() -> list[dict[str, str]]:
             {**own, "target": _DOWN, "reason": "negative"},
             _const(0),
         )
+        add("specmon_web_config_last_reload_successful", own, _const(1))
+        add("specmon_web_config_last_reload_success_timestamp_seconds", own, _const(1000))
+        add("specmon_web_rejections_total", {**own, "reason": "unauthorized"}, _counter(0))
         down = {**own, "target": _DOWN}
         add("specmon_up", down, _const(0))
         add("specmon_scrape_duration_seconds", down, _const(3))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -22,11 +23,15 @@ Labels = tuple[tuple[str, str], ...]
 
 
 def get(
-    url: str, *, timeout: float = 5.0, headers: dict[str, str] | None = None
+    url: str,
+    *,
+    timeout: float = 5.0,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes, dict[str, str]]:
     request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return response.status, response.read(), dict(response.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), dict(exc.headers)
@@ -68,19 +73,32 @@ class Exported:
 
 
 class Daemon:
-    def __init__(self, proc: subprocess.Popen[str], log_path: Path, port: int) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[str],
+        log_path: Path,
+        port: int,
+        *,
+        context: ssl.SSLContext | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.proc = proc
         self.log_path = log_path
         self.port = port
-        self.base = f"http://127.0.0.1:{port}"
+        # With TLS (a web config): the client context and, with basic auth, its header.
+        self.context = context
+        self.headers = headers or {}
+        self.base = f"{'https' if context else 'http'}://127.0.0.1:{port}"
 
     def metrics(self) -> Exported:
-        status, body, _ = get(self.base + "/metrics")
+        status, body, _ = get(self.base + "/metrics", context=self.context, headers=self.headers)
         assert status == 200, status
         return Exported.parse(body.decode())
 
     def targets(self) -> dict[str, Any]:
-        status, body, _ = get(self.base + "/api/v1/targets")
+        status, body, _ = get(
+            self.base + "/api/v1/targets", context=self.context, headers=self.headers
+        )
         assert status == 200
         return {t["target"]: t for t in json.loads(body)["targets"]}
 
@@ -144,7 +162,10 @@ def daemon(
     extra: list[str] | None = None,
     env: dict[str, str] | None = None,
     ready: bool = True,
+    context: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Iterator[Daemon]:
+    """``context`` (and ``headers``): how to reach a daemon run with a --web.config.file."""
     log_path = tmp / f"daemon-{time.monotonic_ns()}.log"
     args = [
         sys.executable,
@@ -181,10 +202,10 @@ def daemon(
     if not port:
         proc.kill()
         raise AssertionError("daemon did not start:\n" + log_path.read_text())
-    d = Daemon(proc, log_path, port)
+    d = Daemon(proc, log_path, port, context=context, headers=headers)
     try:
         if ready:
-            d.wait_for(lambda: get(d.base + "/readyz")[0] == 200)
+            d.wait_for(lambda: get(d.base + "/readyz", context=context)[0] == 200)
         yield d
     finally:
         d.stop()
