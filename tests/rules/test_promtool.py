@@ -106,6 +106,12 @@ RECORDING_MUTATIONS = [
         id="cost-per-job",
     ),
     pytest.param(
+        r"\[5m\]\) >= 0",
+        "[5m])",
+        ('job="sglang", model_name="qwen"} NaN',),
+        id="sglang-nan-rank",
+    ),
+    pytest.param(
         r"avg without \(engine_type",
         "sum without (engine_type",
         ('job="sglang", model_name="qwen"} 4.790476190476191E+00',),
