@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale]``; results are recorded in bench/RESULTS.md."""
+"""Benchmarks. ``python -m bench [parser|scale|rules]``; results are recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ def main(argv: list[str]) -> int:
         from bench import scale
 
         return scale.main(argv[1:])
-    print(f"unknown benchmark {which!r}; choose parser or scale", file=sys.stderr)
+    if which == "rules":
+        from bench import engine_rules
+
+        return engine_rules.main(argv[1:])
+    print(f"unknown benchmark {which!r}; choose parser, scale or rules", file=sys.stderr)
     return 2
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from specmon import arithmetic
 from tests.dashboards.queries import load_dashboard, panel_queries
 from tests.rules.alert_rules import (
     ALERTS_FILE,
@@ -20,12 +21,14 @@ from tests.rules.alert_rules import (
     with_durations,
 )
 from tests.rules.common import DASHBOARD_DIR, PROM_DIR, run_tool
+from tests.rules.engine_rules import load_engine_rules, with_window
 from tests.rules.fleet import STEP, fleet_series
 
 pytestmark = pytest.mark.prometheus
 
 ALERT_TESTS = PROM_DIR / "tests" / "specmon-alerts.test.yml"
 RECORDING_TESTS = PROM_DIR / "tests" / "engine-recording.test.yml"
+COST_OVERRIDE = PROM_DIR / "tests" / "draft-cost-override.rules.yml"
 
 
 def _ok(result: Any) -> None:
@@ -36,7 +39,7 @@ def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
     assert "SUCCESS: 9 rules found" in result.stdout
-    assert "SUCCESS: 14 rules found" in result.stdout
+    assert "SUCCESS: 24 rules found" in result.stdout
 
 
 def test_alert_unit_tests_pass() -> None:
@@ -48,6 +51,198 @@ def test_alert_unit_tests_pass() -> None:
 def test_recording_rule_unit_tests_pass() -> None:
     result = run_tool(["promtool", "test", "rules", str(RECORDING_TESTS)])
     _ok(result)
+
+
+# Each mutation weakens the engine recording rules in one way; the named unit test must
+# catch it.
+RECORDING_MUTATIONS = [
+    pytest.param(
+        r"vllm_spec_decode_num_drafts:increase5m >= 400",
+        "vllm_spec_decode_num_drafts:increase5m >= 0",
+        # idle: NaN; thin traffic: a ratio from 300 drafts
+        ('job="vllm", model_name="llama"} NaN', "mean5m", "2.333333333333333E+00"),
+        id="no-vllm-guard",
+    ),
+    pytest.param(
+        r"llamacpp_spec_decode_num_drafts:increase5m >= 400",
+        "llamacpp_spec_decode_num_drafts:increase5m >= 0",
+        ('job="llamacpp"} NaN', "6.666666666666666E-01"),
+        id="no-llamacpp-guard",
+    ),
+    pytest.param(
+        r"< 400",
+        "< 0",
+        ('instance="idle:30000"', 'instance="thin:30000"'),
+        id="no-sglang-guard",
+    ),
+    pytest.param(
+        r"sum without \(engine\)",
+        "max without (engine)",
+        ('num_drafts:increase5m", instance="gpu1:8000", job="vllm", model_name="llama"} 6E+02',),
+        id="no-engine-sum",
+    ),
+    pytest.param(
+        r">= 1e6",
+        ">= 1e9",
+        ('num_accepted_tokens:increase5m", instance="cpu1:8080", job="llamacpp"} 0E+00',),
+        id="rounded-scalar-counter",
+    ),
+    pytest.param(
+        r'or\n(\s+)increase\(\{__name__=~"llamacpp:spec_decode_num_accepted',
+        'or\\n\\g<1>0 * increase({__name__=~"llamacpp:spec_decode_num_accepted',
+        ('num_accepted_tokens:increase5m", instance="cpu1:8080", job="llamacpp"}',),
+        id="scalar-below-a-million",
+    ),
+    pytest.param(
+        r'"position", "10", "position"',
+        '"position", "11", "position"',
+        ('conditional:ratio_rate5m", instance="cpu2:8080"',),
+        id="position-table",
+    ),
+    pytest.param(
+        r"on \(job\) group_left",
+        "on (instance) group_left",
+        ('job="vllm-eagle", model_name="llama-70b"} 1.8333333333333333E+00',),
+        id="cost-per-job",
+    ),
+    pytest.param(
+        r"\[5m\]\) >= 0",
+        "[5m])",
+        ('job="sglang", model_name="qwen"} NaN',),
+        id="sglang-nan-rank",
+    ),
+    pytest.param(
+        r"avg without \(engine_type",
+        "sum without (engine_type",
+        ('job="sglang", model_name="qwen"} 4.790476190476191E+00',),
+        id="sglang-ranks-added",
+    ),
+    pytest.param(
+        r'"position", "0", "", ""',
+        '"position", "1", "", ""',
+        (
+            'got: {__name__="instance_model_name_position:vllm_spec_decode_position_conditional'
+            ':ratio_rate5m", instance="gpu1:8000", job="vllm", model_name="llama", position="1"}',
+        ),
+        id="conditional-at-position-0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pattern", "replacement", "failures"), RECORDING_MUTATIONS)
+def test_recording_unit_tests_catch_weakened_rules(
+    tmp_path: Path, pattern: str, replacement: str, failures: tuple[str, ...]
+) -> None:
+    original = RECORDING_FILE.read_text("utf-8")
+    mutated, count = re.subn(pattern, replacement, original)
+    assert count, f"mutation {pattern!r} no longer applies"
+    (tmp_path / RECORDING_FILE.name).write_text(mutated, "utf-8")
+    (tmp_path / "tests").mkdir()
+    for path in (RECORDING_TESTS, COST_OVERRIDE):
+        shutil.copy(path, tmp_path / "tests" / path.name)
+    _ok(run_tool(["promtool", "check", "rules", str(tmp_path / RECORDING_FILE.name)]))
+    result = run_tool(["promtool", "test", "rules", str(tmp_path / "tests" / RECORDING_TESTS.name)])
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, f"the unit tests accepted the mutation {pattern!r}"
+    # promtool names the failing expression and what it got, not the test case.
+    for failure in failures:
+        assert failure in output, (failure, output[-3000:])
+
+
+def _per_pos_series(engine: str, steps: list[int]) -> list[dict[str, str]]:
+    if engine == "vllm":
+        name, labels = (
+            "vllm:spec_decode_num_",
+            'job="vllm",instance="gpu1:8000",model_name="m",engine="0"',
+        )
+    else:
+        name, labels = "llamacpp:spec_decode_num_", 'job="llamacpp",instance="cpu1:8080"'
+    drafts = 1000
+    series = [
+        {"series": f"{name}drafts_total{{{labels}}}", "values": f"0+{drafts}x40"},
+        {
+            "series": f"{name}draft_tokens_total{{{labels}}}",
+            "values": f"0+{drafts * len(steps)}x40",
+        },
+        {"series": f"{name}accepted_tokens_total{{{labels}}}", "values": f"0+{sum(steps)}x40"},
+    ]
+    for position, step in enumerate(steps):
+        series.append(
+            {
+                "series": f'{name}accepted_tokens_per_pos_total{{{labels},position="{position}"}}',
+                "values": f"0+{step}x40",
+            }
+        )
+    return series
+
+
+@pytest.mark.parametrize("engine", ["vllm", "llamacpp"])
+def test_conditional_acceptance_over_101_positions_equals_specmons(
+    tmp_path: Path, engine: str
+) -> None:
+    """Positions 0 to 100 (the table's limit): every conditional acceptance and survival the
+    rules record equals specmon's own arithmetic on the same window's counts."""
+    steps = [1000 - 9 * i - (i % 7) for i in range(101)]
+    window_steps = 20  # increase5m = 20 x the step at 6m (see engine-recording.test.yml)
+    drafts = 1000 * window_steps
+    per_pos = [s * window_steps for s in steps]
+    conditional = arithmetic.conditional_acceptance(per_pos, drafts)
+    survival = arithmetic.survival(per_pos, drafts)
+    assert survival is not None and all(c is not None for c in conditional)
+    level = "instance_model_name_position" if engine == "vllm" else "instance_position"
+    labels = (
+        'job="vllm",instance="gpu1:8000",model_name="m"'
+        if engine == "vllm"
+        else 'job="llamacpp",instance="cpu1:8080"'
+    )
+
+    def samples(figure: str, values: list[float]) -> list[dict[str, Any]]:
+        name = f"{level}:{engine}_spec_decode_position_{figure}:ratio_rate5m"
+        return [
+            {"labels": f'{name}{{{labels},position="{p}"}}', "value": v}
+            for p, v in enumerate(values)
+        ]
+
+    spec = {
+        "rule_files": [str(RECORDING_FILE)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": _per_pos_series(engine, steps),
+                "promql_expr_test": [
+                    {
+                        "expr": f"{level}:{engine}_spec_decode_position_conditional:ratio_rate5m",
+                        "eval_time": "6m",
+                        "exp_samples": samples("conditional", [float(c or 0) for c in conditional]),
+                    },
+                    {
+                        "expr": f"{level}:{engine}_spec_decode_position_survival:ratio_rate5m",
+                        "eval_time": "6m",
+                        "exp_samples": samples("survival", survival),
+                    },
+                ],
+            }
+        ],
+    }
+    test_file = tmp_path / "positions.test.yml"
+    test_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    _ok(run_tool(["promtool", "test", "rules", str(test_file)]))
+
+
+def test_rules_with_another_window_pass_their_unit_tests(tmp_path: Path) -> None:
+    """docs/recording-rules.md: to add a window, copy a group and replace 5m. The unit tests,
+    rewritten the same way (record names only: their data spans 10 minutes), still pass with
+    the window at 5m written as 300s."""
+    rules = tmp_path / RECORDING_FILE.name
+    rules.write_text(dump_rules(with_window(load_engine_rules(), "300s")))
+    _ok(run_tool(["promtool", "check", "rules", str(rules)]))
+    (tmp_path / "tests").mkdir()
+    shutil.copy(COST_OVERRIDE, tmp_path / "tests" / COST_OVERRIDE.name)
+    text = RECORDING_TESTS.read_text("utf-8")
+    text = re.sub(r"(?<=[a-z_])5m\b", "300s", text)
+    (tmp_path / "tests" / RECORDING_TESTS.name).write_text(text)
+    _ok(run_tool(["promtool", "test", "rules", str(tmp_path / "tests" / RECORDING_TESTS.name)]))
 
 
 def test_unit_tests_cover_firing_and_silence_for_every_alert() -> None:
