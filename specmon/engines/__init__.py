@@ -1,11 +1,14 @@
 """Engine adapters: one page in, typed per-model readings out.
 
 ``read_page`` is the single entry point used by the daemon, the CLI and the A/B tool. With
-``engine="auto"`` the engine is recognised from marker names on the page.
+``engine="auto"`` the engine is recognised from marker names on the page. ``read_parsed`` reads
+a :class:`~specmon.exposition.Page` built elsewhere (the Prometheus query source builds one per
+instance from query results) with the same adapters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from specmon.engines._common import AdapterError
@@ -32,7 +35,10 @@ __all__ = [
     "SpecCounters",
     "SpecGauges",
     "detect_engine",
+    "detect_engine_from_names",
     "read_page",
+    "read_parsed",
+    "wanted_names",
 ]
 
 
@@ -73,6 +79,51 @@ def detect_engine(text: str) -> Engine | None:
     return None
 
 
+def detect_engine_from_names(names: Iterable[str]) -> Engine | None:
+    """:func:`detect_engine` for sample names already known (no page text): the engine whose
+    speculative-decoding marker starts one of the names, else the engine whose family prefix
+    does, else None. Same precedence as :func:`detect_engine`."""
+    present = tuple(names)
+    for engine, adapter in ADAPTERS.items():
+        if any(name.startswith(adapter.markers) for name in present):
+            return engine
+    for hint, engine in _FAMILY_HINTS:
+        if any(name.startswith(hint[1:]) for name in present):
+            return engine
+    return None
+
+
+def wanted_names(engine: Engine | None = None) -> tuple[str, ...]:
+    """Every sample name the adapter for ``engine`` reads (None: every adapter), sorted."""
+    adapters = ADAPTERS.values() if engine is None else (ADAPTERS[engine],)
+    return tuple(sorted({name for adapter in adapters for name in adapter.wanted}))
+
+
+def read_parsed(
+    page: Page, *, engine: Engine | None = None, model: str | None = None
+) -> PageReading:
+    """Read a page that is already parsed (or built from another source) with the adapter
+    for ``engine`` (None = detect from the page's sample names). Never raises on bad values."""
+    chosen = engine if engine is not None else detect_engine_from_names(page.samples)
+    if chosen is None:
+        return PageReading(
+            engine=None,
+            models=(),
+            malformed=page.malformed,
+            problems=tuple(page.problems),
+            is_exposition=page.valid_lines > 0 or not page.sample_lines,
+        )
+    reading = _read_with(ADAPTERS[chosen], page, model=model)
+    return PageReading(
+        engine=chosen,
+        models=reading.models,
+        notes=reading.notes,
+        malformed=reading.malformed,
+        problems=reading.problems,
+        is_exposition=page.valid_lines > 0 or not page.sample_lines,
+    )
+
+
 def read_page(
     text: str,
     *,
@@ -98,6 +149,20 @@ def read_page(
         )
     adapter = ADAPTERS[chosen]
     page = parse(text, wanted=adapter.wanted, openmetrics=openmetrics, validate_all=validate_all)
+    reading = _read_with(adapter, page, model=model)
+    return PageReading(
+        engine=chosen,
+        models=reading.models,
+        notes=reading.notes,
+        malformed=reading.malformed,
+        problems=reading.problems,
+        is_exposition=_is_exposition(text, page),
+    )
+
+
+def _read_with(adapter: Adapter, page: Page, *, model: str | None) -> PageReading:
+    """The adapter's models, notes and problems for a parsed page (engine and is_exposition
+    are the caller's)."""
     problems = list(page.problems)
     try:
         models, notes = adapter.read(page)
@@ -111,12 +176,11 @@ def read_page(
         elif models:
             notes.append(f"model override {model!r} ignored: the page has {len(models)} models")
     return PageReading(
-        engine=chosen,
+        engine=adapter.engine,
         models=tuple(models),
         notes=tuple(notes),
         malformed=page.malformed + (len(problems) - len(page.problems)),
         problems=tuple(problems),
-        is_exposition=_is_exposition(text, page),
     )
 
 
