@@ -97,7 +97,7 @@ MAX_NAME_CHARS = 200
 IDENTITY_LABELS = ("model_name", "engine", "position", "dp_rank", "tp_rank", "engine_type")
 _MAX_ERRORS_KEPT = 5
 _MAX_WARNINGS_KEPT = 10
-_ERROR_BODY_BYTES = 65536
+_ERROR_BODY_BYTES = 2**20
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -392,19 +392,51 @@ def _http_failure(http_status: int, body: bytes) -> _Failure:
 
 
 class _Group:
-    __slots__ = ("common", "errors", "identities", "key", "names", "samples", "series")
+    __slots__ = (
+        "bad",
+        "bad_example",
+        "common",
+        "dupe_example",
+        "dupes",
+        "identities",
+        "key",
+        "samples",
+        "series",
+    )
 
     def __init__(self, key: tuple[str, ...]) -> None:
         self.key = key
         self.samples: dict[str, list[Sample]] = {}
         self.identities: dict[tuple[str | None, ...], Mapping[str, str]] = {}
         self.common: dict[str, str] | None = None
-        self.errors: list[str] = []
         self.series = 0
+        self.bad = 0
+        self.bad_example = ""
+        self.dupes = 0
+        self.dupe_example = ""
 
     def error(self, message: str) -> None:
-        if len(self.errors) < _MAX_ERRORS_KEPT:
-            self.errors.append(message)
+        self.bad += 1
+        if not self.bad_example:
+            self.bad_example = message
+
+    def duplicate(self, message: str) -> None:
+        self.dupes += 1
+        if not self.dupe_example:
+            self.dupe_example = message
+
+    def message(self) -> str | None:
+        """Why the instance's series cannot be used, or None."""
+        parts = []
+        if self.dupes:
+            parts.append(
+                f"{self.dupes} series appear more than once (first: {self.dupe_example}); they "
+                "would be counted twice: add the label that tells them apart to "
+                "instance_labels, narrow the selector or deduplicate replicas"
+            )
+        if self.bad:
+            parts.append(f"{self.bad} malformed series (first: {self.bad_example})")
+        return "; ".join(parts) or None
 
 
 def _describe(name: str, labels: Mapping[str, str]) -> str:
@@ -515,11 +547,9 @@ def build_instances(
             seen = group.identities.get(identity)
             if seen is not None:
                 differ = sorted(k for k in set(seen) | set(labels) if seen.get(k) != labels.get(k))
-                group.error(
-                    f"{_describe(name, labels)} appears twice"
-                    + (f", differing only in {differ}" if differ else " (identical series)")
-                    + ": these series would be counted twice; add the label that tells them "
-                    "apart to instance_labels, narrow the selector or deduplicate replicas"
+                group.duplicate(
+                    _describe(name, labels)
+                    + (f", differing only in {differ}" if differ else ", identical")
                 )
                 continue
             group.identities[identity] = labels
@@ -610,11 +640,9 @@ def _instance(
     )
     newest, oldest = stamps if stamps is not None else (None, None)
     stale = oldest is None or newest is None or at - oldest > config.stale_after
-    error: str | None = None
+    error = group.message()
     page: Page | None = None
-    if group.errors:
-        error = "; ".join(group.errors)
-    else:
+    if error is None:
         page = Page(samples=group.samples, sample_lines=group.series, valid_lines=group.series)
         if newest is None:
             page.problems.append(
