@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale]``; results are recorded in bench/RESULTS.md."""
+"""Benchmarks. ``python -m bench [parser|scale|promsource]``; results are recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -16,7 +16,11 @@ def main(argv: list[str]) -> int:
         from bench import scale
 
         return scale.main(argv[1:])
-    print(f"unknown benchmark {which!r}; choose parser or scale", file=sys.stderr)
+    if which == "promsource":
+        from bench import promsource
+
+        return promsource.main(argv[1:])
+    print(f"unknown benchmark {which!r}; choose parser, scale or promsource", file=sys.stderr)
     return 2
 
 

@@ -8,8 +8,9 @@ at the same ``time``:
   (:func:`specmon.engines.wanted_names`), restricted by the configured selector; by default
   one query with a regex over ``__name__`` (:class:`QueryStrategy`; ``bench/promsource.py``
   measures the alternatives);
-- one **freshness** query, ``max``/``min`` by the instance labels of ``timestamp()`` of the
-  same names: the newest and oldest sample time of each instance. An instant query answers
+- one **freshness** query, ``max``/``min`` by the instance labels of ``timestamp()`` of each
+  engine's marker and running-requests series: the newest and oldest sample time of each
+  instance (all series of one scrape share its time). An instant query answers
   with the last sample within Prometheus's lookback (5 minutes by default) stamped with the
   evaluation time, so without this a Prometheus that stopped scraping an instance would keep
   serving its last numbers as if they were current. ``timestamp()`` must be applied to a bare
@@ -79,6 +80,8 @@ __all__ = [
     "ReadResult",
     "ReadStatus",
     "build_instances",
+    "freshness_names",
+    "freshness_names",
     "freshness_query",
     "instance_name",
     "parse_answer",
@@ -236,11 +239,32 @@ def value_queries(
     return tuple(f"{{__name__=~{quote('|'.join(names))}{suffix}}}" for names in groups)
 
 
+#: Series present on every page of an engine, with or without speculation: the
+#: running-requests gauges. With the adapters' speculative markers they date an instance.
+_PRESENCE = (
+    "vllm:num_requests_running",
+    "vllm_num_requests_running",
+    "llamacpp:requests_processing",
+    "sglang:num_running_reqs",
+)
+
+
+def freshness_names(engine: Engine | None = None) -> tuple[str, ...]:
+    """The names whose sample times date an instance: each engine's speculative marker
+    series (drafts counters, SGLang's and vLLM V0's gauges) and running-requests gauge. All
+    series of one scrape share its timestamp, so these few stand for the whole page; dating
+    every wanted name costs Prometheus about 8 times more (bench/RESULTS.md)."""
+    wanted = wanted_names(engine)
+    engines = (engine,) if engine is not None else tuple(_ADAPTERS)
+    markers = tuple(m for e in engines for m in _ADAPTERS[e].markers)
+    return tuple(n for n in wanted if n.startswith(markers) or n in _PRESENCE)
+
+
 def freshness_query(config: PrometheusSourceConfig) -> str:
-    """Newest and oldest sample time per instance, as two result sets told apart by
-    :data:`FRESHNESS_LABEL`."""
+    """Newest and oldest sample time per instance (over :func:`freshness_names`), as two
+    result sets told apart by :data:`FRESHNESS_LABEL`."""
     inner = config.selector.promql()
-    stamps = " or ".join(f"timestamp({name}{{{inner}}})" for name in wanted_names(config.engine))
+    stamps = " or ".join(f"timestamp({name}{{{inner}}})" for name in freshness_names(config.engine))
     by = ", ".join(config.instance_labels)
     return (
         f'label_replace(max by ({by}) ({stamps}), "{FRESHNESS_LABEL}", "newest", "", "")'
