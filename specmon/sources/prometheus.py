@@ -81,7 +81,6 @@ __all__ = [
     "ReadStatus",
     "build_instances",
     "freshness_names",
-    "freshness_names",
     "freshness_query",
     "instance_name",
     "parse_answer",
