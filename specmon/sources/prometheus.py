@@ -254,7 +254,8 @@ def freshness_names(engine: Engine | None = None) -> tuple[str, ...]:
     """The names whose sample times date an instance: each engine's speculative marker
     series (drafts counters, SGLang's and vLLM V0's gauges) and running-requests gauge. All
     series of one scrape share its timestamp, so these few stand for the whole page; dating
-    every wanted name costs Prometheus about 8 times more (bench/RESULTS.md)."""
+    every wanted name cost Prometheus about 5 times more at 2,000 instances
+    (bench/RESULTS.md)."""
     wanted = wanted_names(engine)
     engines = (engine,) if engine is not None else tuple(_ADAPTERS)
     markers = tuple(m for e in engines for m in _ADAPTERS[e].markers)
