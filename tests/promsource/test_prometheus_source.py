@@ -23,6 +23,7 @@ from specmon.sources.prometheus import (
     ReadResult,
     ReadStatus,
     freshness_query,
+    instance_name,
     value_queries,
 )
 from tests.promsource.fake_prometheus import FakePrometheus, Reply, load, replies, source_for
@@ -653,3 +654,50 @@ def test_queries_are_what_the_fixture_recorded() -> None:
     for strategy in QueryStrategy:
         assert set(value_queries(config, strategy)) <= set(recorded)
     assert freshness_query(config) == recorded[-1]
+
+
+# --------------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    ("values", "prefix", "expected"),
+    [
+        (("10.0.0.7:8000",), "", "10.0.0.7:8000"),
+        (("team-a", "vllm-0"), "", "team-a/vllm-0"),
+        (("a/b", "c"), "", "a%2Fb/c"),
+        (("a", "b/c"), "", "a/b%2Fc"),
+        (("50%", "x\ny\x7f"), "", "50%25/x%0Ay%7F"),
+        (("", "pod"), "", "/pod"),
+        (("vllm-0",), "eu-1/", "eu-1/vllm-0"),
+        (("modèle-é",), "", "modèle-é"),
+    ],
+)
+def test_instance_names(values: tuple[str, ...], prefix: str, expected: str) -> None:
+    assert instance_name(values, prefix=prefix) == expected
+
+
+def test_instance_names_are_unambiguous_and_bounded() -> None:
+    assert instance_name(("a/b", "c")) != instance_name(("a", "b/c"))
+    assert instance_name(("a%2Fb",)) != instance_name(("a/b",))
+    long_a, long_b = instance_name(("x" * 500 + "a",)), instance_name(("x" * 500 + "b",))
+    assert len(long_a) == len(long_b) == 200
+    assert long_a != long_b and long_a.startswith("x" * 183 + "~")
+    assert instance_name(("x" * 500 + "a",)) == long_a  # stable
+
+
+def test_name_prefix_applies_to_every_instance() -> None:
+    result, _ = read(FLEET, name_prefix="eu-1/")
+    assert all(i.name.startswith("eu-1/") for i in result.instances)
+    assert {i.labels["instance"] for i in result.instances} == instances_in(FLEET)
+
+
+def test_an_internal_error_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    import specmon.sources.prometheus as module
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(module, "build_instances", broken)
+    result, _ = read(FLEET)
+    assert result.status is ReadStatus.INTERNAL_ERROR
+    assert result.message == "internal error: KeyError: 'a bug'"
