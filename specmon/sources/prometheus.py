@@ -48,6 +48,7 @@ import json
 import math
 import os
 import re
+import ssl
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,7 +139,7 @@ class ReadStatus(StrEnum):
     BAD_RESPONSE = "bad_response"
     #: Over a cap: response bytes, series or instances.
     TOO_LARGE = "too_large"
-    #: A token or password file could not be read; no request was sent.
+    #: A token, password or TLS file could not be read or used; no request was sent.
     CREDENTIALS_ERROR = "credentials_error"
     #: A bug in specmon (reported, never raised).
     INTERNAL_ERROR = "internal_error"
@@ -732,7 +733,14 @@ class PrometheusSource:
         self.strategy = strategy
         self._session = session
         self._own_session = session is None
-        self._ssl = build_ssl_context(config.tls)
+        #: Why the TLS files cannot be used now (they were valid when the config was loaded).
+        self._tls_error: str | None = None
+        self._ssl: ssl.SSLContext | None = None
+        try:
+            self._ssl = build_ssl_context(config.tls)
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            self._tls_error = f"cannot use the tls files: {_clean(reason, 160)}"
         self._concurrency = max(1, concurrency)
         self._values = value_queries(config, strategy)
         self._freshness = freshness_query(config)
@@ -780,6 +788,13 @@ class PrometheusSource:
 
     async def _read(self, at: float, started: float) -> ReadResult:
         config = self.config
+        if self._tls_error is not None:
+            return ReadResult(
+                status=ReadStatus.CREDENTIALS_ERROR,
+                at=at,
+                message=self._tls_error,
+                duration_seconds=time.perf_counter() - started,
+            )
         try:
             secrets = self._secrets()
         except OSError as exc:

@@ -115,3 +115,19 @@ def test_invalid_pem_is_a_config_problem(pki: Path, tmp_path: Path) -> None:
         environ={},
     )  # fmt: skip
     assert len(problems) == 1 and "cannot use these files" in problems[0]
+
+
+def test_tls_files_broken_after_the_config_was_loaded(pki: Path, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes((pki / "ca.pem").read_bytes())
+
+    async def go() -> ReadResult:
+        async with FakePrometheus(replies(FLEET), ssl_context=_server_context(pki)) as fake:
+            config = source_for(FLEET, fake.url, tls={"ca_file": str(ca)})
+            ca.write_text("garbage\n")
+            async with PrometheusSource(config) as source:
+                return await source.read(at=FLEET["at"])
+
+    result = asyncio.run(go())
+    assert result.status is ReadStatus.CREDENTIALS_ERROR
+    assert result.message is not None and result.message.startswith("cannot use the tls files")
