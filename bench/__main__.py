@@ -1,4 +1,5 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules]``; results are recorded in bench/RESULTS.md."""
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource]``; results are recorded in
+bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ def main(argv: list[str]) -> int:
         from bench import engine_rules
 
         return engine_rules.main(argv[1:])
-    print(f"unknown benchmark {which!r}; choose parser, scale or rules", file=sys.stderr)
+    if which == "promsource":
+        from bench import promsource
+
+        return promsource.main(argv[1:])
+    print(
+        f"unknown benchmark {which!r}; choose parser, scale, rules or promsource", file=sys.stderr
+    )
     return 2
 
 

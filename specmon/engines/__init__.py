@@ -1,12 +1,15 @@
 """Engine adapters: one page in, typed per-model readings out.
 
 ``read_page`` is the single entry point used by the daemon, the CLI and the A/B tool. With
-``engine="auto"`` the engine is recognised from marker names on the page.
+``engine="auto"`` the engine is recognised from marker names on the page. ``read_parsed`` reads
+a :class:`~specmon.exposition.Page` built elsewhere (the Prometheus query source builds one per
+instance from query results) with the same adapters.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Protocol
 
 from specmon.engines._common import AdapterError
@@ -44,7 +47,10 @@ __all__ = [
     "SpecCounters",
     "SpecGauges",
     "detect_engine",
+    "detect_engine_from_names",
     "read_page",
+    "read_parsed",
+    "wanted_names",
 ]
 
 
@@ -93,6 +99,51 @@ def detect_engine(text: str) -> Engine | None:
     return None
 
 
+def detect_engine_from_names(names: Iterable[str]) -> Engine | None:
+    """:func:`detect_engine` for sample names already known (no page text): the engine whose
+    speculative-decoding marker starts one of the names, else the engine whose family prefix
+    does, else None. Same precedence as :func:`detect_engine`."""
+    present = tuple(names)
+    for engine, adapter in ADAPTERS.items():
+        if any(name.startswith(adapter.markers) for name in present):
+            return engine
+    for hint, engine in _FAMILY_HINTS:
+        if any(name.startswith(hint[1:]) for name in present):
+            return engine
+    return None
+
+
+def wanted_names(engine: Engine | None = None) -> tuple[str, ...]:
+    """Every sample name the adapter for ``engine`` reads (None: every adapter), sorted."""
+    adapters = ADAPTERS.values() if engine is None else (ADAPTERS[engine],)
+    return tuple(sorted({name for adapter in adapters for name in adapter.wanted}))
+
+
+def read_parsed(
+    page: Page,
+    *,
+    engine: Engine | None = None,
+    model: str | None = None,
+    limits: PageLimits | None = None,
+) -> PageReading:
+    """Read a page that is already parsed (or built from another source, e.g. a Prometheus
+    query) with the adapter for ``engine`` (None = detect from the page's sample names),
+    validated like :func:`read_page`. Never raises on bad values."""
+    chosen = engine if engine is not None else detect_engine_from_names(page.samples)
+    is_exposition = page.valid_lines > 0 or not page.samples
+    if chosen is None:
+        return PageReading(
+            engine=None,
+            models=(),
+            malformed=page.malformed,
+            problems=tuple(page.problems),
+            is_exposition=is_exposition,
+        )
+    return _read_with(
+        chosen, page, model=model, limits=limits or PageLimits(), is_exposition=is_exposition
+    )
+
+
 def read_page(
     text: str,
     *,
@@ -110,10 +161,9 @@ def read_page(
     """
     lim = limits or PageLimits()
     chosen = engine if engine is not None else detect_engine(text)
-    wanted = ADAPTERS[chosen].wanted if chosen is not None else ()
     page = parse(
         text,
-        wanted=wanted,
+        wanted=ADAPTERS[chosen].wanted if chosen is not None else (),
         openmetrics=openmetrics,
         validate_all=validate_all,
         max_line_length=lim.max_line_length,
@@ -127,7 +177,15 @@ def read_page(
             problems=tuple(page.problems),
             is_exposition=_is_exposition(text, page),
         )
-    problems = list(page.problems)
+    return _read_with(
+        chosen, page, model=model, limits=lim, is_exposition=_is_exposition(text, page)
+    )
+
+
+def _read_with(
+    engine: Engine, page: Page, *, model: str | None, limits: PageLimits, is_exposition: bool
+) -> PageReading:
+    """The adapter's validated models, notes and refusals for a parsed page."""
     notes: list[str] = []
     rejected: list[Rejection] = []
     models: list[ModelReading] = []
@@ -136,15 +194,15 @@ def read_page(
             Rejection(
                 "*",
                 RejectReason.SERIES_LIMIT,
-                f"more than {lim.max_samples} speculative-decoding samples on the page",
+                f"more than {limits.max_samples} speculative-decoding samples on the page",
             )
         )
     else:
         try:
-            read, notes = ADAPTERS[chosen].read(page)
+            read, notes = ADAPTERS[engine].read(page)
         except AdapterError as exc:
             read = [Rejection("*", exc.reason, str(exc)[:200])]
-        models, rejected = _validated(read, page, lim)
+        models, rejected = _validated(read, page, limits)
     if model is not None:
         if len(models) == 1:
             models = [_renamed(models[0], model)]
@@ -153,12 +211,12 @@ def read_page(
                 f"model override {model[:60]!r} ignored: the page has {len(models)} models"
             )
     return PageReading(
-        engine=chosen,
+        engine=engine,
         models=tuple(models),
         notes=tuple(notes),
         malformed=page.malformed,
-        problems=tuple(problems),
-        is_exposition=_is_exposition(text, page),
+        problems=tuple(page.problems),
+        is_exposition=is_exposition,
         rejected=tuple(rejected),
     )
 

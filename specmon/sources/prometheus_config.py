@@ -1,0 +1,909 @@
+"""The ``sources:`` block: strict validation of Prometheus query sources, and label selectors.
+
+```yaml
+sources:
+  - prometheus:
+      url: http://prometheus:9090        # any Prometheus-compatible query API (path prefix ok)
+      selector: '{job=~"vllm.*"}'        # which series; default {} (all)
+      instance_labels: [namespace, pod]  # what makes one target; default [instance]
+      bearer_token_file: /var/run/secrets/token   # or bearer_token_env; or basic_auth
+      basic_auth: {username: u, password_file: /run/secrets/pw}   # or password_env
+      tls: {ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false}
+      headers: {X-Scope-OrgID: team-a}   # Mimir/Cortex tenant; values are secrets
+      interval: 30s
+      timeout: 10s
+      stale_after: 2m                    # an instance whose samples are older is stale
+      overrides:                         # per instance, matched by label; later entries win
+        - match: '{pod=~"vllm-eagle-.*"}'
+          draft_cost: 0.12
+          chain_length: 5
+          baseline: team-a/vllm-plain-0
+          model: qwen3-8b
+```
+
+Optional keys not shown: ``name_prefix``, ``engine``, ``draft_cost`` and ``chain_length``
+(defaults for every instance of the source), ``method`` (POST or GET), ``accept_partial``,
+``max_response_bytes``, ``max_series``, ``max_instances``.
+
+:func:`check_sources` takes the plain parsed YAML (the value of ``sources``) and returns the
+configs and every problem, each with its path, in the style of ``specmon.daemon.config``.
+Secrets live in ``specmon.secrets.Secret``; token and password *files* are re-read on
+every read (Kubernetes rotates projected service-account tokens), and checked here once.
+
+Selectors use PromQL's label-matcher syntax; :func:`parse_selector` parses one into
+:class:`Matcher` objects and renders it back canonically, so what is sent to Prometheus is
+always well formed. Override ``match`` selectors are evaluated here, with Python regular
+expressions anchored at both ends as PromQL anchors RE2's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from specmon.engines import Engine
+from specmon.parsing import parse_duration
+from specmon.secrets import Secret
+
+__all__ = [
+    "BasicAuth",
+    "InstanceSettings",
+    "MatchOp",
+    "Matcher",
+    "Override",
+    "PrometheusSourceConfig",
+    "QueryMethod",
+    "Selector",
+    "SelectorError",
+    "TLSConfig",
+    "build_ssl_context",
+    "check_prometheus_source",
+    "check_sources",
+    "parse_selector",
+]
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE_UNITS = {
+    None: 1, "B": 1, "KB": 10**3, "KiB": 2**10, "MB": 10**6, "MiB": 2**20, "GB": 10**9,
+    "GiB": 2**30,
+}  # fmt: skip
+ENGINE_CHOICES = ("auto", *(e.value for e in Engine))
+
+#: Labels the engine adapters read (or engines publish per series): grouping instances by one
+#: of them would take it off the page and merge or rename models.
+ENGINE_LABELS = frozenset(
+    {"__name__", "model_name", "engine", "position", "dp_rank", "tp_rank", "engine_type", "le"}
+)
+#: The label the freshness query sets on its results (specmon.sources.prometheus).
+_FRESHNESS_LABEL = "specmon_freshness"
+#: Headers specmon sets itself.
+_OWN_HEADERS = frozenset({"authorization", "content-type", "content-length", "accept", "host"})
+MAX_INSTANCE_LABELS = 8
+MAX_OVERRIDES = 1000
+MAX_SELECTOR_CHARS = 4096
+
+
+class SelectorError(ValueError):
+    """A selector that is not a PromQL label-matcher list."""
+
+
+class MatchOp(StrEnum):
+    EQ = "="
+    NE = "!="
+    RE = "=~"
+    NRE = "!~"
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    name: str
+    op: MatchOp
+    value: str
+    #: The compiled, anchored regular expression for ``=~`` and ``!~`` (Python ``re``).
+    pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """PromQL semantics: a missing label has the empty value."""
+        value = labels.get(self.name, "")
+        if self.op is MatchOp.EQ:
+            return value == self.value
+        if self.op is MatchOp.NE:
+            return value != self.value
+        assert self.pattern is not None
+        found = self.pattern.fullmatch(value) is not None
+        return found if self.op is MatchOp.RE else not found
+
+    def promql(self) -> str:
+        return f"{self.name}{self.op.value}{quote(self.value)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    matchers: tuple[Matcher, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(m.matches(labels) for m in self.matchers)
+
+    def promql(self) -> str:
+        """The matchers, comma-separated, without braces (empty for the empty selector)."""
+        return ",".join(m.promql() for m in self.matchers)
+
+    def __str__(self) -> str:
+        return "{" + self.promql() + "}"
+
+
+def quote(value: str) -> str:
+    """A PromQL double-quoted string literal for ``value``."""
+    out = ['"']
+    for ch in value:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+_SIMPLE_ESCAPES = {
+    "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+    "\\": "\\", '"': '"', "'": "'",
+}  # fmt: skip
+
+
+def _read_string(text: str, pos: int) -> tuple[str, int]:
+    """A PromQL string literal starting at ``pos``: "...", '...' or `...` (raw)."""
+    quote_char = text[pos]
+    end = len(text)
+    pos += 1
+    if quote_char == "`":
+        close = text.find("`", pos)
+        if close < 0:
+            raise SelectorError("unterminated `string`")
+        return text[pos:close], close + 1
+    chars: list[str] = []
+    while True:
+        if pos >= end:
+            raise SelectorError(f"unterminated {quote_char}string{quote_char}")
+        ch = text[pos]
+        if ch == quote_char:
+            return "".join(chars), pos + 1
+        if ch == "\n":
+            raise SelectorError("newline inside a string")
+        if ch != "\\":
+            chars.append(ch)
+            pos += 1
+            continue
+        if pos + 1 >= end:
+            raise SelectorError("unterminated escape")
+        esc = text[pos + 1]
+        if esc in _SIMPLE_ESCAPES:
+            chars.append(_SIMPLE_ESCAPES[esc])
+            pos += 2
+            continue
+        digits = {"x": 2, "u": 4, "U": 8}.get(esc)
+        if digits is not None:
+            hex_part = text[pos + 2 : pos + 2 + digits]
+            if len(hex_part) != digits or not all(c in "0123456789abcdefABCDEF" for c in hex_part):
+                raise SelectorError(f"invalid \\{esc} escape")
+            code = int(hex_part, 16)
+            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+                raise SelectorError(f"invalid \\{esc} escape")
+            chars.append(chr(code))
+            pos += 2 + digits
+            continue
+        if esc in "01234567":
+            octal = text[pos + 1 : pos + 4]
+            if len(octal) != 3 or not all(c in "01234567" for c in octal) or int(octal, 8) > 255:
+                raise SelectorError("invalid octal escape")
+            chars.append(chr(int(octal, 8)))
+            pos += 4
+            continue
+        raise SelectorError(f"unknown escape \\{esc}")
+
+
+def parse_selector(text: str, *, compile_regex: bool = False) -> Selector:
+    """Parse ``{name="v", name=~"re", ...}`` (PromQL label matchers; braces required).
+
+    ``compile_regex``: compile ``=~``/``!~`` values with Python's ``re`` (needed to evaluate
+    the selector here; selectors only sent to Prometheus are left to its RE2).
+    """
+    if not isinstance(text, str):
+        raise SelectorError("must be a string like '{job=~\"vllm.*\"}'")
+    if len(text) > MAX_SELECTOR_CHARS:
+        raise SelectorError(f"longer than {MAX_SELECTOR_CHARS} characters")
+    body = text.strip()
+    if not body.startswith("{"):
+        raise SelectorError(
+            "must be label matchers in braces, like '{job=~\"vllm.*\"}' "
+            "(metric names are chosen by specmon)"
+        )
+    if not body.endswith("}"):
+        raise SelectorError("missing the closing '}'")
+    pos, end = 1, len(body) - 1
+    matchers: list[Matcher] = []
+
+    def skip_space(p: int) -> int:
+        while p < end and body[p] in " \t\r\n":
+            p += 1
+        return p
+
+    while True:
+        pos = skip_space(pos)
+        if pos >= end:
+            break
+        m = _LABEL_NAME.match(body, pos, end)
+        if m is None:
+            raise SelectorError(f"expected a label name at position {pos + 1}")
+        name = m.group()
+        pos = skip_space(m.end())
+        op_text = body[pos : pos + 2]
+        if op_text in ("=~", "!~", "!="):
+            op = MatchOp(op_text)
+            pos += 2
+        elif body[pos : pos + 1] == "=":
+            op = MatchOp.EQ
+            pos += 1
+        else:
+            raise SelectorError(f"expected =, !=, =~ or !~ after {name!r}")
+        pos = skip_space(pos)
+        if pos >= end or body[pos] not in "\"'`":
+            raise SelectorError(f"expected a quoted value for {name!r}")
+        value, pos = _read_string(body, pos)
+        if pos > end:
+            raise SelectorError(f"unterminated value for {name!r}")
+        pattern = None
+        if op in (MatchOp.RE, MatchOp.NRE) and compile_regex:
+            try:
+                pattern = re.compile(value)
+            except re.error as exc:
+                raise SelectorError(f"invalid regular expression for {name!r}: {exc}") from None
+        matchers.append(Matcher(name, op, value, pattern))
+        pos = skip_space(pos)
+        if pos >= end:
+            break
+        if body[pos] != ",":
+            raise SelectorError(f"expected ',' or '}}' after the matcher on {name!r}")
+        pos += 1
+    return Selector(tuple(matchers))
+
+
+# --------------------------------------------------------------------------- config types
+
+
+class QueryMethod(StrEnum):
+    POST = "POST"
+    GET = "GET"
+
+
+@dataclass(frozen=True, slots=True)
+class BasicAuth:
+    username: str
+    #: From ``password_env`` (read once) ...
+    password: Secret | None = None
+    #: ... or ``password_file`` (re-read on every read).
+    password_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """Settings for the instances whose labels match ``match``; None = not set here."""
+
+    match: Selector
+    draft_cost: float | None = None
+    chain_length: int | None = None
+    baseline: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSettings:
+    """What one instance is read and computed with, after the overrides."""
+
+    draft_cost: float
+    chain_length: int | None = None
+    baseline: str | None = None
+    model: str | None = None
+    engine: Engine | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSourceConfig:
+    url: str
+    selector: Selector = field(default_factory=Selector)
+    instance_labels: tuple[str, ...] = ("instance",)
+    name_prefix: str = ""
+    engine: Engine | None = None  # None = detect per instance
+    draft_cost: float = 0.1
+    chain_length: int | None = None
+    headers: Mapping[str, Secret] = field(default_factory=dict)
+    bearer_token: Secret | None = None
+    bearer_token_file: Path | None = None
+    basic_auth: BasicAuth | None = None
+    tls: TLSConfig | None = None
+    method: QueryMethod = QueryMethod.POST
+    interval: float = 30.0
+    timeout: float = 10.0
+    stale_after: float = 120.0
+    accept_partial: bool = False
+    max_response_bytes: int = 64 * 2**20
+    max_series: int = 200_000
+    max_instances: int = 10_000
+    overrides: tuple[Override, ...] = ()
+    #: Where it was configured (``sources[0]``), for logs.
+    origin: str = "sources"
+
+    @property
+    def api_url(self) -> str:
+        return self.url.rstrip("/") + "/api/v1/query"
+
+    def settings_for(self, labels: Mapping[str, str]) -> InstanceSettings:
+        """The source's settings with every matching override applied in order (a later
+        entry overrides what an earlier one set)."""
+        draft_cost, chain_length = self.draft_cost, self.chain_length
+        baseline: str | None = None
+        model: str | None = None
+        for override in self.overrides:
+            if not override.match.matches(labels):
+                continue
+            if override.draft_cost is not None:
+                draft_cost = override.draft_cost
+            if override.chain_length is not None:
+                chain_length = override.chain_length
+            if override.baseline is not None:
+                baseline = override.baseline
+            if override.model is not None:
+                model = override.model
+        return InstanceSettings(
+            draft_cost=draft_cost,
+            chain_length=chain_length,
+            baseline=baseline,
+            model=model,
+            engine=self.engine,
+        )
+
+
+def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
+    """An SSL context for ``tls`` (None: the default verification). Raises OSError or
+    ssl.SSLError for unreadable or invalid files."""
+    if tls is None:
+        return None
+    context = ssl.create_default_context(
+        cafile=str(tls.ca_file) if tls.ca_file is not None else None
+    )
+    if tls.cert_file is not None:
+        context.load_cert_chain(
+            str(tls.cert_file), str(tls.key_file) if tls.key_file is not None else None
+        )
+    if tls.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Checker:
+    """Collects problems with their paths instead of stopping at the first (the style of
+    specmon.daemon.config)."""
+
+    def __init__(self, base_dir: Path, environ: Mapping[str, str]) -> None:
+        self.problems: list[str] = []
+        self.base_dir = base_dir
+        self.environ = environ
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}" if path else message)
+
+    def mapping(self, value: object, path: str, allowed: Sequence[str]) -> dict[str, Any] | None:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.add(path, f"must be a mapping, not {_kind(value)}")
+            return None
+        for key in value:
+            if not isinstance(key, str):
+                self.add(path, f"key {key!r} must be a string")
+            elif key not in allowed:
+                found = difflib.get_close_matches(key, allowed, n=1, cutoff=0.75)
+                hint = f" (did you mean {found[0]!r}?)" if found else ""
+                self.add(_join(path, key), "unknown key" + hint)
+        return {k: v for k, v in value.items() if isinstance(k, str) and k in allowed}
+
+    def get(
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        path: str,
+        convert: Callable[[Any], Any],
+        default: Any,
+    ) -> Any:
+        if key not in data or data[key] is None:
+            return default
+        try:
+            return convert(data[key])
+        except (ValueError, TypeError) as exc:
+            self.add(_join(path, key), str(exc))
+            return default
+
+    def readable_file(self, value: Any, path: str, *, secret: bool) -> Path | None:
+        if not isinstance(value, str) or not value:
+            self.add(path, "must be a file path")
+            return None
+        file = self.base_dir / value
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            self.add(path, f"cannot read {file}: {exc.strerror or exc}")
+            return None
+        except UnicodeDecodeError:
+            self.add(path, f"{file} is not UTF-8 text")
+            return None
+        if secret and not text.strip():
+            self.add(path, f"{file} is empty")
+            return None
+        return file
+
+    def env_secret(self, value: Any, path: str) -> Secret | None:
+        if not isinstance(value, str) or not value:
+            self.add(path, "must be the name of an environment variable")
+            return None
+        secret = self.environ.get(value)
+        if not secret or not secret.strip():
+            self.add(path, f"environment variable {value} is not set or empty")
+            return None
+        return Secret(secret.strip())
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def _kind(value: object) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _unit_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number between 0 and 1, not {_kind(value)}")
+    if not math.isfinite(value) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return float(value)
+
+
+def _chain_length(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer between 1 and 64, not {_kind(value)}")
+    if not 1 <= value <= 64:
+        raise ValueError("must be between 1 and 64")
+    return value
+
+
+def _engine(value: Any) -> Engine | None:
+    if not isinstance(value, str) or value not in ENGINE_CHOICES:
+        raise ValueError(f"must be one of {', '.join(ENGINE_CHOICES)}")
+    return None if value == "auto" else Engine(value)
+
+
+def _nonempty_str(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a non-empty string")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, not {_kind(value)}")
+    return value
+
+
+def _count(low: int, high: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, not {_kind(value)}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}")
+        return value
+
+    return convert
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("must be a size like 64MiB")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (m := _SIZE.match(value)):
+        size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    else:
+        raise ValueError(f"{value!r} is not a size like 64MiB or 1000000")
+    if size < 1024:
+        raise ValueError("must be at least 1KiB")
+    if size > 2**31:
+        raise ValueError("must be at most 2GiB")
+    return size
+
+
+def _duration(value: Any) -> float:
+    return float(parse_duration(value))
+
+
+def _url(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a URL string, not {_kind(value)}")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host")
+    if parts.username or parts.password:
+        raise ValueError(
+            "credentials in the URL are not allowed; use bearer_token_file or basic_auth"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError("must not have a query string or fragment (the base URL of the API)")
+    if parts.path.rstrip("/").endswith("/api/v1/query") or parts.path.rstrip("/").endswith(
+        "/api/v1"
+    ):
+        raise ValueError(
+            "give the base URL (e.g. http://prometheus:9090 or http://mimir/prometheus); "
+            "specmon appends /api/v1/query"
+        )
+    return value
+
+
+def _selector(value: Any) -> Selector:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string like '{{job=~\"vllm.*\"}}', not {_kind(value)}")
+    return parse_selector(value)
+
+
+def _match(value: Any) -> Selector:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a selector string like '{{pod=~\"a-.*\"}}', not {_kind(value)}")
+    selector = parse_selector(value, compile_regex=True)
+    if not selector.matchers:
+        raise ValueError("must have at least one matcher (an empty match would match everything)")
+    return selector
+
+
+def _check_instance_labels(checker: _Checker, value: Any, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ("instance",)
+    if not isinstance(value, list) or not value:
+        checker.add(path, "must be a non-empty list of label names")
+        return ("instance",)
+    if len(value) > MAX_INSTANCE_LABELS:
+        checker.add(path, f"at most {MAX_INSTANCE_LABELS} labels")
+        return ("instance",)
+    out: list[str] = []
+    for index, item in enumerate(value):
+        where = _join(path, index)
+        if not isinstance(item, str) or not _LABEL_NAME.fullmatch(item):
+            checker.add(where, "must be a label name")
+        elif item == _FRESHNESS_LABEL:
+            checker.add(where, f"{item!r} is used by specmon's own queries")
+        elif item in ENGINE_LABELS:
+            checker.add(
+                where,
+                f"{item!r} is a label the engine adapters read; it cannot identify an instance",
+            )
+        elif item in out:
+            checker.add(where, f"duplicate label {item!r}")
+        else:
+            out.append(item)
+    return tuple(out) or ("instance",)
+
+
+def _check_headers(checker: _Checker, value: Any, path: str) -> dict[str, Secret]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        checker.add(path, f"must be a mapping of header names to strings, not {_kind(value)}")
+        return {}
+    headers: dict[str, Secret] = {}
+    for key, item in value.items():
+        where = _join(path, str(key))
+        if not isinstance(key, str) or not _HEADER_NAME.match(key):
+            checker.add(where, "invalid header name")
+        elif key.lower() in _OWN_HEADERS:
+            checker.add(
+                where,
+                "set by specmon; use bearer_token_file or basic_auth for Authorization",
+            )
+        elif not isinstance(item, str) or "\n" in item or "\r" in item:
+            # Never echo the value: it may be a secret.
+            checker.add(where, "header values must be single-line strings")
+        else:
+            headers[key] = Secret(item)
+    return headers
+
+
+def _check_basic_auth(checker: _Checker, value: Any, path: str) -> BasicAuth | None:
+    data = checker.mapping(value, path, ("username", "password_file", "password_env"))
+    if data is None:
+        return None
+    username = checker.get(data, "username", path, _nonempty_str, None)
+    if "username" not in data:
+        checker.add(_join(path, "username"), "is required")
+    if ":" in (username or ""):
+        checker.add(_join(path, "username"), "must not contain ':'")
+        username = None
+    has_file, has_env = "password_file" in data, "password_env" in data
+    if has_file == has_env:
+        checker.add(path, "set password_file or password_env (exactly one)")
+        return None
+    if has_file:
+        file = checker.readable_file(
+            data["password_file"], _join(path, "password_file"), secret=True
+        )
+        if username is None or file is None:
+            return None
+        return BasicAuth(username=username, password_file=file)
+    password = checker.env_secret(data["password_env"], _join(path, "password_env"))
+    if username is None or password is None:
+        return None
+    return BasicAuth(username=username, password=password)
+
+
+def _check_tls(checker: _Checker, value: Any, path: str) -> TLSConfig | None:
+    keys = ("ca_file", "cert_file", "key_file", "insecure_skip_verify")
+    data = checker.mapping(value, path, keys)
+    if data is None:
+        return None
+    before = len(checker.problems)
+    files: dict[str, Path | None] = {}
+    for key in ("ca_file", "cert_file", "key_file"):
+        files[key] = (
+            checker.readable_file(data[key], _join(path, key), secret=False)
+            if data.get(key) is not None
+            else None
+        )
+    if ("key_file" in data) != ("cert_file" in data):
+        checker.add(path, "cert_file and key_file go together")
+    tls = TLSConfig(
+        ca_file=files["ca_file"],
+        cert_file=files["cert_file"],
+        key_file=files["key_file"],
+        insecure_skip_verify=checker.get(data, "insecure_skip_verify", path, _bool, False),
+    )
+    if len(checker.problems) != before:
+        return None
+    try:
+        build_ssl_context(tls)
+    except (OSError, ssl.SSLError) as exc:
+        # The ssl module's messages name the failing step, not the file contents.
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+        checker.add(path, f"cannot use these files: {reason}")
+        return None
+    return tls
+
+
+def _check_override(checker: _Checker, value: Any, path: str) -> Override | None:
+    keys = ("match", "draft_cost", "chain_length", "baseline", "model")
+    data = checker.mapping(value, path, keys)
+    if data is None:
+        return None
+    before = len(checker.problems)
+    if "match" not in data:
+        checker.add(_join(path, "match"), "is required")
+    match = checker.get(data, "match", path, _match, None)
+    override = Override(
+        match=match or Selector(),
+        draft_cost=checker.get(data, "draft_cost", path, _unit_float, None),
+        chain_length=checker.get(data, "chain_length", path, _chain_length, None),
+        baseline=checker.get(data, "baseline", path, _nonempty_str, None),
+        model=checker.get(data, "model", path, _nonempty_str, None),
+    )
+    if not any(data.get(k) is not None for k in keys[1:]) and len(checker.problems) == before:
+        checker.add(path, "sets nothing (give draft_cost, chain_length, baseline or model)")
+    return override if len(checker.problems) == before else None
+
+
+_PROMETHEUS_KEYS = (
+    "url",
+    "selector",
+    "instance_labels",
+    "name_prefix",
+    "engine",
+    "draft_cost",
+    "chain_length",
+    "headers",
+    "bearer_token_env",
+    "bearer_token_file",
+    "basic_auth",
+    "tls",
+    "method",
+    "interval",
+    "timeout",
+    "stale_after",
+    "accept_partial",
+    "max_response_bytes",
+    "max_series",
+    "max_instances",
+    "overrides",
+)
+SOURCE_KINDS = ("prometheus",)
+
+
+def _method(value: Any) -> QueryMethod:
+    if not isinstance(value, str) or value.upper() not in ("GET", "POST"):
+        raise ValueError("must be POST or GET")
+    return QueryMethod(value.upper())
+
+
+def _name_prefix(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, not {_kind(value)}")
+    if len(value) > 64 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("must be at most 64 printable characters")
+    return value
+
+
+def check_prometheus_source(
+    raw: Any,
+    path: str,
+    *,
+    base_dir: Path,
+    environ: Mapping[str, str],
+    draft_cost: float = 0.1,
+    chain_length: int | None = None,
+) -> tuple[PrometheusSourceConfig | None, list[str]]:
+    """One ``prometheus:`` block (the mapping under the key). Returns the config (None when
+    there is any problem) and the problems."""
+    checker = _Checker(base_dir, environ)
+    source = _check_prometheus(checker, raw, path, draft_cost, chain_length)
+    return (source if not checker.problems else None), checker.problems
+
+
+def _check_prometheus(
+    checker: _Checker, raw: Any, path: str, draft_cost: float, chain_length: int | None
+) -> PrometheusSourceConfig | None:
+    data = checker.mapping(raw, path, _PROMETHEUS_KEYS)
+    if data is None:
+        return None
+    before = len(checker.problems)
+    if "url" not in data:
+        checker.add(_join(path, "url"), "is required")
+    url = checker.get(data, "url", path, _url, "")
+    get = checker.get
+    interval = get(data, "interval", path, _duration, 30.0)
+    timeout = get(data, "timeout", path, _duration, min(10.0, interval))
+    if timeout > interval:
+        checker.add(_join(path, "timeout"), "must not exceed interval")
+    env_name, file_name = data.get("bearer_token_env"), data.get("bearer_token_file")
+    auth_kinds = [k for k in ("bearer_token_env", "bearer_token_file", "basic_auth") if k in data]
+    if len(auth_kinds) > 1:
+        checker.add(path, f"set one of {', '.join(auth_kinds)}, not several")
+    bearer = (
+        checker.env_secret(env_name, _join(path, "bearer_token_env"))
+        if env_name is not None
+        else None
+    )
+    bearer_file = (
+        checker.readable_file(file_name, _join(path, "bearer_token_file"), secret=True)
+        if file_name is not None
+        else None
+    )
+    basic = (
+        _check_basic_auth(checker, data["basic_auth"], _join(path, "basic_auth"))
+        if data.get("basic_auth") is not None
+        else None
+    )
+    tls = (
+        _check_tls(checker, data["tls"], _join(path, "tls"))
+        if data.get("tls") is not None
+        else None
+    )
+    if tls is not None and url.startswith("http://"):
+        checker.add(_join(path, "tls"), "set for an http:// URL (use https:// or drop tls)")
+    overrides: list[Override] = []
+    raw_overrides = data.get("overrides")
+    if raw_overrides is not None:
+        where = _join(path, "overrides")
+        if not isinstance(raw_overrides, list):
+            checker.add(where, f"must be a list, not {_kind(raw_overrides)}")
+        elif len(raw_overrides) > MAX_OVERRIDES:
+            checker.add(where, f"at most {MAX_OVERRIDES} entries")
+        else:
+            for index, item in enumerate(raw_overrides):
+                override = _check_override(checker, item, _join(where, index))
+                if override is not None:
+                    overrides.append(override)
+    config = PrometheusSourceConfig(
+        url=url,
+        selector=get(data, "selector", path, _selector, Selector()),
+        instance_labels=_check_instance_labels(
+            checker, data.get("instance_labels"), _join(path, "instance_labels")
+        ),
+        name_prefix=get(data, "name_prefix", path, _name_prefix, ""),
+        engine=get(data, "engine", path, _engine, None),
+        draft_cost=get(data, "draft_cost", path, _unit_float, draft_cost),
+        chain_length=get(data, "chain_length", path, _chain_length, chain_length),
+        headers=_check_headers(checker, data.get("headers"), _join(path, "headers")),
+        bearer_token=bearer,
+        bearer_token_file=bearer_file,
+        basic_auth=basic,
+        tls=tls,
+        method=get(data, "method", path, _method, QueryMethod.POST),
+        interval=interval,
+        timeout=timeout,
+        stale_after=get(data, "stale_after", path, _duration, 120.0),
+        accept_partial=get(data, "accept_partial", path, _bool, False),
+        max_response_bytes=get(data, "max_response_bytes", path, _size, 64 * 2**20),
+        max_series=get(data, "max_series", path, _count(1, 10_000_000), 200_000),
+        max_instances=get(data, "max_instances", path, _count(1, 1_000_000), 10_000),
+        overrides=tuple(overrides),
+        origin=path,
+    )
+    return config if len(checker.problems) == before else None
+
+
+def check_sources(
+    raw: Any,
+    *,
+    path: str = "sources",
+    base_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    draft_cost: float = 0.1,
+    chain_length: int | None = None,
+) -> tuple[tuple[PrometheusSourceConfig, ...], list[str]]:
+    """Validate the value of ``sources:`` (plain parsed YAML; None = no sources).
+
+    ``draft_cost`` and ``chain_length`` are the global defaults an instance falls back to.
+    Returns the configs and every problem with its path; any problem means the caller must
+    reject the whole config (the configs returned are then incomplete).
+    """
+    checker = _Checker(base_dir or Path.cwd(), os.environ if environ is None else environ)
+    if raw is None:
+        return (), []
+    if not isinstance(raw, list):
+        checker.add(path, f"must be a list, not {_kind(raw)}")
+        return (), checker.problems
+    out: list[PrometheusSourceConfig] = []
+    for index, item in enumerate(raw):
+        where = _join(path, index)
+        if not isinstance(item, dict) or len(item) != 1:
+            checker.add(where, f"must be a mapping with one key: {', '.join(SOURCE_KINDS)}")
+            continue
+        ((kind, body),) = item.items()
+        if kind not in SOURCE_KINDS:
+            found = difflib.get_close_matches(str(kind), SOURCE_KINDS, n=1, cutoff=0.6)
+            hint = f" (did you mean {found[0]!r}?)" if found else ""
+            checker.add(_join(where, str(kind)), f"unknown source kind{hint}")
+            continue
+        config = _check_prometheus(
+            checker, body, _join(where, "prometheus"), draft_cost, chain_length
+        )
+        if config is not None:
+            out.append(config)
+    return tuple(out), checker.problems
