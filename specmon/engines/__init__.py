@@ -105,14 +105,21 @@ def read_page(
         models, notes = [], []
         problems.append(Problem(0, "", str(exc)))
     models = [m if m.model else _renamed(m, "default") for m in models]
+    # Adapters may also return models without speculative data (a baseline server): their
+    # load series go to ``plain_models``, so ``models`` keeps meaning "speculating".
+    plain = [m for m in models if m.counters is None and m.gauges is None]
+    models = [m for m in models if m.counters is not None or m.gauges is not None]
     if model is not None:
         if len(models) == 1:
             models = [_renamed(models[0], model)]
         elif models:
             notes.append(f"model override {model!r} ignored: the page has {len(models)} models")
+        if len(plain) == 1 and not models:
+            plain = [_renamed(plain[0], model)]
     return PageReading(
         engine=chosen,
         models=tuple(models),
+        plain_models=tuple(plain),
         notes=tuple(notes),
         malformed=page.malformed + (len(problems) - len(page.problems)),
         problems=tuple(problems),

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import math
+
 from specmon.engines._common import count, first_present, positions_tuple, sum_positions
 from specmon.engines.model import Context, Engine, ModelReading, SpecCounters
 from specmon.exposition import Page, Sample
@@ -30,7 +32,13 @@ _DRAFT_TOKENS = _both("spec_decode_num_draft_tokens")
 _ACCEPTED = _both("spec_decode_num_accepted_tokens")
 _PER_POS = _both("spec_decode_num_accepted_tokens_per_pos")
 _PREDICTED = _both("tokens_predicted")
+_PREDICTED_SECONDS = _both("tokens_predicted_seconds")
+_DECODES = _both("n_decode")
 _PROCESSING = (_P + "requests_processing",)
+_DEFERRED = (_P + "requests_deferred",)
+_BUSY = (_P + "n_busy_slots_per_decode",)
+#: llama-server prints every number through a stringstream with the default precision.
+SIGNIFICANT_DIGITS = 6
 
 
 def _is_rounded(sample: Sample) -> bool:
@@ -44,14 +52,27 @@ def _is_rounded(sample: Sample) -> bool:
 class LlamacppAdapter:
     engine = Engine.LLAMACPP
     wanted: tuple[str, ...] = (
-        _DRAFTS + _DRAFT_TOKENS + _ACCEPTED + _PER_POS + _PREDICTED + _PROCESSING
+        _DRAFTS
+        + _DRAFT_TOKENS
+        + _ACCEPTED
+        + _PER_POS
+        + _PREDICTED
+        + _PROCESSING
+        + _PREDICTED_SECONDS
+        + _DECODES
+        + _DEFERRED
+        + _BUSY
     )
     markers: tuple[str, ...] = (_P + "spec_decode_num_drafts",)
 
     def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
         drafts_name = first_present(page, _DRAFTS)
         if drafts_name is None:
-            return [], []
+            # Builds without the speculative counters: the load series alone.
+            context = _context(page)
+            if context == Context(significant_digits=SIGNIFICANT_DIGITS):
+                return [], []
+            return [ModelReading(model="default", context=context)], []
         notes: list[str] = []
         rounded: list[str] = []
 
@@ -88,16 +109,7 @@ class LlamacppAdapter:
                 "llama.cpp prints " + " and ".join(rounded) + " with 6 significant digits; "
                 "above a million these counters are rounded"
             )
-        processing = page.get(_PROCESSING[0])
-        predicted_name = first_present(page, _PREDICTED)
-        context = Context(
-            requests_running=sum(s.value for s in processing) if processing else None,
-            generation_tokens=(
-                count(sum(s.value for s in page.get(predicted_name)), "tokens_predicted")
-                if predicted_name
-                else None
-            ),
-        )
+        context = _context(page)
         reading = ModelReading(
             model="default",
             counters=SpecCounters(
@@ -110,3 +122,31 @@ class LlamacppAdapter:
             context=context,
         )
         return [reading], notes
+
+
+def _value(page: Page, names: tuple[str, ...]) -> float | None:
+    """The (summed) value of the first present name; None when absent or unusable."""
+    name = first_present(page, names)
+    if name is None:
+        return None
+    value = sum(sample.value for sample in page.get(name))
+    if not math.isfinite(value) or value < 0:
+        return None
+    return value
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else round(value)
+
+
+def _context(page: Page) -> Context:
+    """The load series (a broken one is left out rather than hiding the acceptance data)."""
+    return Context(
+        requests_running=_value(page, _PROCESSING),
+        requests_waiting=_value(page, _DEFERRED),
+        generation_tokens=_int(_value(page, _PREDICTED)),
+        engine_steps=_int(_value(page, _DECODES)),
+        busy_slots_per_decode=_value(page, _BUSY),
+        generation_seconds=_value(page, _PREDICTED_SECONDS),
+        significant_digits=SIGNIFICANT_DIGITS,
+    )

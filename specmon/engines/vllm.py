@@ -7,6 +7,8 @@ API servers) have the same names without ``_created`` siblings, one series per e
 
 from __future__ import annotations
 
+import math
+
 from specmon.engines._common import count, positions_tuple, sum_by, sum_positions
 from specmon.engines.model import Context, Engine, ModelReading, SpecCounters
 from specmon.exposition import Page
@@ -21,15 +23,29 @@ _COUNTERS = (
 )
 _CONTEXT = (
     "num_requests_running",
+    "num_requests_waiting",
     "generation_tokens_total",
     "inter_token_latency_seconds_sum",
     "inter_token_latency_seconds_count",
+    "time_to_first_token_seconds_count",
+    "iteration_tokens_total_count",
+    "request_time_per_output_token_seconds_sum",
+    "request_time_per_output_token_seconds_count",
 )
 PREFIXES = ("vllm:", "vllm_")
 
 
 def _names(suffixes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(prefix + suffix for prefix in PREFIXES for suffix in suffixes)
+
+
+def _count_of(values: dict[str, float], model: str) -> int | None:
+    """A load counter as an integer; None when absent or unusable (a broken neighbour series
+    must not hide the acceptance counters)."""
+    value = values.get(model)
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return round(value)
 
 
 class VllmAdapter:
@@ -40,17 +56,21 @@ class VllmAdapter:
     def read(self, page: Page) -> tuple[list[ModelReading], list[str]]:
         prefix = next((p for p in PREFIXES if page.has(p + "spec_decode_num_drafts_total")), None)
         if prefix is None:
-            return [], []
+            # No speculation: the load series alone (a baseline server), as plain models.
+            prefix = next(
+                (p for p in PREFIXES if any(page.has(p + name) for name in _CONTEXT)), None
+            )
+            if prefix is None:
+                return [], []
+            contexts = self._contexts(page, prefix)
+            return [ModelReading(model=m, context=c) for m, c in sorted(contexts.items())], []
         drafts = sum_by(page.get(prefix + "spec_decode_num_drafts_total"), "model_name")
         draft_tokens = sum_by(page.get(prefix + "spec_decode_num_draft_tokens_total"), "model_name")
         accepted = sum_by(page.get(prefix + "spec_decode_num_accepted_tokens_total"), "model_name")
         per_pos = sum_positions(
             page.get(prefix + "spec_decode_num_accepted_tokens_per_pos_total"), "model_name"
         )
-        running = sum_by(page.get(prefix + "num_requests_running"), "model_name")
-        generated = sum_by(page.get(prefix + "generation_tokens_total"), "model_name")
-        itl_sum = sum_by(page.get(prefix + "inter_token_latency_seconds_sum"), "model_name")
-        itl_count = sum_by(page.get(prefix + "inter_token_latency_seconds_count"), "model_name")
+        contexts = self._contexts(page, prefix)
         models: list[ModelReading] = []
         for model in sorted(drafts):
             counters = SpecCounters(
@@ -59,18 +79,48 @@ class VllmAdapter:
                 accepted_tokens=count(accepted.get(model, 0.0), "accepted_tokens"),
                 accepted_per_position=positions_tuple(per_pos.get(model, {}), "per_pos"),
             )
-            context = Context(
-                requests_running=running.get(model),
-                generation_tokens=(
-                    count(generated[model], "generation_tokens") if model in generated else None
-                ),
-                inter_token_latency_sum_seconds=itl_sum.get(model),
-                inter_token_latency_count=(
-                    count(itl_count[model], "itl_count") if model in itl_count else None
-                ),
+            models.append(
+                ModelReading(model=model, counters=counters, context=contexts.get(model, Context()))
             )
-            models.append(ModelReading(model=model, counters=counters, context=context))
+        models += [
+            ModelReading(model=m, context=c) for m, c in sorted(contexts.items()) if m not in drafts
+        ]
         notes = []
         if prefix == "vllm_":
             notes.append("sample names use the vllm_ prefix (vLLM's OpenMetrics path)")
         return models, notes
+
+    @staticmethod
+    def _contexts(page: Page, prefix: str) -> dict[str, Context]:
+        """Per model, the load series (summed over the ``engine`` label)."""
+        series = {name: sum_by(page.get(prefix + name), "model_name") for name in _CONTEXT}
+        models = {model for values in series.values() for model in values}
+        out: dict[str, Context] = {}
+        for model in models:
+            out[model] = Context(
+                requests_running=_finite(series["num_requests_running"].get(model)),
+                requests_waiting=_finite(series["num_requests_waiting"].get(model)),
+                generation_tokens=_count_of(series["generation_tokens_total"], model),
+                inter_token_latency_sum_seconds=_finite(
+                    series["inter_token_latency_seconds_sum"].get(model)
+                ),
+                inter_token_latency_count=_count_of(
+                    series["inter_token_latency_seconds_count"], model
+                ),
+                first_token_count=_count_of(series["time_to_first_token_seconds_count"], model),
+                engine_steps=_count_of(series["iteration_tokens_total_count"], model),
+                request_tpot_sum_seconds=_finite(
+                    series["request_time_per_output_token_seconds_sum"].get(model)
+                ),
+                request_tpot_count=_count_of(
+                    series["request_time_per_output_token_seconds_count"], model
+                ),
+            )
+        return out
+
+
+def _finite(value: float | None) -> float | None:
+    """A gauge or a sum of seconds: finite and non-negative, else not usable (None)."""
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return value
