@@ -21,7 +21,7 @@ from specmon.load import (
 )
 from specmon.measure.analysis import Level, MeasureReport
 
-__all__ = ["build_profile", "crossover_line", "report_crossover"]
+__all__ = ["build_profile", "crossover_line", "crossover_points", "report_crossover"]
 
 
 def _side(level: Level, *, speculative: bool) -> ProfileSide:
@@ -80,15 +80,32 @@ def build_profile(report: MeasureReport) -> Profile:
     )
 
 
-def report_crossover(report: MeasureReport) -> Crossover | None:
-    """The crossover of the measured speed ratios (tokens/s with the draft / without, all
-    workloads) over the levels, by the level's concurrency."""
-    points = [
+def crossover_points(report: MeasureReport) -> tuple[list[tuple[float, float]], str]:
+    """The (concurrency, speed-up) points the crossover is read from, and what they are.
+
+    Where every level has both servers' counters: the realized speed-up (TPOT without / with
+    the draft) at the speculative engine's measured concurrency, which is where its cost was
+    paid. Otherwise: the tokens/s ratio of the table at the level's concurrency."""
+    counted = [
+        (lv.load.speculative.concurrency, lv.load.realized_speedup)
+        for lv in report.levels
+        if lv.load.speculative is not None
+    ]
+    if counted and len(counted) == len(report.levels):
+        points = [(n, s) for n, s in counted if n is not None and s is not None]
+        if len(points) == len(report.levels):
+            return points, "realized speed-up from the servers' counters, by engine concurrency"
+    ratios = [
         (float(lv.concurrency), lv.summary.speed_ratio)
         for lv in report.levels
         if lv.summary.speed_ratio is not None
     ]
-    return crossover((n, s) for n, s in points if s is not None)
+    return [(n, s) for n, s in ratios if s is not None], "tokens/s ratio, by requests in flight"
+
+
+def report_crossover(report: MeasureReport) -> Crossover | None:
+    """The crossover over the levels (see :func:`crossover_points`)."""
+    return crossover(crossover_points(report)[0])
 
 
 def _n(value: float) -> str:
@@ -96,23 +113,26 @@ def _n(value: float) -> str:
 
 
 def crossover_line(report: MeasureReport) -> str | None:
-    """ "speculation pays up to concurrency N, costs X % from M", or what holds instead;
-    None when no level has a speed ratio."""
-    ratios = [lv.concurrency for lv in report.levels if lv.summary.speed_ratio is not None]
-    if not ratios:
+    """ "speculation pays up to concurrency N, costs X % from M", or what holds instead, and
+    what it was read from; None when no level has a speed-up."""
+    points, basis = crossover_points(report)
+    if not points:
         return None
-    low, high = min(ratios), max(ratios)
-    found = report_crossover(report)
+    low, high = min(n for n, _ in points), max(n for n, _ in points)
+    found = crossover(points)
     if found is None:
-        if low == high:
-            return f"speculation pays at concurrency {low} (the only level measured)"
-        return f"speculation pays at every measured concurrency ({low} to {high})"
-    if found.pays_up_to is None:
-        return (
+        if len(points) == 1:
+            text = f"speculation pays at concurrency {_n(low)} (the only level measured)"
+        else:
+            text = f"speculation pays at every measured concurrency ({_n(low)} to {_n(high)})"
+    elif found.pays_up_to is None:
+        text = (
             f"speculation does not pay at any measured concurrency: it costs "
             f"{found.cost_percent:.0f} % from {_n(found.costs_from)}, the lowest measured"
         )
-    return (
-        f"speculation pays up to concurrency {_n(found.concurrency)}, costs "
-        f"{found.cost_percent:.0f} % from {_n(found.costs_from)}"
-    )
+    else:
+        text = (
+            f"speculation pays up to concurrency {_n(found.concurrency)}, costs "
+            f"{found.cost_percent:.0f} % from {_n(found.costs_from)}"
+        )
+    return f"{text} ({basis})"

@@ -9,6 +9,7 @@ server printed it. The per-position block is regenerated for the simulated chain
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,6 +71,15 @@ _DRAFTS, _DRAFT_TOKENS, _ACCEPTED = "drafts", "draft_tokens", "accepted"
 _PER_POS, _CREATED, _PER_POS_CREATED = "per_pos", "created", "per_pos_created"
 _RUNNING, _GENERATED, _SPEC_TEXT = "running", "generated", "spec_text"
 _ACCEPT_LENGTH, _ACCEPT_RATE = "accept_length", "accept_rate"
+# Load series (docs/load-signals.md): counters and the bucket/sum/count of vLLM histograms.
+_WAITING, _STEPS, _BUSY_RATIO, _DECODE_SECONDS = "waiting", "steps", "busy_ratio", "decode_s"
+_HISTOGRAMS = {
+    "inter_token_latency_seconds": "itl",
+    "time_to_first_token_seconds": "ttft",
+    "iteration_tokens_total": "iteration",
+    "request_time_per_output_token_seconds": "tpot",
+}
+_LE = re.compile(r'le="([^"]*)"')
 
 _SPEC_SLOTS = {
     _DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS, _CREATED, _PER_POS_CREATED, _SPEC_TEXT,
@@ -110,6 +120,18 @@ def _classify(base: str) -> str | None:
         return _ACCEPT_LENGTH
     if base == "spec_accept_rate":
         return _ACCEPT_RATE
+    if base in ("num_requests_waiting", "requests_deferred"):
+        return _WAITING
+    if base in ("n_decode_total", "n_decode"):
+        return _STEPS
+    if base == "n_busy_slots_per_decode":
+        return _BUSY_RATIO
+    if base in ("tokens_predicted_seconds_total", "tokens_predicted_seconds"):
+        return _DECODE_SECONDS
+    for family, short in _HISTOGRAMS.items():
+        for part in ("bucket", "sum", "count"):
+            if base == f"{family}_{part}":
+                return f"hist:{short}:{part}"
     return None
 
 
@@ -209,9 +231,16 @@ class PageTemplate:
             _DRAFTS: float(c.drafts),
             _DRAFT_TOKENS: float(c.draft_tokens),
             _ACCEPTED: float(c.accepted),
-            _RUNNING: float(running if running is not None else s.requests_running),
+            _RUNNING: float(
+                running if running is not None else s.requests_running + engine.active_requests
+            ),
             _GENERATED: float(c.generation_tokens),
+            _WAITING: 0.0,
+            _STEPS: float(c.engine_steps),
+            _BUSY_RATIO: c.busy_slots / max(c.engine_steps, 1),
+            _DECODE_SECONDS: c.decode_seconds,
         }
+        histograms = {"itl": c.itl, "ttft": c.ttft, "iteration": c.iteration, "tpot": c.tpot}
         for part in self._parts_for(model):
             if isinstance(part, str):
                 out.append(part)
@@ -243,6 +272,18 @@ class PageTemplate:
                 for i in range(len(c.per_pos)):
                     line_head = _POSITION.sub(f'position="{i}"', part.head)
                     out.append(f"{line_head}{go_float(engine.started_wall)}{part.tail}\n")
+            elif kind.startswith("hist:"):
+                _, short, piece = kind.split(":")
+                hist = histograms[short]
+                if piece == "sum":
+                    value = hist.sum
+                elif piece == "count":
+                    value = float(hist.count)
+                else:
+                    found = _LE.search(part.head)
+                    le = float(found.group(1)) if found else math.inf
+                    value = float(hist.cumulative(le))
+                out.append(f"{part.head}{self._number(value)}{part.tail}\n")
             elif kind == _ACCEPT_LENGTH:
                 out.append(f"{part.head}{self._number(_sglang_length(engine))}{part.tail}\n")
             elif kind == _ACCEPT_RATE:
