@@ -155,9 +155,16 @@ def stream_request(port: int, body: dict[str, Any]) -> RequestRecord:
     return record
 
 
-def drive(port: int, *, n: int, concurrency: int, max_tokens: int) -> list[RequestRecord]:
+def drive(
+    port: int,
+    *,
+    n: int,
+    concurrency: int,
+    max_tokens: int,
+    prompts: Sequence[str] = servers.REPETITIVE_PROMPTS,
+) -> list[RequestRecord]:
     def one(i: int) -> RequestRecord:
-        prompt = servers.REPETITIVE_PROMPTS[i % len(servers.REPETITIVE_PROMPTS)]
+        prompt = prompts[i % len(prompts)]
         body = servers.chat_request_body(prompt, model="tiny-llama", max_tokens=max_tokens)
         body["stream"] = True
         # vLLM: usage in every chunk; llama.cpp: timings (predicted_n) in every chunk. Both
