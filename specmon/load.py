@@ -46,6 +46,7 @@ __all__ = [
     "BucketComparison",
     "BucketScheme",
     "BucketTotals",
+    "BucketVerdict",
     "Crossover",
     "LoadCounters",
     "LoadHistory",
@@ -59,10 +60,13 @@ __all__ = [
     "accumulate",
     "best_chain",
     "compare",
+    "compare_with_profile",
+    "compare_with_twin",
     "crossover",
     "crossover_at_acceptance",
     "interval",
     "load_counters",
+    "measured_costs",
     "profile_from_json",
     "profile_to_json",
     "speedup_at_cost",
@@ -697,6 +701,85 @@ def twin_point(totals: BucketTotals) -> BaselinePoint | None:
     if step is None or tpot is None or concurrency is None:
         return None
     return BaselinePoint(concurrency, step, tpot, "twin")
+
+
+@dataclass(frozen=True, slots=True)
+class BucketVerdict:
+    """One bucket of the target: its comparison with the baseline, or why there is none."""
+
+    bucket: Bucket
+    comparison: BucketComparison | None
+    #: Why there is no comparison ("too little data: ...", "no matching baseline bucket
+    #: yet", "outside the profile's measured concurrencies"); None when there is one.
+    reason: str | None = None
+
+
+def compare_with_twin(
+    target: Sequence[BucketTotals],
+    baseline: Sequence[BucketTotals],
+    *,
+    chain_length: int | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> tuple[BucketVerdict, ...]:
+    """Each target bucket against the twin's bucket of the same concurrency (like with
+    like). A bucket short of data on either side gets a reason instead of figures."""
+    by_index = {b.bucket.index: b for b in baseline}
+    out: list[BucketVerdict] = []
+    for item in target:
+        short = thresholds.short_of(item.totals, speculative=True)
+        if short is not None:
+            out.append(BucketVerdict(item.bucket, None, f"too little data: {short}"))
+            continue
+        twin = by_index.get(item.bucket.index)
+        if twin is None:
+            out.append(BucketVerdict(item.bucket, None, "no matching baseline bucket yet"))
+            continue
+        twin_short = thresholds.short_of(twin.totals, speculative=False)
+        point = twin_point(twin) if twin_short is None else None
+        if point is None:
+            why = twin_short or "no step time"
+            out.append(BucketVerdict(item.bucket, None, f"baseline bucket: too little data: {why}"))
+            continue
+        result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
+        out.append(BucketVerdict(item.bucket, result, None if result else "no step time"))
+    return tuple(out)
+
+
+def compare_with_profile(
+    target: Sequence[BucketTotals],
+    profile: Profile,
+    *,
+    chain_length: int | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> tuple[BucketVerdict, ...]:
+    """Each target bucket against the profile's baseline at the bucket's measured
+    concurrency (interpolated between levels; none outside the profile's range)."""
+    out: list[BucketVerdict] = []
+    for item in target:
+        short = thresholds.short_of(item.totals, speculative=True)
+        concurrency = item.concurrency
+        if short is not None or concurrency is None:
+            why = short or "no concurrency"
+            out.append(BucketVerdict(item.bucket, None, f"too little data: {why}"))
+            continue
+        point = profile.baseline_at(concurrency)
+        if point is None:
+            out.append(
+                BucketVerdict(item.bucket, None, "outside the profile's measured concurrencies")
+            )
+            continue
+        result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
+        out.append(BucketVerdict(item.bucket, result, None if result else "no step time"))
+    return tuple(out)
+
+
+def measured_costs(verdicts: Iterable[BucketVerdict]) -> list[tuple[float, float]]:
+    """(concurrency, c) of every bucket that has a measured draft cost."""
+    return sorted(
+        (v.comparison.concurrency, v.comparison.draft_cost)
+        for v in verdicts
+        if v.comparison is not None and v.comparison.draft_cost is not None
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -559,3 +559,72 @@ def test_a_broken_load_series_does_not_hide_acceptance() -> None:
     assert model.context.inter_token_latency_sum_seconds is None
     assert model.context.inter_token_latency_count == 9
     assert load_counters(model.context, model.counters) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Per-bucket verdicts (what the daemon calls per window)
+# --------------------------------------------------------------------------------------------
+
+
+def bucket_totals(concurrency: float, step: float, *, spec: bool, steps: float = 1000):
+    from specmon.load import BucketTotals
+
+    totals = LoadInterval(
+        request_steps=steps,
+        decode_seconds=steps * step,
+        decode_tokens=steps * (3.4 if spec else 1.0),
+        engine_steps=steps / concurrency,
+        slot_steps=steps,
+        drafts=int(steps) if spec else 0,
+        draft_tokens=int(4 * steps) if spec else 0,
+        accepted_tokens=int(2.4 * steps) if spec else 0,
+        accepted_per_position=(
+            (int(0.9 * steps), int(0.7 * steps), int(0.5 * steps), int(0.3 * steps)) if spec else ()
+        ),
+    )
+    return BucketTotals(DEFAULT_SCHEME.bucket_of(concurrency), totals)
+
+
+def test_compare_with_twin_like_with_like() -> None:
+    from specmon.load import compare_with_twin, measured_costs
+
+    target = [
+        bucket_totals(1.0, 0.012, spec=True),  # enough
+        bucket_totals(4.0, 0.020, spec=True),  # enough, the twin has no "4" bucket
+        bucket_totals(8.0, 0.060, spec=True, steps=400),  # 400 / 8 = 50 engine steps: short
+        bucket_totals(16.0, 0.090, spec=True, steps=8000),  # the twin's "16" is short
+    ]
+    twin = [
+        bucket_totals(1.0, 0.010, spec=False),
+        bucket_totals(8.0, 0.030, spec=False),
+        bucket_totals(16.0, 0.040, spec=False, steps=1000),  # 62.5 engine steps
+    ]
+    got = compare_with_twin(target, twin, chain_length=4)
+    assert [v.bucket.label for v in got] == ["1", "4", "8", "16"]
+    one = got[0].comparison
+    assert one is not None and got[0].reason is None
+    assert one.draft_cost == pytest.approx((0.012 / 0.010 - 1) / 4)
+    assert one.realized_speedup == pytest.approx(0.010 / (0.012 / 3.4))
+    assert got[1].comparison is None and got[1].reason == "no matching baseline bucket yet"
+    assert got[2].reason == "too little data: 50 engine steps (needs 200)"
+    assert got[3].reason == "baseline bucket: too little data: 62 engine steps (needs 200)"
+    assert measured_costs(got) == [(pytest.approx(1.0), pytest.approx(0.05))]
+
+
+def test_compare_with_profile_inside_its_range_only() -> None:
+    from specmon.load import compare_with_profile
+
+    profile = profile_from_json(profile_doc())  # baseline steps 10 / 12 / 20 ms at 1 / 4 / 8
+    target = [
+        bucket_totals(2.0, 0.020, spec=True),
+        bucket_totals(16.0, 0.100, spec=True, steps=8000),
+    ]
+    got = compare_with_profile(target, profile)
+    two = got[0].comparison
+    assert two is not None
+    base = 0.010 + (0.012 - 0.010) * (2.0 - 1.0) / 3.0  # interpolated at concurrency 2
+    assert two.baseline.step_seconds == pytest.approx(base)
+    assert two.baseline.source == "profile, interpolated"
+    assert two.draft_cost == pytest.approx((0.020 / base - 1) / 4)
+    assert got[1].comparison is None
+    assert got[1].reason == "outside the profile's measured concurrencies"
