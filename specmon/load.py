@@ -135,6 +135,14 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
     spec = counters or SpecCounters(0, 0, 0)
     digits = context.significant_digits
     c = context
+    numbers = (
+        c.inter_token_latency_sum_seconds,
+        c.generation_seconds,
+        c.busy_slots_per_decode,
+        c.requests_running,
+    )
+    if any(v is not None and (not math.isfinite(v) or v < 0) for v in numbers):
+        return None  # an adapter let a broken value through: no load figures, no guess
     if c.inter_token_latency_sum_seconds is not None and c.inter_token_latency_count is not None:
         if c.generation_tokens is None:
             return None

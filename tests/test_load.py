@@ -628,3 +628,13 @@ def test_compare_with_profile_inside_its_range_only() -> None:
     assert two.draft_cost == pytest.approx((0.020 / base - 1) / 4)
     assert got[1].comparison is None
     assert got[1].reason == "outside the profile's measured concurrencies"
+
+
+def test_non_finite_context_gives_no_load_figures() -> None:
+    context = Context(
+        generation_tokens=10,
+        generation_seconds=math.nan,
+        engine_steps=10,
+        busy_slots_per_decode=1.0,
+    )
+    assert load_counters(context) is None

@@ -289,3 +289,13 @@ def test_cli_from_nothing_listening(capsys: pytest.CaptureFixture[str]) -> None:
         ["--from", f"http://127.0.0.1:{port}", "--target", "x", "--timeout", "2"], capsys
     )
     assert code == 1 and "specmon recommend:" in err
+
+
+def test_cli_hostile_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = run_cli(["--profile", str(deep)], capsys)
+    assert code == 1 and "not JSON" in err
+    with fake_daemon(("[" * 100_000 + "]" * 100_000).encode()) as url:
+        code, _, err = run_cli(["--from", url, "--target", "x"], capsys)
+        assert code == 1 and "not JSON" in err

@@ -83,19 +83,23 @@ async def _fetch_targets(url: str, timeout: float) -> object:
         result = await fetch_page(session, target, timeout=timeout, max_bytes=MAX_BYTES)
     try:
         return json.loads(result.text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise FetchError("parse", f"{target}: the answer is not JSON") from None
 
 
 def _input(args: argparse.Namespace) -> tuple[RecommendInput, str]:
     if args.profile is not None:
         try:
-            text = args.profile.read_text(encoding="utf-8")
+            with args.profile.open("rb") as handle:
+                data = handle.read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:
+                raise RecommendError([f"{args.profile}: larger than {MAX_BYTES} bytes"])
+            text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise RecommendError([f"{args.profile}: {exc}"]) from None
         try:
             document = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise RecommendError([f"{args.profile}: not JSON ({exc})"]) from None
         try:
             profile = profile_from_json(document)
