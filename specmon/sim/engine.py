@@ -208,9 +208,13 @@ class SimEngine:
             # Traffic goes on without drafts: the same token throughput, one token per step.
             steps = poisson(self.rng, s.drafts_per_second * (1.0 + sum(s.survival)) * elapsed)
             self.counters.generation_tokens += steps
+            self._add_seconds(steps, self.step_seconds(n))
             self._account(steps, n, self.step_seconds(n), steps)
             return
         drafts = poisson(self.rng, s.drafts_per_second * elapsed)
+        # The decode time goes in first: on llama.cpp it lands with the same request as the
+        # tokens (add_drafts may end a request).
+        self._add_seconds(drafts, self.step_seconds(n))
         _, accepted = self.add_drafts(drafts)
         self._account(drafts, n, self.step_seconds(n), drafts + accepted)
 
@@ -227,6 +231,7 @@ class SimEngine:
         if steps <= 0:
             return
         request_steps = s.requests_running * steps
+        self._add_seconds(request_steps, step)
         if s.speculation:
             _, accepted = self.add_drafts(request_steps)
             tokens = request_steps + accepted
@@ -244,8 +249,8 @@ class SimEngine:
         *,
         engine_steps: int | None = None,
     ) -> None:
-        """The load series of ``request_steps`` background request-steps taken ``concurrency``
-        at a time, each lasting ``step_seconds``."""
+        """The step series of ``request_steps`` background request-steps taken ``concurrency``
+        at a time, each lasting ``step_seconds`` (the decode time: :meth:`_add_seconds`)."""
         if request_steps <= 0:
             return
         c = self.counters
@@ -258,11 +263,15 @@ class SimEngine:
         c.itl.observe(step_seconds, request_steps)
         if engine_steps:
             c.iteration.observe(tokens / engine_steps, engine_steps)
+
+    def _add_seconds(self, request_steps: int, step_seconds: float) -> None:
+        """The requests' decode time of ``request_steps`` steps (llama.cpp: it lands with
+        the request, like its tokens)."""
         seconds = request_steps * step_seconds
         if self.lumpy and self.settings.speculation:
-            self._pending.decode_seconds += seconds  # lands with the request, as llama.cpp's
+            self._pending.decode_seconds += seconds
         else:
-            c.decode_seconds += seconds
+            self.counters.decode_seconds += seconds
 
     def draw_step(self) -> tuple[int, int, list[int]]:
         """One request's verification step for the batcher: (draft tokens, accepted,
