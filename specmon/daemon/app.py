@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import json
 import platform
 import signal
@@ -27,7 +26,6 @@ from prometheus_client.exposition import choose_encoder
 
 from specmon import __version__
 from specmon.daemon import metrics as m
-from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import (
     Config,
     ConfigError,
@@ -38,6 +36,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.file_sd import FileSD
 from specmon.daemon.metrics import MetricDef
+from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState, TargetView
@@ -106,7 +105,8 @@ class Daemon:
                 self.registry.register(collector)
         self.metrics = _OwnMetrics(self.registry)
         self._export_errors_logged: set[tuple[str, str]] = set()
-        self.registry.register(TargetCollector(lambda: self.views(), on_error=self._export_failed))
+        #: The target half of /metrics, rendered at each target's change (issue 15).
+        self.exposition = Exposition(on_error=self._export_failed)
         # security: the listening socket, --web.config.file, lifecycle flag (specmon/web)
         self.web = WebServer(web_options or WebOptions(), metrics=self.metrics.web, log=self.log)
         self.config: Config | None = None
@@ -255,7 +255,12 @@ class Daemon:
         self.metrics.targets.set(len(self._running))
 
     def _start_target(self, target: TargetConfig, config: Config) -> None:
-        state = TargetState(target, windows=config.global_.windows, retention=config.retention)
+        state = TargetState(
+            target,
+            windows=config.global_.windows,
+            retention=config.retention,
+            on_view=self.exposition.update,
+        )
         scraper = TargetScraper(
             state,
             source=self._source_for,
@@ -270,6 +275,8 @@ class Daemon:
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
         running.task.cancel()
+        running.state.on_view = None
+        self.exposition.remove(name)
         self._pending_first.discard(name)
         for result in ScrapeResult:
             with contextlib.suppress(KeyError):
@@ -322,11 +329,16 @@ class Daemon:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encoder(self.registry)
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        # The target families are ready (rendered at each scrape); only specmon's own
+        # instruments are encoded per fetch.
+        own = encoder(self.registry)
         headers = {"Content-Type": content_type}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=5)
+            body = self.exposition.gzip_page(own, openmetrics=openmetrics)
             headers["Content-Encoding"] = "gzip"
+        else:
+            body = self.exposition.page(own, openmetrics=openmetrics)
         return web.Response(body=body, headers=headers)
 
     async def _healthz(self, request: web.Request) -> web.Response:

@@ -1,27 +1,25 @@
-"""The custom collector: metric families built per scrape of specmon from a snapshot of views.
+"""Every series a target exports, from a snapshot of its state.
 
-Nothing here mutates global gauges: every call to :meth:`TargetCollector.collect` reads the
-current immutable :class:`~specmon.daemon.target.TargetView` of every target and builds fresh
-families (declared once in :mod:`specmon.daemon.metrics`), so a removed target or a window
-without drafts simply has no series. One target's view can never break another's series: its
-samples are built apart and dropped whole if anything about them is wrong.
+:func:`target_samples` reads one immutable :class:`~specmon.daemon.target.TargetView` and
+lists its samples against the families declared in :mod:`specmon.daemon.metrics`; nothing
+mutates global gauges, so a removed target or a window without drafts simply has no series.
+:mod:`specmon.daemon.render` turns the samples into exposition text once per change. One
+target's view can never break another's series: its samples are built apart and dropped whole
+if anything about them is wrong (:func:`health_samples` is what such a target still says).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from specmon.daemon import metrics as m
-from specmon.daemon.metrics import FAMILIES, Kind, MetricDef
+from specmon.daemon.metrics import MetricDef
 from specmon.daemon.target import ModelView, TargetView
 from specmon.report import AcceptanceReport
 
-__all__ = ["Sample", "TargetCollector", "target_samples"]
+__all__ = ["Sample", "health_samples", "target_samples"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,53 +110,7 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
             out.add(m.POSITION_CONDITIONAL, pl, pos.conditional)
 
 
-class TargetCollector(Collector):
-    """Families of every target's series, built from the views at each collection.
-
-    ``on_error(target, exc)`` is told about a target whose view could not be exported; that
-    target's derived series are left out of this collection, every other target's are not.
-    """
-
-    def __init__(
-        self,
-        views: Callable[[], Iterable[TargetView]],
-        *,
-        on_error: Callable[[str, BaseException], None] | None = None,
-    ) -> None:
-        self._views = views
-        self._on_error = on_error
-
-    def describe(self) -> Iterable[Metric]:
-        return []  # families depend on the targets; the registry must not cache them
-
-    def collect(self) -> Iterator[Metric]:
-        by_family: dict[str, list[Sample]] = {}
-        for view in self._views():
-            try:
-                samples = target_samples(view)
-            except Exception as exc:  # one bad view must not cost the others their series
-                if self._on_error is not None:
-                    self._on_error(view.name, exc)
-                samples = _health_only(view)
-            for sample in samples:
-                by_family.setdefault(sample.family.name, []).append(sample)
-        for family in FAMILIES:
-            found = by_family.get(family.name)
-            if not found:
-                continue
-            metric = _family(family)
-            for sample in found:
-                metric.add_sample(family.sample_name, dict(sample.labels), sample.value)
-            yield metric
-
-
-def _family(family: MetricDef) -> Metric:
-    if family.kind is Kind.COUNTER:
-        return CounterMetricFamily(family.name, family.help)
-    return GaugeMetricFamily(family.name, family.help)
-
-
-def _health_only(view: TargetView) -> list[Sample]:
+def health_samples(view: TargetView) -> list[Sample]:
     """What a target whose figures cannot be exported still says: that it is up."""
     try:
         out = _Out(view.labels)

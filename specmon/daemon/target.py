@@ -8,6 +8,7 @@ a new immutable :class:`TargetView` that the exporter and the status page read w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -111,7 +112,16 @@ class Event:
 
 
 class TargetState:
-    def __init__(self, config: TargetConfig, *, windows: tuple[float, ...], retention: float):
+    def __init__(
+        self,
+        config: TargetConfig,
+        *,
+        windows: tuple[float, ...],
+        retention: float,
+        on_view: Callable[[TargetView], None] | None = None,
+    ):
+        #: Told of every new view (the exposition renders the target's series from it).
+        self.on_view = on_view
         self.config = config
         self._windows = windows
         self._retention = retention
@@ -123,9 +133,20 @@ class TargetState:
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
-        self.view = TargetView(
+        self._view = TargetView(
             name=config.name, url=display_url(config.url), labels=dict(config.labels)
         )
+
+    @property
+    def view(self) -> TargetView:
+        """The latest immutable view: swapped whole, never mutated."""
+        return self._view
+
+    @view.setter
+    def view(self, view: TargetView) -> None:
+        self._view = view
+        if self.on_view is not None:
+            self.on_view(view)
 
     @property
     def primary_window(self) -> str:
