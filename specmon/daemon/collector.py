@@ -25,8 +25,17 @@ __all__ = ["Sample", "health_samples", "target_samples"]
 @dataclass(frozen=True, slots=True)
 class Sample:
     family: MetricDef
-    labels: Mapping[str, str]
+    #: Values of the family's declared labels, in their order.
+    values: tuple[str, ...]
     value: float
+    #: The target's constant labels (one mapping shared by all its samples).
+    constant: Mapping[str, str]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = dict(zip(self.family.labels, self.values, strict=True))
+        labels.update(self.constant)
+        return labels
 
 
 #: Figures of a window report, exported when not None.
@@ -54,9 +63,9 @@ class _Out:
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
         if not math.isfinite(number):
             return
-        labels = dict(zip(family.labels, values, strict=True))
-        labels.update(self._constant)
-        self.samples.append(Sample(family, labels, number))
+        if len(values) != len(family.labels):
+            raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
+        self.samples.append(Sample(family, values, number, self._constant))
 
 
 def target_samples(view: TargetView) -> list[Sample]:

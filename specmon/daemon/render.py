@@ -47,30 +47,48 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-def _line(sample: Sample) -> str:
-    """One sample line, as both of prometheus_client's encoders write it (no timestamps, no
-    exemplars: specmon exports neither)."""
-    value = floatToGoString(sample.value)  # type: ignore[no-untyped-call]
-    if not sample.labels:
-        return f"{sample.family.sample_name} {value}\n"
-    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
-    return f"{sample.family.sample_name}{{{labels}}} {value}\n"
+#: A target's rendered series names with their labels ("name{a=\"1\",b=\"2\"} "), by
+#: family and label values: the same series recur at every scrape, only their values change.
+Prefixes = dict[tuple[str, tuple[str, ...]], str]
+#: Past this many cached prefixes per target (series come and go: windows, positions,
+#: models), the cache starts again.
+_MAX_PREFIXES = 4096
 
 
-def render_target(view: TargetView) -> dict[str, str]:
-    """Every family's sample lines for one target (raises on a view that cannot be
-    exported; the caller keeps the target's health lines only)."""
+def _prefix(sample: Sample) -> str:
+    """A sample line up to its value, as both of prometheus_client's encoders write it:
+    label names sorted, values escaped (no timestamps, no exemplars: specmon has neither)."""
+    labels = sample.labels
+    if not labels:
+        return f"{sample.family.sample_name} "
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{sample.family.sample_name}{{{body}}} "
+
+
+def _lines(samples: list[Sample], prefixes: Prefixes) -> dict[str, str]:
+    if len(prefixes) > _MAX_PREFIXES:
+        prefixes.clear()
     lines: dict[str, list[str]] = {}
-    for sample in target_samples(view):
-        lines.setdefault(sample.family.name, []).append(_line(sample))
+    for sample in samples:
+        key = (sample.family.name, sample.values)
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = prefixes[key] = _prefix(sample)
+        lines.setdefault(sample.family.name, []).append(
+            prefix + floatToGoString(sample.value) + "\n"  # type: ignore[no-untyped-call]
+        )
     return {name: "".join(found) for name, found in lines.items()}
+
+
+def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[str, str]:
+    """Every family's sample lines for one target (raises on a view that cannot be
+    exported; the caller keeps the target's health lines only). ``prefixes``: the target's
+    cache of rendered series names (keep one per target; its constant labels are fixed)."""
+    return _lines(target_samples(view), {} if prefixes is None else prefixes)
 
 
 def _health_fragment(view: TargetView) -> dict[str, str]:
-    lines: dict[str, list[str]] = {}
-    for sample in health_samples(view):
-        lines.setdefault(sample.family.name, []).append(_line(sample))
-    return {name: "".join(found) for name, found in lines.items()}
+    return _lines(health_samples(view), {})
 
 
 @cache
@@ -117,6 +135,7 @@ class Exposition:
 
     on_error: Callable[[str, BaseException], None] | None = None
     _fragments: dict[str, Fragment] = field(default_factory=dict)
+    _prefixes: dict[str, tuple[Mapping[str, str], Prefixes]] = field(default_factory=dict)
     _generation: int = 0
     _built: dict[bool, tuple[int, _Built]] = field(default_factory=dict)
 
@@ -127,8 +146,11 @@ class Exposition:
 
     def update(self, view: TargetView) -> None:
         """Render ``view`` (at the target's scrape): its previous fragment is replaced."""
+        cached = self._prefixes.get(view.name)
+        if cached is None or cached[0] != view.labels:  # new constant labels: start again
+            cached = self._prefixes[view.name] = (dict(view.labels), {})
         try:
-            fragment: Fragment = render_target(view)
+            fragment: Fragment = render_target(view, cached[1])
         except Exception as exc:  # one bad view must not cost the others their series
             if self.on_error is not None:
                 self.on_error(view.name, exc)
@@ -141,6 +163,7 @@ class Exposition:
             self._generation += 1
 
     def remove(self, name: str) -> None:
+        self._prefixes.pop(name, None)
         if self._fragments.pop(name, None) is not None:
             self._generation += 1
 

@@ -268,7 +268,7 @@ def _validated(
 
 
 def _is_exposition(text: str, page: Page) -> bool:
-    if page.valid_lines > 0 or page.types or page.saw_eof:
+    if page.valid_lines > 0 or page.declared or page.saw_eof:
         return True
     return not text.strip()
 
