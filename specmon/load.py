@@ -546,6 +546,8 @@ class LoadWindow:
     #: Mean of the requests-running gauge over the window's readings (a point-sampled
     #: fallback for engines without step counters).
     requests_running_mean: float | None
+    #: The most recent interval: the load the engine is under now.
+    latest: LoadInterval | None = None
 
 
 def _start_of(end: float, item: LoadInterval) -> float:
@@ -602,6 +604,7 @@ class LoadHistory:
             totals=total,
             buckets=accumulate(chosen, scheme=self._scheme),
             requests_running_mean=math.fsum(running) / len(running) if running else None,
+            latest=chosen[-1] if chosen else None,
         )
 
 

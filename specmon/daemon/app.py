@@ -41,6 +41,7 @@ from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
+from specmon.load import LoadWindow
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
 from specmon.sources import ScrapeResult, Source
@@ -260,6 +261,7 @@ class Daemon:
             windows=config.global_.windows,
             retention=config.retention,
             on_view=self.exposition.update,
+            baseline_window=self._baseline_window,
         )
         scraper = TargetScraper(
             state,
@@ -271,6 +273,11 @@ class Daemon:
         )
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
+
+    def _baseline_window(self, target: str, model: str, seconds: float) -> LoadWindow | None:
+        """Another target's load window, for the targets that use it as their baseline."""
+        running = self._running.get(target)
+        return running.state.load_window(model, seconds) if running is not None else None
 
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)

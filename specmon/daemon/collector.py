@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from specmon.daemon import metrics as m
+from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.target import ModelView, TargetView
 from specmon.report import AcceptanceReport
@@ -25,15 +26,17 @@ __all__ = ["Sample", "health_samples", "target_samples"]
 @dataclass(frozen=True, slots=True)
 class Sample:
     family: MetricDef
-    #: Values of the family's declared labels, in their order.
-    values: tuple[str, ...]
+    #: Values of the family's declared labels then its optional ones, in their order (None:
+    #: an optional label this series does not carry).
+    values: tuple[str | None, ...]
     value: float
     #: The target's constant labels (one mapping shared by all its samples).
     constant: Mapping[str, str]
 
     @property
     def labels(self) -> dict[str, str]:
-        labels = dict(zip(self.family.labels, self.values, strict=True))
+        names = (*self.family.labels, *self.family.optional)
+        labels = {k: v for k, v in zip(names, self.values, strict=False) if v is not None}
         labels.update(self.constant)
         return labels
 
@@ -57,14 +60,18 @@ class _Out:
         self.samples: list[Sample] = []
         self._constant = constant
 
-    def add(self, family: MetricDef, values: tuple[str, ...], value: float | int | None) -> None:
+    def add(
+        self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
+    ) -> None:
         if value is None:
             return
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
         if not math.isfinite(number):
             return
-        if len(values) != len(family.labels):
+        if not len(family.labels) <= len(values) <= len(family.labels) + len(family.optional):
             raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
+        if any(v is None for v in values[: len(family.labels)]):
+            raise ValueError(f"{family.name}: a required label has no value")
         self.samples.append(Sample(family, values, number, self._constant))
 
 
@@ -89,11 +96,20 @@ def target_samples(view: TargetView) -> list[Sample]:
 
 
 def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) -> None:
+    out.add(m.REQUESTS_RUNNING, labels, model.requests_running)
+    if not model.speculating:  # a baseline server: its load and speed only
+        for window in model.windows:
+            if window.load is not None:
+                _load_samples(out, (*labels, window.window), window.load)
+        return
     basis = model.basis
     out.add(m.CHAIN_LENGTH, labels, basis.chain_length)
     out.add(m.DRAFT_COST, (*labels, "configured"), basis.draft_cost)
     out.add(m.DRAFT_COST, (*labels, "engine"), model.engine_draft_cost)
-    out.add(m.REQUESTS_RUNNING, labels, model.requests_running)
+    primary = model.windows[len(model.windows) // 2] if model.windows else None
+    if primary is not None and primary.load is not None and primary.load.baseline:
+        measured = primary.load.measured_draft_cost
+        out.add(m.DRAFT_COST, (*labels, "measured", primary.load.baseline), measured)
     out.add(m.BREAKEVEN, labels, basis.breakeven_alpha)
     if model.totals_accepted is not None:
         # Engines without a counter (TensorRT-LLM: drafts; SGLang, TGI: draft tokens) get no
@@ -108,6 +124,8 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
         if window.drafts is not None:
             out.add(m.WINDOW_GENERATED, wl, window.generated_tokens)
         out.add(m.WINDOW_SECONDS, wl, window.covered_seconds)
+        if window.load is not None:
+            _load_samples(out, wl, window.load)
         report = window.report
         if report is None:
             continue
@@ -117,6 +135,27 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
             pl = (*wl, str(pos.position))
             out.add(m.POSITION_SURVIVAL, pl, pos.survival)
             out.add(m.POSITION_CONDITIONAL, pl, pos.conditional)
+
+
+def _load_samples(out: _Out, wl: tuple[str, ...], load: LoadFigures) -> None:
+    out.add(m.CONCURRENCY, wl, load.concurrency)
+    out.add(m.STEP_SECONDS, wl, load.step_seconds)
+    out.add(m.TPOT, wl, load.time_per_output_token_seconds)
+    out.add(m.MEAN_DRAFT_LENGTH, wl, load.mean_draft_length)
+    if load.baseline is None:
+        return
+    bl = (*wl, load.baseline)
+    out.add(m.REALIZED_SPEEDUP, bl, load.realized_speedup)
+    out.add(m.MEASURED_BREAKEVEN, bl, load.measured_breakeven_alpha)
+    out.add(m.MEASURED_MARGIN, bl, load.measured_alpha_margin)
+    if load.crossover is not None:
+        out.add(m.CROSSOVER, bl, load.crossover.concurrency)
+    for bucket in load.buckets:
+        bc = (*bl, bucket.label)
+        out.add(m.BUCKET_SPEEDUP, bc, bucket.realized_speedup)
+        out.add(m.BUCKET_DRAFT_COST, bc, bucket.draft_cost)
+        out.add(m.BUCKET_BEST_CHAIN, bc, bucket.best_chain_length)
+        out.add(m.BUCKET_BEST_SPEEDUP, bc, bucket.best_speedup)
 
 
 def health_samples(view: TargetView) -> list[Sample]:

@@ -49,7 +49,7 @@ def _escape(value: str) -> str:
 
 #: A target's rendered series names with their labels ("name{a=\"1\",b=\"2\"} "), by
 #: family and label values: the same series recur at every scrape, only their values change.
-Prefixes = dict[tuple[str, tuple[str, ...]], str]
+Prefixes = dict[tuple[str, tuple[str | None, ...]], str]
 #: Past this many cached prefixes per target (series come and go: windows, positions,
 #: models), the cache starts again.
 _MAX_PREFIXES = 4096

@@ -6,11 +6,13 @@ no scripts and no external resources; it refreshes itself every few seconds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from html import escape
 from typing import Any
 
 from specmon import __version__
+from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.formatting import number
 
@@ -176,7 +178,15 @@ def _report_json(window: WindowView) -> dict[str, Any]:
         "readings": window.readings,
         "generated_tokens": window.generated_tokens,
         "report": window.report.as_dict() if window.report else None,
+        "load": _load_json(window.load),
     }
+
+
+def _load_json(load: LoadFigures | None) -> dict[str, Any] | None:
+    """The window's load figures (the shape ``specmon recommend --from`` reads)."""
+    if load is None:
+        return None
+    return dataclasses.asdict(load)
 
 
 def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
@@ -210,6 +220,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "models": [
                     {
                         "model": m.model,
+                        "speculating": m.speculating,
                         "chain_length": m.basis.chain_length,
                         "chain_length_source": m.basis.chain_length_source,
                         "draft_cost": m.basis.draft_cost,
