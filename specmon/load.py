@@ -25,6 +25,7 @@ Figures that rest on too little data are None ("no value"), with the reason; see
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import deque
@@ -465,11 +466,12 @@ class BucketScheme:
             for i, (lo, hi, label) in enumerate(zip(lows, highs, self.labels, strict=True))
         )
 
+    def index_of(self, concurrency: float) -> int:
+        """The index of the bucket holding ``concurrency``."""
+        return bisect.bisect_right(self.edges, concurrency)
+
     def bucket_of(self, concurrency: float) -> Bucket:
-        for bucket in self.buckets:
-            if bucket.contains(concurrency):
-                return bucket
-        return self.buckets[-1]
+        return self.buckets[self.index_of(concurrency)]
 
 
 DEFAULT_SCHEME = BucketScheme.powers_of_two()
@@ -554,8 +556,129 @@ def _start_of(end: float, item: LoadInterval) -> float:
     return end - (item.seconds or 0.0)
 
 
+class _Sum:
+    """A running sum of intervals that intervals can also be taken out of (a sliding window),
+    with optional figures summed as value and missing count (None while any is missing)."""
+
+    __slots__ = (
+        "accepted",
+        "decode_seconds",
+        "decode_tokens",
+        "draft_tokens",
+        "drafts",
+        "engine_missing",
+        "engine_steps",
+        "errors",
+        "intervals",
+        "per_pos",
+        "request_steps",
+        "resets",
+        "seconds",
+        "seconds_missing",
+        "slot_missing",
+        "slot_steps",
+    )
+
+    def __init__(self) -> None:
+        self.request_steps = self.decode_seconds = self.decode_tokens = 0.0
+        self.engine_steps = self.slot_steps = self.seconds = 0.0
+        self.engine_missing = self.slot_missing = self.seconds_missing = 0
+        self.drafts = self.draft_tokens = self.accepted = self.resets = self.intervals = 0
+        self.per_pos: list[int] = []
+        self.errors = [0.0, 0.0, 0.0, 0.0, 0.0]
+
+    def add(self, item: LoadInterval, sign: int) -> None:
+        self.request_steps += sign * item.request_steps
+        self.decode_seconds += sign * item.decode_seconds
+        self.decode_tokens += sign * item.decode_tokens
+        if item.engine_steps is None:
+            self.engine_missing += sign
+        else:
+            self.engine_steps += sign * item.engine_steps
+        if item.slot_steps is None:
+            self.slot_missing += sign
+        else:
+            self.slot_steps += sign * item.slot_steps
+        if item.seconds is None:
+            self.seconds_missing += sign
+        else:
+            self.seconds += sign * item.seconds
+        self.drafts += sign * item.drafts
+        self.draft_tokens += sign * item.draft_tokens
+        self.accepted += sign * item.accepted_tokens
+        self.resets += sign * item.resets
+        self.intervals += sign * item.intervals
+        per_pos = item.accepted_per_position
+        if len(per_pos) > len(self.per_pos):
+            self.per_pos.extend([0] * (len(per_pos) - len(self.per_pos)))
+        for i, count in enumerate(per_pos):
+            self.per_pos[i] += sign * count
+        for i, error in enumerate(item.errors):
+            self.errors[i] += sign * error
+
+    def interval(self) -> LoadInterval | None:
+        if self.intervals <= 0:
+            return None
+        per_pos = list(self.per_pos)
+        while per_pos and per_pos[-1] == 0:  # positions no interval of the window had
+            per_pos.pop()
+        e = self.errors
+        return LoadInterval(
+            request_steps=max(self.request_steps, 0.0),
+            decode_seconds=max(self.decode_seconds, 0.0),
+            decode_tokens=max(self.decode_tokens, 0.0),
+            engine_steps=None if self.engine_missing else max(self.engine_steps, 0.0),
+            slot_steps=None if self.slot_missing else max(self.slot_steps, 0.0),
+            drafts=self.drafts,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted,
+            accepted_per_position=tuple(per_pos),
+            seconds=None if self.seconds_missing else self.seconds,
+            resets=self.resets,
+            errors=(e[0], e[1], e[2], e[3], e[4]),
+            intervals=self.intervals,
+        )
+
+
+#: A sliding window is summed again from its intervals after this many changes, so that the
+#: rounding of adding and taking out floats never accumulates.
+_RESUM_EVERY = 512
+
+
+class _Slide:
+    """One window length's sums (total, per bucket, requests running), kept up to date as
+    intervals arrive and leave: a window costs the same whatever its length."""
+
+    __slots__ = ("buckets", "changes", "first", "running_count", "running_first", "running_sum",
+                 "seconds", "total")  # fmt: skip
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.total = _Sum()
+        self.buckets: dict[int, _Sum] = {}
+        #: Absolute index of the oldest interval (reading) inside the window.
+        self.first = 0
+        self.running_first = 0
+        self.running_sum = 0.0
+        self.running_count = 0
+        self.changes = 0
+
+    def put(self, item: LoadInterval, bucket: int | None, sign: int) -> None:
+        self.total.add(item, sign)
+        if bucket is not None:
+            sums = self.buckets.get(bucket)
+            if sums is None:
+                sums = self.buckets[bucket] = _Sum()
+            sums.add(item, sign)
+            if sums.intervals <= 0:
+                del self.buckets[bucket]
+        self.changes += 1
+
+
 class LoadHistory:
-    """One model's load readings, kept as the intervals between consecutive scrapes."""
+    """One model's load readings, kept as the intervals between consecutive scrapes, with a
+    sliding sum per window length asked for (so a window costs O(its new and expired
+    intervals) per reading, not O(its length))."""
 
     def __init__(self, *, retention: float, scheme: BucketScheme = DEFAULT_SCHEME) -> None:
         if retention <= 0:
@@ -563,8 +686,12 @@ class LoadHistory:
         self._retention = retention
         self._scheme = scheme
         self._last: tuple[float, LoadCounters] | None = None
-        self._intervals: deque[tuple[float, LoadInterval]] = deque()
+        #: (end time, interval, bucket index or None), oldest first.
+        self._intervals: deque[tuple[float, LoadInterval, int | None]] = deque()
+        self._dropped = 0  # absolute index of _intervals[0]
         self._running: deque[tuple[float, float]] = deque()
+        self._running_dropped = 0
+        self._slides: dict[float, _Slide] = {}
 
     def set_retention(self, retention: float) -> None:
         if retention <= 0:
@@ -579,32 +706,105 @@ class LoadHistory:
         result = None
         if self._last is not None:
             result = interval(self._last[1], counters, seconds=time - self._last[0])
-            self._intervals.append((time, result))
+            concurrency = result.concurrency
+            bucket = (
+                self._scheme.index_of(concurrency)
+                if concurrency is not None and result.request_steps > 0
+                else None
+            )
+            self._intervals.append((time, result, bucket))
+            for slide in self._slides.values():
+                slide.put(result, bucket, 1)
         if counters.requests_running is not None:
             self._running.append((time, counters.requests_running))
+            for slide in self._slides.values():
+                slide.running_sum += counters.requests_running
+                slide.running_count += 1
         self._last = (time, counters)
+        for slide in self._slides.values():
+            self._advance(slide, time)
         cutoff = time - self._retention
-        while self._intervals and _start_of(*self._intervals[0]) < cutoff:
-            self._intervals.popleft()
+        while self._intervals and _start_of(self._intervals[0][0], self._intervals[0][1]) < cutoff:
+            _, item, bucket = self._intervals.popleft()
+            for slide in self._slides.values():
+                if slide.first <= self._dropped:  # still inside a window longer than retention
+                    slide.put(item, bucket, -1)
+                    slide.first = self._dropped + 1
+            self._dropped += 1
         while self._running and self._running[0][0] < cutoff:
-            self._running.popleft()
+            _, value = self._running.popleft()
+            for slide in self._slides.values():
+                if slide.running_first <= self._running_dropped:
+                    slide.running_sum -= value
+                    slide.running_count -= 1
+                    slide.running_first = self._running_dropped + 1
+            self._running_dropped += 1
         return result
+
+    def _advance(self, slide: _Slide, now: float) -> None:
+        """Take out of ``slide`` what no longer lies inside it."""
+        start = now - slide.seconds - 1e-9
+        while slide.first - self._dropped < len(self._intervals):
+            end, item, bucket = self._intervals[slide.first - self._dropped]
+            if _start_of(end, item) >= start:
+                break
+            slide.put(item, bucket, -1)
+            slide.first += 1
+        while slide.running_first - self._running_dropped < len(self._running):
+            at, value = self._running[slide.running_first - self._running_dropped]
+            if at >= start:
+                break
+            slide.running_sum -= value
+            slide.running_count -= 1
+            slide.running_first += 1
+        if slide.changes > _RESUM_EVERY:
+            self._resum(slide)
+
+    def _resum(self, slide: _Slide) -> None:
+        """Sum ``slide`` again from the intervals inside it."""
+        fresh = _Slide(slide.seconds)
+        fresh.first = slide.first
+        fresh.running_first = slide.running_first
+        for index in range(slide.first - self._dropped, len(self._intervals)):
+            _, item, bucket = self._intervals[index]
+            fresh.put(item, bucket, 1)
+        for index in range(slide.running_first - self._running_dropped, len(self._running)):
+            fresh.running_sum += self._running[index][1]
+            fresh.running_count += 1
+        fresh.changes = 0
+        slide.total, slide.buckets, slide.changes = fresh.total, fresh.buckets, 0
+        slide.running_sum, slide.running_count = fresh.running_sum, fresh.running_count
+
+    def _slide(self, seconds: float) -> _Slide:
+        slide = self._slides.get(seconds)
+        if slide is None:
+            slide = self._slides[seconds] = _Slide(seconds)
+            slide.first, slide.running_first = self._dropped, self._running_dropped
+            if self._last is not None:
+                self._advance(slide, self._last[0])
+            self._resum(slide)
+        return slide
 
     def window(self, seconds: float) -> LoadWindow:
         """The intervals that lie wholly inside the last ``seconds``."""
         if self._last is None:
             return LoadWindow(None, (), None)
-        start = self._last[0] - seconds
-        chosen = [item for end, item in self._intervals if _start_of(end, item) >= start - 1e-9]
-        total: LoadInterval | None = None
-        for item in chosen:
-            total = item if total is None else total + item
-        running = [v for t, v in self._running if t >= start - 1e-9]
+        slide = self._slide(seconds)
+        total = slide.total.interval()
+        buckets = self._scheme.buckets
+        found = []
+        for index in sorted(slide.buckets):
+            summed = slide.buckets[index].interval()
+            if summed is not None:
+                found.append(BucketTotals(buckets[index], summed))
+        latest = self._intervals[-1][1] if total is not None and self._intervals else None
         return LoadWindow(
             totals=total,
-            buckets=accumulate(chosen, scheme=self._scheme),
-            requests_running_mean=math.fsum(running) / len(running) if running else None,
-            latest=chosen[-1] if chosen else None,
+            buckets=tuple(found),
+            requests_running_mean=(
+                slide.running_sum / slide.running_count if slide.running_count > 0 else None
+            ),
+            latest=latest,
         )
 
 

@@ -639,3 +639,87 @@ def test_non_finite_context_gives_no_load_figures() -> None:
         busy_slots_per_decode=1.0,
     )
     assert load_counters(context) is None
+
+
+def _naive(
+    history: list[tuple[float, LoadInterval]], now: float, seconds: float
+) -> LoadInterval | None:
+    """The window summed from scratch, the way the sliding sums must agree with."""
+    total: LoadInterval | None = None
+    for end, item in history:
+        if end - (item.seconds or 0.0) >= now - seconds - 1e-9:
+            total = item if total is None else total + item
+    return total
+
+
+def test_sliding_window_sums_equal_a_fresh_sum() -> None:
+    """LoadHistory keeps one sliding sum per window length; over a long random run (resets,
+    engines losing their step counter, more changes than the re-summing period, readings
+    past the retention) every window equals the same intervals summed afresh, bucket by
+    bucket."""
+    import random
+
+    rng = random.Random(7)
+    history = LoadHistory(retention=300.0)
+    seen: list[tuple[float, LoadInterval]] = []
+    steps = seconds = tokens = engine = slots = 0.0
+    drafts = accepted = 0
+    per_pos = [0, 0, 0]
+    t = 0.0
+    for n in range(1500):
+        t += rng.choice((1.0, 5.0, 5.0, 7.5))
+        if rng.random() < 0.01:  # the engine restarts
+            steps = seconds = tokens = engine = slots = 0.0
+            drafts = accepted = 0
+            per_pos = [0, 0, 0]
+        concurrency = rng.choice((1, 2, 4, 8, 16))
+        new_engine = rng.randint(50, 400)
+        engine += new_engine
+        slots += new_engine * concurrency
+        steps += new_engine * concurrency
+        seconds += new_engine * concurrency * rng.uniform(0.005, 0.03)
+        d = new_engine * concurrency
+        drafts += d
+        hits = [d * 3 // 4, d // 2, d // 4]
+        per_pos = [a + b for a, b in zip(per_pos, hits, strict=True)]
+        accepted += sum(hits)
+        tokens += new_engine * concurrency + sum(hits)
+        no_steps = n % 300 > 280  # a stretch without the step counter
+        got = history.add(
+            t,
+            lc(steps, seconds, tokens, None if no_steps else engine, None if no_steps else slots,
+               drafts, 3 * drafts, accepted, tuple(per_pos), running=float(concurrency)),
+        )  # fmt: skip
+        if got is not None:
+            seen.append((t, got))
+        if n % 37 == 0 or n > 1480:
+            for window in (60.0, 300.0, 900.0):
+                w = history.window(window)
+                fresh = _naive(
+                    [(e, i) for e, i in seen if e - (i.seconds or 0) >= t - 300.0], t, window
+                )
+                if fresh is None:
+                    assert w.totals is None
+                    continue
+                assert w.totals is not None
+                for field in ("request_steps", "decode_seconds", "decode_tokens", "slot_steps"):
+                    a, b = getattr(w.totals, field), getattr(fresh, field)
+                    assert (a is None) == (b is None), field
+                    assert a is None or a == pytest.approx(b, rel=1e-9), field
+                assert (w.totals.drafts, w.totals.accepted_tokens, w.totals.intervals) == (
+                    fresh.drafts,
+                    fresh.accepted_tokens,
+                    fresh.intervals,
+                )
+                assert w.totals.accepted_per_position == fresh.accepted_per_position
+                inside = [
+                    i for e, i in seen
+                    if e - (i.seconds or 0) >= max(t - window, t - 300.0) - 1e-9
+                ]  # fmt: skip
+                expected = accumulate(inside)
+                assert [b.bucket.label for b in w.buckets] == [b.bucket.label for b in expected]
+                for got_b, want_b in zip(w.buckets, expected, strict=True):
+                    assert got_b.totals.drafts == want_b.totals.drafts
+                    assert got_b.totals.decode_seconds == pytest.approx(
+                        want_b.totals.decode_seconds, rel=1e-9
+                    )
