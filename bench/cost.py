@@ -222,9 +222,7 @@ class Rev:
 
     @property
     def label(self) -> str:
-        if self.spec in WORKTREE:
-            return f"worktree ({self.commit[:9]}{' + changes' if self.dirty else ''})"
-        return f"{self.spec} ({self.commit[:9]})"
+        return _label({"rev": self.spec, "commit": self.commit, "dirty": self.dirty})
 
 
 def git(*args: str) -> str:
@@ -455,6 +453,8 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
         "windows": s.windows,
         "interval_seconds": s.interval,
         "simulator": f"{fleet.kind} x{len(fleet.procs)}",
+        "fetch_rounds_asked": s.fetches,
+        "fetch_gap_seconds": s.fetch_gap,
         "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "loadavg_start": loadavg(),
     }
@@ -705,7 +705,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--sim-procs", type=int, default=0, help="0: one per 2,500 targets")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--markdown-out", type=Path, default=None)
+    p.add_argument("--render", type=Path, default=None, metavar="JSONL",
+                   help="only print the markdown tables of recorded JSON lines")  # fmt: skip
     args = p.parse_args(argv)
+    if args.render is not None:
+        text = markdown([json.loads(line) for line in args.render.read_text().splitlines() if line])
+        print(text)
+        if args.markdown_out is not None:
+            args.markdown_out.write_text(text)
+        return 0
 
     sizes = [int(x) for x in args.targets.split(",") if x.strip()]
     windows = [parse_duration(w) for w in args.windows.split(",")]
@@ -747,8 +755,6 @@ def main(argv: list[str]) -> int:
     }
     results: list[dict[str, Any]] = []
     info = machine()
-    info["loadavg_start"] = loadavg()
-    info["started_utc"] = datetime.now(UTC).isoformat(timespec="seconds")
     began = time.monotonic()
     json_out = args.json_out.open("a") if args.json_out else None
     try:
@@ -779,6 +785,8 @@ def main(argv: list[str]) -> int:
                         )
                         result = run_one(rev, fleet, config, work, s)
                         result["simulator_start_seconds"] = round(fleet.started_seconds, 1)
+                        result["machine"] = info
+                        result["argv"] = argv
                         results.append(result)
                         line = json.dumps(result)
                         print(line, flush=True)
@@ -793,9 +801,9 @@ def main(argv: list[str]) -> int:
             signal.signal(sig, handler)
         if json_out is not None:
             json_out.close()
-    info["loadavg_end"] = loadavg()
-    info["total_minutes"] = round((time.monotonic() - began) / 60, 1)
-    text = markdown(results, revs, info, s, argv)
+    if not results:
+        return 1
+    text = markdown(results)
     print(text)
     if args.markdown_out is not None:
         args.markdown_out.write_text(text)
@@ -809,6 +817,13 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 # -- markdown ----------------------------------------------------------------------------------
 
 Row = tuple[str, Callable[[dict[str, Any]], float | None], Callable[[float], str]]
+#: Rows whose values sit near zero or change sign: the comparison column shows the difference
+#: (after - before), not a ratio.
+DIFFERENCE_ROWS = {
+    "RSS growth over the quiet period, MiB",
+    "failed scrapes in the quiet period",
+    "healthiest target: lag, s",
+}
 
 
 def _get(*path: str) -> Callable[[dict[str, Any]], float | None]:
@@ -872,42 +887,51 @@ ROWS: list[Row] = [
 ]
 
 
-def markdown(
-    results: list[dict[str, Any]],
-    revs: list[Rev],
-    info: dict[str, Any],
-    s: Settings,
-    argv: list[str],
-) -> str:
+def markdown(results: list[dict[str, Any]]) -> str:
+    """The tables for bench/RESULTS.md, from the JSON lines alone (``--render FILE`` too)."""
+    first, last = results[0], results[-1]
+    info = first["machine"]
+    revs: list[tuple[str, str]] = []  # (spec, commit) in the order given (the first size's)
+    labels: dict[tuple[str, str], str] = {}
+    for r in results:
+        key = (r["rev"], r["commit"])
+        if key not in labels:
+            revs.append(key)
+            labels[key] = _label(r)
+    minutes = sum(r["run_seconds"] for r in results) / 60
     lines = [
-        f"`python -m bench cost {' '.join(argv)}`, {info['started_utc']}, "
-        f"{info['total_minutes']} min. Machine: {info['nproc']} cores ({info['cpu_model']}), "
+        f"`python -m bench cost {' '.join(first['argv'])}`, {first['started_utc']}, "
+        f"{minutes:.0f} min. Machine: {info['nproc']} cores ({info['cpu_model']}), "
         f"{info['memory_gib']} GiB, Python {info['python']}, load average "
-        f"{_load(info['loadavg_start'])} at the start and {_load(info['loadavg_end'])} at the "
-        f"end. Windows {s.windows}, scrape interval {s.interval_text}; figures after the "
-        f"longest window was full; quiet period {s.measure_seconds:.0f} s; fetches: "
-        f"{s.fetches} rounds, {s.fetch_gap:g} s apart.",
+        f"{_load(first['loadavg_start'])} at the start and {_load(last['loadavg_end'])} at the "
+        f"end. Windows {first['windows']}, scrape interval {first['interval_seconds']:g} s; "
+        f"figures after the longest window was full; quiet period "
+        f"{first['measure_seconds']:.0f} s; fetches: up to {first['fetch_rounds_asked']} "
+        f"rounds, {first['fetch_gap_seconds']:g} s apart.",
         "",
         "Revisions: "
-        + "; ".join(f"**{r.label}** {r.subject}" for r in revs)
-        + ("; ratios are each revision / the first." if len(revs) > 1 else "."),
+        + "; ".join(f"**{labels[key]}** {_subject(results, key)}" for key in revs)
+        + (
+            "; the last column: after / before as a ratio, or as a signed difference."
+            if len(revs) > 1
+            else "."
+        ),
         "",
     ]
     sizes = sorted({int(r["targets"]) for r in results})
     for n in sizes:
-        per_rev = [
-            next((r for r in results if r["targets"] == n and r["commit"] == rev.commit
-                  and r["rev"] == rev.spec), None)
-            for rev in revs
-        ]  # fmt: skip
-        first = next((r for r in per_rev if r is not None), None)
-        if first is None:
+        per_rev: list[dict[str, Any] | None] = [
+            next((r for r in results if r["targets"] == n and (r["rev"], r["commit"]) == key), None)
+            for key in revs
+        ]
+        shown = next((r for r in per_rev if r is not None), None)
+        if shown is None:
             continue
-        header = ["", *(rev.label for rev in revs)]
+        header = ["", *(labels[key] for key in revs)]
         if len(revs) > 1:
-            header += [f"ratio {rev.spec} / {revs[0].spec}" for rev in revs[1:]]
+            header += [f"{spec} vs {revs[0][0]}" for spec, _ in revs[1:]]
         lines += [
-            f"**{n} targets** (simulator: {first['simulator']}; windows full: "
+            f"**{n} targets** (simulator: {shown['simulator']}; windows full: "
             + ", ".join(str(r.get("windows_full")) if r else "-" for r in per_rev)
             + "; load average during the runs: "
             + ", ".join(
@@ -934,8 +958,11 @@ def markdown(
                         "-" if v is None else row[2](v) for v, row in zip(vals, group, strict=True)
                     )
                 )
+            compare = _difference if group[0][0] in DIFFERENCE_ROWS else _ratio
             for vals in values[1:]:
-                cells.append(" / ".join(_ratio(v, b) for v, b in zip(vals, values[0], strict=True)))
+                cells.append(
+                    " / ".join(compare(v, b) for v, b in zip(vals, values[0], strict=True))
+                )
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -947,6 +974,23 @@ def _ratio(after: float | None, before: float | None) -> str:
     if before == 0:
         return "=" if after == 0 else "-"
     return f"{after / before:.2f}x"
+
+
+def _label(result: dict[str, Any]) -> str:
+    commit = str(result["commit"])[:9]
+    if result["rev"] in WORKTREE:
+        return f"worktree ({commit}{' + changes' if result['dirty'] else ''})"
+    return f"{result['rev']} ({commit})"
+
+
+def _subject(results: list[dict[str, Any]], key: tuple[str, str]) -> str:
+    return next(str(r["subject"]) for r in results if (r["rev"], r["commit"]) == key)
+
+
+def _difference(after: float | None, before: float | None) -> str:
+    if after is None or before is None:
+        return "-"
+    return f"{after - before:+,.2f}"
 
 
 def _load(values: list[float]) -> str:
