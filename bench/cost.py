@@ -34,6 +34,28 @@ second, and so on (ABBA), so drift in the machine's load hits both sides alike. 
    ``--fetch-budget`` seconds (fewer rounds are reported as such);
 5. the daemon is stopped (SIGTERM) and its memory at the end recorded.
 
+What some figures mean:
+
+- daemon CPU per target scrape: the daemon's CPU seconds (utime + stime, every thread) over the
+  quiet period divided by the scrapes its ``specmon_scrapes_total`` counted in it (every
+  result; the table also gives it per successful scrape, since timeouts are cheap);
+- run-queue wait: how long the daemon's threads were ready to run but waiting for a core
+  (/proc/PID/task/*/schedstat), as a share of the period: high means other work on the machine
+  starved it, and its wall-clock figures (fetch times, lag) say more about the machine than
+  about the code; the whole machine's busy and stolen share is given too;
+- lag: per target, the time since its last success when the closing /metrics page was
+  rendered (taken as the later of the request's time and the newest success on the page).
+  With every target on time lags spread evenly over one interval (p50 about half of it, the
+  worst about one interval); the healthiest target is the one with the most successes in the
+  period (then the smallest lag), and "successes / allowed" compares those with the period
+  divided by the interval;
+- the simulator's CPU (every simulator process, and the busiest one): a busiest process near
+  100 % of a core would mean the simulator, not the daemon, set the pace.
+
+Time: with the defaults (1m,5m) a run lasts the longest window + about 2 minutes (startup,
+60 s quiet period, 1 to 3 minutes of fetches); 200,1000,5000 targets with two revisions is
+about 45 minutes (printed up front), with 1m,5m,15m about 1 h 45 min.
+
 A run never lasts more than ``--max-seconds``; if the window could not fill in it, the figures
 are still taken and ``windows_full`` is false. Output: one JSON line per (revision, size) on
 stdout (and ``--json-out FILE``), then markdown tables ready for bench/RESULTS.md
@@ -93,16 +115,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
-def thread_cpu_seconds(pid: int) -> float:
-    """CPU time of the process's live threads in nanoseconds resolution (schedstat), for
-    short intervals where /proc/PID/stat's clock ticks (10 ms) are too coarse."""
-    total = 0
+def schedstat(pid: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds waiting on a run queue) of the process's live threads, from
+    /proc/PID/task/*/schedstat (nanoseconds). The first is for short intervals, where the
+    clock ticks of /proc/PID/stat (10 ms) are too coarse; the second says how long the process
+    was ready to run but not running: starved by other work on the machine."""
+    on_cpu = waiting = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            total += int((task / "schedstat").read_text().split()[0])
+            fields = (task / "schedstat").read_text().split()
+            on_cpu, waiting = on_cpu + int(fields[0]), waiting + int(fields[1])
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended meanwhile
-    return total / 1e9
+    return on_cpu / 1e9, waiting / 1e9
+
+
+def thread_cpu_seconds(pid: int) -> float:
+    return schedstat(pid)[0]
 
 
 def status_mib(pid: int, key: str) -> float:
@@ -110,6 +139,22 @@ def status_mib(pid: int, key: str) -> float:
         if line.startswith(key + ":"):
             return int(line.split()[1]) / 1024
     return math.nan
+
+
+def machine_ticks() -> list[int]:
+    """The 'cpu' line of /proc/stat: user nice system idle iowait irq softirq steal ..."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+def machine_busy(before: list[int], after: list[int]) -> dict[str, float]:
+    """Share of the whole machine (every core) busy and stolen between two readings."""
+    delta = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(delta[:8]) or 1
+    idle = delta[3] + delta[4]
+    return {
+        "busy_percent": round(100 * (total - idle) / total, 1),
+        "steal_percent": round(100 * delta[7] / total, 1) if len(delta) > 7 else 0.0,
+    }
 
 
 def loadavg() -> list[float]:
@@ -357,6 +402,7 @@ class Counters:
     scrapes: dict[str, float] = field(default_factory=dict)  # every result
     last_success: dict[str, float] = field(default_factory=dict)
     durations: list[float] = field(default_factory=list)
+    by_result: dict[str, float] = field(default_factory=dict)  # summed over targets
     series: int = 0
 
 
@@ -371,7 +417,9 @@ def read_counters(body: bytes) -> Counters:
             target = labels.get(b"target", b"").decode()
             value = float(line.rsplit(b" ", 1)[1])
             out.scrapes[target] = out.scrapes.get(target, 0.0) + value
-            if labels.get(b"result") == b"success":
+            result = labels.get(b"result", b"").decode()
+            out.by_result[result] = out.by_result.get(result, 0.0) + value
+            if result == "success":
                 out.successes[target] = value
         elif line.startswith(b"specmon_last_success_timestamp_seconds{"):
             target = _labels(line).get(b"target", b"").decode()
@@ -520,18 +568,19 @@ def _measure(
     first = http_get(f"{base}/metrics", timeout=120)
     # The response head arrives once the page is rendered: take the start of the period
     # there, so the render's CPU stays outside it.
-    cpu0, sim0 = cpu_seconds(pid), fleet.cpu()
+    cpu0, sim0, wait0 = cpu_seconds(pid), fleet.cpu(), schedstat(pid)[1]
     t0 = time.monotonic()
     rss0, hwm0 = status_mib(pid, "VmRSS"), status_mib(pid, "VmHWM")
     c0 = read_counters(first.body)
-    load0 = loadavg()
+    load0, ticks0 = loadavg(), machine_ticks()
     _sleep_until(t0 + s.measure_seconds, daemon, fleet)
     # End of the period just before the closing request, so its render stays outside too.
     # Scrapes do not complete while the daemon renders (one event loop), so the counters the
     # page shows are those of this moment.
-    cpu1, sim1 = cpu_seconds(pid), fleet.cpu()
+    cpu1, sim1, wait1 = cpu_seconds(pid), fleet.cpu(), schedstat(pid)[1]
     t1, wall1 = time.monotonic(), time.time()
     rss1, hwm1 = status_mib(pid, "VmRSS"), status_mib(pid, "VmHWM")
+    ticks1 = machine_ticks()
     last = http_get(f"{base}/metrics", timeout=120)
     c1 = read_counters(last.body)
     period = t1 - t0
@@ -539,7 +588,11 @@ def _measure(
     scrapes = sum(c1.scrapes.values()) - sum(c0.scrapes.values())
     successes = {t: c1.successes.get(t, 0.0) - c0.successes.get(t, 0.0) for t in c1.scrapes}
     allowed = period / s.interval
-    lags = {t: wall1 - c1.last_success[t] for t in c1.last_success}
+    # Lag: time since each target's last success, at the moment the page was rendered. That
+    # moment is after the request was sent (a busy event loop can start it later, and scrapes
+    # complete meanwhile) and not before the newest success on the page.
+    now = max(wall1, *c1.last_success.values()) if c1.last_success else wall1
+    lags = {t: now - c1.last_success[t] for t in c1.last_success}
     never = n - len(lags)  # targets never scraped successfully
     healthiest = max(successes, key=lambda t: (successes[t], -lags.get(t, math.inf)), default="")
     worst = max(lags, key=lambda t: lags[t], default="")
@@ -549,12 +602,23 @@ def _measure(
     return {
         "measure_seconds": round(period, 1),
         "loadavg_measure": [load0, loadavg()],
+        # The whole machine (all cores, every process, other people's work included).
+        "machine_cpu_measure": machine_busy(ticks0, ticks1),
         "series": c1.series,
         "scrapes_in_period": int(scrapes),
         "scrapes_allowed_in_period": round(n * allowed),
         "failed_scrapes_in_period": int(scrapes - sum(successes.values())),
+        "scrapes_by_result_in_period": {
+            k: int(v - c0.by_result.get(k, 0.0)) for k, v in sorted(c1.by_result.items())
+        },
+        "render_started_after_request_seconds_at_least": round(now - wall1, 3),
         "daemon_cpu_percent_of_one_core": round(100 * cpu / period, 2),
+        # Ready to run but waiting for a core (other processes), summed over its threads.
+        "daemon_runqueue_wait_percent": round(100 * (wait1 - wait0) / period, 1),
         "daemon_cpu_ms_per_scrape": round(1000 * cpu / scrapes, 3) if scrapes else None,
+        "daemon_cpu_ms_per_successful_scrape": (
+            round(1000 * cpu / sum(successes.values()), 3) if sum(successes.values()) else None
+        ),
         "rss_window_full_mib": round(rss0, 1),
         "rss_after_measure_mib": round(rss1, 1),
         "rss_growth_measure_mib": round(rss1 - rss0, 1),
@@ -823,6 +887,8 @@ DIFFERENCE_ROWS = {
     "RSS growth over the quiet period, MiB",
     "failed scrapes in the quiet period",
     "healthiest target: lag, s",
+    "daemon waiting for a core (run queue), % of the period",
+    "whole machine busy / stolen, % (quiet period)",
 }
 
 
@@ -865,7 +931,17 @@ ROWS: list[Row] = [
     ("`/api/v1/targets`: median / max ms", _get("api_targets", "median_ms"), _f(0)),
     ("", _get("api_targets", "max_ms"), _f(0)),
     ("daemon CPU per target scrape, ms", _get("daemon_cpu_ms_per_scrape"), _f(3)),
+    (
+        "daemon CPU per successful scrape, ms",
+        _get("daemon_cpu_ms_per_successful_scrape"),
+        _f(3),
+    ),
     ("daemon CPU, % of one core (quiet period)", _get("daemon_cpu_percent_of_one_core"), _f(1)),
+    (
+        "daemon waiting for a core (run queue), % of the period",
+        _get("daemon_runqueue_wait_percent"),
+        _f(1),
+    ),
     ("RSS when the longest window is full, MiB", _get("rss_window_full_mib"), _f(1)),
     ("RSS growth over the quiet period, MiB", _get("rss_growth_measure_mib"), _f(1)),
     ("RSS / VmHWM at the end (after fetches), MiB", _get("rss_end_mib"), _f(1)),
@@ -884,6 +960,12 @@ ROWS: list[Row] = [
     ("", _get("scrape_duration_p99_ms"), _f(1)),
     ("simulator CPU, % of one core (busiest process)", _get("sim_cpu_percent_of_one_core"), _f(1)),
     ("", _get("sim_cpu_percent_busiest_process"), _f(1)),
+    (
+        "whole machine busy / stolen, % (quiet period)",
+        _get("machine_cpu_measure", "busy_percent"),
+        _f(0),
+    ),
+    ("", _get("machine_cpu_measure", "steal_percent"), _f(1)),
 ]
 
 
@@ -952,6 +1034,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         for group in groups:
             cells = [group[0][0]]
             values = [[row[1](r) if r else None for row in group] for r in per_rev]
+            if all(v is None for vals in values for v in vals):
+                continue  # a figure these runs did not record
             for vals in values:
                 cells.append(
                     " / ".join(
