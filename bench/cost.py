@@ -501,6 +501,7 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
         "windows": s.windows,
         "interval_seconds": s.interval,
         "simulator": f"{fleet.kind} x{len(fleet.procs)}",
+        "measure_seconds_asked": s.measure_seconds,
         "fetch_rounds_asked": s.fetches,
         "fetch_gap_seconds": s.fetch_gap,
         "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -535,6 +536,9 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
 
         result["rss_end_mib"] = round(status_mib(daemon.pid, "VmRSS"), 1)
         result["hwm_end_mib"] = round(status_mib(daemon.pid, "VmHWM"), 1)
+    except (RuntimeError, OSError) as exc:  # TimeoutError, HTTPError: one lost run, not all
+        result["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        print(f"  run failed: {result['error']}", file=sys.stderr, flush=True)
     finally:
         trace.stop()
         code = stop(daemon)
@@ -988,7 +992,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
         f"{_load(first['loadavg_start'])} at the start and {_load(last['loadavg_end'])} at the "
         f"end. Windows {first['windows']}, scrape interval {first['interval_seconds']:g} s; "
         f"figures after the longest window was full; quiet period "
-        f"{first['measure_seconds']:.0f} s; fetches: up to {first['fetch_rounds_asked']} "
+        f"{first.get('measure_seconds_asked', first.get('measure_seconds', 0)):.0f} s; fetches: up to {first['fetch_rounds_asked']} "
         f"rounds, {first['fetch_gap_seconds']:g} s apart.",
         "",
         "Revisions: "
@@ -1022,6 +1026,11 @@ def markdown(results: list[dict[str, Any]]) -> str:
             )
             + ")",
             "",
+            *(
+                f"Run failed ({labels[key]}): {r['error']}\n"
+                for key, r in zip(revs, per_rev, strict=True)
+                if r is not None and "error" in r
+            ),
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
         ]
