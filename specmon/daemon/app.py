@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import platform
 import signal
 import time
@@ -38,7 +37,7 @@ from specmon.daemon.file_sd import FileSD
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
-from specmon.daemon.status_page import render_status, views_json
+from specmon.daemon.status_page import StatusCache, render_status
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
 from specmon.load import LoadWindow
@@ -108,6 +107,8 @@ class Daemon:
         self._export_errors_logged: set[tuple[str, str]] = set()
         #: The target half of /metrics, rendered at each target's change (issue 15).
         self.exposition = Exposition(on_error=self._export_failed)
+        #: The status page's and the API's per-target pieces, made once per view.
+        self._status = StatusCache()
         # security: the listening socket, --web.config.file, lifecycle flag (specmon/web)
         self.web = WebServer(web_options or WebOptions(), metrics=self.metrics.web, log=self.log)
         self.config: Config | None = None
@@ -372,11 +373,33 @@ class Daemon:
         return web.Response(status=200 if ok else 500, text=message + "\n")
 
     async def _index(self, request: web.Request) -> web.Response:
-        html = render_status(self.views(), primary_window=self.primary_window(), ready=self.ready)
+        query = request.query
+        views = self.views()
+        self._status.forget(v.name for v in views)
+        html = render_status(
+            views,
+            primary_window=self.primary_window(),
+            ready=self.ready,
+            page=_int_param(query.get("page"), 1, 1, 1_000_000),
+            per_page=_int_param(query.get("per_page"), 200, 10, 5000),
+            query=query.get("q", "")[:200],
+            problems_only=query.get("problems") == "1",
+            cache=self._status,
+        )
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
     async def _targets_json(self, request: web.Request) -> web.Response:
-        body = json.dumps({"ready": self.ready, "targets": views_json(self.views())})
+        """Every target's document (each made once per change of its view); ``?target=NAME``
+        for one."""
+        wanted = request.query.get("target")
+        views = [v for v in self.views() if wanted is None or v.name == wanted]
+        body = (
+            '{"ready": '
+            + ("true" if self.ready else "false")
+            + ', "targets": ['
+            + ", ".join(self._status.json(v) for v in views)
+            + "]}"
+        )
         return web.Response(text=body, content_type="application/json")
 
     async def _reload_all(self) -> tuple[bool, str]:
@@ -459,3 +482,10 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             await self.stop()
         return 0
+
+
+def _int_param(raw: str | None, default: int, low: int, high: int) -> int:
+    """A query parameter as a bounded integer; anything else is the default."""
+    if raw is None or not raw.isdigit() or len(raw) > 9:
+        return default
+    return min(max(int(raw), low), high)
