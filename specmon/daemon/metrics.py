@@ -151,7 +151,7 @@ DRAFT_COST = _g(
     'c = o / (k (1 - o)); absent when the engine timed no drafter); `source="measured"`: '
     "against the target's `baseline` (label: the twin's name or `profile`) at the middle "
     "window's concurrency: c = (T_step / T_step(baseline) - 1) / drafted tokens per step "
-    "(docs/load.md)",
+    "(docs/load-signals.md)",
     optional=("baseline",),
 )
 REQUESTS_RUNNING = _g(
