@@ -39,7 +39,7 @@ def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
     assert "SUCCESS: 9 rules found" in result.stdout
-    assert "SUCCESS: 24 rules found" in result.stdout
+    assert "SUCCESS: 53 rules found" in result.stdout
 
 
 def test_alert_unit_tests_pass() -> None:
@@ -118,6 +118,72 @@ RECORDING_MUTATIONS = [
         id="sglang-ranks-added",
     ),
     pytest.param(
+        r"sglang_spec_verify_calls:increase5m >= 400",
+        "sglang_spec_verify_calls:increase5m >= 0",
+        ('worker_addr="http://w1:30000"} 2.6E+00',),
+        id="no-sglang-counter-guard",
+    ),
+    pytest.param(
+        r"\n          \) >= 0\n",
+        "\n          )\n",
+        ('worker_addr="http://w2:30000"} -6.666666666666667E-02',),
+        id="sglang-negative-accepted",
+    ),
+    pytest.param(
+        r"\n            - instance_model_name:sglang_num_requests:increase5m\n",
+        "\n",
+        ('model_name="qwen"} 9.2E+02',),
+        id="sglang-prefill-token",
+    ),
+    pytest.param(
+        r"trtllm_spec_decode_num_drafts:increase5m >= 400",
+        "trtllm_spec_decode_num_drafts:increase5m >= 0",
+        ('instance="gpu12:8000"',),
+        id="no-trtllm-guard",
+    ),
+    pytest.param(
+        r">= 400 \* instance_model_name:trtllm_spec_decode_chain_length",
+        ">= 0 * instance_model_name:trtllm_spec_decode_chain_length",
+        ('instance="gpu10:8000"',),
+        id="no-trtllm-estimated-guard",
+    ),
+    pytest.param(
+        r"unless\n(\s+)instance_model_name:trtllm_spec_decode_num_drafts:increase5m",
+        "unless\\n\\g<1>vector(0)",
+        ('instance="gpu12:8000"',),
+        id="trtllm-iteration-stands-in",
+    ),
+    pytest.param(
+        r'drafted_tokens:increase5m\{position="0"\}',
+        "drafted_tokens:increase5m",
+        ('model_name="Qwen3-8B"} 3.8E+03',),
+        id="trtllm-drafts-from-every-position",
+    ),
+    pytest.param(
+        r'"1\[0-9\]"\}\[5m\]\) \* 10',
+        '"1[0-9]"}[5m]) * 1',
+        ('instance="gpu9:8081", job="dynamo", model_name="llama"} 3E+00',),
+        id="trtllm-tens-digit",
+    ),
+    pytest.param(
+        r"tgi_spec_decode_num_drafts:increase5m >= 400",
+        "tgi_spec_decode_num_drafts:increase5m >= 0",
+        ('instance="gpu17:3000"',),
+        id="no-tgi-guard",
+    ),
+    pytest.param(
+        r'"\$\{1\}0", "position", "\(\.\*\)1"',
+        '"${1}1", "position", "(.*)1"',
+        ('instance="gpu14:3000", job="tgi", position="1"} 6E+02',),
+        id="tgi-largest-bucket",
+    ),
+    pytest.param(
+        r'"\(\[0-9\]\+\)\(\\\\\.0\+\)\?"',
+        '"([0-9]+)"',
+        ('instance="gpu15:3000"',),
+        id="tgi-normalised-le",
+    ),
+    pytest.param(
         r'"position", "0", "", ""',
         '"position", "1", "", ""',
         (
@@ -149,39 +215,65 @@ def test_recording_unit_tests_catch_weakened_rules(
         assert failure in output, (failure, output[-3000:])
 
 
+#: engine -> (level of the per-position records, labels of its series after aggregation)
+_POSITION_ENGINES = {
+    "vllm": ("instance_model_name_position", 'job="vllm",instance="gpu1:8000",model_name="m"'),
+    "llamacpp": ("instance_position", 'job="llamacpp",instance="cpu1:8080"'),
+    "trtllm": ("instance_model_name_position", 'job="trtllm",instance="gpu7:8000",model_name="m"'),
+    "tgi": ("instance_position", 'job="tgi",instance="gpu14:3000"'),
+}
+
+
 def _per_pos_series(engine: str, steps: list[int]) -> list[dict[str, str]]:
-    if engine == "vllm":
-        name, labels = (
-            "vllm:spec_decode_num_",
-            'job="vllm",instance="gpu1:8000",model_name="m",engine="0"',
-        )
-    else:
-        name, labels = "llamacpp:spec_decode_num_", 'job="llamacpp",instance="cpu1:8080"'
+    """Input series, per 15 s: 1000 drafts of k = len(steps) tokens, ``steps[i]`` of them
+    accepted at least i + 1 deep, in each engine's own form."""
     drafts = 1000
-    series = [
-        {"series": f"{name}drafts_total{{{labels}}}", "values": f"0+{drafts}x40"},
-        {
-            "series": f"{name}draft_tokens_total{{{labels}}}",
-            "values": f"0+{drafts * len(steps)}x40",
-        },
-        {"series": f"{name}accepted_tokens_total{{{labels}}}", "values": f"0+{sum(steps)}x40"},
+    _, labels = _POSITION_ENGINES[engine]
+
+    def counter(name: str, extra: str, step: int) -> dict[str, str]:
+        return {"series": f"{name}{{{labels}{extra}}}", "values": f"0+{step}x40"}
+
+    if engine == "trtllm":
+        # Drafted and accepted per token_position; every draft is a full chain.
+        out = []
+        for position, step in enumerate(steps):
+            extra = f',engine_type="pytorch",token_position="{position}"'
+            out.append(counter("trtllm_spec_decode_drafted_tokens_total", extra, drafts))
+            out.append(counter("trtllm_spec_decode_accepted_tokens_total", extra, step))
+        return out
+    if engine == "tgi":
+        # Cumulative buckets: steps that accepted at most i tokens, i = 0..k; +Inf.
+        out = [
+            counter("tgi_request_skipped_tokens_count", "", drafts),
+            counter("tgi_request_skipped_tokens_sum", "", sum(steps)),
+            counter("tgi_request_skipped_tokens_bucket", ',le="+Inf"', drafts),
+        ]
+        for le, reached in enumerate([*steps, 0]):
+            out.append(
+                counter("tgi_request_skipped_tokens_bucket", f',le="{le}"', drafts - reached)
+            )
+        return out
+    name = "vllm:spec_decode_num_" if engine == "vllm" else "llamacpp:spec_decode_num_"
+    extra = ',engine="0"' if engine == "vllm" else ""
+    out = [
+        counter(f"{name}drafts_total", extra, drafts),
+        counter(f"{name}draft_tokens_total", extra, drafts * len(steps)),
+        counter(f"{name}accepted_tokens_total", extra, sum(steps)),
     ]
     for position, step in enumerate(steps):
-        series.append(
-            {
-                "series": f'{name}accepted_tokens_per_pos_total{{{labels},position="{position}"}}',
-                "values": f"0+{step}x40",
-            }
+        out.append(
+            counter(f"{name}accepted_tokens_per_pos_total", f'{extra},position="{position}"', step)
         )
-    return series
+    return out
 
 
-@pytest.mark.parametrize("engine", ["vllm", "llamacpp"])
+@pytest.mark.parametrize("engine", sorted(_POSITION_ENGINES))
 def test_conditional_acceptance_over_101_positions_equals_specmons(
     tmp_path: Path, engine: str
 ) -> None:
-    """Positions 0 to 100 (the table's limit): every conditional acceptance and survival the
-    rules record equals specmon's own arithmetic on the same window's counts."""
+    """Positions 0 to 100 (the tables' limit): every conditional acceptance and survival the
+    rules record equals specmon's own arithmetic on the same window's counts (TGI: from
+    cumulative buckets 0 to 101, the largest dropped as k)."""
     steps = [1000 - 9 * i - (i % 7) for i in range(101)]
     window_steps = 20  # increase5m = 20 x the step at 6m (see engine-recording.test.yml)
     drafts = 1000 * window_steps
@@ -189,12 +281,7 @@ def test_conditional_acceptance_over_101_positions_equals_specmons(
     conditional = arithmetic.conditional_acceptance(per_pos, drafts)
     survival = arithmetic.survival(per_pos, drafts)
     assert survival is not None and all(c is not None for c in conditional)
-    level = "instance_model_name_position" if engine == "vllm" else "instance_position"
-    labels = (
-        'job="vllm",instance="gpu1:8000",model_name="m"'
-        if engine == "vllm"
-        else 'job="llamacpp",instance="cpu1:8080"'
-    )
+    level, labels = _POSITION_ENGINES[engine]
 
     def samples(figure: str, values: list[float]) -> list[dict[str, Any]]:
         name = f"{level}:{engine}_spec_decode_position_{figure}:ratio_rate5m"
