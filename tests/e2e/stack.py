@@ -22,6 +22,7 @@ second copy):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -61,6 +62,8 @@ __all__ = [
     "require_binaries",
     "scaled",
     "shortened_rules",
+    "simulate",
+    "simulate_all",
     "wait_until",
 ]
 
@@ -244,12 +247,29 @@ def simulate(
     name: str, tmp: Path, args: list[str], *, targets: int, timeout: float = 20.0
 ) -> tuple[Proc, dict[str, str]]:
     """``specmon simulate ARGS``; returns the process and {simulated target: metrics URL}."""
-    log = tmp / f"simulate-{name}.log"
-    proc = Proc.start(
-        f"specmon simulate ({name})", [sys.executable, "-m", "specmon", "simulate", *args], log
-    )
+    ((proc, addresses),) = simulate_all(tmp, {name: (args, targets)}, timeout=timeout).values()
+    return proc, addresses
 
-    def addresses() -> dict[str, str] | None:
+
+def simulate_all(
+    tmp: Path, runs: Mapping[str, tuple[list[str], int]], *, timeout: float = 30.0
+) -> dict[str, tuple[Proc, dict[str, str]]]:
+    """Several ``specmon simulate`` processes started at once (name -> (ARGS, number of
+    targets)); returns name -> (process, {simulated target: metrics URL}). All are stopped if
+    one fails to start."""
+    started: dict[str, tuple[Proc, Path]] = {}
+    for name, (args, _) in runs.items():
+        log = tmp / f"simulate-{name}.log"
+        started[name] = (
+            Proc.start(
+                f"specmon simulate ({name})",
+                [sys.executable, "-m", "specmon", "simulate", *args],
+                log,
+            ),
+            log,
+        )
+
+    def addresses(log: Path, targets: int) -> dict[str, str] | None:
         found = dict(
             line.split(": ", 1)
             for line in log.read_text("utf-8").splitlines()
@@ -257,13 +277,19 @@ def simulate(
         )
         return found if len(found) == targets else None
 
+    out: dict[str, tuple[Proc, dict[str, str]]] = {}
     try:
-        return proc, wait_until(
-            f"{name} to listen", addresses, timeout=timeout, alive=proc.check_alive
-        )
+        for name, (proc, log) in started.items():
+            probe = functools.partial(addresses, log, runs[name][1])
+            out[name] = (
+                proc,
+                wait_until(f"{name} to listen", probe, timeout=timeout, alive=proc.check_alive),
+            )
     except BaseException:
-        proc.stop()
+        for proc, _ in started.values():
+            proc.stop()
         raise
+    return out
 
 
 # --------------------------------------------------------------------------- HTTP
