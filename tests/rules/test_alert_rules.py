@@ -219,3 +219,23 @@ def test_example_configs_reference_the_shipped_files() -> None:
     am = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     critical_routes = [r for r in am["route"]["routes"] if 'severity="critical"' in r["matchers"]]
     assert critical_routes and critical_routes[0]["receiver"] != am["route"]["receiver"]
+
+
+def test_every_query_of_the_draft_cost_names_its_source() -> None:
+    """specmon_draft_cost_ratio has two sources (configured, engine); a query over both would
+    mix them (in `first`, the one Prometheus saw first wins). Expressions and annotation
+    templates of every shipped rule select one."""
+    selector = re.compile(r"specmon_draft_cost_ratio(\{[^}]*\})?")
+    found = 0
+    for path in (ALERTS_FILE, RECORDING_FILE):
+        for rule in iter_rules(load_rules(path)):
+            texts = [rule["expr"], *(rule.get("annotations") or {}).values()]
+            for text in texts:
+                for match in selector.finditer(text):
+                    found += 1
+                    matchers = match.group(1) or ""
+                    assert re.search(r'source=\\?"(configured|engine)\\?"', matchers), (
+                        rule.get("alert") or rule.get("record"),
+                        match.group(),
+                    )
+    assert found >= 2

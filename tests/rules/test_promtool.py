@@ -401,6 +401,19 @@ MUTATIONS = [
         "busy server that drafts nothing",
         id="no-drafts",
     ),
+    # specmon_draft_cost_ratio has a configured and an engine-measured source.
+    pytest.param(
+        r',source=\\"configured\\"\}',
+        "}",
+        "the description quotes the configured draft cost",
+        id="draft-cost-any-source",
+    ),
+    pytest.param(
+        r',source=\\"engine\\"\}',
+        ',source=\\"configured\\"}',
+        "the description quotes the configured draft cost",
+        id="engine-cost-from-the-config",
+    ),
 ]
 
 
@@ -457,7 +470,8 @@ def test_shortened_rules_fire_fast(tmp_path: Path) -> None:
                                     "description": "gpu1 (engine vllm, model llama): over the "
                                     "last 5m the effective acceptance rate alpha is , below the "
                                     "break-even alpha  for chain length k =  and draft cost c =  "
-                                    "(margin -0.100 over 1000 drafts; expected speed-up x). "
+                                    "(configured; margin -0.100 over 1000 drafts; expected "
+                                    "speed-up x). "
                                     "Drafting costs more time than it saves; the output itself "
                                     "is unaffected.",
                                     "runbook_url": "https://github.com/specmon/specmon/blob/main"
