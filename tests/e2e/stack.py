@@ -55,6 +55,7 @@ __all__ = [
     "AlertPoller",
     "Proc",
     "Prometheus",
+    "RewritingProxy",
     "Webhook",
     "alertmanager_config",
     "free_port",
@@ -422,6 +423,58 @@ class Webhook:
     def received(self) -> list[Notification]:
         with self._lock:
             return list(self.notifications)
+
+
+@dataclass
+class RewritingProxy:
+    """An HTTP GET proxy in front of one simulated engine that rewrites its pages: a stand-in
+    for a buggy engine or a proxy that mixes pages, which no real engine here produces."""
+
+    upstream: str  # scheme://host:port
+    rewrite: Callable[[str], str]
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def base(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                request = urllib.request.Request(proxy.upstream + self.path)
+                try:
+                    with urllib.request.urlopen(request, timeout=5) as response:
+                        body = proxy.rewrite(response.read().decode("utf-8")).encode("utf-8")
+                        kind = response.headers.get("Content-Type", "text/plain")
+                        status = response.status
+                except urllib.error.HTTPError as exc:
+                    body, kind, status = exc.read(), "text/plain", exc.code
+                except (urllib.error.URLError, OSError):
+                    body, kind, status = b"upstream unreachable\n", "text/plain", 502
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 @dataclass(frozen=True)
