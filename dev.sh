@@ -5,7 +5,7 @@
 #   ./dev.sh test          the whole test suite, as CI runs it: lint, types, fast tier, real engines
 #   ./dev.sh test-fast     lint, types and the fast tier only (no real engines, no downloads)
 #   ./dev.sh provision     build/install the real engines and Debian tools the slow tier needs
-#   ./dev.sh bench         run the benchmarks in bench/
+#   ./dev.sh bench [NAME]  run a benchmark in bench/ (parser, scale, rules, promsource, cost)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -75,7 +75,7 @@ case "$cmd" in
         exec "$PY" -m bench "$@"
         ;;
     *)
-        sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
         [[ "$cmd" == help || "$cmd" == -h || "$cmd" == --help ]] && exit 0
         exit 2
         ;;

@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource]``; results are recorded in
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost]``; results are recorded in
 bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ def main(argv: list[str]) -> int:
         from bench import promsource
 
         return promsource.main(argv[1:])
+    if which == "cost":
+        from bench import cost
+
+        return cost.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules or promsource", file=sys.stderr
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource or cost",
+        file=sys.stderr,
     )
     return 2
 

@@ -203,10 +203,10 @@ def dashed(name_regex: str) -> Json:
     }
 
 
-def renamed(name: str, display: str) -> Json:
-    """Show the series whose legend is ``name`` as ``display``."""
+def renamed(name_regex: str, display: str) -> Json:
+    """Show the series whose legend matches ``name_regex`` as ``display``."""
     return {
-        "matcher": {"id": "byName", "options": name},
+        "matcher": {"id": "byRegexp", "options": name_regex},
         "properties": [{"id": "displayName", "value": display}],
     }
 
@@ -628,22 +628,25 @@ def overview() -> Json:
         ),
         (
             timeseries(
-                "Draft cost c: configured and measured by the engine",
-                "c, the cost of one drafted token as a fraction of a target step. Solid "
-                "(configured): specmon's draft_cost for the target, which every verdict above "
-                "uses. Dashed (measured by the engine): TensorRT-LLM's own draft overhead o "
-                "turned into c = o / (k (1 - o)), only where a separate draft model is timed. "
-                "A measured c well above the configured one means the break-even, margin and "
-                "speed-up above are optimistic: set draft_cost from it.",
+                "Draft cost c: configured and measured",
+                "c, the cost of one drafted token as a fraction of a target step, by source. "
+                "Solid (configured): specmon's draft_cost for the target, which every verdict "
+                "above uses. Dashed, engine: TensorRT-LLM's own draft overhead o turned into "
+                "c = o / (k (1 - o)), only where a separate draft model is timed. Dashed, "
+                "measured: against the target's baseline (its twin without speculation, or a "
+                "profile) at the window's concurrency (docs/load-signals.md). A measured c well "
+                "above the configured one means the break-even, margin and speed-up above are "
+                "optimistic: set draft_cost from it.",
                 [
                     query(
-                        f"max by (target, model, source) (specmon_draft_cost_ratio{{{TE}}})",
-                        "{{target}} {{model}} c {{source}}",
+                        "max by (target, model, source, baseline) "
+                        f"(specmon_draft_cost_ratio{{{TE}}})",
+                        "{{target}} {{model}} c {{source}} {{baseline}}",
                     )
                 ],
                 decimals=3,
                 minimum=0,
-                overrides=[dashed(".* c engine$")],
+                overrides=[dashed(".* c (engine|measured) .*")],
             ),
             24,
             7,
@@ -1056,16 +1059,17 @@ def target_detail() -> Json:
                 "Chain length and draft cost",
                 "k in use and the best k' (left axis); draft cost c, the cost of one drafted "
                 "token as a fraction of a target step (right axis). c configured: specmon's "
-                "draft_cost for the target, which decides break-even, margin and speed-up. c "
-                "measured by the engine (dashed; TensorRT-LLM with a separate draft model "
-                "only): its draft overhead o as c = o / (k (1 - o)), a check on the configured "
-                "one.",
+                "draft_cost for the target, which decides break-even, margin and speed-up. "
+                "Dashed, checks on it: c measured by the engine (TensorRT-LLM with a separate "
+                "draft model only: its draft overhead o as c = o / (k (1 - o))), and c "
+                "measured against the named baseline at the window's concurrency "
+                "(docs/load-signals.md).",
                 [
                     query(f"specmon_chain_length{{{M}}}", "k in use", "A"),
                     query(f"specmon_best_chain_length{{{MW}}}", "best k'", "B"),
                     query(
-                        f"max by (source) (specmon_draft_cost_ratio{{{M}}})",
-                        "c {{source}}",
+                        f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
+                        "c {{source}} {{baseline}}",
                         "C",
                     ),
                 ],
@@ -1073,10 +1077,10 @@ def target_detail() -> Json:
                 minimum=0,
                 overrides=[
                     dashed("best k'"),
-                    dashed("c engine"),
-                    right_axis("c .*", "none"),
-                    renamed("c configured", "c configured (used for the verdicts)"),
-                    renamed("c engine", "c measured by the engine"),
+                    dashed("^c (engine|measured)"),
+                    right_axis("^c .*", "none"),
+                    renamed("^c configured", "c configured (used for the verdicts)"),
+                    renamed("^c engine", "c measured by the engine"),
                 ],
             ),
             8,

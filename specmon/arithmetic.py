@@ -20,6 +20,7 @@ on degenerate input (no drafts, alpha = 1, c = 0, k = 0).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,19 +65,28 @@ def speedup(alpha: float, k: int, c: float) -> float:
 
 
 def _solve_increasing(target: float, k: int) -> float:
-    """The alpha in [0, 1] with alpha + ... + alpha^k == target, for 0 <= target <= k."""
+    """The alpha in [0, 1] with alpha + ... + alpha^k == target, for 0 <= target <= k.
+
+    Bisection to the last bit of a double; the yield is evaluated inline with the same
+    Horner steps as :func:`expected_tokens` (same bits, no call per step: this runs for every
+    window of every scrape)."""
     lo, hi = 0.0, 1.0
+    steps = range(k)
     for _ in range(_BISECTION_STEPS):
         mid = (lo + hi) / 2.0
         if mid in (lo, hi):
             break
-        if expected_tokens(mid, k) - 1.0 < target:
+        total = 1.0
+        for _ in steps:
+            total = 1.0 + mid * total
+        if total - 1.0 < target:
             lo = mid
         else:
             hi = mid
     return (lo + hi) / 2.0
 
 
+@functools.lru_cache(maxsize=4096)
 def breakeven_alpha(k: int, c: float) -> float | None:
     """The acceptance rate below which speculation at (k, c) costs time (S = 1).
 

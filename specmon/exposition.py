@@ -91,6 +91,8 @@ class Page:
     valid_lines: int = 0
     openmetrics: bool = False
     saw_eof: bool = False
+    #: At least one ``# TYPE`` line was seen (a Prometheus page, even without samples).
+    declared: bool = False
     #: More than ``max_samples`` wanted samples: the rest were not materialised.
     truncated: bool = False
     #: Exact repeats of a wanted series already seen (same name and labels), not in samples.
@@ -133,6 +135,11 @@ def parse(
         stripped = text.rstrip()
         openmetrics = stripped.endswith("# EOF")
     page.openmetrics = openmetrics
+    if wanted is not None and not validate_all:
+        fast = _parse_wanted(page, text, frozenset(wanted), max_line_length, max_samples)
+        if fast is not None:
+            return fast
+        page = Page(openmetrics=openmetrics)  # a page the fast path declines: line by line
     want_all = wanted is None
     wanted_set = frozenset(wanted) if wanted is not None else frozenset()
     # startswith() with a tuple runs in C: a cheap first filter before the exact check.
@@ -191,6 +198,119 @@ def parse(
     return page
 
 
+#: Compiled finders per wanted set (the adapters' sets are few and fixed).
+_FINDERS: dict[frozenset[str], tuple[re.Pattern[str], re.Pattern[str], tuple[str, ...]]] = {}
+#: The start of the next line that is neither a comment nor empty.
+_NEXT_SAMPLE_LINE = re.compile(r"\n(?=[^#\n])")
+_FAMILY_SUFFIXES = ("_total", "_created", "_sum", "_count", "_bucket")
+
+
+def _finders(
+    wanted: frozenset[str],
+) -> tuple[re.Pattern[str], re.Pattern[str], tuple[str, ...]]:
+    """For one wanted set: a pattern finding the wanted sample lines, one finding the TYPE
+    lines of their families, and the names as a prefix tuple. Every pattern starts with a
+    newline (the caller prepends one to the page), which the regular-expression engine
+    finds with a fast byte search instead of trying every position."""
+    found = _FINDERS.get(wanted)
+    if found is None:
+        names = "|".join(re.escape(n) for n in sorted(wanted, key=len, reverse=True))
+        families = {n.removesuffix(sfx) for n in wanted for sfx in _FAMILY_SUFFIXES} | wanted
+        fams = "|".join(re.escape(f) for f in sorted(families, key=len, reverse=True))
+        found = (
+            re.compile(rf"\n((?:{names})(?=[{{ \t\r\n]|$)[^\n]*)"),
+            re.compile(rf"\n# TYPE[ \t]+({fams})[ \t]+(\S+)"),
+            tuple(sorted(wanted)),
+        )
+        if len(_FINDERS) < 64:
+            _FINDERS[wanted] = found
+    return found
+
+
+def _parse_wanted(
+    page: Page, text: str, wanted: frozenset[str], max_line_length: int, max_samples: int
+) -> Page | None:
+    """The daemon's path: the same result as the line loop, with the scanning done in C, so
+    only the wanted lines (a few dozen of a page's hundreds) and the first unrelated one are
+    examined in Python. ``Page.types`` holds the wanted families' declarations only. None for
+    a page with content after ``# EOF`` (the line loop reports each such line)."""
+    framed = "\n" + text
+    eof = framed.rfind("\n# EOF")
+    if eof >= 0:
+        end = framed.find("\n", eof + 1)
+        rest = framed[eof + 6 : len(framed) if end < 0 else end]
+        if rest.strip():  # "# EOFx" is a comment, not the end marker
+            eof = -1
+        elif end >= 0 and framed[end:].strip():
+            return None
+    page.saw_eof = eof >= 0
+    lines_re, types_re, prefixes = _finders(wanted)
+    page.declared = "\n# TYPE " in framed
+    page.types.update(types_re.findall(framed))
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    materialised = 0
+    for match in lines_re.finditer(framed) if wanted else ():
+        line = match.group(1)
+        if len(line) > max_line_length:
+            page._problem(
+                _line_number(framed, match), line, f"line longer than {max_line_length} characters"
+            )
+            continue
+        if line[-1:] == "\r":
+            line = line[:-1]
+        try:
+            sample = _sample(line, openmetrics=page.openmetrics)
+        except _LineError as exc:
+            page._problem(_line_number(framed, match), line, str(exc))
+            continue
+        page.valid_lines += 1
+        if sample.name not in wanted:
+            continue
+        if materialised >= max_samples:
+            page.truncated = True
+            continue
+        key = (sample.name, tuple(sorted(sample.labels.items())))
+        if key in seen:
+            page.duplicates.append(sample)
+            page._problem(
+                _line_number(framed, match), line, "duplicate series (same name and labels)"
+            )
+            continue
+        seen.add(key)
+        materialised += 1
+        page.samples.setdefault(sample.name, []).append(sample)
+    # The first unrelated sample line is validated, so that a page of garbage is recognised
+    # even when it contains none of the wanted names.
+    position = 0
+    while (found := _NEXT_SAMPLE_LINE.search(framed, position)) is not None:
+        start = found.end()
+        end = framed.find("\n", start)
+        line = framed[start : len(framed) if end < 0 else end]
+        position = start
+        if line.startswith(prefixes) if prefixes else False:
+            continue
+        if line[-1:] == "\r":
+            line = line[:-1]
+            if not line:
+                continue
+        number = framed.count("\n", 0, start)
+        if len(line) > max_line_length:
+            page._problem(number, line, f"line longer than {max_line_length} characters")
+        elif line[0] in _NAME_START and _valid_unwanted(line):
+            page.valid_lines += 1
+        else:
+            page._problem(number, line, "not a sample line")
+        break
+    if page.truncated:
+        page._problem(0, "", f"more than {max_samples} samples of the wanted families")
+    return page
+
+
+def _line_number(framed: str, match: re.Match[str]) -> int:
+    """The line number of a match in the newline-framed page (for a problem report: rare)."""
+    return framed.count("\n", 0, match.start() + 1)
+
+
 def _valid_unwanted(line: str) -> bool:
     match = _SAMPLE_LINE_RE.fullmatch(line)
     if match is None:
@@ -207,6 +327,7 @@ def _valid_unwanted(line: str) -> bool:
 
 def _comment(page: Page, line: str, line_number: int) -> None:
     if line.startswith("# TYPE "):
+        page.declared = True
         parts = line.split(None, 3)
         if len(parts) == 4:
             page.types[parts[2]] = parts[3].strip()

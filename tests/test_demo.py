@@ -15,15 +15,18 @@ import time
 from tests.support.daemon import Exported, get
 
 HEALTHY = ("vllm-eagle", "vllm-ngram", "llamacpp-draft", "trtllm-draft", "sglang-eagle",
-           "sglang-router", "tgi-medusa")  # fmt: skip
+           "sglang-router", "tgi-medusa", "vllm-loaded")  # fmt: skip
 
 
 def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     """The demo as the README shows it, time-compressed: the degrading target's draft stops
-    matching after 4 s instead of 45, so its 30 s primary window is all bad by 36 s."""
+    matching after 4 s instead of 45, so its 30 s primary window is all bad by 36 s; the
+    load-aware pair goes through its load levels (1, 4, 16, 8, 2, 24 requests) in 6 s each,
+    and the crossover its load model has by construction (10.9 requests) is found within a
+    bucket, with speculation paying at low load and costing time at high load."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specmon", "demo", "--duration", "38", "--drop-at", "4",
-         "--no-tui", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "specmon", "demo", "--duration", "42", "--drop-at", "4",
+         "--load-phase", "6", "--no-tui", "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -37,6 +40,8 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
         if match:
             base = match.group(1)
     margins: list[float] = []
+    crossovers: list[float] = []
+    buckets: dict[str, float] = {}
     targets_seen: set[str] = set()
     deadline = time.monotonic() + 50
     while proc.poll() is None and time.monotonic() < deadline:
@@ -50,6 +55,12 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
             margin = m.value("specmon_alpha_margin_ratio", target="vllm-degrading", window="30s")
             if margin is not None:
                 margins.append(margin)
+            loaded = {"target": "vllm-loaded", "window": "2m"}
+            crossover = m.value("specmon_crossover_concurrency", **loaded)
+            if crossover is not None:
+                crossovers.append(crossover)
+            for key, value in m.series("specmon_bucket_realized_speedup_ratio", **loaded).items():
+                buckets[dict(key)["concurrency"]] = value
             healthy = [
                 m.value("specmon_alpha_margin_ratio", target=t, window="30s") for t in HEALTHY
             ]
@@ -58,7 +69,11 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     text = "".join(lines) + out
-    assert targets_seen == {*HEALTHY, "vllm-degrading"}
+    assert targets_seen == {*HEALTHY, "vllm-degrading", "vllm-baseline"}
+    # The load-aware verdict against the twin: pays at 1 and 4 requests, costs from 16.
+    assert buckets["1"] > 1.5 and buckets["4"] > 1.0, buckets
+    assert buckets["16"] < 1.0, buckets
+    assert crossovers and 6.0 <= crossovers[-1] <= 16.0, crossovers
     assert margins and margins[0] > 0 and min(margins) < 0, margins
     for name in targets_seen:
         assert name in text

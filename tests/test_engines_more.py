@@ -37,6 +37,13 @@ EXPECTED: dict[str, Engine | None] = {
     "pages/vllm-openmetrics.txt": Engine.VLLM,
     "pages/vllm-single-later.txt": Engine.VLLM,
     "pages/vllm-single.txt": Engine.VLLM,
+    # captured from real servers under load, with and without speculation (docs/load-signals.md)
+    **{
+        f"pages/{engine.value}-load-{side}-{when}.txt": engine
+        for engine in (Engine.VLLM, Engine.LLAMACPP)
+        for side in ("spec", "baseline")
+        for when in ("c1-before", "c1-after", "c4-before", "c4-during", "c4-after")
+    },
     # written from the engines' source
     "written/sglang-current.txt": Engine.SGLANG,
     "written/sglang-router-engine-metrics.txt": Engine.SGLANG,

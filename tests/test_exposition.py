@@ -195,3 +195,32 @@ def test_agrees_with_prometheus_client_on_generated_pages(
         lines.append(f"{name}{{{body}}} {value!r}" if labels else f"{name} {value!r}")
     text = "\n".join(lines) + "\n"
     assert _ours(text) == _reference(text)
+
+
+def test_the_daemons_fast_path_reads_what_the_line_loop_reads() -> None:
+    """parse() with wanted names (the daemon's path) scans in C; the line-by-line loop
+    (validate_all, what inspect uses) must find the same samples, duplicates and types on
+    every captured page, for every adapter's names."""
+    from pathlib import Path
+
+    from specmon.engines import ADAPTERS
+
+    pages = Path(__file__).parent / "fixtures" / "pages"
+    checked = 0
+    for path in sorted(pages.glob("*.txt")):
+        if path.name.endswith(".headers.txt"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        for adapter in ADAPTERS.values():
+            fast = parse(text, wanted=adapter.wanted)
+            slow = parse(text, wanted=adapter.wanted, validate_all=True)
+            assert fast.samples == slow.samples, (path.name, adapter.engine)
+            assert fast.duplicates == slow.duplicates
+            assert (fast.saw_eof, fast.openmetrics, fast.declared) == (
+                slow.saw_eof,
+                slow.openmetrics,
+                slow.declared,
+            )
+            assert {k: v for k, v in slow.types.items() if k in fast.types} == fast.types
+            checked += bool(fast.samples)
+    assert checked >= 20

@@ -22,7 +22,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "specmon.logs",
     ),
     ("specmon.engines",),
-    ("specmon.windows", "specmon.report", "specmon.load"),
+    ("specmon.windows", "specmon.report"),
+    ("specmon.load",),
+    ("specmon.recommend",),
     ("specmon.sources", "specmon.web"),
     ("specmon.daemon", "specmon.measure", "specmon.sim"),
     ("specmon.cli",),
@@ -96,7 +98,7 @@ def test_the_check_catches_upward_and_sibling_imports(tmp_path: Path) -> None:
     (root / "arithmetic.py").write_text("import specmon.cli.main\n")
     assert violations(root) == [
         "specmon/arithmetic.py:1: specmon.arithmetic imports specmon.cli.main "
-        "(layer 0 importing layer 5)",
+        "(layer 0 importing layer 7)",
         "specmon/sim/probe.py:1: specmon.sim.probe imports specmon.daemon.config "
         "(specmon.sim and specmon.daemon are siblings)",
     ]

@@ -16,15 +16,19 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli._args import positive_float
 from specmon.daemon.app import Daemon
+from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import TargetView
 from specmon.logs import configure_logging
 from specmon.parsing import parse_listen_address
 from specmon.sim.engine import SimSettings
+from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import Phase, Scenario
 from specmon.sim.server import SimServer, VirtualTarget, make_target
@@ -74,6 +78,14 @@ def add_parser(sub: Any) -> None:
         help=f"when vllm-degrading's draft stops matching (default {DROP_AT:g})",
     )
     p.add_argument(
+        "--load-phase",
+        type=positive_float,
+        default=LOAD_PHASE,
+        metavar="SECONDS",
+        help=f"how long vllm-loaded and vllm-baseline stay at each load level (default "
+        f"{LOAD_PHASE:g}; levels {', '.join(map(str, LOAD_CYCLE))} requests, repeated)",
+    )
+    p.add_argument(
         "--refresh",
         type=float,
         default=2.0,
@@ -83,15 +95,54 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
-def demo_fleet(*, seed: int = 7, drop_at: float = DROP_AT) -> list[VirtualTarget]:
-    """The demo's engines. ``vllm-degrading`` loses acceptance at ``drop_at`` seconds."""
+#: The load the demo's pair goes through, each for LOAD_PHASE seconds, over and over.
+LOAD_CYCLE = (1, 4, 16, 8, 2, 24)
+LOAD_PHASE = 20.0
+#: The demo's load model: the simulator's bandwidth-bound model run four times faster (the
+#: same ratios, so the same crossover near 10.9 requests), so that every load level gives the
+#: daemon enough engine steps within one phase.
+FAST_LOAD_MODEL = LoadModel(
+    **{
+        name: getattr(DEMO_LOAD_MODEL, name) / 4
+        for name in ("weights_seconds", "token_seconds", "fixed_seconds", "draft_fixed_seconds",
+                     "draft_weights_seconds", "draft_token_seconds")
+    }
+)  # fmt: skip
+
+
+def demo_fleet(
+    *, seed: int = 7, drop_at: float = DROP_AT, load_phase: float = LOAD_PHASE
+) -> list[VirtualTarget]:
+    """The demo's engines. ``vllm-degrading`` loses acceptance at ``drop_at`` seconds;
+    ``vllm-loaded`` and its twin without speculation ``vllm-baseline`` run the same traffic,
+    whose concurrency cycles through LOAD_CYCLE, on a bandwidth-bound load model: speculation
+    pays at low load and costs time above about 11 requests (specmon/sim/load_model.py)."""
     degrading = Scenario(
         phases=(
             Phase(at=0.0, changes={"survival": (0.85, 0.7, 0.55, 0.4)}),
             Phase(at=drop_at, changes={"survival": (0.12, 0.02, 0.004, 0.001)}),
         )
     )
+    cycle = Scenario(
+        phases=tuple(
+            Phase(at=i * load_phase, changes={"requests_running": n})
+            for i, n in enumerate(LOAD_CYCLE)
+        ),
+        repeat=True,
+        period=load_phase * len(LOAD_CYCLE),
+    )
+    loaded = SimSettings(
+        survival=(0.9, 0.7, 0.5, 0.3), requests_running=1, load_model=FAST_LOAD_MODEL
+    )
     return [
+        make_target(
+            name="vllm-loaded", kind=PageKind.VLLM, model="llama-3.1-8b",
+            settings=loaded, scenario=cycle, seed=seed + 8,
+        ),
+        make_target(
+            name="vllm-baseline", kind=PageKind.VLLM, model="llama-3.1-8b",
+            settings=replace(loaded, speculation=False), scenario=cycle, seed=seed + 9,
+        ),
         make_target(
             name="vllm-eagle", kind=PageKind.VLLM, model="llama-3.1-70b",
             settings=SimSettings(survival=(0.88, 0.74, 0.61, 0.49, 0.38), drafts_per_second=40),
@@ -172,6 +223,8 @@ def _config_yaml(server: SimServer) -> str:
             lines.append("    model: qwen3-8b")
         if name == "tgi-medusa":
             lines.append("    model: mixtral-8x7b")  # TGI's page has no model label
+        if name == "vllm-loaded":
+            lines.append("    baseline: vllm-baseline")
     return "\n".join(lines) + "\n"
 
 
@@ -211,6 +264,16 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
         for model in view.models:
             w = model.window(window)
             r = w.report if w else None
+            if not model.speculating:
+                load = w.load if w else None
+                n = f"{load.concurrency:.1f}" if load and load.concurrency is not None else "-"
+                tpot = load.time_per_output_token_seconds if load else None
+                per_token = f"{tpot * 1000:.1f} ms/token" if tpot is not None else "-"
+                rows.append(
+                    f"{view.name:<16} {engine:<9} {paint('up    ', _GREEN)} "
+                    + paint(f"no speculation (a baseline): load n={n}, {per_token}", _DIM)
+                )
+                continue
             if r is None:
                 rows.append(f"{view.name:<16} {engine:<9} {'up':<6} {'(window filling)':>6}")
                 continue
@@ -238,11 +301,37 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                 f"{view.name:<16} {engine:<9} {up} {alpha} {be} "
                 f"{margin_text} {speed} {k:>2} {best:>4}  {spark:<6} {survival}"
             )
+            load = w.load if w else None
+            if load is not None and load.baseline is not None:
+                rows.append(_load_line(load, paint))
     return rows
 
 
+def _load_line(load: LoadFigures, paint: Callable[[str, str], str]) -> str:
+    """Under a target with a baseline: load now, realized speed-up, measured c, crossover."""
+    n = f"{load.concurrency:.1f}" if load.concurrency is not None else "-"
+    parts = [f"{'':<16} {'':<9} load n={n}"]
+    if load.realized_speedup is not None:
+        realized = load.realized_speedup
+        text = f"{realized:.2f}x"
+        code = _GREEN if realized >= 1.05 else (_YELLOW if realized >= 1.0 else _RED)
+        parts.append(f"realized {paint(text, code)} vs {load.baseline}")
+        if load.measured_draft_cost is not None:
+            parts.append(f"measured c {load.measured_draft_cost:.3f}")
+    else:
+        parts.append(paint(f"vs {load.baseline}: {load.reason or 'no figures yet'}", _DIM))
+    if load.crossover is not None:
+        parts.append(f"stops paying at n~{load.crossover.concurrency:.1f}")
+    best = [
+        f"{b.label}:{b.best_chain_length}" for b in load.buckets if b.best_chain_length is not None
+    ]
+    if best:
+        parts.append("best k by load " + " ".join(best))
+    return "  ".join(parts)
+
+
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    fleet = demo_fleet(drop_at=args.drop_at)
+    fleet = demo_fleet(drop_at=args.drop_at, load_phase=args.load_phase)
     server = SimServer(fleet)
     await server.start_each("127.0.0.1")
     workdir = Path(tempfile.mkdtemp(prefix="specmon-demo-"))

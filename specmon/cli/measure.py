@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli._args import int_at_least, positive_float
+from specmon.load import Profile, profile_to_json
 from specmon.measure.analysis import (
     EXIT_NOTHING_COMPLETED,
     EXIT_USAGE,
@@ -28,6 +31,7 @@ from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
 from specmon.measure.compare import DIVERGENCE_CAVEAT
 from specmon.measure.endpoints import endpoint
 from specmon.measure.labbook import append_labbook, labbook_records
+from specmon.measure.profile import build_profile, crossover_line, report_crossover
 from specmon.measure.prompts import (
     PromptsError,
     available_workloads,
@@ -182,6 +186,15 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="send ignore_eos (llama.cpp, vLLM): every completion runs to max_tokens",
     )
+    p.add_argument(
+        "--profile-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the load profile (per concurrency level: both servers' step time and time "
+        "per output token, acceptance, the draft cost) as JSON, for specmon recommend and the "
+        "daemon's cost_profile (format: docs/measure.md)",
+    )
     p.add_argument("--label", default=None, help="a tag recorded in the lab notebook")
     p.add_argument(
         "--no-progress",
@@ -229,6 +242,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except (ValueError, PromptsError) as exc:
         err.write(f"specmon measure: {exc}\n")
         return EXIT_USAGE
+    if args.profile_out is not None:
+        problem = _unwritable(args.profile_out)
+        if problem is not None:
+            err.write(f"specmon measure: --profile-out {args.profile_out}: {problem}\n")
+            return EXIT_USAGE
     key_env = args.api_key_env or DEFAULT_API_KEY_ENV
     api_key = os.environ.get(key_env) or None
     if args.api_key_env and api_key is None:
@@ -270,8 +288,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             written = len(records)
         except OSError as exc:
             err.write(f"specmon measure: cannot write the lab notebook {args.labbook}: {exc}\n")
+    profile_written = None
+    if args.profile_out is not None:
+        try:
+            write_profile(args.profile_out, build_profile(report))
+            profile_written = str(args.profile_out)
+        except OSError as exc:
+            err.write(f"specmon measure: cannot write the profile {args.profile_out}: {exc}\n")
+            code = code or EXIT_USAGE
+    found = report_crossover(report)
     if args.json:
         document = report.as_dict()
+        document["crossover"] = None if found is None else dataclasses.asdict(found)
+        document["crossover_line"] = crossover_line(report)
+        document["profile"] = profile_written
         document["exit_code"] = code
         document["allow_divergence"] = args.allow_divergence
         document["labbook"] = {"path": str(args.labbook), "lines": written} if written else None
@@ -285,4 +315,31 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         out.write(render_text(report, allow_divergence=args.allow_divergence))
         if written:
             out.write(f"Appended {written} line(s) to the lab notebook {args.labbook}\n")
+        if profile_written:
+            out.write(f"Wrote the load profile {profile_written}\n")
     return code
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the profile could not be written there, checked before a long run."""
+    if path.is_dir():
+        return "is a directory"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"no directory {parent}"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
+
+
+def write_profile(path: Path, profile: Profile) -> None:
+    """Write the profile JSON atomically (a temporary file renamed over ``path``)."""
+    text = json.dumps(profile_to_json(profile), indent=2, ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

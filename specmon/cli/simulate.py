@@ -12,6 +12,7 @@ from typing import Any
 from specmon.cli._args import chain_length, unit_ratio
 from specmon.parsing import ConfigError, parse_listen_address
 from specmon.sim.engine import SimSettings
+from specmon.sim.load_model import load_model_from
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import Scenario, load_scenario
 from specmon.sim.server import SimServer, VirtualTarget, make_target
@@ -108,6 +109,30 @@ def add_parser(sub: Any) -> None:
         default=0.1,
         help="draft cost used to time speculative steps (default 0.1)",
     )
+    p.add_argument(
+        "--load-model",
+        default=None,
+        metavar="SPEC",
+        help="step time from concurrency and chain length: 'demo' or "
+        "'weights_seconds=S,token_seconds=S[,fixed_seconds=S,draft_fixed_seconds=S,...]' "
+        "(specmon.sim.load_model); background traffic then runs --requests-running sequences "
+        "at that speed and chat completions are batched and answered at it",
+    )
+    p.add_argument(
+        "--requests-running",
+        type=int,
+        default=None,
+        metavar="N",
+        help="background sequences decoding at once (default 4; 0 with --load-model: only "
+        "chat requests)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="with --load-model: wall seconds per simulated second for chat completions",
+    )
     p.add_argument("--no-usage", action="store_true", help="omit usage from chat responses")
     p.add_argument(
         "--per-request-spec-decode-metrics",
@@ -142,10 +167,18 @@ def build_targets(args: argparse.Namespace, scenario: Scenario | None) -> list[V
         if k is not None and k != len(survival):
             raise ValueError(f"--chain-length {k} but {len(survival)} survival rates given")
         settings = SimSettings(survival=survival)
+    load_model = load_model_from(args.load_model) if args.load_model else None
+    running = args.requests_running
+    if running is None:
+        running = 0 if load_model is not None else SimSettings().requests_running
+    if args.time_scale < 0:
+        raise ValueError("--time-scale must be >= 0")
     settings = SimSettings(
         survival=settings.survival,
         drafts_per_second=args.drafts_per_second,
         speculation=not args.no_speculation,
+        requests_running=running,
+        load_model=load_model,
     )
     settings.validate()
     kind = ENGINES[args.engine]
@@ -166,6 +199,7 @@ def build_targets(args: argparse.Namespace, scenario: Scenario | None) -> list[V
                 per_request_spec_metrics=args.per_request_spec_decode_metrics,
                 fail_every=args.fail_every,
                 diverge_every=args.diverge_every,
+                time_scale=args.time_scale,
             )
         )
     return targets

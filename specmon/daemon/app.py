@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
-import json
 import platform
 import signal
 import time
@@ -27,7 +25,6 @@ from prometheus_client.exposition import choose_encoder
 
 from specmon import __version__
 from specmon.daemon import metrics as m
-from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import (
     Config,
     ConfigError,
@@ -38,10 +35,12 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.file_sd import FileSD
 from specmon.daemon.metrics import MetricDef
+from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
-from specmon.daemon.status_page import render_status, views_json
+from specmon.daemon.status_page import StatusCache, render_status
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
+from specmon.load import LoadWindow
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
 from specmon.sources import ScrapeResult, Source
@@ -106,7 +105,10 @@ class Daemon:
                 self.registry.register(collector)
         self.metrics = _OwnMetrics(self.registry)
         self._export_errors_logged: set[tuple[str, str]] = set()
-        self.registry.register(TargetCollector(lambda: self.views(), on_error=self._export_failed))
+        #: The target half of /metrics, rendered at each target's change (issue 15).
+        self.exposition = Exposition(on_error=self._export_failed)
+        #: The status page's and the API's per-target pieces, made once per view.
+        self._status = StatusCache()
         # security: the listening socket, --web.config.file, lifecycle flag (specmon/web)
         self.web = WebServer(web_options or WebOptions(), metrics=self.metrics.web, log=self.log)
         self.config: Config | None = None
@@ -255,7 +257,13 @@ class Daemon:
         self.metrics.targets.set(len(self._running))
 
     def _start_target(self, target: TargetConfig, config: Config) -> None:
-        state = TargetState(target, windows=config.global_.windows, retention=config.retention)
+        state = TargetState(
+            target,
+            windows=config.global_.windows,
+            retention=config.retention,
+            on_view=self.exposition.update,
+            baseline_window=self._baseline_window,
+        )
         scraper = TargetScraper(
             state,
             source=self._source_for,
@@ -267,9 +275,16 @@ class Daemon:
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
 
+    def _baseline_window(self, target: str, model: str, seconds: float) -> LoadWindow | None:
+        """Another target's load window, for the targets that use it as their baseline."""
+        running = self._running.get(target)
+        return running.state.load_window(model, seconds) if running is not None else None
+
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
         running.task.cancel()
+        running.state.on_view = None
+        self.exposition.remove(name)
         self._pending_first.discard(name)
         for result in ScrapeResult:
             with contextlib.suppress(KeyError):
@@ -322,11 +337,16 @@ class Daemon:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encoder(self.registry)
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        # The target families are ready (rendered at each scrape); only specmon's own
+        # instruments are encoded per fetch.
+        own = encoder(self.registry)
         headers = {"Content-Type": content_type}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=5)
+            body = self.exposition.gzip_page(own, openmetrics=openmetrics)
             headers["Content-Encoding"] = "gzip"
+        else:
+            body = self.exposition.page(own, openmetrics=openmetrics)
         return web.Response(body=body, headers=headers)
 
     async def _healthz(self, request: web.Request) -> web.Response:
@@ -353,11 +373,33 @@ class Daemon:
         return web.Response(status=200 if ok else 500, text=message + "\n")
 
     async def _index(self, request: web.Request) -> web.Response:
-        html = render_status(self.views(), primary_window=self.primary_window(), ready=self.ready)
+        query = request.query
+        views = self.views()
+        self._status.forget(v.name for v in views)
+        html = render_status(
+            views,
+            primary_window=self.primary_window(),
+            ready=self.ready,
+            page=_int_param(query.get("page"), 1, 1, 1_000_000),
+            per_page=_int_param(query.get("per_page"), 200, 10, 5000),
+            query=query.get("q", "")[:200],
+            problems_only=query.get("problems") == "1",
+            cache=self._status,
+        )
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
     async def _targets_json(self, request: web.Request) -> web.Response:
-        body = json.dumps({"ready": self.ready, "targets": views_json(self.views())})
+        """Every target's document (each made once per change of its view); ``?target=NAME``
+        for one."""
+        wanted = request.query.get("target")
+        views = [v for v in self.views() if wanted is None or v.name == wanted]
+        body = (
+            '{"ready": '
+            + ("true" if self.ready else "false")
+            + ', "targets": ['
+            + ", ".join(self._status.json(v) for v in views)
+            + "]}"
+        )
         return web.Response(text=body, content_type="application/json")
 
     async def _reload_all(self) -> tuple[bool, str]:
@@ -440,3 +482,10 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             await self.stop()
         return 0
+
+
+def _int_param(raw: str | None, default: int, low: int, high: int) -> int:
+    """A query parameter as a bounded integer; anything else is the default."""
+    if raw is None or not raw.isdigit() or len(raw) > 9:
+        return default
+    return min(max(int(raw), low), high)

@@ -1,34 +1,44 @@
-"""The custom collector: metric families built per scrape of specmon from a snapshot of views.
+"""Every series a target exports, from a snapshot of its state.
 
-Nothing here mutates global gauges: every call to :meth:`TargetCollector.collect` reads the
-current immutable :class:`~specmon.daemon.target.TargetView` of every target and builds fresh
-families (declared once in :mod:`specmon.daemon.metrics`), so a removed target or a window
-without drafts simply has no series. One target's view can never break another's series: its
-samples are built apart and dropped whole if anything about them is wrong.
+:func:`target_samples` reads one immutable :class:`~specmon.daemon.target.TargetView` and
+lists its samples against the families declared in :mod:`specmon.daemon.metrics`; nothing
+mutates global gauges, so a removed target or a window without drafts simply has no series.
+:mod:`specmon.daemon.render` turns the samples into exposition text once per change. One
+target's view can never break another's series: its samples are built apart and dropped whole
+if anything about them is wrong (:func:`health_samples` is what such a target still says).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from specmon.daemon import metrics as m
-from specmon.daemon.metrics import FAMILIES, Kind, MetricDef
+from specmon.daemon.load_view import LoadFigures
+from specmon.daemon.metrics import MetricDef
 from specmon.daemon.target import ModelView, TargetView
 from specmon.report import AcceptanceReport
 
-__all__ = ["Sample", "TargetCollector", "target_samples"]
+__all__ = ["Sample", "health_samples", "target_samples"]
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
     family: MetricDef
-    labels: Mapping[str, str]
+    #: Values of the family's declared labels then its optional ones, in their order (None:
+    #: an optional label this series does not carry).
+    values: tuple[str | None, ...]
     value: float
+    #: The target's constant labels (one mapping shared by all its samples).
+    constant: Mapping[str, str]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        names = (*self.family.labels, *self.family.optional)
+        labels = {k: v for k, v in zip(names, self.values, strict=False) if v is not None}
+        labels.update(self.constant)
+        return labels
 
 
 #: Figures of a window report, exported when not None.
@@ -50,15 +60,19 @@ class _Out:
         self.samples: list[Sample] = []
         self._constant = constant
 
-    def add(self, family: MetricDef, values: tuple[str, ...], value: float | int | None) -> None:
+    def add(
+        self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
+    ) -> None:
         if value is None:
             return
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
         if not math.isfinite(number):
             return
-        labels = dict(zip(family.labels, values, strict=True))
-        labels.update(self._constant)
-        self.samples.append(Sample(family, labels, number))
+        if not len(family.labels) <= len(values) <= len(family.labels) + len(family.optional):
+            raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
+        if any(v is None for v in values[: len(family.labels)]):
+            raise ValueError(f"{family.name}: a required label has no value")
+        self.samples.append(Sample(family, values, number, self._constant))
 
 
 def target_samples(view: TargetView) -> list[Sample]:
@@ -82,11 +96,20 @@ def target_samples(view: TargetView) -> list[Sample]:
 
 
 def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) -> None:
+    out.add(m.REQUESTS_RUNNING, labels, model.requests_running)
+    if not model.speculating:  # a baseline server: its load and speed only
+        for window in model.windows:
+            if window.load is not None:
+                _load_samples(out, (*labels, window.window), window.load)
+        return
     basis = model.basis
     out.add(m.CHAIN_LENGTH, labels, basis.chain_length)
     out.add(m.DRAFT_COST, (*labels, "configured"), basis.draft_cost)
     out.add(m.DRAFT_COST, (*labels, "engine"), model.engine_draft_cost)
-    out.add(m.REQUESTS_RUNNING, labels, model.requests_running)
+    primary = model.windows[len(model.windows) // 2] if model.windows else None
+    if primary is not None and primary.load is not None and primary.load.baseline:
+        measured = primary.load.measured_draft_cost
+        out.add(m.DRAFT_COST, (*labels, "measured", primary.load.baseline), measured)
     out.add(m.BREAKEVEN, labels, basis.breakeven_alpha)
     if model.totals_accepted is not None:
         # Engines without a counter (TensorRT-LLM: drafts; SGLang, TGI: draft tokens) get no
@@ -101,6 +124,8 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
         if window.drafts is not None:
             out.add(m.WINDOW_GENERATED, wl, window.generated_tokens)
         out.add(m.WINDOW_SECONDS, wl, window.covered_seconds)
+        if window.load is not None:
+            _load_samples(out, wl, window.load)
         report = window.report
         if report is None:
             continue
@@ -112,53 +137,28 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
             out.add(m.POSITION_CONDITIONAL, pl, pos.conditional)
 
 
-class TargetCollector(Collector):
-    """Families of every target's series, built from the views at each collection.
-
-    ``on_error(target, exc)`` is told about a target whose view could not be exported; that
-    target's derived series are left out of this collection, every other target's are not.
-    """
-
-    def __init__(
-        self,
-        views: Callable[[], Iterable[TargetView]],
-        *,
-        on_error: Callable[[str, BaseException], None] | None = None,
-    ) -> None:
-        self._views = views
-        self._on_error = on_error
-
-    def describe(self) -> Iterable[Metric]:
-        return []  # families depend on the targets; the registry must not cache them
-
-    def collect(self) -> Iterator[Metric]:
-        by_family: dict[str, list[Sample]] = {}
-        for view in self._views():
-            try:
-                samples = target_samples(view)
-            except Exception as exc:  # one bad view must not cost the others their series
-                if self._on_error is not None:
-                    self._on_error(view.name, exc)
-                samples = _health_only(view)
-            for sample in samples:
-                by_family.setdefault(sample.family.name, []).append(sample)
-        for family in FAMILIES:
-            found = by_family.get(family.name)
-            if not found:
-                continue
-            metric = _family(family)
-            for sample in found:
-                metric.add_sample(family.sample_name, dict(sample.labels), sample.value)
-            yield metric
+def _load_samples(out: _Out, wl: tuple[str, ...], load: LoadFigures) -> None:
+    out.add(m.CONCURRENCY, wl, load.concurrency)
+    out.add(m.STEP_SECONDS, wl, load.step_seconds)
+    out.add(m.TPOT, wl, load.time_per_output_token_seconds)
+    out.add(m.MEAN_DRAFT_LENGTH, wl, load.mean_draft_length)
+    if load.baseline is None:
+        return
+    bl = (*wl, load.baseline)
+    out.add(m.REALIZED_SPEEDUP, bl, load.realized_speedup)
+    out.add(m.MEASURED_BREAKEVEN, bl, load.measured_breakeven_alpha)
+    out.add(m.MEASURED_MARGIN, bl, load.measured_alpha_margin)
+    if load.crossover is not None:
+        out.add(m.CROSSOVER, bl, load.crossover.concurrency)
+    for bucket in load.buckets:
+        bc = (*bl, bucket.label)
+        out.add(m.BUCKET_SPEEDUP, bc, bucket.realized_speedup)
+        out.add(m.BUCKET_DRAFT_COST, bc, bucket.draft_cost)
+        out.add(m.BUCKET_BEST_CHAIN, bc, bucket.best_chain_length)
+        out.add(m.BUCKET_BEST_SPEEDUP, bc, bucket.best_speedup)
 
 
-def _family(family: MetricDef) -> Metric:
-    if family.kind is Kind.COUNTER:
-        return CounterMetricFamily(family.name, family.help)
-    return GaugeMetricFamily(family.name, family.help)
-
-
-def _health_only(view: TargetView) -> list[Sample]:
+def health_samples(view: TargetView) -> list[Sample]:
     """What a target whose figures cannot be exported still says: that it is up."""
     try:
         out = _Out(view.labels)

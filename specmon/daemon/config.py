@@ -9,6 +9,7 @@ by :mod:`specmon.daemon.file_sd`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.engines import Engine, PageLimits
+from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.parsing import (
     Checker,
     ConfigError,
@@ -90,6 +92,12 @@ class TargetConfig:
     )
     scrape_interval: float = 5.0
     scrape_timeout: float = 3.0
+    #: Another target serving the same model without speculation: the load-aware figures
+    #: compare with it at matched concurrency (docs/metrics.md, "Load-aware figures").
+    baseline: str | None = None
+    #: A load profile written by ``specmon measure --profile-out``: the baseline by
+    #: concurrency when there is no twin. Its path in the config; loaded and checked at load.
+    cost_profile: Profile | None = field(default=None, metadata=_keys("cost_profile"))
     #: Where the target came from: "config" or a file_sd path.
     origin: str = field(default="config", metadata=_keys())
 
@@ -410,8 +418,41 @@ def _check_target(
         bearer_token=_bearer(checker, data, path, environ),
         scrape_interval=interval,
         scrape_timeout=timeout,
+        baseline=checker.get(data, "baseline", path, _nonempty_str, None),
+        cost_profile=_cost_profile(checker, data.get("cost_profile"), _join(path, "cost_profile")),
     )
+    if target.baseline is not None and target.cost_profile is not None:
+        checker.add(path, "set baseline or cost_profile, not both")
+    if target.baseline is not None and target.baseline == name:
+        checker.add(_join(path, "baseline"), "a target cannot be its own baseline")
     return target if len(checker.problems) == before else None
+
+
+#: Largest load profile read (a profile of a few dozen levels is a few kilobytes).
+MAX_PROFILE_BYTES = 1 << 20
+
+
+def _cost_profile(checker: PathChecker, value: Any, path: str) -> Profile | None:
+    """The profile file named by ``cost_profile`` (relative to the config), parsed and checked;
+    every problem of the file is reported under ``path``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        checker.add(path, "must be the path of a profile written by specmon measure --profile-out")
+        return None
+    file = checker.base_dir / value
+    try:
+        document = json.loads(read_text_capped(file, max_bytes=MAX_PROFILE_BYTES))
+        return profile_from_json(document)
+    except ConfigError as exc:
+        checker.add(path, f"{file}: {'; '.join(exc.problems)}")
+    except (json.JSONDecodeError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        checker.add(path, f"{file}: not JSON: {reason}")
+    except ProfileError as exc:
+        for problem in exc.problems[:20]:
+            checker.add(path, f"{file}: {problem}")
+    return None
 
 
 def _check_file_sd(checker: PathChecker, raw: Any) -> list[FileSDConfig]:
@@ -480,6 +521,16 @@ def parse_config(
         if target is not None:
             targets.append(target)
     file_sd = _check_file_sd(checker, top.get("file_sd_configs"))
+    if not file_sd:
+        # Without file_sd every baseline must be a configured target (with file_sd it may
+        # be one of those: checked when the targets are known, and said on the status page).
+        names = {t.name for t in targets}
+        for index, target in enumerate(targets):
+            if target.baseline is not None and target.baseline not in names:
+                checker.add(
+                    f"targets[{index}].baseline",
+                    f"no target named {target.baseline[:60]!r}",
+                )
     if not raw_targets and not file_sd and not targets_invalid and not top.get("file_sd_configs"):
         checker.add("targets", "no targets and no file_sd_configs: nothing to watch")
     if checker.problems:

@@ -55,6 +55,8 @@ class MetricDef:
     scope: Scope
     #: The meaning for docs/metrics.md when it says more than the HELP text.
     doc: str = ""
+    #: Labels some series carry and others do not (after ``labels``, in this order).
+    optional: tuple[str, ...] = ()
 
     @property
     def sample_name(self) -> str:
@@ -73,8 +75,15 @@ _P = (*_W, "position")
 _SRC = "specmon's window over the engine's spec_decode counters"
 
 
-def _g(name: str, help_: str, labels: tuple[str, ...], scope: Scope, doc: str = "") -> MetricDef:
-    return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc)
+def _g(
+    name: str,
+    help_: str,
+    labels: tuple[str, ...],
+    scope: Scope,
+    doc: str = "",
+    optional: tuple[str, ...] = (),
+) -> MetricDef:
+    return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc, optional)
 
 
 def _c(name: str, help_: str, labels: tuple[str, ...], scope: Scope, doc: str = "") -> MetricDef:
@@ -130,15 +139,20 @@ CHAIN_LENGTH = _g(
 DRAFT_COST = _g(
     "specmon_draft_cost_ratio",
     "Draft cost c: one drafted token's cost as a fraction of a target step "
-    "(source=configured: from specmon's config, used for every verdict; source=engine: "
-    "measured by the engine, TensorRT-LLM's spec_decode_draft_overhead o averaged over "
-    "the middle window's scrapes where o > 0 and converted as c = o / (k (1 - o))).",
+    "(source=configured: from specmon's config; source=measured: (T_step / T_step(baseline) "
+    "- 1) / drafted tokens per step against the baseline at the middle window's "
+    "concurrency; source=engine: TensorRT-LLM's spec_decode_draft_overhead o averaged over "
+    "the middle window's scrapes where o > 0, converted as c = o / (k (1 - o))).",
     (*_M, "source"),
     Scope.MODEL,
     'c; `source="configured"`: from the config, used for every verdict; `source="engine"`: '
     "measured by the engine (TensorRT-LLM only: its `spec_decode_draft_overhead` o averaged "
     "over the middle window's scrapes where o > 0 (0: no drafter timed in that iteration), "
-    "c = o / (k (1 - o)); absent when the engine timed no drafter)",
+    'c = o / (k (1 - o)); absent when the engine timed no drafter); `source="measured"`: '
+    "against the target's `baseline` (label: the twin's name or `profile`) at the middle "
+    "window's concurrency: c = (T_step / T_step(baseline) - 1) / drafted tokens per step "
+    "(docs/load-signals.md)",
+    optional=("baseline",),
 )
 REQUESTS_RUNNING = _g(
     "specmon_requests_running",
@@ -289,6 +303,92 @@ BEST_SPEEDUP = _g(
     Scope.WINDOW,
     "expected speed-up at the best k'",
 )
+_LOAD = "the engine's own counters over the window (docs/load-signals.md)"
+_B = (*_W, "baseline")
+_BC = (*_B, "concurrency")
+CONCURRENCY = _g(
+    "specmon_concurrency",
+    "Mean requests the engine ran per decoding step in the window, from "
+    f"{_LOAD}: vLLM (ITL count + TTFT count) / iterations, llama.cpp busy slots per decode; "
+    "else the mean of requests running over the window's scrapes.",
+    _W,
+    Scope.WINDOW,
+)
+STEP_SECONDS = _g(
+    "specmon_step_seconds",
+    f"Mean decoding step as a request sees it in the window, from {_LOAD}: vLLM ITL sum / "
+    "count, llama.cpp predicted seconds / (tokens - accepted).",
+    _W,
+    Scope.WINDOW,
+)
+TPOT = _g(
+    "specmon_time_per_output_token_seconds",
+    f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode tokens.",
+    _W,
+    Scope.WINDOW,
+)
+MEAN_DRAFT_LENGTH = _g(
+    "specmon_mean_draft_length",
+    "Drafted tokens per draft in the window (num_draft_tokens / num_drafts increases); below "
+    "specmon_chain_length when the engine varies its draft length.",
+    _W,
+    Scope.WINDOW,
+)
+REALIZED_SPEEDUP = _g(
+    "specmon_realized_speedup_ratio",
+    "Realized speed-up at the window's concurrency: the baseline's time per output token / "
+    "this target's, in the same concurrency bucket (baseline: the twin target, or profile).",
+    _B,
+    Scope.WINDOW,
+)
+MEASURED_BREAKEVEN = _g(
+    "specmon_measured_breakeven_alpha_ratio",
+    "Break-even alpha at the draft cost measured against the baseline at the window's "
+    'concurrency (specmon_draft_cost_ratio{source="measured"}).',
+    _B,
+    Scope.WINDOW,
+)
+MEASURED_MARGIN = _g(
+    "specmon_measured_alpha_margin_ratio",
+    "Effective alpha minus the break-even alpha at the measured draft cost, at the window's "
+    "concurrency; negative means speculation costs time at this load.",
+    _B,
+    Scope.WINDOW,
+)
+CROSSOVER = _g(
+    "specmon_crossover_concurrency",
+    "Lowest concurrency at which speculation stops paying at the window's acceptance, "
+    "interpolated between the concurrency buckets measured against the baseline; absent "
+    "when it pays over the whole measured range (never extrapolated).",
+    _B,
+    Scope.WINDOW,
+)
+BUCKET_SPEEDUP = _g(
+    "specmon_bucket_realized_speedup_ratio",
+    "Realized speed-up in one concurrency bucket of the window (label concurrency: the "
+    "bucket, 1 = below 1.5, 2 = [1.5, 3), 4 = [3, 6), ...) against the baseline.",
+    _BC,
+    Scope.WINDOW,
+)
+BUCKET_DRAFT_COST = _g(
+    "specmon_bucket_draft_cost_ratio",
+    "Draft cost c measured against the baseline in one concurrency bucket of the window.",
+    _BC,
+    Scope.WINDOW,
+)
+BUCKET_BEST_CHAIN = _g(
+    "specmon_bucket_best_chain_length",
+    "Best chain length (0 = speculation off) in one concurrency bucket of the window, at the "
+    "draft cost measured there and the window's per-position survival.",
+    _BC,
+    Scope.WINDOW,
+)
+BUCKET_BEST_SPEEDUP = _g(
+    "specmon_bucket_best_speedup_ratio",
+    "Expected speed-up at the best chain length in one concurrency bucket of the window.",
+    _BC,
+    Scope.WINDOW,
+)
 SCRAPES = _c(
     "specmon_scrapes",
     "Scrapes of each target by specmon, by result ("
@@ -394,6 +494,18 @@ FAMILIES: tuple[MetricDef, ...] = (
     EXPECTED_SPEEDUP,
     BEST_CHAIN_LENGTH,
     BEST_SPEEDUP,
+    CONCURRENCY,
+    STEP_SECONDS,
+    TPOT,
+    MEAN_DRAFT_LENGTH,
+    REALIZED_SPEEDUP,
+    MEASURED_BREAKEVEN,
+    MEASURED_MARGIN,
+    CROSSOVER,
+    BUCKET_SPEEDUP,
+    BUCKET_DRAFT_COST,
+    BUCKET_BEST_CHAIN,
+    BUCKET_BEST_SPEEDUP,
     SCRAPES,
     REJECTED,
     BUILD_INFO,
@@ -437,7 +549,7 @@ def render_markdown() -> str:
         ]
         for d in FAMILIES:
             if d.scope is scope:
-                labels = ", ".join(d.labels)
+                labels = ", ".join((*d.labels, *(f"[{o}]" for o in d.optional)))
                 meaning = d.meaning.replace("|", "\\|")
                 out.append(f"| `{d.sample_name}` | {d.kind.value} | {labels} | {meaning} |")
         out.append("")

@@ -6,15 +6,19 @@ no scripts and no external resources; it refreshes itself every few seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
+from urllib.parse import urlencode
 
 from specmon import __version__
+from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.formatting import number
 
-__all__ = ["render_status", "views_json"]
+__all__ = ["StatusCache", "render_status", "target_rows", "views_json"]
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;
@@ -72,65 +76,196 @@ def _pick_window(model: ModelView, preferred: str) -> WindowView | None:
     return with_data[0] if with_data else window
 
 
-def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bool) -> str:
-    rows: list[str] = []
-    for view in views:
-        name = escape(view.name)
-        url = escape(view.url)
-        if not view.scraped:
-            state = '<span class="muted">pending</span>'
-        elif not view.up:
-            state = '<span class="down">DOWN</span>'
-        elif not view.speculation:
-            state = '<span class="off">NO SPEC DATA</span>'
-        else:
-            state = '<span class="up">UP</span>'
-        engine = escape(view.engine.value) if view.engine else "&ndash;"
-        detail = ""
-        if view.error:
-            detail = f'<div class="err">{escape(view.error)}</div>'
-        elif view.up and not view.speculation and view.message:
-            detail = f'<div class="note">{escape(view.message)}</div>'
-        if not view.models or not view.up:
-            rows.append(
-                f"<tr><td><b>{name}</b><br><span class='muted'>{url}</span></td><td>{state}"
-                f"{detail}</td><td>{engine}</td>" + '<td colspan="9"></td></tr>'
+def target_rows(view: TargetView, *, primary_window: str) -> str:
+    """The status page's rows of one target (one per model), escaped."""
+    name = escape(view.name)
+    url = escape(view.url)
+    if not view.scraped:
+        state = '<span class="muted">pending</span>'
+    elif not view.up:
+        state = '<span class="down">DOWN</span>'
+    elif not view.speculation:
+        state = '<span class="off">NO SPEC DATA</span>'
+    else:
+        state = '<span class="up">UP</span>'
+    engine = escape(view.engine.value) if view.engine else "&ndash;"
+    detail = ""
+    if view.error:
+        detail = f'<div class="err">{escape(view.error)}</div>'
+    elif view.up and not view.speculation and view.message:
+        detail = f'<div class="note">{escape(view.message)}</div>'
+    if view.up and view.rejected:
+        shown = "; ".join(str(r) for r in view.rejected[:3])
+        detail += f'<div class="err">refused: {escape(shown)}</div>'
+    if not view.models or not view.up:
+        return (
+            f"<tr><td><b>{name}</b><br><span class='muted'>{url}</span></td><td>{state}"
+            f"{detail}</td><td>{engine}</td>" + '<td colspan="10"></td></tr>'
+        )
+    rows = []
+    for model in view.models:
+        window = _pick_window(model, primary_window)
+        report = window.report if window else None
+        best = report.best_chain_length if report else None
+        best_text = (
+            "&ndash;"
+            if best is None
+            else (
+                "0 (off)"
+                if best == 0
+                else f"{best} ({_fmt(report.best_speedup if report else None, 2, '&times;')})"
             )
-            continue
-        for model in view.models:
-            window = _pick_window(model, primary_window)
-            report = window.report if window else None
-            best = report.best_chain_length if report else None
-            best_text = (
-                "&ndash;"
-                if best is None
-                else (
-                    "0 (off)"
-                    if best == 0
-                    else f"{best} ({_fmt(report.best_speedup if report else None, 2, '&times;')})"
-                )
-            )
-            notes = "".join(f'<div class="note">{escape(n)}</div>' for n in view.notes)
+        )
+        load = window.load if window else None
+        notes = "".join(
+            f'<div class="note">{escape(n)}</div>'
+            for n in (*view.notes, *(load.notes if load else ()))
+        )
+        if not model.speculating:
             rows.append(
                 "<tr>"
                 f"<td><b>{name}</b><br><span class='muted'>{url}</span></td>"
-                f"<td>{state}{detail}</td>"
-                f"<td>{engine}</td>"
-                f"<td>{escape(model.model)}{notes}</td>"
-                f"<td class='num'>{escape(window.window) if window else '&ndash;'}"
-                f"<br><span class='muted'>{_drafts(window)}</span></td>"
-                f"<td class='num'>{_fmt(report.alpha if report else None)}</td>"
-                f"<td class='num'>{_fmt(model.basis.breakeven_alpha)}</td>"
-                f"<td class='num'>{_margin(report.alpha_margin if report else None)}</td>"
-                f"<td class='num'>{_fmt(report.expected_speedup if report else None, 2, '&times;')}</td>"
-                f"<td class='num'>{model.basis.chain_length if model.basis.chain_length is not None else '&ndash;'}"
-                f" / {best_text}</td>"
-                f"<td class='num'>{model.basis.draft_cost:g}{_engine_cost(model)}</td>"
-                f"<td>{_bars(window)}</td>"
-                "</tr>"
+                f"<td>{state}<div class='note'>no speculation: load and speed only</div></td>"
+                f"<td>{engine}</td><td>{escape(model.model)}{notes}</td>"
+                f"<td class='num'>{escape(window.window) if window else '&ndash;'}</td>"
+                f"<td colspan='6'></td><td>{_load_cell(load)}</td><td></td></tr>"
             )
-    body = "\n".join(rows) or '<tr><td colspan="12" class="muted">no targets configured</td></tr>'
+            continue
+        rows.append(
+            "<tr>"
+            f"<td><b>{name}</b><br><span class='muted'>{url}</span></td>"
+            f"<td>{state}{detail}</td>"
+            f"<td>{engine}</td>"
+            f"<td>{escape(model.model)}{notes}</td>"
+            f"<td class='num'>{escape(window.window) if window else '&ndash;'}"
+            f"<br><span class='muted'>{_drafts(window)}</span></td>"
+            f"<td class='num'>{_fmt(report.alpha if report else None)}</td>"
+            f"<td class='num'>{_fmt(model.basis.breakeven_alpha)}</td>"
+            f"<td class='num'>{_margin(report.alpha_margin if report else None)}</td>"
+            f"<td class='num'>{_fmt(report.expected_speedup if report else None, 2, '&times;')}</td>"
+            f"<td class='num'>{model.basis.chain_length if model.basis.chain_length is not None else '&ndash;'}"
+            f" / {best_text}</td>"
+            f"<td class='num'>{model.basis.draft_cost:g}{_engine_cost(model)}</td>"
+            f"<td>{_load_cell(load)}</td>"
+            f"<td>{_bars(window)}</td>"
+            "</tr>"
+        )
+    return "\n".join(rows)
+
+
+def _load_cell(load: LoadFigures | None) -> str:
+    """Load now, and against the baseline: realized speed-up, measured c, crossover."""
+    if load is None:
+        return '<span class="muted">no load series</span>'
+    parts = [
+        f"n &asymp; {_fmt(load.concurrency, 1)}",
+        f"<span class='muted'>{_fmt(_ms(load.time_per_output_token_seconds), 1)} ms/token</span>",
+    ]
+    if load.baseline is not None:
+        against = escape(load.baseline)
+        if load.realized_speedup is not None:
+            realized = load.realized_speedup
+            cls = "pos" if realized >= 1.0 else "neg"
+            parts.append(
+                f"<span class='{cls}'>{realized:.2f}&times;</span> vs {against}"
+                f"<br><span class='muted'>c {_fmt(load.measured_draft_cost, 3)}</span>"
+            )
+        else:
+            parts.append(
+                f"<span class='muted'>vs {against}: {escape(load.reason or 'no figures yet')}"
+                "</span>"
+            )
+        if load.crossover is not None:
+            parts.append(f"stops paying at n &asymp; {load.crossover.concurrency:.1f}")
+    return "<br>".join(parts)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _is_problem(view: TargetView) -> bool:
+    """Down, refused readings, a negative margin or slower than its baseline."""
+    if view.scraped and not view.up:
+        return True
+    if view.rejected:
+        return True
+    for model in view.models:
+        for window in model.windows:
+            if window.report is not None and (window.report.alpha_margin or 0.0) < 0:
+                return True
+            if window.load is not None and (window.load.realized_speedup or 1.0) < 1.0:
+                return True
+    return False
+
+
+class StatusCache:
+    """Each target's status rows and JSON document, made again only when its view changes
+    (the views are immutable and swapped whole: identity says "changed")."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[TargetView, str, str]] = {}
+        self._json: dict[str, tuple[TargetView, str]] = {}
+
+    def rows(self, view: TargetView, primary_window: str) -> str:
+        cached = self._rows.get(view.name)
+        if cached is None or cached[0] is not view or cached[1] != primary_window:
+            cached = (view, primary_window, target_rows(view, primary_window=primary_window))
+            self._rows[view.name] = cached
+        return cached[2]
+
+    def json(self, view: TargetView) -> str:
+        cached = self._json.get(view.name)
+        if cached is None or cached[0] is not view:
+            cached = (view, json.dumps(views_json([view])[0]))
+            self._json[view.name] = cached
+        return cached[1]
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the targets no longer configured."""
+        names = set(keep)
+        for cache in (self._rows, self._json):
+            for name in set(cache) - names:
+                del cache[name]
+
+
+def render_status(
+    views: Sequence[TargetView],
+    *,
+    primary_window: str,
+    ready: bool,
+    page: int = 1,
+    per_page: int = 200,
+    query: str = "",
+    problems_only: bool = False,
+    cache: StatusCache | None = None,
+) -> str:
+    """The status page: a summary of every target, then one page of rows (filtered by name
+    and by problems), with links to the other pages."""
+    store = cache if cache is not None else StatusCache()
+    up = sum(1 for v in views if v.up)
+    down = sum(1 for v in views if v.scraped and not v.up)
+    spec_off = sum(1 for v in views if v.up and not v.speculation)
+    problems = [v for v in views if _is_problem(v)]
+    chosen = [
+        v for v in (problems if problems_only else views)
+        if not query or query.lower() in v.name.lower()
+    ]  # fmt: skip
+    pages = max(1, -(-len(chosen) // per_page))
+    page = min(max(page, 1), pages)
+    shown = chosen[(page - 1) * per_page : page * per_page]
+    body = "\n".join(store.rows(v, primary_window) for v in shown) or (
+        '<tr><td colspan="13" class="muted">no targets'
+        + (" match" if query or problems_only else " configured")
+        + "</td></tr>"
+    )
     readiness = "ready" if ready else "starting: waiting for the first scrape of every target"
+    summary = (
+        f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data; "
+        f"{len(problems)} with a problem (down, refused readings, negative margin, or slower "
+        "than its baseline)"
+    )
+    nav = _nav(page, pages, per_page, query, problems_only, len(chosen))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="5">
@@ -141,10 +276,13 @@ def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bo
 <h1>specmon</h1>
 <p class="sub">Speculative decoding, live. Figures over the {escape(primary_window)} window
 (or the first window with data); margin = alpha &minus; break-even; {escape(readiness)}.</p>
+<p class="sub">{escape(summary)}</p>
+{nav}
 <table>
 <thead><tr><th>target</th><th>state</th><th>engine</th><th>model</th><th>window</th>
 <th>alpha</th><th>break-even</th><th>margin</th><th>expected speed-up</th>
-<th>k / best k</th><th>draft cost</th><th>survival by position</th></tr></thead>
+<th>k / best k</th><th>draft cost</th><th>load and baseline</th>
+<th>survival by position</th></tr></thead>
 <tbody>
 {body}
 </tbody></table>
@@ -153,6 +291,29 @@ def render_status(views: Iterable[TargetView], *, primary_window: str, ready: bo
 <a href="/readyz">/readyz</a></footer>
 </body></html>
 """
+
+
+def _nav(page: int, pages: int, per_page: int, query: str, problems: bool, count: int) -> str:
+    """Filter form and page links (a page of 1,000 targets is too long to read anyway)."""
+    base = {"per_page": str(per_page), "q": query} | ({"problems": "1"} if problems else {})
+
+    def link(label: str, target: int) -> str:
+        href = "?" + urlencode({**base, "page": str(target)})
+        return f'<a href="{escape(href)}">{label}</a>'
+
+    links = []
+    if page > 1:
+        links.append(link("&larr; previous", page - 1))
+    if page < pages:
+        links.append(link("next &rarr;", page + 1))
+    checked = " checked" if problems else ""
+    return (
+        '<form class="sub" method="get">'
+        f'<input name="q" value="{escape(query)}" placeholder="target name">'
+        f'<label><input type="checkbox" name="problems" value="1"{checked}> problems only</label>'
+        '<button type="submit">filter</button> '
+        f"page {page} of {pages} ({count} targets) {' '.join(links)}</form>"
+    )
 
 
 def _drafts(window: WindowView | None) -> str:
@@ -176,7 +337,15 @@ def _report_json(window: WindowView) -> dict[str, Any]:
         "readings": window.readings,
         "generated_tokens": window.generated_tokens,
         "report": window.report.as_dict() if window.report else None,
+        "load": _load_json(window.load),
     }
+
+
+def _load_json(load: LoadFigures | None) -> dict[str, Any] | None:
+    """The window's load figures (the shape ``specmon recommend --from`` reads)."""
+    if load is None:
+        return None
+    return dataclasses.asdict(load)
 
 
 def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
@@ -210,6 +379,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "models": [
                     {
                         "model": m.model,
+                        "speculating": m.speculating,
                         "chain_length": m.basis.chain_length,
                         "chain_length_source": m.basis.chain_length_source,
                         "draft_cost": m.basis.draft_cost,

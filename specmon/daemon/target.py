@@ -8,11 +8,13 @@ a new immutable :class:`TargetView` that the exporter and the status page read w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.load_view import LoadFigures, load_figures
 from specmon.engines import (
     Engine,
     GaugeScope,
@@ -20,8 +22,10 @@ from specmon.engines import (
     PageReading,
     Rejection,
     RejectReason,
+    SpecCounters,
     SpecGauges,
 )
+from specmon.load import LoadHistory, LoadWindow, load_counters
 from specmon.parsing import format_duration
 from specmon.report import (
     AcceptanceReport,
@@ -36,7 +40,18 @@ from specmon.report import (
 from specmon.sources import ScrapeResult
 from specmon.windows import CounterHistory, GaugeHistory
 
-__all__ = ["Event", "ModelView", "TargetState", "TargetView", "WindowView", "display_url"]
+__all__ = [
+    "BaselineWindow",
+    "Event",
+    "ModelView",
+    "TargetState",
+    "TargetView",
+    "WindowView",
+    "display_url",
+]
+
+#: (target, model, seconds) -> that target's load window: how a state reads its twin's.
+BaselineWindow = Callable[[str, str, float], "LoadWindow | None"]
 
 
 def display_url(url: str) -> str:
@@ -57,6 +72,8 @@ class WindowView:
     readings: int = 0
     #: Tokens generated in the window, when the engine publishes a generated-token counter.
     generated_tokens: int | None = None
+    #: Load, speed and (with a baseline) the load-aware verdict; None without load series.
+    load: LoadFigures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +87,9 @@ class ModelView:
     resets: int
     windows: tuple[WindowView, ...]
     requests_running: float | None = None
+    #: False for a model the page names without speculative data (a baseline server): its
+    #: windows carry load figures only.
+    speculating: bool = True
     #: Draft cost c the engine measured (TensorRT-LLM's draft overhead o over the primary
     #: window's scrapes, converted with c = o / (k (1 - o))); None when it measures none.
     engine_draft_cost: float | None = None
@@ -111,7 +131,21 @@ class Event:
 
 
 class TargetState:
-    def __init__(self, config: TargetConfig, *, windows: tuple[float, ...], retention: float):
+    def __init__(
+        self,
+        config: TargetConfig,
+        *,
+        windows: tuple[float, ...],
+        retention: float,
+        on_view: Callable[[TargetView], None] | None = None,
+        baseline_window: BaselineWindow | None = None,
+    ):
+        #: Told of every new view (the exposition renders the target's series from it).
+        self.on_view = on_view
+        #: Looks up another target's load window (the ``baseline:`` twin).
+        self.baseline_window = baseline_window
+        #: Per model (speculating or not), the load readings.
+        self._loads: dict[str, LoadHistory] = {}
         self.config = config
         self._windows = windows
         self._retention = retention
@@ -123,9 +157,20 @@ class TargetState:
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
-        self.view = TargetView(
+        self._view = TargetView(
             name=config.name, url=display_url(config.url), labels=dict(config.labels)
         )
+
+    @property
+    def view(self) -> TargetView:
+        """The latest immutable view: swapped whole, never mutated."""
+        return self._view
+
+    @view.setter
+    def view(self, view: TargetView) -> None:
+        self._view = view
+        if self.on_view is not None:
+            self.on_view(view)
 
     @property
     def primary_window(self) -> str:
@@ -202,6 +247,7 @@ class TargetState:
             self._histories.clear()
             self._gauges.clear()
             self._overheads.clear()
+            self._loads.clear()
             self._margin_sign.clear()
             self._engine = reading.engine
         speculation = reading.speculation
@@ -226,11 +272,19 @@ class TargetState:
             if refusal is not None:
                 rejected.append(refusal)
                 continue
+            self._record_load(model, mono)
             view = self._model_view(model)
             models.append(view)
             kept.append(model)
             events.extend(self._margin_events(view))
+        for plain in reading.plain_models:
+            present.add(plain.model)
+            if self._record_load(plain, mono):
+                models.append(self._plain_view(plain))
+                kept.append(plain)
         self._last_models = tuple(kept)
+        for gone in set(self._loads) - present:
+            del self._loads[gone]
         for gone in set(self._histories) - present:
             del self._histories[gone]
         for gone in set(self._gauges) - present:
@@ -279,6 +333,69 @@ class TargetState:
         if previous and not keys:
             events.append(Event("info", "readings_accepted_again", {}))
         return events
+
+    def _record_load(self, model: ModelReading, mono: float) -> bool:
+        """Add one model's load series to its load history; False when it has none."""
+        counters = load_counters(model.context, model.counters)
+        if counters is None:
+            return False
+        history = self._loads.get(model.model)
+        if history is None:
+            history = self._loads[model.model] = LoadHistory(retention=self._retention)
+        history.add(mono, counters)
+        return True
+
+    def load_window(self, model: str, seconds: float) -> LoadWindow | None:
+        """This target's load over the last ``seconds`` for ``model`` (or its only model:
+        llama.cpp names none), for a target that uses this one as its baseline."""
+        history = self._loads.get(model)
+        if history is None and len(self._loads) == 1:
+            history = next(iter(self._loads.values()))
+        return history.window(seconds) if history is not None else None
+
+    def _load(
+        self, model: str, seconds: float, acceptance: SpecCounters | None, k: int | None
+    ) -> LoadFigures | None:
+        history = self._loads.get(model)
+        if history is None:
+            return None
+        cfg = self.config
+        twin = None
+        if acceptance is not None and cfg.baseline is not None and self.baseline_window:
+            twin = self.baseline_window(cfg.baseline, model, seconds)
+        return load_figures(
+            history.window(seconds),
+            acceptance=acceptance,
+            chain_length=k,
+            baseline=cfg.baseline,
+            twin=twin,
+            profile=cfg.cost_profile,
+        )
+
+    def _plain_view(self, model: ModelReading) -> ModelView:
+        """A model without speculation (a baseline server): its load and speed per window."""
+        windows = tuple(
+            WindowView(
+                format_duration(seconds),
+                seconds,
+                None,
+                None,
+                None,
+                load=self._load(model.model, seconds, None, None),
+            )
+            for seconds in self._windows
+        )
+        return ModelView(
+            model=model.model,
+            basis=basis(draft_cost=self.config.draft_cost),
+            totals_drafts=None,
+            totals_draft_tokens=None,
+            totals_accepted=None,
+            resets=0,
+            windows=windows,
+            requests_running=model.context.requests_running,
+            speculating=False,
+        )
 
     def _record(self, model: ModelReading, mono: float) -> tuple[list[Event], Rejection | None]:
         """Add one model's reading to its history; a refused reading comes back as a
@@ -367,6 +484,12 @@ class TargetState:
                     report,
                     delta.readings,
                     delta.generated_tokens,
+                    load=self._load(
+                        model.model,
+                        seconds,
+                        counters if has_data(counters) else None,
+                        model_basis.chain_length,
+                    ),
                 )
             )
         totals = history.totals()

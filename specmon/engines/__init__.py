@@ -203,6 +203,10 @@ def _read_with(
         except AdapterError as exc:
             read = [Rejection("*", exc.reason, str(exc)[:200])]
         models, rejected = _validated(read, page, limits)
+    # Adapters may also return models without speculative data (a baseline server): their
+    # load series go to ``plain_models``, so ``models`` keeps meaning "speculating".
+    plain = [m for m in models if m.counters is None and m.gauges is None]
+    models = [m for m in models if m.counters is not None or m.gauges is not None]
     if model is not None:
         if len(models) == 1:
             models = [_renamed(models[0], model)]
@@ -210,9 +214,12 @@ def _read_with(
             notes.append(
                 f"model override {model[:60]!r} ignored: the page has {len(models)} models"
             )
+        if len(plain) == 1 and not models:
+            plain = [_renamed(plain[0], model)]
     return PageReading(
         engine=engine,
         models=tuple(models),
+        plain_models=tuple(plain),
         notes=tuple(notes),
         malformed=page.malformed,
         problems=tuple(page.problems),
@@ -261,7 +268,7 @@ def _validated(
 
 
 def _is_exposition(text: str, page: Page) -> bool:
-    if page.valid_lines > 0 or page.types or page.saw_eof:
+    if page.valid_lines > 0 or page.declared or page.saw_eof:
         return True
     return not text.strip()
 

@@ -14,6 +14,7 @@ __all__ = [
     "HARD_POSITION_CAP",
     "MAX_COUNT",
     "AdapterError",
+    "context_count",
     "count",
     "first_present",
     "mean_by_model",
@@ -117,6 +118,22 @@ def mean_by_model(page: Page, name: str) -> dict[str, float]:
     for sample in page.get(name):
         groups[sample.label("model_name")].append(sample.value)
     return {model: sum(v) / len(v) for model, v in groups.items() if v}
+
+
+def context_count(
+    values: dict[str, float], model: str, name: str, dropped: list[Rejection]
+) -> int | None:
+    """A load counter of ``model`` as an integer; None when absent. One that cannot be used
+    (non-finite, negative, beyond 2^53) is dropped alone, with a Rejection in ``dropped``: a
+    broken neighbour series must not hide the acceptance counters."""
+    value = values.get(model)
+    if value is None:
+        return None
+    try:
+        return count(value, name)
+    except AdapterError as exc:
+        dropped.append(Rejection(model or "default", exc.reason, str(exc)[:200], whole_model=False))
+        return None
 
 
 def per_model(

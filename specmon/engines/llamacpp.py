@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from specmon.engines._common import (
+    context_count,
     count,
     first_present,
     per_model,
@@ -36,7 +37,13 @@ _DRAFT_TOKENS = _both("spec_decode_num_draft_tokens")
 _ACCEPTED = _both("spec_decode_num_accepted_tokens")
 _PER_POS = _both("spec_decode_num_accepted_tokens_per_pos")
 _PREDICTED = _both("tokens_predicted")
+_PREDICTED_SECONDS = _both("tokens_predicted_seconds")
+_DECODES = _both("n_decode")
 _PROCESSING = (_P + "requests_processing",)
+_DEFERRED = (_P + "requests_deferred",)
+_BUSY = (_P + "n_busy_slots_per_decode",)
+#: llama-server prints every number through a stringstream with the default precision.
+SIGNIFICANT_DIGITS = 6
 
 
 def _is_rounded(sample: Sample) -> bool:
@@ -50,15 +57,30 @@ def _is_rounded(sample: Sample) -> bool:
 class LlamacppAdapter:
     engine = Engine.LLAMACPP
     wanted: tuple[str, ...] = (
-        _DRAFTS + _DRAFT_TOKENS + _ACCEPTED + _PER_POS + _PREDICTED + _PROCESSING
+        _DRAFTS
+        + _DRAFT_TOKENS
+        + _ACCEPTED
+        + _PER_POS
+        + _PREDICTED
+        + _PROCESSING
+        + _PREDICTED_SECONDS
+        + _DECODES
+        + _DEFERRED
+        + _BUSY
     )
     markers: tuple[str, ...] = (_P + "spec_decode_num_drafts",)
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         drafts_name = first_present(page, _DRAFTS)
         if drafts_name is None:
-            return [], []
+            # Builds without the speculative counters: the load series alone.
+            dropped: list[Rejection] = []
+            context = _context(page, dropped)
+            if context == Context(significant_digits=SIGNIFICANT_DIGITS):
+                return [], []
+            return [ModelReading(model="default", context=context), *dropped], []
         notes: list[str] = []
+        dropped = []
 
         def build(_model: str) -> ModelReading:
             rounded: list[str] = []
@@ -96,16 +118,7 @@ class LlamacppAdapter:
                     "llama.cpp prints " + " and ".join(rounded) + " with 6 significant digits; "
                     "above a million these counters are rounded"
                 )
-            processing = page.get(_PROCESSING[0])
-            predicted_name = first_present(page, _PREDICTED)
-            context = Context(
-                requests_running=sum(s.value for s in processing) if processing else None,
-                generation_tokens=(
-                    count(sum(s.value for s in page.get(predicted_name)), "tokens_predicted")
-                    if predicted_name
-                    else None
-                ),
-            )
+            context = _context(page, dropped)
             return ModelReading(
                 model="default",
                 counters=SpecCounters(
@@ -118,4 +131,31 @@ class LlamacppAdapter:
                 context=context,
             )
 
-        return per_model(["default"], build), notes
+        return [*per_model(["default"], build), *dropped], notes
+
+
+def _value(page: Page, names: tuple[str, ...]) -> float | None:
+    """The (summed) value of the first present name, as printed (validation checks it)."""
+    name = first_present(page, names)
+    if name is None:
+        return None
+    return sum(sample.value for sample in page.get(name))
+
+
+def _context(page: Page, dropped: list[Rejection]) -> Context:
+    """The load series. A broken one is dropped alone (a Rejection in ``dropped``) rather than
+    hiding the acceptance data; gauges and seconds are checked by validation."""
+
+    def counter(names: tuple[str, ...], label: str) -> int | None:
+        value = _value(page, names)
+        return None if value is None else context_count({"": value}, "", label, dropped)
+
+    return Context(
+        requests_running=_value(page, _PROCESSING),
+        requests_waiting=_value(page, _DEFERRED),
+        generation_tokens=counter(_PREDICTED, "tokens_predicted"),
+        engine_steps=counter(_DECODES, "n_decode"),
+        busy_slots_per_decode=_value(page, _BUSY),
+        generation_seconds=_value(page, _PREDICTED_SECONDS),
+        significant_digits=SIGNIFICANT_DIGITS,
+    )

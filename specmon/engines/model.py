@@ -95,12 +95,38 @@ class SpecGauges:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """Neighbouring series that help read acceptance: load and step time."""
+    """Neighbouring series that help read acceptance: load and step time.
 
+    Raw lifetime values as the engine printed them (summed over vLLM's ``engine`` label);
+    ``specmon.load`` turns two of them into an interval's concurrency, step time and time per
+    output token. What each means, per engine, with the evidence: docs/load-signals.md.
+    """
+
+    #: vLLM ``num_requests_running``; llama.cpp ``requests_processing`` (point samples).
     requests_running: float | None = None
+    #: vLLM ``generation_tokens_total``; llama.cpp ``tokens_predicted_total``.
     generation_tokens: int | None = None
+    #: vLLM ``inter_token_latency_seconds`` sum and count: one observation per request per
+    #: engine step (several tokens under speculation); the sum is the requests' decode time.
     inter_token_latency_sum_seconds: float | None = None
     inter_token_latency_count: int | None = None
+    #: vLLM ``num_requests_waiting``; llama.cpp ``requests_deferred``.
+    requests_waiting: float | None = None
+    #: vLLM ``time_to_first_token_seconds_count``: requests whose first token (from their
+    #: prefill step) was generated.
+    first_token_count: int | None = None
+    #: Engine steps: vLLM ``iteration_tokens_total_count``; llama.cpp ``n_decode_total``.
+    engine_steps: int | None = None
+    #: llama.cpp ``n_busy_slots_per_decode``: busy slots per decode call over the server's
+    #: lifetime (a ratio, not a current value).
+    busy_slots_per_decode: float | None = None
+    #: llama.cpp ``tokens_predicted_seconds_total``: the decode time of finished requests.
+    generation_seconds: float | None = None
+    #: vLLM ``request_time_per_output_token_seconds`` sum and count (per finished request).
+    request_tpot_sum_seconds: float | None = None
+    request_tpot_count: int | None = None
+    #: Significant digits the engine prints its numbers with (llama.cpp: 6); None = exact.
+    significant_digits: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +214,16 @@ class PageReading:
     is_exposition: bool = True
     #: Readings refused by validation (each with its reason); the good ones are in models.
     rejected: tuple[Rejection, ...] = ()
+    #: Models the page names without speculative-decoding data (a baseline server): their
+    #: ``context`` only; ``counters`` and ``gauges`` are None. Not part of ``models``.
+    plain_models: tuple[ModelReading, ...] = ()
+
+    def context_of(self, model: str) -> Context | None:
+        """The load series of ``model`` (speculating or not), or None when the page lacks it."""
+        for reading in (*self.models, *self.plain_models):
+            if reading.model == model:
+                return reading.context
+        return None
 
     @property
     def speculation(self) -> bool:

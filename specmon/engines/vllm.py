@@ -7,7 +7,14 @@ API servers) have the same names without ``_created`` siblings, one series per e
 
 from __future__ import annotations
 
-from specmon.engines._common import count, per_model, positions_tuple, sum_by, sum_positions
+from specmon.engines._common import (
+    context_count,
+    count,
+    per_model,
+    positions_tuple,
+    sum_by,
+    sum_positions,
+)
 from specmon.engines.model import Context, Engine, ModelReading, Rejection, SpecCounters
 from specmon.exposition import Page
 
@@ -21,9 +28,14 @@ _COUNTERS = (
 )
 _CONTEXT = (
     "num_requests_running",
+    "num_requests_waiting",
     "generation_tokens_total",
     "inter_token_latency_seconds_sum",
     "inter_token_latency_seconds_count",
+    "time_to_first_token_seconds_count",
+    "iteration_tokens_total_count",
+    "request_time_per_output_token_seconds_sum",
+    "request_time_per_output_token_seconds_count",
 )
 PREFIXES = ("vllm:", "vllm_")
 
@@ -40,17 +52,24 @@ class VllmAdapter:
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         prefix = next((p for p in PREFIXES if page.has(p + "spec_decode_num_drafts_total")), None)
         if prefix is None:
-            return [], []
+            # No speculation: the load series alone (a baseline server), as plain models.
+            prefix = next(
+                (p for p in PREFIXES if any(page.has(p + name) for name in _CONTEXT)), None
+            )
+            if prefix is None:
+                return [], []
+            dropped: list[Rejection] = []
+            contexts = self._contexts(page, prefix, dropped)
+            plain = [ModelReading(model=m, context=c) for m, c in sorted(contexts.items())]
+            return [*plain, *dropped], []
         drafts = sum_by(page.get(prefix + "spec_decode_num_drafts_total"), "model_name")
         draft_tokens = sum_by(page.get(prefix + "spec_decode_num_draft_tokens_total"), "model_name")
         accepted = sum_by(page.get(prefix + "spec_decode_num_accepted_tokens_total"), "model_name")
         per_pos = sum_positions(
             page.get(prefix + "spec_decode_num_accepted_tokens_per_pos_total"), "model_name"
         )
-        running = sum_by(page.get(prefix + "num_requests_running"), "model_name")
-        generated = sum_by(page.get(prefix + "generation_tokens_total"), "model_name")
-        itl_sum = sum_by(page.get(prefix + "inter_token_latency_seconds_sum"), "model_name")
-        itl_count = sum_by(page.get(prefix + "inter_token_latency_seconds_count"), "model_name")
+        dropped = []
+        contexts = self._contexts(page, prefix, dropped)
 
         def build(model: str) -> ModelReading:
             counters = SpecCounters(
@@ -59,20 +78,64 @@ class VllmAdapter:
                 accepted_tokens=count(accepted.get(model, 0.0), "accepted_tokens"),
                 accepted_per_position=positions_tuple(per_pos.get(model, {}), "per_pos"),
             )
-            context = Context(
-                requests_running=running.get(model),
-                generation_tokens=(
-                    count(generated[model], "generation_tokens") if model in generated else None
-                ),
-                inter_token_latency_sum_seconds=itl_sum.get(model),
-                inter_token_latency_count=(
-                    count(itl_count[model], "itl_count") if model in itl_count else None
-                ),
+            return ModelReading(
+                model=model, counters=counters, context=contexts.get(model, Context())
             )
-            return ModelReading(model=model, counters=counters, context=context)
 
         models = per_model(sorted(drafts), build)
+        models += [
+            ModelReading(model=m, context=c) for m, c in sorted(contexts.items()) if m not in drafts
+        ]
+        models += dropped
         notes = []
         if prefix == "vllm_":
             notes.append("sample names use the vllm_ prefix (vLLM's OpenMetrics path)")
         return models, notes
+
+    @staticmethod
+    def _contexts(page: Page, prefix: str, dropped: list[Rejection]) -> dict[str, Context]:
+        """Per model, the load series (summed over the ``engine`` label). A load counter that
+        cannot be used is dropped alone (a Rejection in ``dropped``): a broken neighbour series
+        must not hide the acceptance counters."""
+        series = {name: sum_by(page.get(prefix + name), "model_name") for name in _CONTEXT}
+        models = {model for values in series.values() for model in values}
+        out: dict[str, Context] = {}
+        for model in models:
+            out[model] = Context(
+                requests_running=series["num_requests_running"].get(model),
+                requests_waiting=series["num_requests_waiting"].get(model),
+                generation_tokens=context_count(
+                    series["generation_tokens_total"], model, "generation_tokens_total", dropped
+                ),
+                inter_token_latency_sum_seconds=series["inter_token_latency_seconds_sum"].get(
+                    model
+                ),
+                inter_token_latency_count=context_count(
+                    series["inter_token_latency_seconds_count"],
+                    model,
+                    "inter_token_latency_seconds_count",
+                    dropped,
+                ),
+                first_token_count=context_count(
+                    series["time_to_first_token_seconds_count"],
+                    model,
+                    "time_to_first_token_seconds_count",
+                    dropped,
+                ),
+                engine_steps=context_count(
+                    series["iteration_tokens_total_count"],
+                    model,
+                    "iteration_tokens_total_count",
+                    dropped,
+                ),
+                request_tpot_sum_seconds=series["request_time_per_output_token_seconds_sum"].get(
+                    model
+                ),
+                request_tpot_count=context_count(
+                    series["request_time_per_output_token_seconds_count"],
+                    model,
+                    "request_time_per_output_token_seconds_count",
+                    dropped,
+                ),
+            )
+        return out

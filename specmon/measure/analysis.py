@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from specmon import arithmetic
 from specmon.engines.model import SpecCounters
+from specmon.load import LoadInterval
 from specmon.measure.breakeven import BreakEvenReading, breakeven_reading
 from specmon.measure.compare import Comparison, compare
 from specmon.measure.endpoints import Endpoint, ServerInfo
@@ -22,6 +23,7 @@ __all__ = [
     "EXIT_USAGE",
     "Acceptance",
     "Level",
+    "LevelLoad",
     "MeasureReport",
     "RequestAcceptance",
     "Row",
@@ -462,14 +464,89 @@ def _row(
     )
 
 
+def _side_load(load: LoadInterval | None) -> dict[str, object] | None:
+    if load is None:
+        return None
+    return {
+        "concurrency": load.concurrency,
+        "step_seconds": load.step_seconds,
+        "time_per_output_token_seconds": load.time_per_output_token_seconds,
+        "tokens_per_step": load.tokens_per_step,
+        "drafted_tokens_per_step": load.drafted_per_step,
+        "request_steps": load.request_steps,
+        "engine_steps": load.engine_steps,
+        "decode_seconds": load.decode_seconds,
+        "decode_tokens": load.decode_tokens,
+        "resets": load.resets,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class LevelLoad:
+    """Both servers' load counters over a level (all workloads), docs/load-signals.md."""
+
+    baseline: LoadInterval | None
+    speculative: LoadInterval | None
+
+    @property
+    def step_ratio(self) -> float | None:
+        b = self.baseline.step_seconds if self.baseline else None
+        s = self.speculative.step_seconds if self.speculative else None
+        return None if b is None or s is None or b <= 0 else s / b
+
+    @property
+    def draft_cost(self) -> float | None:
+        """c = (T_step(with draft) / T_step(baseline) - 1) / k̄ (specmon.load's definition)."""
+        ratio = self.step_ratio
+        drafted = self.speculative.drafted_per_step if self.speculative else None
+        if ratio is None or drafted is None or drafted <= 0:
+            return None
+        return (ratio - 1.0) / drafted
+
+    @property
+    def realized_speedup(self) -> float | None:
+        """TPOT(baseline) / TPOT(with draft), from the servers' counters."""
+        b = self.baseline.time_per_output_token_seconds if self.baseline else None
+        s = self.speculative.time_per_output_token_seconds if self.speculative else None
+        return None if b is None or s is None or s <= 0 else b / s
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "baseline": _side_load(self.baseline),
+            "speculative": _side_load(self.speculative),
+            "step_ratio": self.step_ratio,
+            "draft_cost_from_step_times": self.draft_cost,
+            "realized_speedup": self.realized_speedup,
+        }
+
+
+def _sum_loads(loads: Sequence[LoadInterval | None]) -> LoadInterval | None:
+    total: LoadInterval | None = None
+    for load in loads:
+        if load is None:
+            return None
+        total = load if total is None else total + load
+    return total
+
+
 @dataclass(frozen=True, slots=True)
 class Level:
     concurrency: int
     #: One row per workload, then the "all" row (when there is more than one workload).
     rows: tuple[Row, ...]
+    load: LevelLoad = LevelLoad(None, None)
+
+    @property
+    def summary(self) -> Row:
+        """The row that stands for the whole level: "all", or the only workload's."""
+        return next((r for r in self.rows if r.workload == ALL), self.rows[0])
 
     def as_dict(self) -> dict[str, object]:
-        return {"concurrency": self.concurrency, "rows": [r.as_dict() for r in self.rows]}
+        return {
+            "concurrency": self.concurrency,
+            "rows": [r.as_dict() for r in self.rows],
+            "load": self.load.as_dict(),
+        }
 
 
 def _all_row(concurrency: int, runs: Sequence[tuple[SideRun, SideRun, MetricsDelta, int]]) -> Row:
@@ -586,7 +663,11 @@ def analyse(raw: RawMeasurement) -> MeasureReport:
                     concurrency, [(r.baseline, r.speculative, r.metrics, r.prompts) for r in runs]
                 )
             )
-        levels.append(Level(concurrency, tuple(rows)))
+        load = LevelLoad(
+            baseline=_sum_loads([r.baseline_load for r in runs]),
+            speculative=_sum_loads([r.speculative_load for r in runs]),
+        )
+        levels.append(Level(concurrency, tuple(rows), load))
     return MeasureReport(
         settings=raw.settings,
         baseline=raw.baseline,

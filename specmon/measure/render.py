@@ -11,6 +11,7 @@ from specmon.measure.analysis import ALL, MeasureReport, Row, SideSummary
 from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
 from specmon.measure.compare import DIVERGENCE_CAVEAT, Comparison, escape
 from specmon.measure.endpoints import ServerInfo
+from specmon.measure.profile import crossover_line
 
 __all__ = ["progress_line", "render_text"]
 
@@ -85,6 +86,48 @@ def _server(label: str, url: str, info: ServerInfo) -> str:
 
 def _wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, _WRAP, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.2f}"
+
+
+def _load_section(report: MeasureReport) -> list[str]:
+    """Per level, both servers' concurrency, step time and TPOT from their own counters, the
+    realized speed-up and the draft costs; then the crossover line."""
+    lines = ["", "Load (each server's own counters, all workloads; docs/load-signals.md)"]
+    rows = []
+    for level in report.levels:
+        b, sp = level.load.baseline, level.load.speculative
+        implied = level.summary.breakeven.implied_draft_cost if level.summary.breakeven else None
+        rows.append(
+            [
+                str(level.concurrency),
+                _num(b.concurrency if b else None, 2),
+                _num(sp.concurrency if sp else None, 2),
+                _ms(b.step_seconds if b else None),
+                _ms(sp.step_seconds if sp else None),
+                _ms(b.time_per_output_token_seconds if b else None),
+                _ms(sp.time_per_output_token_seconds if sp else None),
+                _num(level.load.realized_speedup, 2, "x"),
+                _num(level.load.draft_cost, 3),
+                _num(implied, 3),
+            ]
+        )
+    lines += _table(
+        ["concurrency", "engine conc. base", "spec", "step ms base", "spec", "TPOT ms base",
+         "spec", "realized", "c (steps)", "c (implied)"],
+        rows,
+    )  # fmt: skip
+    if any(lv.load.baseline is None or lv.load.speculative is None for lv in report.levels):
+        lines += _wrap(
+            "- '-': that server's page lacks the load series (or could not be read); the "
+            "profile then falls back to the implied c"
+        )
+    line = crossover_line(report)
+    if line is not None:
+        lines += ["", f"Crossover: {line}"]
+    return lines
 
 
 def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str:
@@ -185,6 +228,7 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
                     notes[f"{r.workload}: {note}"] = None
         for note in notes:
             lines += _wrap(f"- {note}")
+    lines += _load_section(report)
     lines += ["", "Completions"]
     total = report.comparison
     if total.compared == 0:

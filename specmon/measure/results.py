@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specmon.engines.model import SpecCounters, SpecGauges
+from specmon.load import LoadInterval
 from specmon.measure.endpoints import ChatAnswer, Endpoint, ServerInfo
 
 __all__ = [
@@ -70,6 +71,10 @@ class WorkloadRun:
     baseline: SideRun
     speculative: SideRun
     metrics: MetricsDelta
+    #: Each server's load counters over its run (docs/load-signals.md); None when its page
+    #: lacks the series or could not be read.
+    baseline_load: LoadInterval | None = None
+    speculative_load: LoadInterval | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from specmon.engines.model import SpecCounters
+from specmon.load import LoadCounters, LoadInterval, interval, load_counters
 from specmon.measure.client import Client, MetricsRead, RequestError, open_session
 from specmon.measure.endpoints import (
     Endpoint,
@@ -36,7 +37,7 @@ from specmon.measure.results import (
 )
 from specmon.windows import increase
 
-__all__ = ["Plan", "ProgressFn", "Unreachable", "measure", "request_payload"]
+__all__ = ["Plan", "ProgressFn", "Unreachable", "load_of", "measure", "request_payload"]
 
 #: progress(done, total, what)
 ProgressFn = Callable[[int, int, str], None]
@@ -176,21 +177,63 @@ def _delta(before: MetricsRead, after: MetricsRead) -> MetricsDelta:
     return MetricsDelta(counters=counters, engine=engine, resets=window.resets, notes=notes)
 
 
+def load_of(read: MetricsRead, model: str) -> LoadCounters | None:
+    """The load counters of ``model`` on a page read (speculating or not), or None."""
+    page = read.page
+    if read.error or page is None:
+        return None
+    context = page.context_of(model)
+    if context is None:
+        everything = (*page.models, *page.plain_models)
+        if len(everything) != 1:
+            return None
+        context = everything[0].context
+    counters = read.model.counters if read.model is not None else None
+    return load_counters(context, counters)
+
+
+def _load_delta(before: MetricsRead, after: MetricsRead, model: str) -> LoadInterval | None:
+    first, last = load_of(before, model), load_of(after, model)
+    if first is None or last is None:
+        return None
+    return interval(first, last, seconds=after.time - before.time)
+
+
+def _generated(read: MetricsRead, model: str) -> int | None:
+    if read.page is None or read.error:
+        return None
+    context = read.page.context_of(model)
+    return None if context is None else context.generation_tokens
+
+
 async def _settled_after(
-    client: Client, plan: Plan, before: MetricsRead, run: SideRun
+    client: Client, url: str, model: str, before: MetricsRead, run: SideRun
 ) -> MetricsRead:
-    """Read the page after a run; when per-response timings show more draft tokens than the
-    counters do yet, read again for a moment (counters that land after the answer)."""
-    url, model = plan.speculative.metrics_url, plan.settings.model
+    """Read the page after a run; while the counters show fewer generated tokens (or, with
+    per-response timings, fewer draft tokens) than the answers carried, read again for a
+    moment (engines that update their counters a moment after the answer)."""
     after = await client.metrics(url, model=model)
     answers = [o.answer for o in run.outcomes if o.answer is not None]
-    if not answers or any(a.draft_tokens is None for a in answers):
+    if not answers:
         return after
-    expected = sum(a.draft_tokens or 0 for a in answers)
+    drafted = (
+        None
+        if any(a.draft_tokens is None for a in answers)
+        else sum(a.draft_tokens or 0 for a in answers)
+    )
+    counted = [a.completion_tokens for a in answers]
+    tokens = None if any(c is None for c in counted) else sum(c or 0 for c in counted)
+    start = _generated(before, model)
     deadline = time.monotonic() + SETTLE_SECONDS
     while time.monotonic() < deadline:
-        delta = _delta(before, after)
-        if delta.counters is None or delta.counters.draft_tokens >= expected:
+        waiting = False
+        if drafted is not None:
+            delta = _delta(before, after)
+            waiting = delta.counters is not None and delta.counters.draft_tokens < drafted
+        now = _generated(after, model)
+        if tokens is not None and start is not None and now is not None and now >= start:
+            waiting = waiting or now - start < tokens
+        if not waiting:
             break
         await asyncio.sleep(SETTLE_STEP)
         after = await client.metrics(url, model=model)
@@ -292,18 +335,22 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
                 except RequestError as exc:
                     warnings.append(f"warm-up request to {endpoint.base_url} failed: {exc}")
         runs: list[WorkloadRun] = []
+        model = settings.model
+        base_url, spec_url = plan.baseline.metrics_url, plan.speculative.metrics_url
         for concurrency in settings.concurrency:
             for workload in plan.workloads:
                 what = f"c={concurrency} {workload.name}"
+                base_before = await client.metrics(base_url, model=model)
                 baseline = await _run_side(
                     client, plan.baseline, workload, plan, concurrency, ticker, what + " baseline"
                 )
-                before = await client.metrics(plan.speculative.metrics_url, model=settings.model)
+                base_after = await _settled_after(client, base_url, model, base_before, baseline)
+                before = await client.metrics(spec_url, model=model)
                 speculative = await _run_side(
                     client, plan.speculative, workload, plan, concurrency, ticker,
                     what + " with draft",
                 )  # fmt: skip
-                after = await _settled_after(client, plan, before, speculative)
+                after = await _settled_after(client, spec_url, model, before, speculative)
                 runs.append(
                     WorkloadRun(
                         workload=workload.name,
@@ -312,6 +359,8 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
                         baseline=baseline,
                         speculative=speculative,
                         metrics=_delta(before, after),
+                        baseline_load=_load_delta(base_before, base_after, model),
+                        speculative_load=_load_delta(before, after, model),
                     )
                 )
         base_last = await client.metrics(plan.baseline.metrics_url, model=settings.model)

@@ -8,13 +8,15 @@ way the real server updates them, so its per-position series appear after the fi
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from specmon.sim.load_model import LoadModel
 from specmon.sim.sampling import draw_positions, poisson
 
-__all__ = ["Counters", "Mode", "SimEngine", "SimSettings"]
+__all__ = ["Counters", "Histogram", "Mode", "SimEngine", "SimSettings"]
 
 
 class Mode(StrEnum):
@@ -36,6 +38,11 @@ class SimSettings:
     draft_tokens_per_draft: float | None = None
     #: llama.cpp: drafts per simulated request (counters move when a request ends).
     drafts_per_request: int = 40
+    #: Step time as a function of concurrency and chain length. With it, background traffic
+    #: runs ``requests_running`` sequences at the model's speed (``drafts_per_second`` is
+    #: then derived) and chat completions are answered at the simulated speed; without it,
+    #: the step time is requests_running / drafts_per_second.
+    load_model: LoadModel | None = None
 
     @property
     def chain_length(self) -> int:
@@ -62,6 +69,36 @@ class SimSettings:
             raise ValueError("drafts_per_second must be >= 0")
         if self.drafts_per_request < 1:
             raise ValueError("drafts_per_request must be >= 1")
+        if self.requests_running < 0:
+            raise ValueError("requests_running must be >= 0")
+        if self.load_model is not None:
+            self.load_model.validate()
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Observations of a Prometheus histogram, kept by value (the simulator observes few
+    distinct values: step times per concurrency), so any bucket layout can be rendered."""
+
+    count: int = 0
+    sum: float = 0.0
+    values: dict[float, int] = field(default_factory=dict)
+
+    def observe(self, value: float, times: int = 1) -> None:
+        if times <= 0:
+            return
+        key = float(f"{value:.6g}")
+        if key not in self.values and len(self.values) >= 4096:
+            key = min(self.values, key=lambda v: abs(v - key))
+        self.values[key] = self.values.get(key, 0) + times
+        self.count += times
+        self.sum += value * times
+
+    def cumulative(self, le: float) -> int:
+        """Observations <= ``le`` (a bucket's count)."""
+        if math.isinf(le):
+            return self.count
+        return sum(n for v, n in self.values.items() if v <= le)
 
 
 @dataclass(slots=True)
@@ -74,6 +111,17 @@ class Counters:
     requests_finished: int = 0
     #: llama.cpp: whether per-position series are published yet.
     positions_published: bool = False
+    #: Engine steps (vLLM iterations, llama.cpp n_decode) and busy slots summed over them.
+    engine_steps: int = 0
+    busy_slots: int = 0
+    #: Decode time of the requests (llama.cpp tokens_predicted_seconds: at request end).
+    decode_seconds: float = 0.0
+    #: vLLM histograms: one ITL observation per request per step; TTFT per request; tokens
+    #: per engine step; per finished request the mean time per output token.
+    itl: Histogram = field(default_factory=Histogram)
+    ttft: Histogram = field(default_factory=Histogram)
+    iteration: Histogram = field(default_factory=Histogram)
+    tpot: Histogram = field(default_factory=Histogram)
 
 
 class SimEngine:
@@ -97,6 +145,9 @@ class SimEngine:
         self._pending_drafts_target = self._next_request_size()
         self._last = now
         self._carry = 0.0
+        self._step_carry = 0.0
+        #: Chat requests in flight (the batcher's), counted into the concurrency.
+        self.active_requests = 0
         #: Wall-clock time of the (simulated) process start, for ``_created`` samples.
         self.started_wall = wall
         self.restarts = 0
@@ -123,8 +174,22 @@ class SimEngine:
         self._pending_drafts_target = self._next_request_size()
         self._last = now
         self._carry = 0.0
+        self._step_carry = 0.0
         self.started_wall = wall
         self.restarts += 1
+
+    @property
+    def step_chain_length(self) -> int:
+        """Tokens drafted per step: the chain length, 0 without speculation."""
+        return self.settings.chain_length if self.settings.speculation else 0
+
+    def step_seconds(self, concurrency: float) -> float:
+        """The simulated time of one engine step at ``concurrency`` sequences."""
+        s = self.settings
+        if s.load_model is not None:
+            return s.load_model.step_seconds(concurrency, self.step_chain_length)
+        rate = s.drafts_per_second * (1.0 if s.speculation else 1.0 + sum(s.survival))
+        return max(concurrency, 1.0) / rate if rate > 0 else 0.0
 
     def advance(self, now: float) -> None:
         """Let simulated time pass up to ``now`` (monotonic seconds)."""
@@ -133,15 +198,86 @@ class SimEngine:
             return
         self._last = now
         s = self.settings
+        if s.load_model is not None:
+            self._advance_modelled(elapsed)
+            return
         if s.drafts_per_second <= 0:
             return
+        n = max(s.requests_running, 1)
         if not s.speculation:
             # Traffic goes on without drafts: the same token throughput, one token per step.
             steps = poisson(self.rng, s.drafts_per_second * (1.0 + sum(s.survival)) * elapsed)
             self.counters.generation_tokens += steps
+            self._add_seconds(steps, self.step_seconds(n))
+            self._account(steps, n, self.step_seconds(n), steps)
             return
         drafts = poisson(self.rng, s.drafts_per_second * elapsed)
-        self.add_drafts(drafts)
+        # The decode time goes in first: on llama.cpp it lands with the same request as the
+        # tokens (add_drafts may end a request).
+        self._add_seconds(drafts, self.step_seconds(n))
+        _, accepted = self.add_drafts(drafts)
+        self._account(drafts, n, self.step_seconds(n), drafts + accepted)
+
+    def _advance_modelled(self, elapsed: float) -> None:
+        """Background traffic of ``requests_running`` sequences at the load model's speed."""
+        s = self.settings
+        n = s.requests_running + self.active_requests
+        if s.requests_running <= 0:
+            return
+        step = self.step_seconds(n)
+        self._step_carry += elapsed / step
+        steps = int(self._step_carry)
+        self._step_carry -= steps
+        if steps <= 0:
+            return
+        request_steps = s.requests_running * steps
+        self._add_seconds(request_steps, step)
+        if s.speculation:
+            _, accepted = self.add_drafts(request_steps)
+            tokens = request_steps + accepted
+        else:
+            tokens = request_steps
+            self.counters.generation_tokens += tokens
+        self._account(request_steps, n, step, tokens, engine_steps=steps)
+
+    def _account(
+        self,
+        request_steps: int,
+        concurrency: int,
+        step_seconds: float,
+        tokens: int,
+        *,
+        engine_steps: int | None = None,
+    ) -> None:
+        """The step series of ``request_steps`` background request-steps taken ``concurrency``
+        at a time, each lasting ``step_seconds`` (the decode time: :meth:`_add_seconds`)."""
+        if request_steps <= 0:
+            return
+        c = self.counters
+        if engine_steps is None:
+            self._step_carry += request_steps / max(concurrency, 1)
+            engine_steps = int(self._step_carry)
+            self._step_carry -= engine_steps
+        c.engine_steps += engine_steps
+        c.busy_slots += request_steps
+        c.itl.observe(step_seconds, request_steps)
+        if engine_steps:
+            c.iteration.observe(tokens / engine_steps, engine_steps)
+
+    def _add_seconds(self, request_steps: int, step_seconds: float) -> None:
+        """The requests' decode time of ``request_steps`` steps (llama.cpp: it lands with
+        the request, like its tokens)."""
+        seconds = request_steps * step_seconds
+        if self.lumpy and self.settings.speculation:
+            self._pending.decode_seconds += seconds
+        else:
+            self.counters.decode_seconds += seconds
+
+    def draw_step(self) -> tuple[int, int, list[int]]:
+        """One request's verification step for the batcher: (draft tokens, accepted,
+        per-position counts), without touching the counters."""
+        positions = draw_positions(self.rng, 1, self.settings.survival)
+        return self.settings.chain_length, sum(positions), positions
 
     def add_drafts(self, drafts: int, *, finish_request: bool = False) -> tuple[int, int]:
         """Draw ``drafts`` verification steps; returns (draft tokens, accepted tokens).
@@ -209,6 +345,7 @@ class SimEngine:
         for i, count in enumerate(pending.per_pos):
             c.per_pos[i] += count
         c.generation_tokens += pending.generation_tokens
+        c.decode_seconds += pending.decode_seconds
         c.requests_finished += 1
         if pending.drafts > 0:
             c.positions_published = True

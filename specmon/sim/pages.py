@@ -9,6 +9,7 @@ server printed it. The per-position block is regenerated for the simulated chain
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,6 +109,17 @@ _TGI_BUCKET, _TGI_QUANTILE, _TGI_SUM, _TGI_COUNT = (
 )
 #: Slots regenerated as a block (one line per position or bucket) from their first line.
 _BLOCKS = {_PER_POS, _PER_POS_CREATED, _TRT_DRAFTED_POS, _TGI_BUCKET, _TGI_QUANTILE}
+# Load series (docs/load-signals.md): counters and the bucket/sum/count of vLLM histograms.
+_WAITING, _ENGINE_STEPS, _BUSY_RATIO, _DECODE_SECONDS = (
+    "waiting", "engine_steps", "busy_ratio", "decode_s",
+)  # fmt: skip
+_HISTOGRAMS = {
+    "inter_token_latency_seconds": "itl",
+    "time_to_first_token_seconds": "ttft",
+    "iteration_tokens_total": "iteration",
+    "request_time_per_output_token_seconds": "tpot",
+}
+_LE = re.compile(r'le="([^"]*)"')
 
 _SPEC_SLOTS = {
     _DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS, _CREATED, _PER_POS_CREATED, _SPEC_TEXT,
@@ -115,7 +127,6 @@ _SPEC_SLOTS = {
     _TRT_OVERHEAD, _TRT_INFO,
 }  # fmt: skip
 _SPEC_INFO = re.compile(r'spec_num_tokens="\d+"')
-_LE = re.compile(r'le="[^"]*"')
 _QUANTILE = re.compile(r'quantile="[^"]*"')
 #: metrics-exporter-prometheus's default summary quantiles.
 _QUANTILES = ("0", "0.5", "0.9", "0.95", "0.99", "0.999", "1")
@@ -177,6 +188,18 @@ def _classify(base: str) -> str | None:
         return _ACCEPT_LENGTH
     if base == "spec_accept_rate":
         return _ACCEPT_RATE
+    if base in ("num_requests_waiting", "requests_deferred"):
+        return _WAITING
+    if base in ("n_decode_total", "n_decode"):
+        return _ENGINE_STEPS
+    if base == "n_busy_slots_per_decode":
+        return _BUSY_RATIO
+    if base in ("tokens_predicted_seconds_total", "tokens_predicted_seconds"):
+        return _DECODE_SECONDS
+    for family, short in _HISTOGRAMS.items():
+        for part in ("bucket", "sum", "count"):
+            if base == f"{family}_{part}":
+                return f"hist:{short}:{part}"
     return None
 
 
@@ -297,13 +320,20 @@ class PageTemplate:
             _DRAFTS: float(c.drafts),
             _DRAFT_TOKENS: float(c.draft_tokens),
             _ACCEPTED: float(c.accepted),
-            _RUNNING: float(running if running is not None else s.requests_running),
+            _RUNNING: float(
+                running if running is not None else s.requests_running + engine.active_requests
+            ),
             _GENERATED: generated,
             _STEPS: float(k),
             _STEPS_ROOT: float(k + 1),
             _VERIFY: float(c.drafts),
             _REQUESTS: float(c.requests_finished),
+            _WAITING: 0.0,
+            _ENGINE_STEPS: float(c.engine_steps),
+            _BUSY_RATIO: c.busy_slots / max(c.engine_steps, 1),
+            _DECODE_SECONDS: c.decode_seconds,
         }
+        histograms = {"itl": c.itl, "ttft": c.ttft, "iteration": c.iteration, "tpot": c.tpot}
         # Per-position families that appear only with the first finished request.
         lazy = self.family in ("llamacpp", "trtllm")
         hidden = not c.positions_published
@@ -345,6 +375,18 @@ class PageTemplate:
                 for i in range(k):
                     line_head = _POSITION.sub(f'position="{i}"', part.head)
                     out.append(f"{line_head}{self._number(float(c.drafts))}{part.tail}\n")
+            elif kind.startswith("hist:"):
+                _, short, piece = kind.split(":")
+                hist = histograms[short]
+                if piece == "sum":
+                    value = hist.sum
+                elif piece == "count":
+                    value = float(hist.count)
+                else:
+                    found = _LE.search(part.head)
+                    le = float(found.group(1)) if found else math.inf
+                    value = float(hist.cumulative(le))
+                out.append(f"{part.head}{self._number(value)}{part.tail}\n")
             elif kind in (_ACCEPT_LENGTH, _TRT_LENGTH):
                 out.append(f"{part.head}{self._number(_sglang_length(engine))}{part.tail}\n")
             elif kind == _ACCEPT_RATE:

@@ -17,6 +17,11 @@ phases:
   - at: 260s
     chain_length: 5                # implies a restart
     alpha: 0.7
+  - at: 300s
+    load_model: demo               # step time from concurrency and k (specmon.sim.load_model);
+    requests_running: 2            # or a mapping {weights_seconds: 0.008, token_seconds: ...}
+  - at: 360s
+    requests_running: 24           # the load rises: the same draft stops paying
 repeat: false                      # true: start over after the last phase (needs `period`)
 ```
 
@@ -33,6 +38,7 @@ import yaml
 
 from specmon.parsing import ConfigError, parse_duration
 from specmon.sim.engine import Mode, SimSettings
+from specmon.sim.load_model import load_model_from
 
 __all__ = ["Phase", "Scenario", "load_scenario", "parse_scenario"]
 
@@ -48,6 +54,7 @@ _PHASE_KEYS = (
     "restart",
     "draft_tokens_per_draft",
     "drafts_per_request",
+    "load_model",
 )
 
 
@@ -175,6 +182,8 @@ def _convert(key: str, value: Any) -> Any:
         return value
     if key == "mode":
         return Mode(value)
+    if key == "load_model":
+        return load_model_from(value)
     raise ValueError("unsupported")
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from specmon.sim.batch import Batcher
 from specmon.sim.engine import Mode, SimEngine, SimSettings
 from specmon.sim.pages import PageKind, PageTemplate, load_template
 from specmon.sim.scenario import Scenario
@@ -108,11 +109,21 @@ class VirtualTarget:
     fail_every: int = 0
     diverge_every: int = 0
     hang_seconds: float = 3600.0
+    #: Wall seconds per simulated second for chat completions under a load model.
+    time_scale: float = 1.0
     started: float = field(default_factory=time.monotonic)
     requests: int = 0
     _applied: int = 0
     _cycle: int = 0
     _template: PageTemplate | None = None
+    _batcher: Batcher | None = None
+
+    @property
+    def batcher(self) -> Batcher:
+        """The continuous-batching loop for chat completions (with a load model)."""
+        if self._batcher is None or self._batcher.engine is not self.engine:
+            self._batcher = Batcher(self.engine, time_scale=self.time_scale)
+        return self._batcher
 
     def __post_init__(self) -> None:
         self._template = load_template(self.kind)
@@ -309,18 +320,31 @@ class SimServer:
             # A batch-shape floating-point difference: the tail changes from some point on.
             cut = max(1, len(words) // 2)
             words = words[:cut] + [w[::-1] for w in words[cut:]]
-        before = _snapshot(target.engine)
-        steps, _drafts, draft_tokens, accepted = target.engine.run_request(max_tokens)
-        spec_metrics = (
-            _vllm_spec_metrics(before, _snapshot(target.engine), settings.chain_length)
-            if target.per_request_spec_metrics != "none"
-            and target.template.family == "vllm"
-            and settings.speculation
-            else None
-        )
-        if target.step_seconds > 0:
-            cost = 1.0 + settings.chain_length * target.draft_cost if settings.speculation else 1.0
-            await asyncio.sleep(steps * target.step_seconds * cost)
+        decode_seconds: float | None = None
+        spec_metrics: dict[str, Any] | None = None
+        if settings.load_model is not None:
+            # Continuous batching at the load model's speed (specmon.sim.batch). Requests
+            # interleave here, so no per-request speculative metrics are made up for them.
+            result = await target.batcher.submit(max_tokens)
+            steps, draft_tokens, accepted = result.steps, result.draft_tokens, result.accepted
+            decode_seconds = result.decode_seconds
+        else:
+            # Synchronous: nothing else moves the counters between the two snapshots.
+            before = _snapshot(target.engine)
+            steps, _drafts, draft_tokens, accepted = target.engine.run_request(max_tokens)
+            if (
+                target.per_request_spec_metrics != "none"
+                and target.template.family == "vllm"
+                and settings.speculation
+            ):
+                spec_metrics = _vllm_spec_metrics(
+                    before, _snapshot(target.engine), settings.chain_length
+                )
+            if target.step_seconds > 0:
+                cost = (
+                    1.0 + settings.chain_length * target.draft_cost if settings.speculation else 1.0
+                )
+                await asyncio.sleep(steps * target.step_seconds * cost)
         text = " ".join(words)
         prompt_tokens = len(prompt.split())
         body: dict[str, Any] = {
@@ -354,7 +378,11 @@ class SimServer:
                 "speculative_decoding": spec_metrics,
             }
         if target.kind is PageKind.LLAMACPP:
-            predicted_ms = steps * target.step_seconds * 1000.0
+            predicted_ms = (
+                decode_seconds * 1000.0
+                if decode_seconds is not None
+                else steps * target.step_seconds * 1000.0
+            )
             body["timings"] = {
                 "prompt_n": prompt_tokens,
                 "predicted_n": max_tokens,
@@ -397,6 +425,9 @@ class SimServer:
     async def stop(self) -> None:
         for task in list(self._hangs):
             task.cancel()
+        for target in self.targets.values():
+            if target._batcher is not None:
+                await target._batcher.close()
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()

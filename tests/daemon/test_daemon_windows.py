@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
@@ -22,6 +21,7 @@ from specmon.sim.pages import PageKind
 from specmon.sim.server import VirtualTarget
 from tests.support.daemon import Exported, daemon
 from tests.support.fake_engines import manual_target, running, set_counters
+from tests.support.reference import TargetCollector
 
 CONFIG = """\
 global:

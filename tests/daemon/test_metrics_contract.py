@@ -1,6 +1,7 @@
 """The metric contract, in-process: a golden /metrics page (text and OpenMetrics) from a fixed
-fleet of target views, every served family declared in the metric table, and docs/metrics.md
-generated from that table.
+fleet of target views, served byte for byte by specmon's renderer and equal to what
+prometheus_client writes for the same samples; every served family declared in the metric
+table; docs/metrics.md generated from that table.
 
 Regenerate the golden pages after an intended change with
 ``SPECMON_UPDATE_GOLDEN=1 pytest tests/daemon/test_metrics_contract.py`` and review the diff.
@@ -8,7 +9,9 @@ Regenerate the golden pages after an intended change with
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,9 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.daemon import metrics
-from specmon.daemon.collector import TargetCollector
+from specmon.daemon.render import Exposition
 from specmon.daemon.target import TargetView
+from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -40,24 +44,64 @@ def _check_golden(name: str, produced: str) -> None:
     assert produced == expected, f"/metrics differs from {path}; see the module docstring"
 
 
+def _exposition(views: list[TargetView]) -> Exposition:
+    exposition = Exposition()
+    for view in views:
+        exposition.update(view)
+    return exposition
+
+
 def test_golden_text_page() -> None:
-    _check_golden("metrics.txt", generate_latest(_registry(fleet_views())).decode())
+    """What specmon serves, byte for byte."""
+    _check_golden("metrics.txt", _exposition(fleet_views()).text().decode())
 
 
 def test_golden_openmetrics_page() -> None:
-    page = generate_openmetrics(_registry(fleet_views()))  # type: ignore[no-untyped-call]
+    page = _exposition(fleet_views()).page(b"# EOF\n", openmetrics=True)
     _check_golden("metrics.openmetrics.txt", page.decode())
 
 
+def test_the_golden_pages_are_what_prometheus_client_writes() -> None:
+    """The reference: the same samples through prometheus_client's custom-collector path."""
+    registry = _registry(fleet_views())
+    assert generate_latest(registry).decode() == (GOLDEN / "metrics.txt").read_text()
+    page = generate_openmetrics(registry)  # type: ignore[no-untyped-call]
+    assert page.decode() == (GOLDEN / "metrics.openmetrics.txt").read_text()
+
+
+def test_the_gzip_page_is_one_valid_member() -> None:
+    exposition = _exposition(fleet_views())
+    own = b"# HELP specmon_targets T.\n# TYPE specmon_targets gauge\nspecmon_targets 8.0\n"
+    for openmetrics in (False, True):
+        tail = own + (b"# EOF\n" if openmetrics else b"")
+        body = exposition.gzip_page(tail, openmetrics=openmetrics)
+        assert gzip.decompress(body) == exposition.page(tail, openmetrics=openmetrics)
+        # A strict single-member reader (what a browser or curl uses) sees it all too.
+        reader = zlib.decompressobj(16 + 15)
+        assert reader.decompress(body) == exposition.page(tail, openmetrics=openmetrics)
+        assert reader.eof and reader.unused_data == b""
+
+
+def test_a_change_renders_again_and_nothing_else_does() -> None:
+    views = fleet_views()
+    exposition = _exposition(views)
+    first = exposition.generation
+    exposition.update(views[0])  # the same view: nothing changed
+    assert exposition.generation == first
+    exposition.remove(views[0].name)
+    assert exposition.generation == first + 1
+    assert views[0].name.encode() not in exposition.text()
+
+
 def test_every_served_family_is_declared() -> None:
-    """The fixed fleet exercises every target family; with the daemon's own registry (built
-    the way the daemon builds it) every family on the page must be in the table."""
+    """The fixed fleet exercises every target family; with the daemon's own registry and
+    renderer (built the way the daemon builds them) every family on the page is declared."""
     from specmon.daemon.app import Daemon
 
     daemon = Daemon(config_path=None)
-    views = fleet_views()
-    daemon.views = lambda: views  # type: ignore[method-assign]
-    text = generate_latest(daemon.registry).decode()
+    for view in fleet_views():
+        daemon.exposition.update(view)
+    text = daemon.exposition.page(generate_latest(daemon.registry)).decode()
     served = {family.name for family in text_string_to_metric_families(text)}
     undeclared = {
         name
@@ -77,7 +121,9 @@ def test_served_labels_match_the_table() -> None:
         definition = metrics.by_name(family.name)
         assert definition is not None, family.name
         for sample in family.samples:
-            assert set(sample.labels) - constant == set(definition.labels), (sample, definition)
+            labels = set(sample.labels) - constant
+            assert set(definition.labels) <= labels, (sample, definition)
+            assert labels <= set(definition.labels) | set(definition.optional), (sample, definition)
 
 
 def test_docs_are_generated_from_the_table() -> None:

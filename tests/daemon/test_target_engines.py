@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client.core import Metric
 
-from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
+from tests.support.reference import TargetCollector
 
 
 def _state(**overrides: object) -> TargetState:

@@ -5,6 +5,8 @@ No HTTP, no subprocess, no sleep: readings are built by hand and fed with explic
 
 from __future__ import annotations
 
+import pytest
+
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import views_json
 from specmon.daemon.target import Event, ModelView, TargetState
@@ -212,3 +214,20 @@ def test_a_model_that_vanishes_loses_its_history() -> None:
     state.observe(two, mono=10, wall=10, duration=0)
     b = next(m for m in state.view.models if m.model == "b")
     assert b.windows[0].report is None  # b starts again: one reading
+
+
+def test_the_daemons_targets_document_feeds_recommend() -> None:
+    """The load figures of a target with a baseline twin reach /api/v1/targets in the shape
+    `specmon recommend --from` reads, and give the chain length per load: the full chain
+    where speculation pays twice over (concurrency 4), a single token where the measured
+    c = 0.5 makes it break even at k = 3 (concurrency 16)."""
+    import json
+
+    from specmon.recommend import input_from_targets, recommend
+    from tests.support.views import fleet_views
+
+    document = json.loads(json.dumps({"targets": views_json(fleet_views())}))
+    data = input_from_targets(document, target="vllm-loaded", window="5m")
+    advice = {a.bucket.label: a for a in recommend(data).buckets}
+    assert advice["4"].best_chain_length == 3 and advice["4"].draft_cost == pytest.approx(1 / 12)
+    assert advice["16"].best_chain_length == 1 and advice["16"].draft_cost == pytest.approx(0.5)

@@ -50,6 +50,7 @@ LABELS = {
     "reason",
     "version",
     "instance",
+    "baseline",
 }
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.
@@ -273,8 +274,9 @@ def test_the_overview_filters_every_target_query_by_engine() -> None:
 
 
 def test_the_draft_cost_is_shown_per_source() -> None:
-    """specmon_draft_cost_ratio has two sources (configured, engine): every panel keeps them
-    apart, by a source matcher or by grouping and naming the series by source."""
+    """specmon_draft_cost_ratio has several sources (configured, engine, measured): every
+    panel keeps them apart, by a source matcher or by grouping and naming the series by
+    source."""
     found = 0
     for name in EXPECTED_UIDS:
         board = load_dashboard(DASHBOARD_DIR / name)

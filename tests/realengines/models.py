@@ -17,6 +17,7 @@ import hashlib
 import inspect
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -290,3 +291,148 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --------------------------------------------------------------------------------------------
+# Larger GGUFs: a target several-fold bigger than its draft (load tests)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GgufShape:
+    """The shape of a llama-architecture GGUF (same vocabulary and template as the tiny one).
+
+    A draft and its target must share the vocabulary; only the transformer's size differs.
+    """
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_ff: int
+    #: "f32" or "f16" weight matrices (norms stay F32).
+    dtype: str = "f32"
+
+    @property
+    def tag(self) -> str:
+        return f"l{self.n_layer}-e{self.n_embd}-h{self.n_head}-f{self.n_ff}-{self.dtype}"
+
+    def parameters(self, n_vocab: int) -> int:
+        per_layer = 4 * self.n_embd * self.n_embd + 3 * self.n_embd * self.n_ff + 2 * self.n_embd
+        return self.n_layer * per_layer + 2 * n_vocab * self.n_embd + self.n_embd
+
+
+#: The load tests' target: about 29 M parameters (116 MB in F32), big enough that one decode
+#: step on this 2-core CPU streams its weights from memory rather than from cache.
+LOAD_TARGET: Final = GgufShape(n_layer=8, n_embd=512, n_head=8, n_ff=1408)
+#: Its draft: the tiny model's shape (about 0.1 M parameters), several hundred times smaller.
+LOAD_DRAFT: Final = GgufShape(n_layer=N_LAYER, n_embd=N_EMBD, n_head=N_HEAD, n_ff=N_FF)
+
+
+def _shaped_tensor_shapes(n_vocab: int, shape: GgufShape) -> dict[str, tuple[int, ...]]:
+    d, ff = shape.n_embd, shape.n_ff
+    shapes: dict[str, tuple[int, ...]] = {
+        "token_embd.weight": (n_vocab, d),
+        "output_norm.weight": (d,),
+        "output.weight": (n_vocab, d),
+    }
+    for i in range(shape.n_layer):
+        p = f"blk.{i}."
+        shapes[p + "attn_norm.weight"] = (d,)
+        shapes[p + "attn_q.weight"] = (d, d)
+        shapes[p + "attn_k.weight"] = (d, d)
+        shapes[p + "attn_v.weight"] = (d, d)
+        shapes[p + "attn_output.weight"] = (d, d)
+        shapes[p + "ffn_norm.weight"] = (d,)
+        shapes[p + "ffn_gate.weight"] = (ff, d)
+        shapes[p + "ffn_up.weight"] = (ff, d)
+        shapes[p + "ffn_down.weight"] = (d, ff)
+    return shapes
+
+
+def shaped_gguf_tensors(shape: GgufShape, seed: int) -> dict[str, np.ndarray[Any, Any]]:
+    """Random weights for ``shape`` (std scaled by fan-in, as the tiny model's), norms at 1."""
+    n_vocab = len(spm_vocab()[0])
+    rng = np.random.RandomState(seed)
+    dtype = np.float16 if shape.dtype == "f16" else np.float32
+    out: dict[str, np.ndarray[Any, Any]] = {}
+    for name, dims in _shaped_tensor_shapes(n_vocab, shape).items():
+        if len(dims) == 1:
+            out[name] = np.ones(dims, dtype=np.float32)
+            continue
+        std = WEIGHT_STD if name == "token_embd.weight" else WEIGHT_STD * 8.0 / np.sqrt(dims[1])
+        w = rng.standard_normal(dims).astype(np.float32) * np.float32(std)
+        # The embedding and output stay F32 (small: 320 rows); the layers take ``dtype``.
+        out[name] = w if name in ("token_embd.weight", "output.weight") else w.astype(dtype)
+    return out
+
+
+def _shaped_key(shape: GgufShape, seed: int) -> str:
+    h = hashlib.sha256()
+    h.update(inspect.getsource(spm_vocab).encode())
+    h.update(inspect.getsource(_shaped_tensor_shapes).encode())
+    h.update(inspect.getsource(shaped_gguf_tensors).encode())
+    h.update(inspect.getsource(_write_shaped_gguf).encode())
+    h.update(repr((shape, N_CTX, RMS_EPS, ROPE_BASE, WEIGHT_STD, CHATML_TEMPLATE, seed)).encode())
+    return h.hexdigest()[:16]
+
+
+def _write_shaped_gguf(path: Path, shape: GgufShape, seed: int, key: str) -> None:
+    import gguf
+
+    tokens, scores, types = spm_vocab()
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name(f"specmon-llama-{shape.tag}-seed{seed}")
+    w.add_string(GENERATOR_KEY_FIELD, key)
+    w.add_context_length(N_CTX)
+    w.add_embedding_length(shape.n_embd)
+    w.add_block_count(shape.n_layer)
+    w.add_feed_forward_length(shape.n_ff)
+    w.add_head_count(shape.n_head)
+    w.add_head_count_kv(shape.n_head)
+    w.add_rope_dimension_count(shape.n_embd // shape.n_head)
+    w.add_rope_freq_base(ROPE_BASE)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_file_type(
+        gguf.LlamaFileType.MOSTLY_F16 if shape.dtype == "f16" else gguf.LlamaFileType.ALL_F32
+    )
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(CHATML_TEMPLATE)
+    for name, tensor in shaped_gguf_tensors(shape, seed).items():
+        w.add_tensor(name, tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def ensure_shaped_gguf(shape: GgufShape, *, seed: int = DEFAULT_SEED) -> Path:
+    """Write (if missing or stale) a GGUF of ``shape`` under ``<cache>/models``; return it.
+
+    Same vocabulary, template and weight recipe as :func:`ensure_tiny_gguf`, so a small and a
+    large model made here can serve as draft and target of one another. Keyed and written
+    like the tiny model (temporary name, rename, generator key inside).
+    """
+    path = models_dir() / f"llama-{shape.tag}-s{seed}.gguf"
+    key = _shaped_key(shape, seed)
+    if path.is_file() and _read_key(path) == key:
+        return path
+    with provision.file_lock(f"model-{path.name}"):
+        if path.is_file() and _read_key(path) == key:
+            return path
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            _write_shaped_gguf(tmp, shape, seed, key)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path

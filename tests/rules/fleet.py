@@ -106,6 +106,11 @@ def fleet_series() -> list[dict[str, str]]:
                 add(
                     "specmon_draft_cost_ratio", {**model, "source": "engine"}, _const(t.engine_cost)
                 )
+            add(
+                "specmon_draft_cost_ratio",
+                {**model, "source": "measured", "baseline": f"{t.name}-twin"},
+                _const(0.12),
+            )
             add("specmon_breakeven_alpha_ratio", model, _const(0.29))
             add("specmon_drafts_total", model, _counter(60))
             if "specmon_draft_tokens_total" not in ABSENT.get(t.engine, frozenset()):
@@ -125,6 +130,21 @@ def fleet_series() -> list[dict[str, str]]:
                 add("specmon_expected_speedup_ratio", w, _const(1.6))
                 add("specmon_best_chain_length", w, _const(t.k - 1))
                 add("specmon_best_speedup_ratio", w, _const(1.7))
+                add("specmon_concurrency", w, _const(4))
+                add("specmon_step_seconds", w, _const(0.0125))
+                add("specmon_time_per_output_token_seconds", w, _const(0.005))
+                add("specmon_mean_draft_length", w, _const(t.k))
+                bl = {**w, "baseline": f"{t.name}-twin"}
+                add("specmon_realized_speedup_ratio", bl, _const(1.8))
+                add("specmon_measured_breakeven_alpha_ratio", bl, _const(0.3))
+                add("specmon_measured_alpha_margin_ratio", bl, _const(0.3))
+                add("specmon_crossover_concurrency", bl, _const(14))
+                for bucket, speedup in (("4", 1.8), ("16", 0.9)):
+                    bc = {**bl, "concurrency": bucket}
+                    add("specmon_bucket_realized_speedup_ratio", bc, _const(speedup))
+                    add("specmon_bucket_draft_cost_ratio", bc, _const(0.1 if speedup > 1 else 0.6))
+                    add("specmon_bucket_best_chain_length", bc, _const(t.k if speedup > 1 else 1))
+                    add("specmon_bucket_best_speedup_ratio", bc, _const(max(speedup, 1.05)))
                 for position in range(1, t.k + 1):
                     p = {**w, "position": str(position)}
                     add("specmon_position_survival_ratio", p, _const(0.8**position))

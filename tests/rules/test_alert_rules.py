@@ -227,9 +227,9 @@ def test_example_configs_reference_the_shipped_files() -> None:
 
 
 def test_every_query_of_the_draft_cost_names_its_source() -> None:
-    """specmon_draft_cost_ratio has two sources (configured, engine); a query over both would
-    mix them (in `first`, the one Prometheus saw first wins). Expressions and annotation
-    templates of every shipped rule select one."""
+    """specmon_draft_cost_ratio has several sources (configured, engine, measured); a query
+    over them would mix them (in `first`, the one Prometheus saw first wins). Expressions and
+    annotation templates of every shipped rule select one."""
     selector = re.compile(r"specmon_draft_cost_ratio(\{[^}]*\})?")
     found = 0
     for path in (ALERTS_FILE, RECORDING_FILE):
@@ -239,7 +239,7 @@ def test_every_query_of_the_draft_cost_names_its_source() -> None:
                 for match in selector.finditer(text):
                     found += 1
                     matchers = match.group(1) or ""
-                    assert re.search(r'source=\\?"(configured|engine)\\?"', matchers), (
+                    assert re.search(r'source=\\?"(configured|engine|measured)\\?"', matchers), (
                         rule.get("alert") or rule.get("record"),
                         match.group(),
                     )

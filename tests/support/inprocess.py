@@ -9,12 +9,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from specmon.daemon.collector import TargetCollector
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import views_json
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
 from tests.support.daemon import Exported
+from tests.support.reference import TargetCollector
 
 __all__ = ["Fleet", "assert_sane"]
 

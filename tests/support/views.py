@@ -15,6 +15,7 @@ from specmon.engines import (
     SpecCounters,
     SpecGauges,
 )
+from specmon.load import PROFILE_FORMAT, PROFILE_VERSION, LoadWindow, Profile, profile_from_json
 from specmon.sources import ScrapeResult
 
 WINDOWS = (60.0, 300.0)
@@ -36,15 +37,112 @@ def page(engine: Engine | None, *models: ModelReading, malformed: int = 0) -> Pa
     return PageReading(engine=engine, models=models, malformed=malformed)
 
 
-def state(name: str, **config: object) -> TargetState:
+def state(
+    name: str, *, fleet: dict[str, TargetState] | None = None, **config: object
+) -> TargetState:
+    """A target state; in ``fleet`` (name -> state) it finds its ``baseline`` twin."""
     cfg = TargetConfig(name=name, url=f"http://127.0.0.1:9/{name}/metrics?token=x", **config)  # type: ignore[arg-type]
-    return TargetState(cfg, windows=WINDOWS, retention=RETENTION)
+    found = fleet if fleet is not None else {}
+
+    def twin(target: str, model: str, seconds: float) -> LoadWindow | None:
+        other = found.get(target)
+        return other.load_window(model, seconds) if other is not None else None
+
+    made = TargetState(cfg, windows=WINDOWS, retention=RETENTION, baseline_window=twin)
+    found[name] = made
+    return made
+
+
+def load_pair(
+    phases: tuple[tuple[int, float, float, float], ...],
+) -> tuple[list[PageReading], list[PageReading]]:
+    """Pages of a speculating vLLM target and its twin without speculation, 5 s apart.
+
+    Each phase is (intervals, concurrency, twin step seconds, speculative step seconds); every
+    interval the twin runs 1,000 engine steps and the target 800, each request-step of the
+    target drafting 3 tokens and keeping 1.5 (survival 0.75 / 0.5 / 0.25).
+    """
+    spec: list[PageReading] = []
+    base: list[PageReading] = []
+    s = {"steps": 0, "itl": 0, "first": 0, "gen": 0, "d": 0, "p0": 0, "p1": 0, "p2": 0}
+    b = {"steps": 0, "itl": 0, "first": 0, "gen": 0}
+    seconds = {"s": 0.0, "b": 0.0}
+    for intervals, concurrency, base_step, spec_step in phases:
+        for _ in range(intervals):
+            for side, steps in ((b, 1000), (s, 800)):
+                requests = round(steps * concurrency)
+                side["steps"] += steps
+                side["itl"] += requests
+                side["first"] += requests // 100
+                key = "s" if side is s else "b"
+                seconds[key] += requests * (spec_step if side is s else base_step)
+                side["gen"] += requests + requests // 100
+            drafts = round(800 * concurrency)
+            s["d"] += drafts
+            s["p0"] += drafts * 3 // 4
+            s["p1"] += drafts // 2
+            s["p2"] += drafts // 4
+            s["gen"] += drafts * 3 // 4 + drafts // 2 + drafts // 4
+            spec.append(page(Engine.VLLM, ModelReading(
+                "qwen",
+                counters(s["d"], 3 * s["d"], (s["p0"], s["p1"], s["p2"])),
+                context=Context(
+                    requests_running=concurrency, generation_tokens=s["gen"],
+                    inter_token_latency_sum_seconds=seconds["s"], inter_token_latency_count=s["itl"],
+                    first_token_count=s["first"], engine_steps=s["steps"],
+                ),
+            )))  # fmt: skip
+            base.append(
+                PageReading(
+                    engine=Engine.VLLM,
+                    models=(),
+                    plain_models=(
+                        ModelReading(
+                            "qwen",
+                            context=Context(
+                                requests_running=concurrency,
+                                generation_tokens=b["gen"],
+                                inter_token_latency_sum_seconds=seconds["b"],
+                                inter_token_latency_count=b["itl"],
+                                first_token_count=b["first"],
+                                engine_steps=b["steps"],
+                            ),
+                        ),
+                    ),
+                )
+            )
+    return spec, base
+
+
+def small_profile() -> Profile:
+    """A two-level profile: the baseline's speed at concurrency 1 and 8."""
+
+    def side(step: float, tpot: float, concurrency: float) -> dict[str, object]:
+        return {"time_per_output_token_seconds": tpot, "step_seconds": step,
+                "tokens_per_second": None, "concurrency": concurrency, "engine_steps": 10000}  # fmt: skip
+
+    levels = [
+        {"concurrency": n, "baseline": side(step, step, float(n)),
+         "speculative": side(step * 1.2, step * 1.2 / 2.5, float(n)),
+         "tokens_per_step": 2.5, "drafted_tokens_per_step": 3.0,
+         "acceptance": {"drafts": 1000, "draft_tokens": 3000, "accepted_tokens": 1500,
+                        "accepted_per_position": [750, 500, 250]},
+         "speed_ratio": 2.0, "draft_cost": {"value": 0.0667, "from_step_times": 0.0667}}
+        for n, step in ((1, 0.008), (8, 0.011))
+    ]  # fmt: skip
+    return profile_from_json(
+        {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "levels": levels}
+    )
 
 
 def feed(target: TargetState, readings: list[PageReading], *, step: float = 5.0) -> TargetState:
     for i, reading in enumerate(readings):
-        target.observe(reading, mono=i * step, wall=1_700_000_000.0 + i * step, duration=0.004)
+        feed_one(target, reading, i, step=step)
     return target
+
+
+def feed_one(target: TargetState, reading: PageReading, i: int, *, step: float = 5.0) -> None:
+    target.observe(reading, mono=i * step, wall=1_700_000_000.0 + i * step, duration=0.004)
 
 
 def fleet() -> list[TargetState]:
@@ -132,12 +230,22 @@ def fleet() -> list[TargetState]:
         ],
     )
     off = feed(state("vllm-off"), [page(Engine.VLLM)])
+    # A load-aware pair: 12 intervals at concurrency 4 where speculation pays twice over, then
+    # 12 at concurrency 16 where the speculative step costs 2.5x the twin's.
+    pair: dict[str, TargetState] = {}
+    spec_pages, base_pages = load_pair(((12, 4.0, 0.010, 0.0125), (12, 16.0, 0.012, 0.030)))
+    twin = state("vllm-twin", fleet=pair)
+    loaded = state("vllm-loaded", fleet=pair, baseline="vllm-twin")
+    for i, (spec_page, base_page) in enumerate(zip(spec_pages, base_pages, strict=True)):
+        feed_one(twin, base_page, i)
+        feed_one(loaded, spec_page, i)
+    profiled = feed(state("vllm-profiled", cost_profile=small_profile()), spec_pages[:12])
     down = state("down")
     down.fail(
         kind=ScrapeResult.CONNECTION_ERROR, message="cannot connect to 127.0.0.1:9", duration=0.002
     )
     pending = state("pending")
-    return [vllm, llama, idle, sglang, v0, off, down, pending]
+    return [vllm, llama, idle, sglang, v0, off, twin, loaded, profiled, down, pending]
 
 
 def fleet_views() -> list[TargetView]:

@@ -1,0 +1,188 @@
+"""A window's load-aware figures, for the views: live load and speed from the engine's own
+counters, and, with a baseline, the realized speed-up, the measured draft cost, the verdict at
+that cost, the crossover concurrency and the best chain length per load level. Pure: the
+arithmetic is :mod:`specmon.load`'s and :mod:`specmon.report`'s; nothing here is I/O.
+
+The baseline is a twin target (``baseline: NAME``: its buckets of the same concurrency, like
+with like) or a profile (``cost_profile: FILE``: interpolated between its levels, never past
+them). Without either, the load figures are there and the verdict stays on the configured c.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specmon.engines import SpecCounters
+from specmon.load import (
+    DEFAULT_SCHEME,
+    BucketVerdict,
+    Crossover,
+    LoadWindow,
+    Profile,
+    best_chain,
+    compare_with_profile,
+    compare_with_twin,
+    crossover_at_acceptance,
+    measured_costs,
+)
+
+__all__ = ["PROFILE", "BucketFigures", "LoadFigures", "load_figures"]
+
+#: The ``baseline`` label of figures measured against a ``cost_profile``.
+PROFILE = "profile"
+#: Mean drafted tokens per draft this far below k means the engine varies its draft length.
+_VARIABLE_DRAFT = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class BucketFigures:
+    """One concurrency bucket of a window against the baseline (None: not measured yet)."""
+
+    label: str
+    low: float
+    high: float
+    #: The target's mean concurrency in the bucket.
+    concurrency: float | None
+    realized_speedup: float | None
+    draft_cost: float | None
+    best_chain_length: int | None
+    best_speedup: float | None
+    #: Why there are no figures ("too little data: ...", "no matching baseline bucket yet").
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFigures:
+    """What a window says about load and speed, and, with a baseline, about the verdict."""
+
+    concurrency: float | None
+    step_seconds: float | None
+    time_per_output_token_seconds: float | None
+    #: Drafted tokens per draft; below the chain length when the engine varies k.
+    mean_draft_length: float | None
+    #: The twin's name, "profile", or None (no baseline: the configured c decides).
+    baseline: str | None
+    #: The bucket of the window's concurrency and its figures.
+    bucket: str | None = None
+    realized_speedup: float | None = None
+    measured_draft_cost: float | None = None
+    measured_breakeven_alpha: float | None = None
+    measured_alpha_margin: float | None = None
+    #: Why the current bucket has no figures.
+    reason: str | None = None
+    crossover: Crossover | None = None
+    buckets: tuple[BucketFigures, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def load_figures(
+    window: LoadWindow,
+    *,
+    acceptance: SpecCounters | None,
+    chain_length: int | None,
+    baseline: str | None = None,
+    twin: LoadWindow | None = None,
+    profile: Profile | None = None,
+) -> LoadFigures | None:
+    """The figures of one window (None when the window has no load data at all).
+
+    ``acceptance``: the window's speculative counters (None for a server that does not
+    speculate: a baseline shows its load and speed only). ``twin``: the baseline target's
+    same window; ``profile``: the cost profile.
+    """
+    totals = window.totals
+    if totals is None:
+        return None
+    concurrency = totals.concurrency
+    if concurrency is None:
+        concurrency = window.requests_running_mean
+    notes: list[str] = []
+    mean_draft = None
+    if acceptance is not None and acceptance.drafts > 0 and acceptance.knows("draft_tokens"):
+        mean_draft = acceptance.draft_tokens / acceptance.drafts
+        if chain_length and mean_draft < _VARIABLE_DRAFT * chain_length:
+            notes.append(
+                f"drafts carry {mean_draft:.2f} tokens on average with k = {chain_length}: the "
+                "engine varies its draft length (n-gram misses, dynamic speculation), so "
+                "survival at deep positions understates their conditional acceptance; the "
+                "expected speed-up charges the drafted tokens, not k"
+            )
+    figures = LoadFigures(
+        concurrency=concurrency,
+        step_seconds=totals.step_seconds,
+        time_per_output_token_seconds=totals.time_per_output_token_seconds,
+        mean_draft_length=mean_draft,
+        baseline=None,
+        notes=tuple(notes),
+    )
+    if acceptance is None or (twin is None and profile is None):
+        if baseline is not None and acceptance is not None:
+            return _with(figures, baseline=baseline, reason="no data from the baseline yet")
+        return figures
+    name = baseline if twin is not None else PROFILE
+    if twin is not None:
+        verdicts = compare_with_twin(window.buckets, twin.buckets, chain_length=chain_length)
+    else:
+        assert profile is not None
+        verdicts = compare_with_profile(window.buckets, profile, chain_length=chain_length)
+    # "At this load": the bucket of the latest interval (the window's mean concurrency can
+    # fall between the loads the window saw).
+    now = window.latest.concurrency if window.latest is not None else None
+    if now is None:
+        now = concurrency
+    current = DEFAULT_SCHEME.bucket_of(now) if now is not None else None
+    buckets = tuple(_bucket(v, acceptance) for v in verdicts)
+    mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
+    crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
+    comparison = mine.comparison if mine is not None else None
+    if comparison is None:
+        reason = mine.reason if mine is not None else "no data at this concurrency yet"
+        return _with(
+            figures,
+            baseline=name,
+            bucket=current.label if current else None,
+            reason=reason,
+            crossover=crossing,
+            buckets=buckets,
+        )
+    report = comparison.report
+    return _with(
+        figures,
+        baseline=name,
+        bucket=comparison.bucket.label,
+        realized_speedup=comparison.realized_speedup,
+        measured_draft_cost=comparison.draft_cost,
+        measured_breakeven_alpha=report.breakeven_alpha if report else None,
+        measured_alpha_margin=report.alpha_margin if report else None,
+        crossover=crossing,
+        buckets=buckets,
+        notes=figures.notes + comparison.notes,
+    )
+
+
+def _bucket(verdict: BucketVerdict, acceptance: SpecCounters) -> BucketFigures:
+    c = verdict.comparison
+    best_k = best_speed = None
+    if c is not None and c.draft_cost is not None and acceptance.drafts > 0:
+        per_pos = acceptance.accepted_per_position
+        if per_pos:
+            survival = [count / acceptance.drafts for count in per_pos]
+            best = best_chain(survival, max(c.draft_cost, 0.0))
+            best_k, best_speed = best.chain_length, best.speedup
+    return BucketFigures(
+        label=verdict.bucket.label,
+        low=verdict.bucket.low,
+        high=verdict.bucket.high,
+        concurrency=c.concurrency if c is not None else None,
+        realized_speedup=c.realized_speedup if c is not None else None,
+        draft_cost=c.draft_cost if c is not None else None,
+        best_chain_length=best_k,
+        best_speedup=best_speed,
+        reason=verdict.reason,
+    )
+
+
+def _with(figures: LoadFigures, **changes: object) -> LoadFigures:
+    from dataclasses import replace
+
+    return replace(figures, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,211 @@
+"""The target half of ``/metrics``, rendered once per change instead of once per fetch.
+
+Each target's series are turned into text when its view changes (at its scrape, a failure or
+a reload): one string of sample lines per family. A fetch of ``/metrics`` then only joins the
+ready strings under each family's HELP and TYPE lines, in the metric table's order, and the
+joined text (plain, OpenMetrics and their gzip streams) is kept until the next change. The
+bytes are those prometheus_client would write for the same samples: sample lines are the same
+in both formats (label names sorted, values with prometheus_client's own number format); the
+header lines come from prometheus_client itself. tests/daemon/test_metrics_contract.py holds
+the output to the golden pages.
+
+The gzip stream is built so that the cached target half is never compressed again for a new
+fetch: the target half is a raw deflate stream ended by a full flush (no final block, no
+back-references into it), the per-fetch half (specmon's own instruments) follows as a second
+raw deflate stream with the final block, and the gzip trailer's CRC-32 continues from the
+cached half's. One gzip member, valid for every decoder.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.utils import floatToGoString
+
+from specmon.daemon.collector import Sample, health_samples, target_samples
+from specmon.daemon.metrics import FAMILIES, Kind
+from specmon.daemon.target import TargetView
+
+__all__ = ["GZIP_LEVEL", "Exposition", "render_target"]
+
+#: Fast compression: the page is mostly repeated label text, and level 1 keeps a 6 MB page
+#: well under a tenth of a second.
+GZIP_LEVEL = 1
+
+#: Family name -> its sample lines for one target.
+Fragment = Mapping[str, str]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+#: A target's rendered series names with their labels ("name{a=\"1\",b=\"2\"} "), by
+#: family and label values: the same series recur at every scrape, only their values change.
+Prefixes = dict[tuple[str, tuple[str | None, ...]], str]
+#: Past this many cached prefixes per target (series come and go: windows, positions,
+#: models), the cache starts again.
+_MAX_PREFIXES = 4096
+
+
+def _prefix(sample: Sample) -> str:
+    """A sample line up to its value, as both of prometheus_client's encoders write it:
+    label names sorted, values escaped (no timestamps, no exemplars: specmon has neither)."""
+    labels = sample.labels
+    if not labels:
+        return f"{sample.family.sample_name} "
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{sample.family.sample_name}{{{body}}} "
+
+
+def _lines(samples: list[Sample], prefixes: Prefixes) -> dict[str, str]:
+    if len(prefixes) > _MAX_PREFIXES:
+        prefixes.clear()
+    lines: dict[str, list[str]] = {}
+    for sample in samples:
+        key = (sample.family.name, sample.values)
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = prefixes[key] = _prefix(sample)
+        lines.setdefault(sample.family.name, []).append(
+            prefix + floatToGoString(sample.value) + "\n"  # type: ignore[no-untyped-call]
+        )
+    return {name: "".join(found) for name, found in lines.items()}
+
+
+def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[str, str]:
+    """Every family's sample lines for one target (raises on a view that cannot be
+    exported; the caller keeps the target's health lines only). ``prefixes``: the target's
+    cache of rendered series names (keep one per target; its constant labels are fixed)."""
+    return _lines(target_samples(view), {} if prefixes is None else prefixes)
+
+
+def _health_fragment(view: TargetView) -> dict[str, str]:
+    return _lines(health_samples(view), {})
+
+
+@cache
+def _headers(openmetrics: bool) -> dict[str, str]:
+    """HELP and TYPE lines of every family, written by prometheus_client itself."""
+
+    class _One:
+        def __init__(self, metric: Metric) -> None:
+            self._metric = metric
+
+        def collect(self) -> list[Metric]:
+            return [self._metric]
+
+    out: dict[str, str] = {}
+    for definition in FAMILIES:
+        metric: Metric = (
+            CounterMetricFamily(definition.name, definition.help)
+            if definition.kind is Kind.COUNTER
+            else GaugeMetricFamily(definition.name, definition.help)
+        )
+        if openmetrics:
+            text = generate_openmetrics(_One(metric)).decode()  # type: ignore[no-untyped-call]
+            text = text.removesuffix("# EOF\n")
+        else:
+            text = generate_latest(_One(metric)).decode()
+        out[definition.name] = text
+    return out
+
+
+@dataclass(slots=True)
+class _Built:
+    text: bytes
+    deflated: bytes
+    crc: int
+
+
+@dataclass(slots=True)
+class Exposition:
+    """Every target's rendered fragment, and the joined target half of ``/metrics``.
+
+    ``on_error(target, exc)`` hears of a view that could not be exported (a bug): that
+    target keeps its ``specmon_up`` and scrape duration, every other target is unaffected.
+    """
+
+    on_error: Callable[[str, BaseException], None] | None = None
+    _fragments: dict[str, Fragment] = field(default_factory=dict)
+    _prefixes: dict[str, tuple[Mapping[str, str], Prefixes]] = field(default_factory=dict)
+    _generation: int = 0
+    _built: dict[bool, tuple[int, _Built]] = field(default_factory=dict)
+
+    @property
+    def generation(self) -> int:
+        """Increases with every change of any target's series."""
+        return self._generation
+
+    def update(self, view: TargetView) -> None:
+        """Render ``view`` (at the target's scrape): its previous fragment is replaced."""
+        cached = self._prefixes.get(view.name)
+        if cached is None or cached[0] != view.labels:  # new constant labels: start again
+            cached = self._prefixes[view.name] = (dict(view.labels), {})
+        try:
+            fragment: Fragment = render_target(view, cached[1])
+        except Exception as exc:  # one bad view must not cost the others their series
+            if self.on_error is not None:
+                self.on_error(view.name, exc)
+            try:
+                fragment = _health_fragment(view)
+            except Exception:  # labels themselves unusable: nothing at all
+                fragment = {}
+        if self._fragments.get(view.name) != fragment:
+            self._fragments[view.name] = fragment
+            self._generation += 1
+
+    def remove(self, name: str) -> None:
+        self._prefixes.pop(name, None)
+        if self._fragments.pop(name, None) is not None:
+            self._generation += 1
+
+    def targets(self) -> list[str]:
+        return sorted(self._fragments)
+
+    def text(self, *, openmetrics: bool = False) -> bytes:
+        """The target families, joined (without OpenMetrics' ``# EOF``)."""
+        return self._build(openmetrics).text
+
+    def page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
+        """The whole page: the target families, then ``own`` (the registry's encoding of
+        specmon's own instruments, ending in ``# EOF`` for OpenMetrics)."""
+        return self._build(openmetrics).text + own
+
+    def gzip_page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
+        """:meth:`page` as one gzip member, the cached target half compressed only once."""
+        built = self._build(openmetrics)
+        tail = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+        deflated_own = tail.compress(own) + tail.flush(zlib.Z_FINISH)
+        crc = zlib.crc32(own, built.crc)
+        size = len(built.text) + len(own)
+        header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+        trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
+        return header + built.deflated + deflated_own + trailer
+
+    def _build(self, openmetrics: bool) -> _Built:
+        cached = self._built.get(openmetrics)
+        if cached is not None and cached[0] == self._generation:
+            return cached[1]
+        headers = _headers(openmetrics)
+        fragments = [self._fragments[name] for name in sorted(self._fragments)]
+        pieces: list[str] = []
+        for definition in FAMILIES:
+            name = definition.name
+            lines = [f[name] for f in fragments if name in f]
+            if lines:
+                pieces.append(headers[name])
+                pieces.extend(lines)
+        text = "".join(pieces).encode("utf-8")
+        head = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+        deflated = head.compress(text) + head.flush(zlib.Z_FULL_FLUSH)
+        built = _Built(text, deflated, zlib.crc32(text))
+        self._built[openmetrics] = (self._generation, built)
+        return built

@@ -1,0 +1,1432 @@
+"""Load-aware figures: concurrency, step time, time per output token, the measured draft cost,
+the realized speed-up against a baseline and the crossover concurrency. Pure: no I/O.
+
+The engines' load series and what they mean are in docs/load-signals.md; in short, from two
+readings of one model (``Context`` + ``SpecCounters``):
+
+- concurrency = request-slots / engine steps (requests decoded together, as batched);
+- step time = decode seconds / request-steps (one step as a request sees it);
+- time per output token (TPOT) = decode seconds / decode tokens.
+
+Against a baseline at matched concurrency (a twin server's bucket, or a profile written by
+``specmon measure --profile-out``):
+
+- realized speed-up = TPOT(baseline) / TPOT(target);
+- measured draft cost c = (T_step(target) / T_step(baseline) - 1) / k̄, k̄ = drafted tokens per
+  step: the lesson's cost model T_spec = T_base (1 + k̄ c) solved for c;
+- break-even alpha, margin and best chain length at that c, through :mod:`specmon.report`;
+- speculation pays while (1 + A/D) / (1 + c T/D) > 1 (A accepted, D drafts, T draft tokens), i.e.
+  while c < A / T; the crossover concurrency is where c(n) rises through it, interpolated
+  linearly between measured concurrencies and never extrapolated past them.
+
+Figures that rest on too little data are None ("no value"), with the reason; see
+:class:`Thresholds`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specmon import arithmetic
+from specmon.engines.model import Context, SpecCounters
+from specmon.report import AcceptanceReport, report_from_counters
+
+__all__ = [
+    "DEFAULT_SCHEME",
+    "MAX_ROUNDING_ERROR",
+    "PROFILE_FORMAT",
+    "PROFILE_VERSION",
+    "BaselinePoint",
+    "Bucket",
+    "BucketComparison",
+    "BucketScheme",
+    "BucketTotals",
+    "BucketVerdict",
+    "Crossover",
+    "LoadCounters",
+    "LoadHistory",
+    "LoadInterval",
+    "LoadWindow",
+    "Profile",
+    "ProfileError",
+    "ProfileLevel",
+    "ProfileSide",
+    "Thresholds",
+    "accumulate",
+    "best_chain",
+    "compare",
+    "compare_with_profile",
+    "compare_with_twin",
+    "crossover",
+    "crossover_at_acceptance",
+    "interval",
+    "load_counters",
+    "measured_costs",
+    "profile_from_json",
+    "profile_to_json",
+    "speedup_at_cost",
+    "twin_point",
+]
+
+#: A figure whose worst-case error from the engine's printed precision exceeds this share of
+#: its value is not reported (llama.cpp prints 6 significant digits).
+MAX_ROUNDING_ERROR = 0.01
+
+
+# --------------------------------------------------------------------------------------------
+# One reading: engine-neutral cumulative counters
+# --------------------------------------------------------------------------------------------
+
+
+def _rounding(value: float | None, digits: int | None, *, integer: bool = False) -> float:
+    """Worst-case absolute error of ``value`` printed with ``digits`` significant digits.
+
+    ``integer``: the true value is a whole number (a count), so it prints exactly while it
+    has at most ``digits`` digits."""
+    if digits is None or value is None or value == 0 or not math.isfinite(value):
+        return 0.0
+    exponent = math.floor(math.log10(abs(value)))
+    unit = 10.0 ** (exponent - digits + 1)
+    if integer and unit <= 1.0:
+        return 0.0
+    return unit / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadCounters:
+    """One model's lifetime load counters at one scrape, in engine-neutral terms.
+
+    ``engine_steps`` and ``slot_steps`` are None when the engine publishes no step counter.
+    ``errors`` holds the worst-case rounding of (request_steps, decode_seconds, decode_tokens,
+    engine_steps, slot_steps) from the printed precision (all 0 for exact engines).
+    """
+
+    request_steps: float
+    decode_seconds: float
+    decode_tokens: float
+    engine_steps: float | None = None
+    slot_steps: float | None = None
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: tuple[int, ...] = ()
+    requests_running: float | None = None
+    errors: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    #: Which mapping produced it: "inter_token_latency" (vLLM) or "predicted_seconds"
+    #: (llama.cpp).
+    source: str = ""
+
+
+def load_counters(context: Context, counters: SpecCounters | None = None) -> LoadCounters | None:
+    """The engine-neutral counters of one reading, or None when the page lacks the series.
+
+    - vLLM-style (``inter_token_latency`` sum and count present): request-steps = ITL count,
+      decode seconds = ITL sum, decode tokens = generated - first tokens, engine steps =
+      ``iteration_tokens_total`` count, slot-steps = ITL count + first tokens.
+    - llama.cpp-style (``tokens_predicted_seconds`` present): request-steps = tokens -
+      accepted, decode seconds = predicted seconds, decode tokens = tokens, engine steps =
+      ``n_decode_total``, slot-steps = ``n_busy_slots_per_decode`` x ``n_decode_total``.
+    """
+    spec = counters or SpecCounters(0, 0, 0)
+    digits = context.significant_digits
+    c = context
+    numbers = (
+        c.inter_token_latency_sum_seconds,
+        c.generation_seconds,
+        c.busy_slots_per_decode,
+        c.requests_running,
+    )
+    if any(v is not None and (not math.isfinite(v) or v < 0) for v in numbers):
+        return None  # an adapter let a broken value through: no load figures, no guess
+    if c.inter_token_latency_sum_seconds is not None and c.inter_token_latency_count is not None:
+        if c.generation_tokens is None:
+            return None
+        first = c.first_token_count or 0
+        slots = None
+        if c.engine_steps is not None and c.first_token_count is not None:
+            slots = float(c.inter_token_latency_count + c.first_token_count)
+        return LoadCounters(
+            request_steps=float(c.inter_token_latency_count),
+            decode_seconds=c.inter_token_latency_sum_seconds,
+            decode_tokens=float(max(c.generation_tokens - first, 0)),
+            engine_steps=None if c.engine_steps is None else float(c.engine_steps),
+            slot_steps=slots,
+            drafts=spec.drafts,
+            draft_tokens=spec.draft_tokens,
+            accepted_tokens=spec.accepted_tokens,
+            accepted_per_position=spec.accepted_per_position,
+            requests_running=c.requests_running,
+            source="inter_token_latency",
+        )
+    if c.generation_seconds is not None and c.generation_tokens is not None:
+        tokens = float(c.generation_tokens)
+        accepted = float(spec.accepted_tokens)
+        # The accepted count is exact when it came from the per-position sum.
+        accepted_error = (
+            0.0 if spec.accepted_per_position else _rounding(accepted, digits, integer=True)
+        )
+        tokens_error = _rounding(tokens, digits, integer=True)
+        slots = slots_error = None
+        steps_error = 0.0
+        if c.engine_steps is not None:
+            steps_error = _rounding(c.engine_steps, digits, integer=True)
+            if c.busy_slots_per_decode is not None:
+                ratio = c.busy_slots_per_decode
+                ratio_error = _rounding(ratio, digits)
+                slots = ratio * c.engine_steps
+                slots_error = (
+                    ratio * steps_error + c.engine_steps * ratio_error + ratio_error * steps_error
+                )
+        return LoadCounters(
+            request_steps=max(tokens - accepted, 0.0),
+            decode_seconds=c.generation_seconds,
+            decode_tokens=tokens,
+            engine_steps=None if c.engine_steps is None else float(c.engine_steps),
+            slot_steps=slots,
+            drafts=spec.drafts,
+            draft_tokens=spec.draft_tokens,
+            accepted_tokens=spec.accepted_tokens,
+            accepted_per_position=spec.accepted_per_position,
+            requests_running=c.requests_running,
+            errors=(
+                tokens_error + accepted_error,
+                _rounding(c.generation_seconds, digits),
+                tokens_error,
+                steps_error,
+                slots_error or 0.0,
+            ),
+            source="predicted_seconds",
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Two readings: an interval
+# --------------------------------------------------------------------------------------------
+
+
+def _ratio(numerator: float, denominator: float, error: float) -> float | None:
+    """numerator / denominator, or None when the denominator is 0 or the relative rounding
+    error bound exceeds MAX_ROUNDING_ERROR."""
+    if denominator <= 0 or numerator < 0:
+        return None
+    if error > MAX_ROUNDING_ERROR:
+        return None
+    return numerator / denominator
+
+
+def _relative(error: float, value: float) -> float:
+    if error == 0.0:
+        return 0.0
+    return math.inf if value <= 0 else error / value
+
+
+@dataclass(frozen=True, slots=True)
+class LoadInterval:
+    """Increases over an interval (or a sum of intervals) and the figures they give."""
+
+    request_steps: float
+    decode_seconds: float
+    decode_tokens: float
+    engine_steps: float | None
+    slot_steps: float | None
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: tuple[int, ...] = ()
+    #: Wall seconds the interval covers (None when the readings carried no time).
+    seconds: float | None = None
+    #: Engine restarts detected (a counter that went down).
+    resets: int = 0
+    #: Worst-case absolute rounding of the five increases above (same order as LoadCounters).
+    errors: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    intervals: int = 1
+
+    @property
+    def concurrency(self) -> float | None:
+        """Requests per engine step (request-slots / engine steps)."""
+        if self.engine_steps is None or self.slot_steps is None:
+            return None
+        error = _relative(self.errors[4], self.slot_steps) + _relative(
+            self.errors[3], self.engine_steps
+        )
+        return _ratio(self.slot_steps, self.engine_steps, error)
+
+    @property
+    def step_seconds(self) -> float | None:
+        """Mean decoding step as a request sees it."""
+        error = _relative(self.errors[1], self.decode_seconds) + _relative(
+            self.errors[0], self.request_steps
+        )
+        return _ratio(self.decode_seconds, self.request_steps, error)
+
+    @property
+    def time_per_output_token_seconds(self) -> float | None:
+        error = _relative(self.errors[1], self.decode_seconds) + _relative(
+            self.errors[2], self.decode_tokens
+        )
+        return _ratio(self.decode_seconds, self.decode_tokens, error)
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """K: decode tokens per request-step (1 without speculation)."""
+        error = _relative(self.errors[2], self.decode_tokens) + _relative(
+            self.errors[0], self.request_steps
+        )
+        return _ratio(self.decode_tokens, self.request_steps, error)
+
+    @property
+    def drafted_per_step(self) -> float | None:
+        """k̄: drafted tokens per request-step (all steps, with a draft or not)."""
+        return _ratio(
+            float(self.draft_tokens),
+            self.request_steps,
+            _relative(self.errors[0], self.request_steps),
+        )
+
+    @property
+    def counters(self) -> SpecCounters:
+        return SpecCounters(
+            drafts=self.drafts,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted_tokens,
+            accepted_per_position=self.accepted_per_position,
+        )
+
+    def __add__(self, other: LoadInterval) -> LoadInterval:
+        def opt(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a + b
+
+        width = max(len(self.accepted_per_position), len(other.accepted_per_position))
+        a = self.accepted_per_position + (0,) * (width - len(self.accepted_per_position))
+        b = other.accepted_per_position + (0,) * (width - len(other.accepted_per_position))
+        e1, e2 = self.errors, other.errors
+        return LoadInterval(
+            request_steps=self.request_steps + other.request_steps,
+            decode_seconds=self.decode_seconds + other.decode_seconds,
+            decode_tokens=self.decode_tokens + other.decode_tokens,
+            engine_steps=opt(self.engine_steps, other.engine_steps),
+            slot_steps=opt(self.slot_steps, other.slot_steps),
+            drafts=self.drafts + other.drafts,
+            draft_tokens=self.draft_tokens + other.draft_tokens,
+            accepted_tokens=self.accepted_tokens + other.accepted_tokens,
+            accepted_per_position=tuple(x + y for x, y in zip(a, b, strict=True)),
+            seconds=opt(self.seconds, other.seconds),
+            resets=self.resets + other.resets,
+            errors=(e1[0] + e2[0], e1[1] + e2[1], e1[2] + e2[2], e1[3] + e2[3], e1[4] + e2[4]),
+            intervals=self.intervals + other.intervals,
+        )
+
+
+def interval(
+    before: LoadCounters, after: LoadCounters, *, seconds: float | None = None
+) -> LoadInterval:
+    """The increases from ``before`` to ``after``, reset-aware.
+
+    A counter that went down (by more than its printed rounding) means the engine restarted:
+    the new values are then the increase, as Prometheus's ``increase()`` counts them.
+    Per-position series that appear later count from zero.
+    """
+    pairs = (
+        (before.decode_seconds, after.decode_seconds, before.errors[1] + after.errors[1]),
+        (before.decode_tokens, after.decode_tokens, before.errors[2] + after.errors[2]),
+        (before.request_steps, after.request_steps, before.errors[0] + after.errors[0]),
+        (float(before.drafts), float(after.drafts), 0.0),
+        (float(before.draft_tokens), float(after.draft_tokens), 0.0),
+        (float(before.accepted_tokens), float(after.accepted_tokens), 0.0),
+    )
+    steps_pair = (before.engine_steps, after.engine_steps)
+    reset = any(old - new > err for old, new, err in pairs)
+    if steps_pair[0] is not None and steps_pair[1] is not None:
+        reset = reset or steps_pair[0] - steps_pair[1] > before.errors[3] + after.errors[3]
+    if reset:
+        return LoadInterval(
+            request_steps=after.request_steps,
+            decode_seconds=after.decode_seconds,
+            decode_tokens=after.decode_tokens,
+            engine_steps=after.engine_steps,
+            slot_steps=after.slot_steps,
+            drafts=after.drafts,
+            draft_tokens=after.draft_tokens,
+            accepted_tokens=after.accepted_tokens,
+            accepted_per_position=after.accepted_per_position,
+            seconds=seconds,
+            resets=1,
+            errors=after.errors,
+        )
+
+    def up(a: float, b: float) -> float:
+        return max(b - a, 0.0)
+
+    def up_opt(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else max(b - a, 0.0)
+
+    width = len(after.accepted_per_position)
+    old = before.accepted_per_position + (0,) * max(0, width - len(before.accepted_per_position))
+    per_pos = tuple(max(after.accepted_per_position[i] - old[i], 0) for i in range(width))
+    e_b, e_a = before.errors, after.errors
+    return LoadInterval(
+        request_steps=up(before.request_steps, after.request_steps),
+        decode_seconds=up(before.decode_seconds, after.decode_seconds),
+        decode_tokens=up(before.decode_tokens, after.decode_tokens),
+        engine_steps=up_opt(before.engine_steps, after.engine_steps),
+        slot_steps=up_opt(before.slot_steps, after.slot_steps),
+        drafts=max(after.drafts - before.drafts, 0),
+        draft_tokens=max(after.draft_tokens - before.draft_tokens, 0),
+        accepted_tokens=max(after.accepted_tokens - before.accepted_tokens, 0),
+        accepted_per_position=per_pos,
+        seconds=seconds,
+        errors=(
+            e_b[0] + e_a[0],
+            e_b[1] + e_a[1],
+            e_b[2] + e_a[2],
+            e_b[3] + e_a[3],
+            e_b[4] + e_a[4],
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Concurrency buckets
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Concurrencies in [low, high); ``label`` is what an operator reads ("4": about four)."""
+
+    index: int
+    low: float
+    high: float
+    label: str
+
+    def contains(self, concurrency: float) -> bool:
+        return self.low <= concurrency < self.high
+
+    @property
+    def batch_sizes(self) -> tuple[int, int | None]:
+        """The integer batch sizes in the bucket: (first, last); last None when unbounded."""
+        first = max(1, math.ceil(self.low))
+        if math.isinf(self.high):
+            return first, None
+        last = math.ceil(self.high) - 1
+        return first, max(first, last)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketScheme:
+    """Concurrency buckets from increasing upper edges; the last bucket is unbounded.
+
+    The default (:meth:`powers_of_two`) centres a bucket on each power of two, with edges at
+    1.5 x 2^i: "1" = below 1.5, "2" = [1.5, 3), "4" = [3, 6), "8" = [6, 12), ... An engine
+    kept at n requests in flight measures a little below n (requests between their end and
+    the next start), and a centred bucket keeps it in the bucket named n, where an operator
+    looks for it; the ratio between neighbours is constant because the cost of a step grows
+    with the batch roughly geometrically in the regimes that matter (see the lesson).
+    """
+
+    edges: tuple[float, ...]
+    labels: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.edges or any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
+            raise ValueError("bucket edges must be a non-empty increasing sequence")
+        if any(e <= 0 or not math.isfinite(e) for e in self.edges):
+            raise ValueError("bucket edges must be positive and finite")
+        if len(self.labels) != len(self.edges) + 1:
+            raise ValueError("one label per bucket (edges + 1)")
+
+    @staticmethod
+    def powers_of_two(max_power: int = 12) -> BucketScheme:
+        edges = tuple(1.5 * 2**i for i in range(max_power + 1))
+        labels = (*tuple(str(2**i) for i in range(max_power + 1)), f"{2 ** (max_power + 1)}+")
+        return BucketScheme(edges, labels)
+
+    @staticmethod
+    def from_edges(edges: Sequence[float]) -> BucketScheme:
+        """Buckets [0, e1), [e1, e2), ..., [en, inf), labelled "<e1", "e1-e2", ..., "en+"."""
+        values = tuple(float(e) for e in edges)
+        labels = [f"<{values[0]:g}"] if values else []
+        labels += [f"{a:g}-{b:g}" for a, b in itertools.pairwise(values)]
+        labels += [f"{values[-1]:g}+"] if values else []
+        return BucketScheme(values, tuple(labels))
+
+    @property
+    def buckets(self) -> tuple[Bucket, ...]:
+        lows = (0.0, *self.edges)
+        highs = (*self.edges, math.inf)
+        return tuple(
+            Bucket(i, lo, hi, label)
+            for i, (lo, hi, label) in enumerate(zip(lows, highs, self.labels, strict=True))
+        )
+
+    def index_of(self, concurrency: float) -> int:
+        """The index of the bucket holding ``concurrency``."""
+        return bisect.bisect_right(self.edges, concurrency)
+
+    def bucket_of(self, concurrency: float) -> Bucket:
+        return self.buckets[self.index_of(concurrency)]
+
+
+DEFAULT_SCHEME = BucketScheme.powers_of_two()
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """What counts as enough data for a figure (else it is not reported).
+
+    - ``min_engine_steps`` per side and bucket: consecutive steps of one engine are the
+      independent samples of its step time (the requests of one step share it). With a
+      per-step coefficient of variation around 0.3 (typical here), 200 steps put the
+      standard error of the mean step time near 2 %, and of c near 0.01-0.02 at k̄ = 3-4.
+      Engines without a step counter need ``min_request_steps`` instead.
+    - ``min_drafts`` on the speculative side: the acceptance the verdict uses.
+    """
+
+    min_engine_steps: int = 200
+    min_request_steps: int = 500
+    min_drafts: int = 100
+
+    def short_of(self, totals: LoadInterval, *, speculative: bool) -> str | None:
+        """Why ``totals`` is not enough, or None when it is."""
+        if totals.engine_steps is not None:
+            if totals.engine_steps < self.min_engine_steps:
+                return f"{totals.engine_steps:.0f} engine steps (needs {self.min_engine_steps})"
+        elif totals.request_steps < self.min_request_steps:
+            return f"{totals.request_steps:.0f} request-steps (needs {self.min_request_steps})"
+        if speculative and totals.drafts < self.min_drafts:
+            return f"{totals.drafts} drafts (needs {self.min_drafts})"
+        if totals.step_seconds is None or totals.time_per_output_token_seconds is None:
+            return "no step time (no decoding, or printed precision too coarse)"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class BucketTotals:
+    bucket: Bucket
+    totals: LoadInterval
+
+    @property
+    def concurrency(self) -> float | None:
+        return self.totals.concurrency
+
+
+def accumulate(
+    intervals: Iterable[LoadInterval], *, scheme: BucketScheme = DEFAULT_SCHEME
+) -> tuple[BucketTotals, ...]:
+    """Sum intervals per concurrency bucket (each interval by its own concurrency); intervals
+    without a concurrency (no step counter, or idle) are left out. Sorted by bucket."""
+    sums: dict[int, LoadInterval] = {}
+    buckets: dict[int, Bucket] = {}
+    for item in intervals:
+        concurrency = item.concurrency
+        if concurrency is None or item.request_steps <= 0:
+            continue
+        bucket = scheme.bucket_of(concurrency)
+        buckets[bucket.index] = bucket
+        sums[bucket.index] = sums[bucket.index] + item if bucket.index in sums else item
+    return tuple(BucketTotals(buckets[i], sums[i]) for i in sorted(sums))
+
+
+# --------------------------------------------------------------------------------------------
+# Rolling history (for the daemon): intervals between consecutive scrapes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadWindow:
+    """A window's load: all its intervals summed, and per concurrency bucket."""
+
+    totals: LoadInterval | None
+    buckets: tuple[BucketTotals, ...]
+    #: Mean of the requests-running gauge over the window's readings (a point-sampled
+    #: fallback for engines without step counters).
+    requests_running_mean: float | None
+    #: The most recent interval: the load the engine is under now.
+    latest: LoadInterval | None = None
+
+
+def _start_of(end: float, item: LoadInterval) -> float:
+    return end - (item.seconds or 0.0)
+
+
+class _Sum:
+    """A running sum of intervals that intervals can also be taken out of (a sliding window),
+    with optional figures summed as value and missing count (None while any is missing)."""
+
+    __slots__ = (
+        "accepted",
+        "decode_seconds",
+        "decode_tokens",
+        "draft_tokens",
+        "drafts",
+        "engine_missing",
+        "engine_steps",
+        "errors",
+        "intervals",
+        "per_pos",
+        "request_steps",
+        "resets",
+        "seconds",
+        "seconds_missing",
+        "slot_missing",
+        "slot_steps",
+    )
+
+    def __init__(self) -> None:
+        self.request_steps = self.decode_seconds = self.decode_tokens = 0.0
+        self.engine_steps = self.slot_steps = self.seconds = 0.0
+        self.engine_missing = self.slot_missing = self.seconds_missing = 0
+        self.drafts = self.draft_tokens = self.accepted = self.resets = self.intervals = 0
+        self.per_pos: list[int] = []
+        self.errors = [0.0, 0.0, 0.0, 0.0, 0.0]
+
+    def add(self, item: LoadInterval, sign: int) -> None:
+        self.request_steps += sign * item.request_steps
+        self.decode_seconds += sign * item.decode_seconds
+        self.decode_tokens += sign * item.decode_tokens
+        if item.engine_steps is None:
+            self.engine_missing += sign
+        else:
+            self.engine_steps += sign * item.engine_steps
+        if item.slot_steps is None:
+            self.slot_missing += sign
+        else:
+            self.slot_steps += sign * item.slot_steps
+        if item.seconds is None:
+            self.seconds_missing += sign
+        else:
+            self.seconds += sign * item.seconds
+        self.drafts += sign * item.drafts
+        self.draft_tokens += sign * item.draft_tokens
+        self.accepted += sign * item.accepted_tokens
+        self.resets += sign * item.resets
+        self.intervals += sign * item.intervals
+        per_pos = item.accepted_per_position
+        if len(per_pos) > len(self.per_pos):
+            self.per_pos.extend([0] * (len(per_pos) - len(self.per_pos)))
+        for i, count in enumerate(per_pos):
+            self.per_pos[i] += sign * count
+        for i, error in enumerate(item.errors):
+            self.errors[i] += sign * error
+
+    def interval(self) -> LoadInterval | None:
+        if self.intervals <= 0:
+            return None
+        per_pos = list(self.per_pos)
+        while per_pos and per_pos[-1] == 0:  # positions no interval of the window had
+            per_pos.pop()
+        e = self.errors
+        return LoadInterval(
+            request_steps=max(self.request_steps, 0.0),
+            decode_seconds=max(self.decode_seconds, 0.0),
+            decode_tokens=max(self.decode_tokens, 0.0),
+            engine_steps=None if self.engine_missing else max(self.engine_steps, 0.0),
+            slot_steps=None if self.slot_missing else max(self.slot_steps, 0.0),
+            drafts=self.drafts,
+            draft_tokens=self.draft_tokens,
+            accepted_tokens=self.accepted,
+            accepted_per_position=tuple(per_pos),
+            seconds=None if self.seconds_missing else self.seconds,
+            resets=self.resets,
+            errors=(e[0], e[1], e[2], e[3], e[4]),
+            intervals=self.intervals,
+        )
+
+
+#: A sliding window is summed again from its intervals after this many changes, so that the
+#: rounding of adding and taking out floats never accumulates.
+_RESUM_EVERY = 512
+
+
+class _Slide:
+    """One window length's sums (total, per bucket, requests running), kept up to date as
+    intervals arrive and leave: a window costs the same whatever its length."""
+
+    __slots__ = ("buckets", "changes", "first", "running_count", "running_first", "running_sum",
+                 "seconds", "total")  # fmt: skip
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.total = _Sum()
+        self.buckets: dict[int, _Sum] = {}
+        #: Absolute index of the oldest interval (reading) inside the window.
+        self.first = 0
+        self.running_first = 0
+        self.running_sum = 0.0
+        self.running_count = 0
+        self.changes = 0
+
+    def put(self, item: LoadInterval, bucket: int | None, sign: int) -> None:
+        self.total.add(item, sign)
+        if bucket is not None:
+            sums = self.buckets.get(bucket)
+            if sums is None:
+                sums = self.buckets[bucket] = _Sum()
+            sums.add(item, sign)
+            if sums.intervals <= 0:
+                del self.buckets[bucket]
+        self.changes += 1
+
+
+class LoadHistory:
+    """One model's load readings, kept as the intervals between consecutive scrapes, with a
+    sliding sum per window length asked for (so a window costs O(its new and expired
+    intervals) per reading, not O(its length))."""
+
+    def __init__(self, *, retention: float, scheme: BucketScheme = DEFAULT_SCHEME) -> None:
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._retention = retention
+        self._scheme = scheme
+        self._last: tuple[float, LoadCounters] | None = None
+        #: (end time, interval, bucket index or None), oldest first.
+        self._intervals: deque[tuple[float, LoadInterval, int | None]] = deque()
+        self._dropped = 0  # absolute index of _intervals[0]
+        self._running: deque[tuple[float, float]] = deque()
+        self._running_dropped = 0
+        self._slides: dict[float, _Slide] = {}
+
+    def set_retention(self, retention: float) -> None:
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._retention = retention
+
+    def add(self, time: float, counters: LoadCounters) -> LoadInterval | None:
+        """Record a reading; returns the interval since the previous one (None for the first
+        reading, or a reading not newer than the previous)."""
+        if self._last is not None and time <= self._last[0]:
+            return None
+        result = None
+        if self._last is not None:
+            result = interval(self._last[1], counters, seconds=time - self._last[0])
+            concurrency = result.concurrency
+            bucket = (
+                self._scheme.index_of(concurrency)
+                if concurrency is not None and result.request_steps > 0
+                else None
+            )
+            self._intervals.append((time, result, bucket))
+            for slide in self._slides.values():
+                slide.put(result, bucket, 1)
+        if counters.requests_running is not None:
+            self._running.append((time, counters.requests_running))
+            for slide in self._slides.values():
+                slide.running_sum += counters.requests_running
+                slide.running_count += 1
+        self._last = (time, counters)
+        for slide in self._slides.values():
+            self._advance(slide, time)
+        cutoff = time - self._retention
+        while self._intervals and _start_of(self._intervals[0][0], self._intervals[0][1]) < cutoff:
+            _, item, bucket = self._intervals.popleft()
+            for slide in self._slides.values():
+                if slide.first <= self._dropped:  # still inside a window longer than retention
+                    slide.put(item, bucket, -1)
+                    slide.first = self._dropped + 1
+            self._dropped += 1
+        while self._running and self._running[0][0] < cutoff:
+            _, value = self._running.popleft()
+            for slide in self._slides.values():
+                if slide.running_first <= self._running_dropped:
+                    slide.running_sum -= value
+                    slide.running_count -= 1
+                    slide.running_first = self._running_dropped + 1
+            self._running_dropped += 1
+        return result
+
+    def _advance(self, slide: _Slide, now: float) -> None:
+        """Take out of ``slide`` what no longer lies inside it."""
+        start = now - slide.seconds - 1e-9
+        while slide.first - self._dropped < len(self._intervals):
+            end, item, bucket = self._intervals[slide.first - self._dropped]
+            if _start_of(end, item) >= start:
+                break
+            slide.put(item, bucket, -1)
+            slide.first += 1
+        while slide.running_first - self._running_dropped < len(self._running):
+            at, value = self._running[slide.running_first - self._running_dropped]
+            if at >= start:
+                break
+            slide.running_sum -= value
+            slide.running_count -= 1
+            slide.running_first += 1
+        if slide.changes > _RESUM_EVERY:
+            self._resum(slide)
+
+    def _resum(self, slide: _Slide) -> None:
+        """Sum ``slide`` again from the intervals inside it."""
+        fresh = _Slide(slide.seconds)
+        fresh.first = slide.first
+        fresh.running_first = slide.running_first
+        for index in range(slide.first - self._dropped, len(self._intervals)):
+            _, item, bucket = self._intervals[index]
+            fresh.put(item, bucket, 1)
+        for index in range(slide.running_first - self._running_dropped, len(self._running)):
+            fresh.running_sum += self._running[index][1]
+            fresh.running_count += 1
+        fresh.changes = 0
+        slide.total, slide.buckets, slide.changes = fresh.total, fresh.buckets, 0
+        slide.running_sum, slide.running_count = fresh.running_sum, fresh.running_count
+
+    def _slide(self, seconds: float) -> _Slide:
+        slide = self._slides.get(seconds)
+        if slide is None:
+            slide = self._slides[seconds] = _Slide(seconds)
+            slide.first, slide.running_first = self._dropped, self._running_dropped
+            if self._last is not None:
+                self._advance(slide, self._last[0])
+            self._resum(slide)
+        return slide
+
+    def window(self, seconds: float) -> LoadWindow:
+        """The intervals that lie wholly inside the last ``seconds``."""
+        if self._last is None:
+            return LoadWindow(None, (), None)
+        slide = self._slide(seconds)
+        total = slide.total.interval()
+        buckets = self._scheme.buckets
+        found = []
+        for index in sorted(slide.buckets):
+            summed = slide.buckets[index].interval()
+            if summed is not None:
+                found.append(BucketTotals(buckets[index], summed))
+        latest = self._intervals[-1][1] if total is not None and self._intervals else None
+        return LoadWindow(
+            totals=total,
+            buckets=tuple(found),
+            requests_running_mean=(
+                slide.running_sum / slide.running_count if slide.running_count > 0 else None
+            ),
+            latest=latest,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison with a baseline
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BaselinePoint:
+    """The baseline's speed at one concurrency: a twin's bucket, or a profile's level(s)."""
+
+    concurrency: float
+    step_seconds: float
+    time_per_output_token_seconds: float
+    #: "twin" (another target), "profile level", "profile, interpolated".
+    source: str
+
+
+def speedup_at_cost(counters: SpecCounters, cost: float) -> float | None:
+    """The expected speed-up (1 + A/D) / (1 + c T/D) of ``counters``' acceptance at draft cost
+    ``cost`` (negative costs count as 0), via :func:`specmon.report.report_from_counters`."""
+    if counters.drafts <= 0:
+        return None
+    return report_from_counters(counters, draft_cost=max(cost, 0.0)).expected_speedup
+
+
+@dataclass(frozen=True, slots=True)
+class BucketComparison:
+    """The target against its baseline in one bucket."""
+
+    bucket: Bucket
+    concurrency: float
+    baseline: BaselinePoint
+    target_step_seconds: float
+    target_time_per_output_token_seconds: float
+    #: TPOT(baseline) / TPOT(target).
+    realized_speedup: float
+    #: T_step(target) / T_step(baseline).
+    step_ratio: float
+    tokens_per_step: float
+    drafted_per_step: float
+    #: c = (step_ratio - 1) / k̄; None without drafted tokens.
+    draft_cost: float | None
+    #: Every acceptance figure at max(c, 0): break-even alpha, margin, best chain length.
+    report: AcceptanceReport | None
+    notes: tuple[str, ...] = ()
+
+
+def compare(
+    target: LoadInterval,
+    baseline: BaselinePoint,
+    *,
+    bucket: Bucket,
+    chain_length: int | None = None,
+) -> BucketComparison | None:
+    """The target's totals (one bucket) against the baseline's speed at that concurrency.
+
+    None when the target has no step time or TPOT (the caller checks :class:`Thresholds`)."""
+    step = target.step_seconds
+    tpot = target.time_per_output_token_seconds
+    concurrency = target.concurrency
+    per_step = target.tokens_per_step
+    drafted = target.drafted_per_step
+    if step is None or tpot is None or per_step is None or drafted is None:
+        return None
+    if baseline.step_seconds <= 0 or baseline.time_per_output_token_seconds <= 0:
+        return None
+    notes: list[str] = []
+    ratio = step / baseline.step_seconds
+    cost = (ratio - 1.0) / drafted if drafted > 0 else None
+    report = None
+    if cost is not None and target.drafts > 0:
+        if cost < 0:
+            notes.append(
+                f"the speculative step is faster than the baseline's (c = {cost:.3f}): noise or "
+                "a difference between the servers beyond the draft; figures use c = 0"
+            )
+        report = report_from_counters(
+            target.counters, draft_cost=max(cost, 0.0), configured_chain_length=chain_length
+        )
+    elif cost is None:
+        notes.append("no drafted tokens in this bucket: no draft cost")
+    return BucketComparison(
+        bucket=bucket,
+        concurrency=concurrency if concurrency is not None else baseline.concurrency,
+        baseline=baseline,
+        target_step_seconds=step,
+        target_time_per_output_token_seconds=tpot,
+        realized_speedup=baseline.time_per_output_token_seconds / tpot,
+        step_ratio=ratio,
+        tokens_per_step=per_step,
+        drafted_per_step=drafted,
+        draft_cost=cost,
+        report=report,
+        notes=tuple(notes),
+    )
+
+
+def twin_point(totals: BucketTotals) -> BaselinePoint | None:
+    """A twin target's bucket as a baseline point."""
+    step = totals.totals.step_seconds
+    tpot = totals.totals.time_per_output_token_seconds
+    concurrency = totals.concurrency
+    if step is None or tpot is None or concurrency is None:
+        return None
+    return BaselinePoint(concurrency, step, tpot, "twin")
+
+
+@dataclass(frozen=True, slots=True)
+class BucketVerdict:
+    """One bucket of the target: its comparison with the baseline, or why there is none."""
+
+    bucket: Bucket
+    comparison: BucketComparison | None
+    #: Why there is no comparison ("too little data: ...", "no matching baseline bucket
+    #: yet", "outside the profile's measured concurrencies"); None when there is one.
+    reason: str | None = None
+
+
+def compare_with_twin(
+    target: Sequence[BucketTotals],
+    baseline: Sequence[BucketTotals],
+    *,
+    chain_length: int | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> tuple[BucketVerdict, ...]:
+    """Each target bucket against the twin's bucket of the same concurrency (like with
+    like). A bucket short of data on either side gets a reason instead of figures."""
+    by_index = {b.bucket.index: b for b in baseline}
+    out: list[BucketVerdict] = []
+    for item in target:
+        short = thresholds.short_of(item.totals, speculative=True)
+        if short is not None:
+            out.append(BucketVerdict(item.bucket, None, f"too little data: {short}"))
+            continue
+        twin = by_index.get(item.bucket.index)
+        if twin is None:
+            out.append(BucketVerdict(item.bucket, None, "no matching baseline bucket yet"))
+            continue
+        twin_short = thresholds.short_of(twin.totals, speculative=False)
+        point = twin_point(twin) if twin_short is None else None
+        if point is None:
+            why = twin_short or "no step time"
+            out.append(BucketVerdict(item.bucket, None, f"baseline bucket: too little data: {why}"))
+            continue
+        result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
+        out.append(BucketVerdict(item.bucket, result, None if result else "no step time"))
+    return tuple(out)
+
+
+def compare_with_profile(
+    target: Sequence[BucketTotals],
+    profile: Profile,
+    *,
+    chain_length: int | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> tuple[BucketVerdict, ...]:
+    """Each target bucket against the profile's baseline at the bucket's measured
+    concurrency (interpolated between levels; none outside the profile's range)."""
+    out: list[BucketVerdict] = []
+    for item in target:
+        short = thresholds.short_of(item.totals, speculative=True)
+        concurrency = item.concurrency
+        if short is not None or concurrency is None:
+            why = short or "no concurrency"
+            out.append(BucketVerdict(item.bucket, None, f"too little data: {why}"))
+            continue
+        point = profile.baseline_at(concurrency)
+        if point is None:
+            out.append(
+                BucketVerdict(item.bucket, None, "outside the profile's measured concurrencies")
+            )
+            continue
+        result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
+        out.append(BucketVerdict(item.bucket, result, None if result else "no step time"))
+    return tuple(out)
+
+
+def measured_costs(verdicts: Iterable[BucketVerdict]) -> list[tuple[float, float]]:
+    """(concurrency, c) of every bucket that has a measured draft cost."""
+    return sorted(
+        (v.comparison.concurrency, v.comparison.draft_cost)
+        for v in verdicts
+        if v.comparison is not None and v.comparison.draft_cost is not None
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Crossover
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Crossover:
+    """Where speculation stops paying, from speed-ups measured at increasing concurrency.
+
+    ``concurrency`` is interpolated linearly between the last measured concurrency where it
+    paid (``pays_up_to``) and the first where it did not (``costs_from``); when it did not pay
+    even at the lowest measured concurrency, ``concurrency`` is that concurrency and
+    ``pays_up_to`` is None. ``cost_percent`` = (1 - speed-up at ``costs_from``) x 100.
+    """
+
+    concurrency: float
+    pays_up_to: float | None
+    costs_from: float
+    speedup_at: float
+    cost_percent: float
+    measured_from: float
+    measured_to: float
+
+
+def crossover(points: Iterable[tuple[float, float]]) -> Crossover | None:
+    """The lowest concurrency at which the speed-up falls to 1 or below; None when it stays
+    above 1 over the whole measured range (or there is nothing measured). Never extrapolated:
+    the answer always lies within the measured concurrencies."""
+    ordered = sorted((n, s) for n, s in points if math.isfinite(n) and math.isfinite(s))
+    if not ordered:
+        return None
+    low, high = ordered[0][0], ordered[-1][0]
+    previous: tuple[float, float] | None = None
+    for n, s in ordered:
+        if s <= 1.0:
+            if previous is None:
+                at = n
+                pays = None
+            else:
+                n0, s0 = previous
+                at = n0 + (s0 - 1.0) * (n - n0) / (s0 - s) if s0 != s else n
+                pays = n0
+            return Crossover(
+                concurrency=at,
+                pays_up_to=pays,
+                costs_from=n,
+                speedup_at=s,
+                cost_percent=(1.0 - s) * 100.0,
+                measured_from=low,
+                measured_to=high,
+            )
+        previous = (n, s)
+    return None
+
+
+def crossover_at_acceptance(
+    costs: Iterable[tuple[float, float]], counters: SpecCounters
+) -> Crossover | None:
+    """The crossover at the acceptance of ``counters`` (the current window), from draft costs
+    measured at several concurrencies: (concurrency, c) pairs."""
+    points = []
+    for n, cost in costs:
+        s = speedup_at_cost(counters, cost)
+        if s is not None:
+            points.append((n, s))
+    return crossover(points)
+
+
+# --------------------------------------------------------------------------------------------
+# Profile (written by ``specmon measure --profile-out``)
+# --------------------------------------------------------------------------------------------
+
+PROFILE_FORMAT = "specmon-load-profile"
+PROFILE_VERSION = 1
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; ``problems`` lists every one with its path."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSide:
+    """One server at one level: figures from its counters (None where not measurable)."""
+
+    time_per_output_token_seconds: float | None
+    step_seconds: float | None
+    #: Completion tokens per second seen by the client (from ``usage``).
+    tokens_per_second: float | None
+    #: Requests per engine step, from the engine's counters.
+    concurrency: float | None
+    engine_steps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileLevel:
+    #: Requests the client kept in flight.
+    concurrency: int
+    baseline: ProfileSide
+    speculative: ProfileSide
+    #: Speculative server: K (tokens per request-step) and k̄ (drafted tokens per step).
+    tokens_per_step: float | None
+    drafted_per_step: float | None
+    acceptance: SpecCounters | None
+    #: Client tokens/s with the draft / without.
+    speed_ratio: float | None
+    #: c from the step times, and c implied by the speed ratio (specmon measure's reading).
+    draft_cost_from_steps: float | None
+    draft_cost_from_speed: float | None
+
+    @property
+    def draft_cost(self) -> float | None:
+        """The step-time c when both servers' counters gave it, else the implied c."""
+        if self.draft_cost_from_steps is not None:
+            return self.draft_cost_from_steps
+        return self.draft_cost_from_speed
+
+    @property
+    def draft_cost_source(self) -> str | None:
+        if self.draft_cost_from_steps is not None:
+            return "step times"
+        if self.draft_cost_from_speed is not None:
+            return "speed ratio"
+        return None
+
+    @property
+    def position(self) -> float:
+        """Where the level sits on the concurrency axis: the speculative engine's measured
+        concurrency when known (that is where its cost was paid), else the client's level."""
+        return (
+            self.speculative.concurrency
+            if self.speculative.concurrency is not None
+            else float(self.concurrency)
+        )
+
+    @property
+    def realized_speedup(self) -> float | None:
+        b = self.baseline.time_per_output_token_seconds
+        s = self.speculative.time_per_output_token_seconds
+        if b is None or s is None or s <= 0:
+            return None
+        return b / s
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    version: int
+    levels: tuple[ProfileLevel, ...]
+    model: str | None = None
+    engine: str | None = None
+    chain_length: int | None = None
+    created: str | None = None
+    #: Free-form provenance (servers, settings) kept as written.
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def acceptance(self) -> SpecCounters | None:
+        """The acceptance counters of every level summed (acceptance does not depend on load
+        in the lesson's model; the per-level counters are kept to check that)."""
+        parts = [lv.acceptance for lv in self.levels if lv.acceptance is not None]
+        if not parts:
+            return None
+        width = max(len(p.accepted_per_position) for p in parts)
+        per_pos = [0] * width
+        for p in parts:
+            for i, v in enumerate(p.accepted_per_position):
+                per_pos[i] += v
+        return SpecCounters(
+            drafts=sum(p.drafts for p in parts),
+            draft_tokens=sum(p.draft_tokens for p in parts),
+            accepted_tokens=sum(p.accepted_tokens for p in parts),
+            accepted_per_position=tuple(per_pos),
+        )
+
+    def costs(self) -> list[tuple[float, float]]:
+        """(concurrency, c) of every level that has a c, by concurrency."""
+        return sorted(
+            (lv.position, lv.draft_cost) for lv in self.levels if lv.draft_cost is not None
+        )
+
+    def draft_cost_at(self, concurrency: float) -> tuple[float, str] | None:
+        """c at ``concurrency``, linear between the two nearest levels; None outside the
+        measured range (no extrapolation). Returns (c, how it was obtained)."""
+        return _interpolate(self.costs(), concurrency)
+
+    def baseline_at(self, concurrency: float) -> BaselinePoint | None:
+        """The baseline's step time and TPOT at ``concurrency`` (interpolated; None outside)."""
+        levels = sorted(
+            (
+                lv.baseline.concurrency
+                if lv.baseline.concurrency is not None
+                else float(lv.concurrency),
+                lv.baseline,
+            )
+            for lv in self.levels
+            if lv.baseline.step_seconds is not None
+            and lv.baseline.time_per_output_token_seconds is not None
+        )
+        steps = _interpolate([(n, side.step_seconds or 0.0) for n, side in levels], concurrency)
+        tpots = _interpolate(
+            [(n, side.time_per_output_token_seconds or 0.0) for n, side in levels], concurrency
+        )
+        if steps is None or tpots is None:
+            return None
+        source = "profile level" if steps[1] == "measured" else "profile, interpolated"
+        return BaselinePoint(concurrency, steps[0], tpots[0], source)
+
+    def crossover(self, counters: SpecCounters | None = None) -> Crossover | None:
+        """The crossover at ``counters``' acceptance (default: the profile's own)."""
+        acceptance = counters if counters is not None else self.acceptance()
+        if acceptance is None:
+            return None
+        return crossover_at_acceptance(self.costs(), acceptance)
+
+
+def _interpolate(points: Sequence[tuple[float, float]], x: float) -> tuple[float, str] | None:
+    if not points or not math.isfinite(x):
+        return None
+    ordered = sorted(points)
+    if x < ordered[0][0] - 1e-9 or x > ordered[-1][0] + 1e-9:
+        return None
+    for (x0, y0), (x1, y1) in itertools.pairwise(ordered):
+        if x0 <= x <= x1:
+            if abs(x - x0) < 1e-9:
+                return y0, "measured"
+            if abs(x - x1) < 1e-9:
+                return y1, "measured"
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0), "interpolated"
+    return ordered[0][1], "measured"
+
+
+def _side_json(side: ProfileSide) -> dict[str, Any]:
+    return {
+        "time_per_output_token_seconds": side.time_per_output_token_seconds,
+        "step_seconds": side.step_seconds,
+        "tokens_per_second": side.tokens_per_second,
+        "concurrency": side.concurrency,
+        "engine_steps": side.engine_steps,
+    }
+
+
+def profile_to_json(profile: Profile) -> dict[str, Any]:
+    """The profile as a JSON document (format and every field: docs/measure.md)."""
+    levels = []
+    for lv in profile.levels:
+        acc = lv.acceptance
+        levels.append(
+            {
+                "concurrency": lv.concurrency,
+                "baseline": _side_json(lv.baseline),
+                "speculative": _side_json(lv.speculative),
+                "tokens_per_step": lv.tokens_per_step,
+                "drafted_tokens_per_step": lv.drafted_per_step,
+                "acceptance": None
+                if acc is None
+                else {
+                    "drafts": acc.drafts,
+                    "draft_tokens": acc.draft_tokens,
+                    "accepted_tokens": acc.accepted_tokens,
+                    "accepted_per_position": list(acc.accepted_per_position),
+                },
+                "speed_ratio": lv.speed_ratio,
+                "realized_speedup": lv.realized_speedup,
+                "draft_cost": {
+                    "value": lv.draft_cost,
+                    "source": lv.draft_cost_source,
+                    "from_step_times": lv.draft_cost_from_steps,
+                    "from_speed_ratio": lv.draft_cost_from_speed,
+                },
+            }
+        )
+    return {
+        "format": PROFILE_FORMAT,
+        "version": profile.version,
+        "created": profile.created,
+        "model": profile.model,
+        "engine": profile.engine,
+        "chain_length": profile.chain_length,
+        "meta": dict(profile.meta),
+        "levels": levels,
+    }
+
+
+class _Reader:
+    """Collects every problem of a document with its path."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def number(
+        self, obj: Mapping[str, Any], key: str, path: str, *, minimum: float | None = 0.0
+    ) -> float | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problems.append(f"{path}.{key}: must be a number or null")
+            return None
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or (minimum is not None and number < minimum):
+            bound = "" if minimum is None else f" and >= {minimum:g}"
+            self.problems.append(f"{path}.{key}: must be finite{bound}")
+            return None
+        return number
+
+    def integer(self, obj: Mapping[str, Any], key: str, path: str, *, minimum: int = 0) -> int:
+        value = obj.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.problems.append(f"{path}.{key}: must be an integer >= {minimum}")
+            return minimum
+        return value
+
+    def mapping(self, obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.problems.append(f"{path}.{key}: must be an object or null")
+            return None
+        return value
+
+    def side(self, obj: Mapping[str, Any], key: str, path: str) -> ProfileSide:
+        raw = self.mapping(obj, key, path) or {}
+        p = f"{path}.{key}"
+        return ProfileSide(
+            time_per_output_token_seconds=self.number(raw, "time_per_output_token_seconds", p),
+            step_seconds=self.number(raw, "step_seconds", p),
+            tokens_per_second=self.number(raw, "tokens_per_second", p),
+            concurrency=self.number(raw, "concurrency", p),
+            engine_steps=self.number(raw, "engine_steps", p),
+        )
+
+
+#: Most levels a profile may hold (bounded work per input).
+MAX_PROFILE_LEVELS = 256
+MAX_POSITIONS = 64
+
+
+def profile_from_json(document: object) -> Profile:
+    """A profile from its parsed JSON; :class:`ProfileError` names every problem at once."""
+    r = _Reader()
+    if not isinstance(document, Mapping):
+        raise ProfileError(["the profile must be a JSON object"])
+    if document.get("format") != PROFILE_FORMAT:
+        r.problems.append(f"format: must be {PROFILE_FORMAT!r}")
+    version = document.get("version")
+    if version != PROFILE_VERSION:
+        r.problems.append(f"version: this specmon reads version {PROFILE_VERSION}, not {version!r}")
+    raw_levels = document.get("levels")
+    levels: list[ProfileLevel] = []
+    if not isinstance(raw_levels, list) or not raw_levels:
+        r.problems.append("levels: must be a non-empty list")
+        raw_levels = []
+    elif len(raw_levels) > MAX_PROFILE_LEVELS:
+        r.problems.append(f"levels: at most {MAX_PROFILE_LEVELS} levels")
+        raw_levels = []
+    seen: set[int] = set()
+    for i, item in enumerate(raw_levels):
+        path = f"levels[{i}]"
+        if not isinstance(item, Mapping):
+            r.problems.append(f"{path}: must be an object")
+            continue
+        concurrency = r.integer(item, "concurrency", path, minimum=1)
+        if concurrency in seen:
+            r.problems.append(f"{path}.concurrency: level {concurrency} appears twice")
+        seen.add(concurrency)
+        acceptance = None
+        acc = r.mapping(item, "acceptance", path)
+        if acc is not None:
+            p = f"{path}.acceptance"
+            per = acc.get("accepted_per_position", [])
+            per_pos: tuple[int, ...] = ()
+            if (
+                not isinstance(per, list)
+                or len(per) > MAX_POSITIONS
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in per)
+            ):
+                r.problems.append(
+                    f"{p}.accepted_per_position: must be a list of at most {MAX_POSITIONS} "
+                    "integers >= 0"
+                )
+            else:
+                per_pos = tuple(per)
+            acceptance = SpecCounters(
+                drafts=r.integer(acc, "drafts", p),
+                draft_tokens=r.integer(acc, "draft_tokens", p),
+                accepted_tokens=r.integer(acc, "accepted_tokens", p),
+                accepted_per_position=per_pos,
+            )
+        cost = r.mapping(item, "draft_cost", path) or {}
+        levels.append(
+            ProfileLevel(
+                concurrency=concurrency,
+                baseline=r.side(item, "baseline", path),
+                speculative=r.side(item, "speculative", path),
+                tokens_per_step=r.number(item, "tokens_per_step", path),
+                drafted_per_step=r.number(item, "drafted_tokens_per_step", path),
+                acceptance=acceptance,
+                speed_ratio=r.number(item, "speed_ratio", path),
+                draft_cost_from_steps=r.number(
+                    cost, "from_step_times", f"{path}.draft_cost", minimum=None
+                ),
+                draft_cost_from_speed=r.number(
+                    cost, "from_speed_ratio", f"{path}.draft_cost", minimum=None
+                ),
+            )
+        )
+    chain = document.get("chain_length")
+    if chain is not None and (isinstance(chain, bool) or not isinstance(chain, int) or chain < 0):
+        r.problems.append("chain_length: must be an integer >= 0 or null")
+        chain = None
+    meta = document.get("meta") or {}
+    if not isinstance(meta, Mapping):
+        r.problems.append("meta: must be an object")
+        meta = {}
+    if r.problems:
+        raise ProfileError(r.problems)
+    text = {k: document.get(k) for k in ("model", "engine", "created")}
+    return Profile(
+        version=PROFILE_VERSION,
+        levels=tuple(sorted(levels, key=lambda lv: lv.concurrency)),
+        model=text["model"] if isinstance(text["model"], str) else None,
+        engine=text["engine"] if isinstance(text["engine"], str) else None,
+        chain_length=chain,
+        created=text["created"] if isinstance(text["created"], str) else None,
+        meta=dict(meta),
+    )
+
+
+def best_chain(survival: Sequence[float], cost: float) -> arithmetic.BestChain:
+    """The best chain length (0 = off) at draft cost ``cost`` from per-position survival."""
+    return arithmetic.best_chain_length(survival, max(cost, 0.0))

@@ -1,0 +1,67 @@
+"""The status page and its JSON twin, in-process: the summary, filters and pages, the load
+column, and the per-view cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+from specmon.daemon.status_page import StatusCache, render_status, views_json
+from tests.support.views import fleet_views
+
+
+def rows_of(html: str) -> list[str]:
+    return re.findall(r"<tr><td><b>([^<]+)</b>", html)
+
+
+def test_summary_counts_every_target_and_its_problems() -> None:
+    views = fleet_views()
+    html = render_status(views, primary_window="5m", ready=True)
+    # 11 targets: one down, one never scraped, one without speculation (vllm-off) and the
+    # twin (a baseline without speculation); problems: the down one and vllm-loaded, whose
+    # realized speed-up at its current load (concurrency 16) is 1.0: not below 1, so not one.
+    assert "11 targets: 9 up, 1 down, 2 without speculative data" in html
+    names = rows_of(html)
+    assert names == sorted(names) and "vllm-loaded" in names
+
+
+def test_filter_by_name_and_problems_and_pages() -> None:
+    views = fleet_views()
+    only = render_status(views, primary_window="5m", ready=True, query="LLAMA")
+    assert set(rows_of(only)) == {"llama-b"}
+    problems = render_status(views, primary_window="5m", ready=True, problems_only=True)
+    assert set(rows_of(problems)) == {"down"}
+    first = render_status(views, primary_window="5m", ready=True, per_page=4)
+    second = render_status(views, primary_window="5m", ready=True, per_page=4, page=2)
+    assert "page 1 of 3 (11 targets)" in first and "page=2" in first
+    assert not set(rows_of(first)) & set(rows_of(second))
+    beyond = render_status(views, primary_window="5m", ready=True, per_page=4, page=99)
+    assert "page 3 of 3" in beyond
+
+
+def test_the_load_column_says_what_the_baseline_says() -> None:
+    views = {v.name: v for v in fleet_views()}
+    html = render_status(
+        [views["vllm-loaded"], views["vllm-twin"]], primary_window="5m", ready=True
+    )
+    assert "1.00&times;</span> vs vllm-twin" in html
+    assert "stops paying at n &asymp; 16.2" in html
+    assert "no speculation: load and speed only" in html  # the twin's row
+    profiled = render_status([views["vllm-profiled"]], primary_window="5m", ready=True)
+    assert "1.86&times;</span> vs profile" in profiled
+
+
+def test_rows_and_documents_are_made_once_per_view() -> None:
+    views = fleet_views()
+    cache = StatusCache()
+    first = [cache.rows(v, "5m") for v in views]
+    assert [cache.rows(v, "5m") for v in views] == first
+    assert all(a is b for a, b in zip(first, [cache.rows(v, "5m") for v in views], strict=True))
+    assert views[0].name == "down"
+    changed = dataclasses.replace(views[0], error="cannot connect to 127.0.0.1:9: a new error")
+    assert "a new error" in cache.rows(changed, "5m") and "a new error" not in first[0]
+    documents = json.loads("[" + ", ".join(cache.json(v) for v in views) + "]")
+    assert documents == json.loads(json.dumps(views_json(views)))
+    cache.forget(["down"])
+    assert cache.json(views[0]) == json.dumps(views_json([views[0]])[0])
