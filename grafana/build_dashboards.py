@@ -203,6 +203,14 @@ def dashed(name_regex: str) -> Json:
     }
 
 
+def renamed(name_regex: str, display: str) -> Json:
+    """Show the series whose legend matches ``name_regex`` as ``display``."""
+    return {
+        "matcher": {"id": "byRegexp", "options": name_regex},
+        "properties": [{"id": "displayName", "value": display}],
+    }
+
+
 def right_axis(name_regex: str, unit: str) -> Json:
     return {
         "matcher": {"id": "byRegexp", "options": name_regex},
@@ -343,7 +351,22 @@ def dashboard(
 # --------------------------------------------------------------------------- overview
 
 T = 'target=~"$target"'
-TW = 'target=~"$target", window="$window"'
+#: Series with an `engine` label are filtered by the engine variable directly.
+TE = 'target=~"$target", engine=~"$engine"'
+TW = 'target=~"$target", engine=~"$engine", window="$window"'
+#: Targets seen in the last day with an engine outside the selection. Series without an
+#: `engine` label (up, scrapes, refusals) drop them with `unless on (target)`; a target never
+#: read (so of no known engine) stays under every selection, where it needs attention.
+OTHER_ENGINES = (
+    'last_over_time(specmon_speculation_enabled{target=~"$target", engine!~"$engine"}[1d])'
+)
+
+
+def selected_engines(expr: str) -> str:
+    """``expr`` (per target, no engine label) for the targets of the selected engines."""
+    return f"(\n{expr}\n)\nunless on (target)\n{OTHER_ENGINES}"
+
+
 RATIO_COLUMNS = ("alpha", "break-even", "margin", "expected speed-up")
 
 # Margin colours: red below break-even, orange within the thin band (SpecmonMarginThin).
@@ -370,11 +393,11 @@ def _overview_table() -> Json:
     # models the target had in the last day, and a target never seen with a model keeps an
     # empty model cell. The max by () on both sides keeps the join one-to-many when two
     # specmon replicas (different instance labels) watch the same target.
-    up = (
+    up = selected_engines(
         "max by (target, model) (\n"
         f"  max by (target) (specmon_up{{{T}}})\n"
         "  + on (target) group_right ()\n"
-        f"  (0 * max by (target, model) (last_over_time(specmon_chain_length{{{T}}}[1d])))\n"
+        f"  (0 * max by (target, model) (last_over_time(specmon_chain_length{{{TE}}}[1d])))\n"
         ")\n"
         "or on (target)\n"
         f"max by (target) (specmon_up{{{T}}})"
@@ -382,7 +405,7 @@ def _overview_table() -> Json:
     columns: list[tuple[str, str, str]] = [
         ("A", "up", up),
         ("B", "alpha", f"max by (target, model) (specmon_alpha_ratio{{{TW}}})"),
-        ("C", "break-even", f"max by (target, model) (specmon_breakeven_alpha_ratio{{{T}}})"),
+        ("C", "break-even", f"max by (target, model) (specmon_breakeven_alpha_ratio{{{TE}}})"),
         ("D", "margin", f"max by (target, model) (specmon_alpha_margin_ratio{{{TW}}})"),
         (
             "E",
@@ -390,14 +413,14 @@ def _overview_table() -> Json:
             f"max by (target, model) (specmon_expected_speedup_ratio{{{TW}}})",
         ),
         ("F", "best k'", f"max by (target, model) (specmon_best_chain_length{{{TW}}})"),
-        ("G", "k in use", f"max by (target, model) (specmon_chain_length{{{T}}})"),
+        ("G", "k in use", f"max by (target, model) (specmon_chain_length{{{TE}}})"),
         (
             "H",
             "drafts/s",
-            f"sum by (target, model) (rate(specmon_drafts_total{{{T}}}[$__rate_interval]))",
+            f"sum by (target, model) (rate(specmon_drafts_total{{{TE}}}[$__rate_interval]))",
         ),
         ("I", "drafts in window", f"max by (target, model) (specmon_window_drafts{{{TW}}})"),
-        ("J", "requests running", f"max by (target, model) (specmon_requests_running{{{T}}})"),
+        ("J", "requests running", f"max by (target, model) (specmon_requests_running{{{TE}}})"),
     ]
     rename = {f"Value #{ref}": name for ref, name, _ in columns}
     order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
@@ -455,7 +478,9 @@ def _overview_table() -> Json:
             "margin = alpha - break-even (red: below break-even, orange: within 0.05); best k': "
             "the chain length that maximises the measured speed-up (0 = speculation does not "
             "pay); requests running: the engine's concurrency now, which eats speculation's "
-            "gain. Empty acceptance cells mean no drafts in the window."
+            "gain. Empty acceptance cells mean no drafts in the window, or an engine that "
+            "counts no drafts (TensorRT-LLM without its per-position counters, SGLang without "
+            "its verify counter: docs/engines.md); empty drafts/s: an engine that counts none."
         ),
         "datasource": DS,
         "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
@@ -513,7 +538,7 @@ def overview() -> Json:
                 "whenever concurrency rises is load, not a worse draft.",
                 [
                     query(
-                        f"max by (target, model) (specmon_requests_running{{{T}}})",
+                        f"max by (target, model) (specmon_requests_running{{{TE}}})",
                         "{{target}} {{model}}",
                     )
                 ],
@@ -531,7 +556,7 @@ def overview() -> Json:
                 [
                     query(f"specmon_alpha_ratio{{{TW}}}", "alpha {{target}} {{model}}", "A"),
                     query(
-                        f"specmon_breakeven_alpha_ratio{{{T}}}",
+                        f"specmon_breakeven_alpha_ratio{{{TE}}}",
                         "break-even {{target}} {{model}}",
                         "B",
                     ),
@@ -571,7 +596,7 @@ def overview() -> Json:
                 [
                     query(
                         "sum by (target, model) "
-                        f"(rate(specmon_drafts_total{{{T}}}[$__rate_interval]))",
+                        f"(rate(specmon_drafts_total{{{TE}}}[$__rate_interval]))",
                         "{{target}} {{model}}",
                     )
                 ],
@@ -601,6 +626,31 @@ def overview() -> Json:
             12,
             8,
         ),
+        (
+            timeseries(
+                "Draft cost c: configured and measured",
+                "c, the cost of one drafted token as a fraction of a target step, by source. "
+                "Solid (configured): specmon's draft_cost for the target, which every verdict "
+                "above uses. Dashed, engine: TensorRT-LLM's own draft overhead o turned into "
+                "c = o / (k (1 - o)), only where a separate draft model is timed. Dashed, "
+                "measured: against the target's baseline (its twin without speculation, or a "
+                "profile) at the window's concurrency (docs/load-signals.md). A measured c well "
+                "above the configured one means the break-even, margin and speed-up above are "
+                "optimistic: set draft_cost from it.",
+                [
+                    query(
+                        "max by (target, model, source, baseline) "
+                        f"(specmon_draft_cost_ratio{{{TE}}})",
+                        "{{target}} {{model}} c {{source}} {{baseline}}",
+                    )
+                ],
+                decimals=3,
+                minimum=0,
+                overrides=[dashed(".* c (engine|measured) .*")],
+            ),
+            24,
+            7,
+        ),
         (row("Scrape health"), 24, 1),
         (
             {
@@ -608,7 +658,7 @@ def overview() -> Json:
                 "title": "Target up",
                 "description": "Whether specmon's last scrape of each target succeeded.",
                 "datasource": DS,
-                "targets": [query(f"specmon_up{{{T}}}", "{{target}}")],
+                "targets": [query(selected_engines(f"specmon_up{{{T}}}"), "{{target}}")],
                 "fieldConfig": {
                     "defaults": {
                         "color": {"mode": "thresholds"},
@@ -637,8 +687,10 @@ def overview() -> Json:
                 "connection_error, too_large, parse_error, no_metrics).",
                 [
                     query(
-                        "sum by (target, result) "
-                        f"(rate(specmon_scrapes_total{{{T}}}[$__rate_interval]))",
+                        selected_engines(
+                            "sum by (target, result) "
+                            f"(rate(specmon_scrapes_total{{{T}}}[$__rate_interval]))"
+                        ),
                         "{{target}} {{result}}",
                     )
                 ],
@@ -657,9 +709,13 @@ def overview() -> Json:
                 "Solid: duration of specmon's last scrape. Dashed (right axis): seconds since "
                 "the last successful scrape.",
                 [
-                    query(f"specmon_scrape_duration_seconds{{{T}}}", "duration {{target}}", "A"),
                     query(
-                        f"time() - specmon_last_success_timestamp_seconds{{{T}}}",
+                        selected_engines(f"specmon_scrape_duration_seconds{{{T}}}"),
+                        "duration {{target}}",
+                        "A",
+                    ),
+                    query(
+                        selected_engines(f"time() - specmon_last_success_timestamp_seconds{{{T}}}"),
                         "since success {{target}}",
                         "B",
                     ),
@@ -669,6 +725,60 @@ def overview() -> Json:
                 overrides=[dashed("since success .*"), right_axis("since success .*", "s")],
             ),
             8,
+            8,
+        ),
+        (
+            timeseries(
+                "Readings refused by validation",
+                "Readings of each target's page that specmon refused, by reason, per interval: "
+                "values no real engine publishes (NaN, negative or beyond 2^53, counts rising "
+                "along the chain, more accepted than drafted, duplicated series, a counter "
+                "going down alone, limits exceeded). The refused model's figures are missing "
+                "meanwhile; a page that stays wrong is refused at every scrape. Which reason "
+                "means what: docs/runbook.md#specmonreadingsrejected (SpecmonReadingsRejected). "
+                "No data: nothing refused.",
+                [
+                    query(
+                        selected_engines(
+                            "sum by (target, reason) (increase("
+                            f"specmon_rejected_readings_total{{{T}}}[$__rate_interval]))"
+                        ),
+                        "{{target}} {{reason}}",
+                    )
+                ],
+                draw_style="bars",
+                stacking="normal",
+                fill=80,
+                minimum=0,
+                decimals=0,
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Requests refused by specmon's web server",
+                "Requests and connections to specmon itself that its HTTP server refused, by "
+                "reason, per interval and specmon instance: unauthorized (401: wrong or missing "
+                "password), auth_busy (503: too many password checks waiting), header_timeout, "
+                "too_many_connections, client_san (client certificate without an allowed "
+                "name), lifecycle_disabled (POST /-/reload without --web.enable-lifecycle). A "
+                "steady unauthorized rate with Prometheus's target up is someone else trying; "
+                "with it down, Prometheus's password (docs/security.md).",
+                [
+                    query(
+                        "sum by (instance, reason) "
+                        "(increase(specmon_web_rejections_total[$__rate_interval]))",
+                        "{{instance}} {{reason}}",
+                    )
+                ],
+                draw_style="bars",
+                stacking="normal",
+                fill=80,
+                minimum=0,
+                decimals=0,
+            ),
+            12,
             8,
         ),
         (
@@ -727,6 +837,14 @@ def overview() -> Json:
         "specmon / Overview",
         "Is speculative decoding paying for itself on every target? Data: specmon.",
         [
+            query_variable(
+                "engine",
+                "Engine",
+                "label_values(specmon_speculation_enabled, engine)",
+                multi=True,
+                include_all=True,
+                current="$__all",
+            ),
             query_variable(
                 "target",
                 "Target",
@@ -940,15 +1058,30 @@ def target_detail() -> Json:
             timeseries(
                 "Chain length and draft cost",
                 "k in use and the best k' (left axis); draft cost c, the cost of one drafted "
-                "token as a fraction of a target step (right axis).",
+                "token as a fraction of a target step (right axis). c configured: specmon's "
+                "draft_cost for the target, which decides break-even, margin and speed-up. "
+                "Dashed, checks on it: c measured by the engine (TensorRT-LLM with a separate "
+                "draft model only: its draft overhead o as c = o / (k (1 - o))), and c "
+                "measured against the named baseline at the window's concurrency "
+                "(docs/load-signals.md).",
                 [
                     query(f"specmon_chain_length{{{M}}}", "k in use", "A"),
                     query(f"specmon_best_chain_length{{{MW}}}", "best k'", "B"),
-                    query(f"specmon_draft_cost_ratio{{{M}}}", "c ({{source}})", "C"),
+                    query(
+                        f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
+                        "c {{source}} {{baseline}}",
+                        "C",
+                    ),
                 ],
                 decimals=2,
                 minimum=0,
-                overrides=[dashed("best k'"), right_axis("c .*", "none")],
+                overrides=[
+                    dashed("best k'"),
+                    dashed("^c (engine|measured)"),
+                    right_axis("^c .*", "none"),
+                    renamed("^c configured", "c configured (used for the verdicts)"),
+                    renamed("^c engine", "c measured by the engine"),
+                ],
             ),
             8,
             8,

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from specmon.daemon import metrics
+from tests.dashboards.coverage import ABSENT, ON_FIRST_EVENT
 from tests.dashboards.queries import (
     BUILTIN_NAMES,
     iter_panels,
@@ -37,10 +39,23 @@ SCHEMA_VERSION = 39
 DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 #: Prometheus's own series a dashboard may use besides specmon's contract.
 PROMETHEUS_BUILTINS = {"ALERTS"}
-LABELS = {"target", "engine", "model", "window", "position", "source", "result", "version"}
+LABELS = {
+    "target",
+    "engine",
+    "model",
+    "window",
+    "position",
+    "source",
+    "result",
+    "reason",
+    "version",
+    "instance",
+    "baseline",
+}
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.
 SAMPLE_VALUES: dict[str, str | list[str]] = {
+    "engine": ["vllm", "trtllm"],
     "target": ["gpu1", "cpu1"],
     "model": "llama",
     "window": "5m",
@@ -229,6 +244,64 @@ def test_required_panels_exist() -> None:
         "specmon_position_conditional_ratio",
     }
     assert {v.name for v in variable_queries(detail)} == {"target", "model", "window"}
+    overview_text = exprs_of(overview)
+    for metric in ("specmon_rejected_readings_total", "specmon_web_rejections_total"):
+        assert metric in overview_text, metric
+    assert {v.name for v in variable_queries(overview)} == {"engine", "target", "window"}
+
+
+def test_the_overview_filters_every_target_query_by_engine() -> None:
+    """Series with an engine label select engine=~"$engine"; per-target series without one
+    drop the targets of other engines (and keep targets never read, of no known engine)."""
+    overview = load_dashboard(DASHBOARD_DIR / "specmon-overview.json")
+    with_engine = {
+        d.sample_name for d in metrics.FAMILIES if "engine" in d.labels and "target" in d.labels
+    }
+    other = 'unless on (target)\nlast_over_time(specmon_speculation_enabled{target=~"$target", engine!~"$engine"}[1d])'
+    for panel in iter_panels(overview):
+        for target in panel.get("targets") or []:
+            expr = target["expr"]
+            if "$target" not in expr:
+                continue  # specmon's own families (targets, reloads, version, web)
+            for match in re.finditer(r"(specmon_\w+)\{([^}]*)\}", expr):
+                name, matchers = match.groups()
+                if name == "specmon_speculation_enabled" and 'engine!~"$engine"' in matchers:
+                    continue
+                if name in with_engine:
+                    assert 'engine=~"$engine"' in matchers, (panel["title"], name)
+                else:
+                    assert expr.rstrip().endswith(other), (panel["title"], name)
+
+
+def test_the_draft_cost_is_shown_per_source() -> None:
+    """specmon_draft_cost_ratio has several sources (configured, engine, measured): every
+    panel keeps them apart, by a source matcher or by grouping and naming the series by
+    source."""
+    found = 0
+    for name in EXPECTED_UIDS:
+        board = load_dashboard(DASHBOARD_DIR / name)
+        for panel in iter_panels(board):
+            for target in panel.get("targets") or []:
+                if "specmon_draft_cost_ratio" not in target["expr"]:
+                    continue
+                found += 1
+                expr, legend = target["expr"], target["legendFormat"]
+                assert 'source="' in expr or (
+                    "source" in promql_label_names(expr) and "{{source}}" in legend
+                ), (panel["title"], expr, legend)
+    assert found >= 2
+
+
+def test_absent_families_are_the_contracts() -> None:
+    """tests/dashboards/coverage.py lets a query be empty only where the metric contract says
+    the family is absent for the engine, or appears with its first event."""
+    meanings = {d.sample_name: d.meaning for d in metrics.FAMILIES}
+    display = {"sglang": "SGLang", "tgi": "TGI"}
+    for engine, families in ABSENT.items():
+        for family in families:
+            assert "absent" in meanings[family] and display[engine] in meanings[family], family
+    for family in ON_FIRST_EVENT:
+        assert family in contract_metric_names()
 
 
 def test_every_query_substitutes_completely(board: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ second copy):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -54,6 +55,7 @@ __all__ = [
     "AlertPoller",
     "Proc",
     "Prometheus",
+    "RewritingProxy",
     "Webhook",
     "alertmanager_config",
     "free_port",
@@ -61,6 +63,8 @@ __all__ = [
     "require_binaries",
     "scaled",
     "shortened_rules",
+    "simulate",
+    "simulate_all",
     "wait_until",
 ]
 
@@ -244,12 +248,29 @@ def simulate(
     name: str, tmp: Path, args: list[str], *, targets: int, timeout: float = 20.0
 ) -> tuple[Proc, dict[str, str]]:
     """``specmon simulate ARGS``; returns the process and {simulated target: metrics URL}."""
-    log = tmp / f"simulate-{name}.log"
-    proc = Proc.start(
-        f"specmon simulate ({name})", [sys.executable, "-m", "specmon", "simulate", *args], log
-    )
+    ((proc, addresses),) = simulate_all(tmp, {name: (args, targets)}, timeout=timeout).values()
+    return proc, addresses
 
-    def addresses() -> dict[str, str] | None:
+
+def simulate_all(
+    tmp: Path, runs: Mapping[str, tuple[list[str], int]], *, timeout: float = 30.0
+) -> dict[str, tuple[Proc, dict[str, str]]]:
+    """Several ``specmon simulate`` processes started at once (name -> (ARGS, number of
+    targets)); returns name -> (process, {simulated target: metrics URL}). All are stopped if
+    one fails to start."""
+    started: dict[str, tuple[Proc, Path]] = {}
+    for name, (args, _) in runs.items():
+        log = tmp / f"simulate-{name}.log"
+        started[name] = (
+            Proc.start(
+                f"specmon simulate ({name})",
+                [sys.executable, "-m", "specmon", "simulate", *args],
+                log,
+            ),
+            log,
+        )
+
+    def addresses(log: Path, targets: int) -> dict[str, str] | None:
         found = dict(
             line.split(": ", 1)
             for line in log.read_text("utf-8").splitlines()
@@ -257,13 +278,19 @@ def simulate(
         )
         return found if len(found) == targets else None
 
+    out: dict[str, tuple[Proc, dict[str, str]]] = {}
     try:
-        return proc, wait_until(
-            f"{name} to listen", addresses, timeout=timeout, alive=proc.check_alive
-        )
+        for name, (proc, log) in started.items():
+            probe = functools.partial(addresses, log, runs[name][1])
+            out[name] = (
+                proc,
+                wait_until(f"{name} to listen", probe, timeout=timeout, alive=proc.check_alive),
+            )
     except BaseException:
-        proc.stop()
+        for proc, _ in started.values():
+            proc.stop()
         raise
+    return out
 
 
 # --------------------------------------------------------------------------- HTTP
@@ -396,6 +423,58 @@ class Webhook:
     def received(self) -> list[Notification]:
         with self._lock:
             return list(self.notifications)
+
+
+@dataclass
+class RewritingProxy:
+    """An HTTP GET proxy in front of one simulated engine that rewrites its pages: a stand-in
+    for a buggy engine or a proxy that mixes pages, which no real engine here produces."""
+
+    upstream: str  # scheme://host:port
+    rewrite: Callable[[str], str]
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def base(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                request = urllib.request.Request(proxy.upstream + self.path)
+                try:
+                    with urllib.request.urlopen(request, timeout=5) as response:
+                        body = proxy.rewrite(response.read().decode("utf-8")).encode("utf-8")
+                        kind = response.headers.get("Content-Type", "text/plain")
+                        status = response.status
+                except urllib.error.HTTPError as exc:
+                    body, kind, status = exc.read(), "text/plain", exc.code
+                except (urllib.error.URLError, OSError):
+                    body, kind, status = b"upstream unreachable\n", "text/plain", 502
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 @dataclass(frozen=True)

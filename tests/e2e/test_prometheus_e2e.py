@@ -6,20 +6,27 @@ configuration to a webhook receiver run by the test.
 Engines (``specmon simulate`` subprocesses, 100 drafts/s each, k = 3, draft cost 0.3, so
 break-even alpha is 0.509):
 
-- ``healthy-vllm-0``, ``healthy-vllm-1`` (vLLM) and ``healthy-llamacpp`` (llama.cpp): survival
-  0.9, 0.8, 0.7 (alpha 0.893, expected speed-up 1.79x) for the whole run;
+- ``healthy-vllm-0``, ``healthy-vllm-1`` (vLLM), ``healthy-llamacpp`` (llama.cpp),
+  ``healthy-trtllm`` (TensorRT-LLM on ``/prometheus/metrics``, with its engine-measured draft
+  cost) and ``healthy-tgi`` (TGI's histogram): survival 0.9, 0.8, 0.7 (alpha 0.893, expected
+  speed-up 1.79x) for the whole run;
 - ``degraded-vllm`` (vLLM): the same until :data:`DROP_AT` seconds after it starts, then
   survival 0.1, 0.01, 0.001 (a broken draft: alpha 0.10, expected speed-up 0.58x, below the
-  0.75 that pages).
+  0.75 that pages);
+- ``rejecting-vllm``: a healthy vLLM whose page passes through a proxy that adds a second
+  model with more accepted than drafted tokens (a buggy engine, or a proxy mixing pages):
+  specmon refuses that model at every scrape and reads the other one.
 
 specmon scrapes every 500 ms with windows 2s, 10s, 30s (standing for 1m, 5m, 15m: every
 shipped duration / 30); Prometheus scrapes and evaluates every second.
 
 The test sees SpecmonBelowBreakEven (both tiers) go pending and then firing for the degraded
 target only, through /api/v1/alerts and the ALERTS series; Alertmanager delivers the critical
-tier to the pager webhook and inhibits the warning tier; the healthy targets raise no alert of
-any kind at any time; and every panel query of both dashboards, with variables set to values
-that exist, returns data from the same Prometheus. It prints the measured delays.
+tier to the pager webhook and inhibits the warning tier; SpecmonReadingsRejected fires for the
+rejecting target (and goes to the ticket webhook); the healthy targets raise no alert of any
+kind at any time; and every panel query of both dashboards, with variables set to values that
+exist, returns data from the same Prometheus (where the metric contract says a family exists
+for the engines selected: tests/dashboards/coverage.py). It prints the measured delays.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.dashboards.coverage import ON_FIRST_EVENT, may_be_empty
 from tests.dashboards.queries import (
     duration_seconds,
     load_dashboard,
@@ -51,6 +59,7 @@ from tests.e2e.stack import (
     AlertPoller,
     Proc,
     Prometheus,
+    RewritingProxy,
     Webhook,
     alertmanager_config,
     free_port,
@@ -61,10 +70,11 @@ from tests.e2e.stack import (
     scaled,
     shortened_rules,
     simulate,
+    simulate_all,
     wait_until,
 )
 from tests.rules.alert_rules import alert_rules, dump_rules, load_rules
-from tests.rules.common import DASHBOARD_DIR, run_tool
+from tests.rules.common import DASHBOARD_DIR, promql_metric_names, run_tool
 from tests.support.daemon import Daemon, daemon, get
 
 pytestmark = pytest.mark.prometheus
@@ -76,7 +86,22 @@ DRAFT_COST = 0.3
 HEALTHY_SURVIVAL = (0.9, 0.8, 0.7)
 BROKEN_SURVIVAL = (0.1, 0.01, 0.001)
 DEGRADED = "degraded-vllm"
-HEALTHY = ("healthy-vllm-0", "healthy-vllm-1", "healthy-llamacpp")
+HEALTHY = (
+    "healthy-vllm-0",
+    "healthy-vllm-1",
+    "healthy-llamacpp",
+    "healthy-trtllm",
+    "healthy-tgi",
+)
+REJECTING = "rejecting-vllm"
+REJECTED_REASON = "accepted_above_drafted"
+#: The model the proxy adds to the rejecting target's page: 400 accepted of 300 drafted tokens.
+BROKEN_MODEL = (
+    ("vllm:spec_decode_num_drafts_total{", 100),
+    ("vllm:spec_decode_num_draft_tokens_total{", 300),
+    ("vllm:spec_decode_num_accepted_tokens_total{", 400),
+)
+REJECTED_ALERT = "SpecmonReadingsRejected"
 #: The windows specmon exports here (the rules' 5m and 15m are mapped onto 10s and 30s).
 SPECMON_WINDOWS = tuple(WINDOWS.values())
 FAST = WINDOWS["5m"]
@@ -156,6 +181,22 @@ def _start_server(
     raise AssertionError(f"{name} did not become ready:\n{last}")
 
 
+def _with_broken_model(page: str) -> str:
+    """The page with a second model, ``broken``, that no real engine could publish: each of its
+    counters right after the first sample of the same family."""
+    lines = page.splitlines(keepends=True)
+    out = []
+    pending = dict(BROKEN_MODEL)
+    for line in lines:
+        out.append(line)
+        for prefix, value in list(pending.items()):
+            if line.startswith(prefix):
+                out.append(f'{prefix}engine="0",model_name="broken"}} {value}.0\n')
+                del pending[prefix]
+    assert not pending, f"the simulated page lacks {sorted(pending)}"
+    return "".join(out)
+
+
 def _drop_time(metrics_url: str) -> float:
     """The degraded engine's start (its counters' ``_created`` time) plus DROP_AT."""
     status, body, _ = get(metrics_url)
@@ -205,30 +246,42 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         # Engines.
         common = ["--listen", "127.0.0.1:0", "--drafts-per-second", str(DRAFTS_PER_SECOND)]
         healthy = ["--survival", _survival(HEALTHY_SURVIVAL)]
-        proc, vllm_urls = simulate(
-            "healthy-vllm",
+        sims = simulate_all(
             tmp,
-            [
-                "--engine",
-                "vllm",
-                "--targets",
-                "2",
-                "--shared-port",
-                *common,
-                *healthy,
-                "--seed",
-                "1",
-            ],
-            targets=2,
+            {
+                "healthy-vllm": (
+                    [
+                        "--engine",
+                        "vllm",
+                        "--targets",
+                        "2",
+                        "--shared-port",
+                        *common,
+                        *healthy,
+                        "--seed",
+                        "1",
+                    ],
+                    2,
+                ),
+                "healthy-llamacpp": (
+                    ["--engine", "llamacpp", *common, *healthy, "--seed", "5"],
+                    1,
+                ),
+                "healthy-trtllm": (["--engine", "trtllm", *common, *healthy, "--seed", "6"], 1),
+                "healthy-tgi": (
+                    ["--engine", "tgi-histogram", *common, *healthy, "--seed", "7"],
+                    1,
+                ),
+                REJECTING: (["--engine", "vllm", *common, *healthy, "--seed", "8"], 1),
+            },
         )
-        procs.append(proc)
-        proc, llama_urls = simulate(
-            "healthy-llamacpp",
-            tmp,
-            ["--engine", "llamacpp", *common, *healthy, "--seed", "5"],
-            targets=1,
-        )
-        procs.append(proc)
+        procs.extend(proc for proc, _ in sims.values())
+        vllm_urls = sims["healthy-vllm"][1]
+        rejecting_url = sims[REJECTING][1]["vllm"]
+        upstream = rejecting_url.removesuffix("/metrics")
+        proxy = RewritingProxy(upstream, _with_broken_model)
+        proxy.start()
+        cleanup.callback(proxy.stop)
         scenario = tmp / "degraded.scenario.yml"
         scenario.write_text(
             yaml.safe_dump(
@@ -257,8 +310,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         urls = {
             "healthy-vllm-0": vllm_urls["vllm-0"],
             "healthy-vllm-1": vllm_urls["vllm-1"],
-            "healthy-llamacpp": llama_urls["llamacpp"],
+            "healthy-llamacpp": sims["healthy-llamacpp"][1]["llamacpp"],
+            "healthy-trtllm": sims["healthy-trtllm"][1]["trtllm"],
+            "healthy-tgi": sims["healthy-tgi"][1]["tgi-histogram"],
             DEGRADED: degraded_urls["vllm"],
+            REJECTING: proxy.base + "/metrics",
         }
         config = tmp / "specmon.yml"
         config.write_text(
@@ -312,7 +368,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         def all_above_guard() -> float | None:
             found = prometheus.query(f'specmon_window_drafts{{window="{FAST}"}} >= 400')
             names = {s["metric"]["target"] for s in found}
-            return time.time() if names == {*HEALTHY, DEGRADED} else None
+            return time.time() if names == {*HEALTHY, DEGRADED, REJECTING} else None
 
         ready = wait_until(
             "every target's window to pass the 400-draft guard in Prometheus",
@@ -552,9 +608,13 @@ def test_alertmanager_delivers_and_inhibits(stack: Stack, cycle: Cycle) -> None:
 
     wait_until("the warning tier to be inhibited", warning_inhibited, timeout=20)
 
-    # Every notification is about the degraded target.
+    # Every notification is about the degraded target, or the refusals of the rejecting one.
     for note in stack.webhook.received():
-        assert {a["labels"].get("target") for a in note.alerts()} == {DEGRADED}, note.payload
+        for alert in note.alerts():
+            labels = alert["labels"]
+            assert labels.get("target") == DEGRADED or (
+                labels.get("target") == REJECTING and labels["alertname"] == REJECTED_ALERT
+            ), note.payload
 
 
 # Dashboard variables from label_values(...) as Grafana would resolve them.
@@ -584,16 +644,40 @@ def _returns_data(stack: Stack, expr: str, instant: bool) -> bool:
     return any(series["values"] for series in result)
 
 
+def _engines_of(engines: dict[str, str], combo: dict[str, str | list[str]]) -> list[str]:
+    """The engines of the targets a combination of variable values selects."""
+    chosen, targets = combo.get("engine", ".+"), combo["target"]
+    selected = (
+        list(engines) if targets == ".+" else [targets] if isinstance(targets, str) else targets
+    )
+    return [
+        engines[t]
+        for t in selected
+        if t in engines and (chosen == ".+" or engines[t] == chosen or engines[t] in chosen)
+    ]
+
+
 @pytest.mark.parametrize("name", ["specmon-overview.json", "specmon-target.json"])
 def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: str) -> None:
     board = load_dashboard(DASHBOARD_DIR / name)
     targets = stack.prometheus.label_values("target", "specmon_up", stack.started)
-    assert targets == sorted([*HEALTHY, DEGRADED])
+    assert targets == sorted([*HEALTHY, DEGRADED, REJECTING])
     windows = stack.prometheus.label_values("window", "specmon_window_drafts", stack.started)
     assert sorted(windows) == sorted(SPECMON_WINDOWS)
+    engines = {
+        s["metric"]["target"]: s["metric"]["engine"]
+        for s in stack.prometheus.query("specmon_speculation_enabled")
+    }
+    assert sorted(set(engines.values())) == ["llamacpp", "tgi", "trtllm", "vllm"]
     if name == "specmon-overview.json":
-        # "All" (Grafana's allValue .+) and the explicit multi-value selection.
-        fixed: list[dict[str, str | list[str]]] = [{"target": ".+"}, {"target": targets}]
+        # "All" (Grafana's allValue .+) and the explicit multi-value selection, for all the
+        # engines and for each engine alone.
+        fixed: list[dict[str, str | list[str]]] = [
+            {"target": ".+", "engine": ".+"},
+            {"target": targets, "engine": ".+"},
+            {"target": ".+"},
+            {"target": targets},
+        ]
     else:
         fixed = [{}]
     combos = [c for f in fixed for c in _resolve(stack, board, f)]
@@ -601,23 +685,43 @@ def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: st
         assert {(c["target"], c["window"]) for c in combos} == {
             (t, w) for t in targets for w in windows
         }
+    else:
+        assert {c["engine"] for c in combos} == {".+", *engines.values()}
     empty = []
+    allowed = []
+    on_event: dict[str, bool] = {}
     checked = 0
     for combo in combos:
         for q in panel_queries(
             board, combo, interval=INTERVAL, rate_interval=RATE_INTERVAL, range_="1m"
         ):
             checked += 1
-            if not _returns_data(stack, q.expr, q.instant):
-                empty.append(f"{q.panel_title} [{q.ref_id}] {combo}: {q.expr}")
+            has_data = _returns_data(stack, q.expr, q.instant)
+            key = f"{q.panel_title} [{q.ref_id}]"
+            if promql_metric_names(q.raw_expr) & ON_FIRST_EVENT:
+                # Refusals exist on the rejecting target only: data for some combination.
+                on_event[key] = on_event.get(key, False) or has_data
+            elif not has_data and may_be_empty(q.expr, _engines_of(engines, combo)):
+                allowed.append(f"{key} {combo}")
+            elif not has_data:
+                empty.append(f"{key} {combo}: {q.expr}")
     assert checked >= 20
     assert not empty, "panel queries without data:\n" + "\n".join(empty)
+    assert all(on_event.values()), on_event
+    if name == "specmon-overview.json":
+        assert on_event, "no panel shows the refused readings"
+    else:
+        # healthy-tgi's draft tokens per second, in each window: TGI counts no draft tokens.
+        assert len(allowed) == len(windows), allowed
+        assert all("healthy-tgi" in entry for entry in allowed), allowed
 
     # The alert annotation shows the degraded target's firing alert, and nothing for the others.
     (annotation,) = [
         q
         for q in panel_queries(
-            board, {"target": DEGRADED, "model": "x", "window": FAST}, include_annotations=True
+            board,
+            {"target": DEGRADED, "engine": ".+", "model": "x", "window": FAST},
+            include_annotations=True,
         )
         if q.panel_type == "annotation"
     ]
@@ -651,6 +755,8 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
         for labels, stamp, _ in prom.raw_samples(f'ALERTS{{alertname="{name}"}}', span):
             if labels.get("target") == DEGRADED and stamp >= stack.drop:
                 continue
+            if labels.get("target") == REJECTING and name == REJECTED_ALERT:
+                continue
             if (
                 name == "SpecmonAbsent"
                 and labels["alertstate"] == "pending"
@@ -661,6 +767,8 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
     for seen in stack.poller.seen():
         if seen.labels.get("target") == DEGRADED:
             continue
+        if seen.labels.get("target") == REJECTING and seen.labels["alertname"] == REJECTED_ALERT:
+            continue
         assert seen.labels["alertname"] == "SpecmonAbsent", seen
         assert seen.state == "pending" and seen.at < first_scrape + 3, seen
     assert stack.poller.errors == 0
@@ -668,4 +776,50 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
     for rule in prom.rules():
         assert rule["health"] == "ok", rule["name"]
         for alert in rule.get("alerts") or []:
-            assert alert["labels"].get("target") == DEGRADED, alert
+            assert alert["labels"].get("target") == DEGRADED or (
+                alert["labels"].get("target") == REJECTING and rule["name"] == REJECTED_ALERT
+            ), alert
+
+
+def test_refused_readings_fire_their_alert(stack: Stack, cycle: Cycle) -> None:
+    """The rejecting target's broken model is refused at every scrape: the counter moves, the
+    target's good model is read as usual, and SpecmonReadingsRejected fires (its `for:` / 30)
+    with the reason, and reaches the ticket receiver; no other target has a refusal."""
+    prom = stack.prometheus
+    refused = prom.query("specmon_rejected_readings_total")
+    assert {(s["metric"]["target"], s["metric"]["reason"]) for s in refused} == {
+        (REJECTING, REJECTED_REASON)
+    }
+    (good,) = prom.query(f'specmon_chain_length{{target="{REJECTING}"}}')
+    assert good["metric"]["model"] == "tiny-llama"
+
+    def firing() -> dict[str, Any] | None:
+        for alert in prom.alerts():
+            labels = alert["labels"]
+            if labels["alertname"] == REJECTED_ALERT and alert["state"] == "firing":
+                return dict(alert)
+        return None
+
+    alert = wait_until(
+        f"{REJECTED_ALERT} to fire", firing, timeout=duration_seconds(scaled("30m")) + 30
+    )
+    labels = alert["labels"]
+    assert (labels["target"], labels["reason"], labels["severity"]) == (
+        REJECTING,
+        REJECTED_REASON,
+        "info",
+    )
+    text = alert["annotations"]["description"]
+    assert text.startswith(
+        f"{REJECTING}: specmon has refused readings of this target's page for the reason "
+        f"{REJECTED_REASON} in every 15 minutes"
+    ), text
+
+    def delivered() -> bool:
+        return any(
+            note.path == "/tickets"
+            and any(a["labels"].get("alertname") == REJECTED_ALERT for a in note.alerts())
+            for note in stack.webhook.received()
+        )
+
+    wait_until("the ticket receiver to get it", delivered, timeout=20, alive=stack.alive)

@@ -2,11 +2,16 @@
 
 Debian's Prometheus scrapes simulated engines directly (``specmon simulate``: vLLM on
 ``/metrics`` as job ``vllm`` and on ``/metrics/`` with OpenMetrics, where sample names read
-``vllm_``, as job ``vllm-om``; llama.cpp; SGLang) and evaluates the shipped
-``engine-recording.rules.yml`` with its window rewritten from 5m to 20s
-(:func:`tests.rules.engine_rules.with_window`) plus a per-job draft cost for llama.cpp written
-as docs/recording-rules.md says. A specmon daemon scrapes the same engines with a 20s window and
-the same draft costs. Prometheus scrapes and evaluates every second, specmon every 500 ms.
+``vllm_``, as job ``vllm-om``; llama.cpp; today's SGLang on ``/metrics`` and through
+sgl-router's ``/engine_metrics`` (``sglang_`` names, a ``worker_addr`` label); TensorRT-LLM on
+``/prometheus/metrics`` with its per-position counters; TGI with the histogram and with the
+summary) and evaluates the shipped ``engine-recording.rules.yml`` with its window rewritten from
+5m to 20s (:func:`tests.rules.engine_rules.with_window`) plus a per-job draft cost for
+llama.cpp written as docs/recording-rules.md says. A specmon daemon scrapes the same engines
+with a 20s window and the same draft costs. Prometheus scrapes and evaluates every second,
+specmon every 500 ms. The SGLang, TensorRT-LLM and TGI pages are written from those engines'
+source (specmon/sim/templates/README.md); so are the rules: this checks that both read them
+the same way.
 
 The engines follow one scenario (engine time, from each engine's start):
 
@@ -23,6 +28,10 @@ The engines follow one scenario (engine time, from each engine's start):
   same scrape timestamps), and the figures must agree to rounding (EXACT).
 - From 80 s: the window holds no drafts: the rules record a count of 0 and no ratio, specmon
   exports no ratio.
+
+SGLang's gauges (the engine's own last-interval figures, which the simulator sets to the
+configured survival's expectation) are checked against that expectation in the steady phase:
+specmon reads the counters instead, so there is nothing of specmon's to compare them with.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from tests.e2e.stack import (
     free_port,
     http_ok,
     require_binaries,
-    simulate,
+    simulate_all,
     wait_until,
 )
 from tests.rules.alert_rules import dump_rules
@@ -71,26 +80,32 @@ EXACT = 1e-9
 
 DEFAULT_COST = 0.1
 LLAMACPP_COST = 0.25
-SGLANG_K = 3
 
 STEADY = {"at": "0s", "drafts_per_second": 500}
 STEADY_END, BURST_START, BURST_END = 45.0, 55.0, 60.0
 STEADY_AT = (31.0, 42.0)
 BURST_AT = (67.0, 72.0)
 IDLE_AT = 82.0
-#: llama.cpp delivers a request's drafts as one lump (20-60 drafts in the simulator).
+#: Engines whose counters move a request at a time deliver a request's drafts as one lump
+#: (20-60 drafts in the simulator): llama.cpp, SGLang's tokenizer counters, TensorRT-LLM's
+#: per-position counters.
 LUMP = 60
 
-ENGINES: dict[str, dict[str, Any]] = {
-    "vllm": {
-        "steady": [0.85, 0.6, 0.35],
-        "burst": [0.7, 0.4, 0.2],
-    },
-    "llamacpp": {
-        "steady": [0.9, 0.7, 0.5, 0.3],
-        "burst": [0.8, 0.5, 0.3, 0.1],
-    },
+#: Simulated engine -> its survival in the steady phase and in the burst.
+ENGINES: dict[str, dict[str, list[float]]] = {
+    "vllm": {"steady": [0.85, 0.6, 0.35], "burst": [0.7, 0.4, 0.2]},
+    "llamacpp": {"steady": [0.9, 0.7, 0.5, 0.3], "burst": [0.8, 0.5, 0.3, 0.1]},
+    "sglang": {"steady": [0.8, 0.6, 0.4], "burst": [0.6, 0.3, 0.1]},
+    "sglang-router": {"steady": [0.75, 0.5, 0.25], "burst": [0.5, 0.3, 0.1]},
+    "trtllm": {"steady": [0.85, 0.7, 0.55, 0.4], "burst": [0.6, 0.4, 0.2, 0.1]},
+    "tgi-histogram": {"steady": [0.8, 0.55, 0.3], "burst": [0.65, 0.35, 0.15]},
+    "tgi": {"steady": [0.7, 0.5, 0.3], "burst": [0.5, 0.2, 0.1]},
 }
+LUMPY = {"llamacpp", "sglang", "sglang-router", "trtllm"}
+#: Where each simulated engine serves its Prometheus page (as the real ones do).
+PATHS = {"trtllm": "/prometheus/metrics", "sglang-router": "/engine_metrics"}
+
+ALL_FIGURES = ("acceptance", "mean_length", "speedup", "survival", "conditional")
 
 
 def _scenario(engine: str) -> dict[str, Any]:
@@ -110,17 +125,34 @@ class Job:
     """One Prometheus job and the specmon target that scrapes the same engine."""
 
     job: str
-    target: str
-    engine: str  # vllm | llamacpp | sglang
-    level: str  # the rules' level prefix
-    drafts_counter: str  # raw sample name of the drafts counter ("" for SGLang)
+    target: str  # the simulated engine, also specmon's target name
+    engine: str  # the rules' engine: vllm | llamacpp | sglang | trtllm | tgi
+    level: str  # the rules' level prefix (without _position)
+    drafts: str  # a selector of the engine's raw drafts counter (one series per job)
     cost: float
+    #: The figures the rules give for this engine (specmon may give more, from assumptions
+    #: or a configured chain length).
+    figures: tuple[str, ...] = ALL_FIGURES
+    path: str | None = None  # scrape path, when not /metrics
 
     def record(self, figure: str) -> str:
         position = "_position" if figure.startswith("position_") else ""
-        if self.engine == "sglang":
-            return f"{self.level}:sglang_{figure}"
         return f"{self.level}{position}:{self.engine}_spec_decode_{figure}"
+
+    @property
+    def drafts_record(self) -> str:
+        if self.engine == "sglang":
+            return f"{self.level}:sglang_spec_verify_calls:increase{WINDOW}"
+        return self.record(f"num_drafts:increase{WINDOW}")
+
+    def drafts_selector(self) -> str:
+        name, _, rest = self.drafts.partition("{")
+        matchers = [f'job="{self.job}"'] + ([rest.rstrip("}")] if rest else [])
+        return f"{name}{{{', '.join(matchers)}}}"
+
+    @property
+    def k(self) -> int:
+        return len(ENGINES[self.target]["steady"])
 
 
 JOBS = (
@@ -139,6 +171,7 @@ JOBS = (
         "instance_model_name",
         "vllm_spec_decode_num_drafts_total",
         DEFAULT_COST,
+        path="/metrics/",
     ),
     Job(
         "llamacpp",
@@ -148,7 +181,53 @@ JOBS = (
         "llamacpp:spec_decode_num_drafts_total",
         LLAMACPP_COST,
     ),
-    Job("sglang", "sglang", "sglang", "instance_model_name", "", DEFAULT_COST),
+    # No per-position data: acceptance (assuming k per step), mean length and speed-up.
+    Job(
+        "sglang",
+        "sglang",
+        "sglang",
+        "instance_model_name",
+        "sglang:spec_verify_calls_total",
+        DEFAULT_COST,
+        figures=("acceptance", "mean_length", "speedup"),
+    ),
+    Job(
+        "sglang-router",
+        "sglang-router",
+        "sglang",
+        "instance_model_name",
+        "sglang_spec_verify_calls_total",
+        DEFAULT_COST,
+        figures=("acceptance", "mean_length", "speedup"),
+        path=PATHS["sglang-router"],
+    ),
+    Job(
+        "trtllm",
+        "trtllm",
+        "trtllm",
+        "instance_model_name",
+        'trtllm_spec_decode_drafted_tokens_total{token_position="0"}',
+        DEFAULT_COST,
+        path=PATHS["trtllm"],
+    ),
+    Job(
+        "tgi-histogram",
+        "tgi-histogram",
+        "tgi",
+        "instance",
+        "tgi_request_skipped_tokens_count",
+        DEFAULT_COST,
+    ),
+    # A summary: the mean acceptance length only (no k on the page).
+    Job(
+        "tgi-summary",
+        "tgi",
+        "tgi",
+        "instance",
+        "tgi_request_skipped_tokens_count",
+        DEFAULT_COST,
+        figures=("mean_length",),
+    ),
 )
 
 
@@ -175,8 +254,18 @@ class Stack:
             time.sleep(min(0.5, deadline - now))
 
     def engine_time(self, engine: str, wall: float) -> tuple[float, float]:
+        """(earliest, latest) time on ``engine``'s scenario clock at Unix time ``wall``."""
         early, late = self.started[engine]
         return wall - late, wall - early
+
+    def within(self, job: Job, span: tuple[float, float]) -> bool:
+        """Whether the job's engine clock is inside ``span`` now, whatever its start."""
+        low, high = self.engine_time(job.target, time.time())
+        return span[0] <= low and high <= span[1]
+
+    def past(self, span: tuple[float, float]) -> bool:
+        """Whether every engine's clock has passed the end of ``span``."""
+        return all(self.engine_time(e, time.time())[0] > span[1] for e in self.started)
 
 
 def _rules(tmp: Path) -> list[Path]:
@@ -208,12 +297,13 @@ def _rules(tmp: Path) -> list[Path]:
 
 
 def _created(url: str) -> float:
-    status, body, _ = get(url)
+    """When the simulated engine's scenario clock started, to the second: every simulated
+    engine answers /v1/models with its start (Unix seconds, rounded down)."""
+    base = url.split("/", 3)
+    status, body, _ = get("/".join(base[:3]) + "/v1/models")
     assert status == 200
-    for line in body.decode().splitlines():
-        if line.startswith("vllm:spec_decode_num_drafts_created{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("the simulated vLLM page has no _created sample")
+    (model,) = json.loads(body)["data"]
+    return float(model["created"])
 
 
 @pytest.fixture(scope="module")
@@ -230,27 +320,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             for proc in reversed(procs):
                 proc.stop()
 
-        for engine, extra in (
-            ("vllm", []),
-            ("llamacpp", []),
-            ("sglang", ["--survival", "0.8,0.6,0.4", "--drafts-per-second", "500"]),
-        ):
-            args = ["--engine", engine, "--listen", "127.0.0.1:0", "--seed", "3", *extra]
-            if engine in ENGINES:
-                scenario = tmp / f"{engine}.scenario.yml"
-                scenario.write_text(yaml.safe_dump(_scenario(engine)))
-                args += ["--survival", ",".join(map(str, ENGINES[engine]["steady"]))]
-                args += ["--scenario", str(scenario)]
-            launched = time.time()
-            proc, addresses = simulate(engine, tmp, args, targets=1)
+        runs: dict[str, tuple[list[str], int]] = {}
+        for seed, engine in enumerate(ENGINES, start=3):
+            scenario = tmp / f"{engine}.scenario.yml"
+            scenario.write_text(yaml.safe_dump(_scenario(engine)))
+            args = ["--engine", engine, "--listen", "127.0.0.1:0", "--seed", str(seed)]
+            args += ["--survival", ",".join(map(str, ENGINES[engine]["steady"]))]
+            args += ["--scenario", str(scenario)]
+            runs[engine] = (args, 1)
+        # Started together, so that their scenario clocks are close.
+        launched = time.time()
+        for engine, (proc, addresses) in simulate_all(tmp, runs).items():
             procs.append(proc)
             urls[engine] = addresses[engine]
-            started[engine] = (launched, time.time())
-        exact = _created(urls["vllm"])
-        assert started["vllm"][0] <= exact <= started["vllm"][1]
-        started["vllm"] = (exact, exact)
+        ready = time.time()
+        for engine, url in urls.items():
+            created = _created(url)
+            assert math.floor(launched) <= created <= ready, (engine, launched, created, ready)
+            started[engine] = (max(launched, created), min(ready, created + 1))
 
         config = tmp / "specmon.yml"
+        costs = {"llamacpp": LLAMACPP_COST}
         config.write_text(
             yaml.safe_dump(
                 {
@@ -261,9 +351,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         "draft_cost": DEFAULT_COST,
                     },
                     "targets": [
-                        {"name": "vllm", "url": urls["vllm"]},
-                        {"name": "llamacpp", "url": urls["llamacpp"], "draft_cost": LLAMACPP_COST},
-                        {"name": "sglang", "url": urls["sglang"], "chain_length": SGLANG_K},
+                        {"name": engine, "url": url}
+                        | ({"draft_cost": costs[engine]} if engine in costs else {})
+                        for engine, url in urls.items()
                     ],
                 }
             )
@@ -272,11 +362,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
         rule_files = _rules(tmp)
 
-        def scrape(job: str, url: str, path: str | None = None) -> dict[str, Any]:
-            host = url.removeprefix("http://").split("/", 1)[0]
-            out: dict[str, Any] = {"job_name": job, "static_configs": [{"targets": [host]}]}
-            if path:
-                out["metrics_path"] = path
+        def scrape(job: Job) -> dict[str, Any]:
+            host = urls[job.target].removeprefix("http://").split("/", 1)[0]
+            out: dict[str, Any] = {"job_name": job.job, "static_configs": [{"targets": [host]}]}
+            if job.path:
+                out["metrics_path"] = job.path
             return out
 
         prom_dir = tmp / "prometheus"
@@ -291,13 +381,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         "evaluation_interval": INTERVAL,
                     },
                     "rule_files": [str(p) for p in rule_files],
-                    "scrape_configs": [
-                        scrape("vllm", urls["vllm"]),
-                        # vLLM's OpenMetrics path: Prometheus negotiates it, names read vllm_.
-                        scrape("vllm-om", urls["vllm"], "/metrics/"),
-                        scrape("llamacpp", urls["llamacpp"]),
-                        scrape("sglang", urls["sglang"]),
-                    ],
+                    # vLLM's OpenMetrics path (job vllm-om): Prometheus negotiates it, names
+                    # read vllm_.
+                    "scrape_configs": [scrape(job) for job in JOBS],
                 }
             )
         )
@@ -338,7 +424,8 @@ Figures = dict[str, float]
 
 
 def specmon_figures(stack: Stack, job: Job) -> tuple[Figures, dict[str, Any] | None]:
-    """specmon's figures for the job's engine (positions counted from 0, as the rules do)."""
+    """specmon's figures for the job's engine, those the rules give for it (positions counted
+    from 0, as the rules do)."""
     target = stack.specmon.targets()[job.target]
     (model,) = target["models"]
     (window,) = [w for w in model["windows"] if w["window"] == WINDOW]
@@ -351,30 +438,22 @@ def specmon_figures(stack: Stack, job: Job) -> tuple[Figures, dict[str, Any] | N
         ("mean_acceptance_length", "mean_length"),
         ("expected_speedup", "speedup"),
     ):
-        if report[key] is not None:
+        if report[key] is not None and name in job.figures:
             figures[name] = float(report[key])
     for pos in report["positions"]:
         for key in ("survival", "conditional"):
-            if pos[key] is not None:
+            if pos[key] is not None and key in job.figures:
                 figures[f"{key}:{pos['position'] - 1}"] = float(pos[key])
     return figures, report
 
 
 _RULE_FIGURES = {
-    "vllm": {
-        "acceptance": "draft_acceptance:ratio_rate{w}",
-        "mean_length": "acceptance_length:mean{w}",
-        "speedup": "expected_speedup:ratio_rate{w}",
-        "survival": "position_survival:ratio_rate{w}",
-        "conditional": "position_conditional:ratio_rate{w}",
-    },
-    "sglang": {
-        "acceptance": "spec_accept_rate:avg{w}",
-        "mean_length": "spec_accept_length:avg{w}",
-        "speedup": "spec_decode_expected_speedup:ratio_avg{w}",
-    },
+    "acceptance": "draft_acceptance:ratio_rate{w}",
+    "mean_length": "acceptance_length:mean{w}",
+    "speedup": "expected_speedup:ratio_rate{w}",
+    "survival": "position_survival:ratio_rate{w}",
+    "conditional": "position_conditional:ratio_rate{w}",
 }
-_RULE_FIGURES["llamacpp"] = _RULE_FIGURES["vllm"]
 
 
 def rule_figures(stack: Stack, job: Job) -> tuple[Figures, float | None]:
@@ -384,7 +463,7 @@ def rule_figures(stack: Stack, job: Job) -> tuple[Figures, float | None]:
     at = time.time() - 0.5
     figures: Figures = {}
     stamps: set[float] = set()
-    for name, suffix in _RULE_FIGURES[job.engine].items():
+    for name, suffix in _RULE_FIGURES.items():
         record = job.record(suffix.format(w=WINDOW))
         for series in stack.prometheus.query(f'timestamp({record}{{job="{job.job}"}})', at=at):
             stamps.add(float(series["value"][1]))
@@ -401,10 +480,10 @@ def steady_tolerance(name: str, report: dict[str, Any], job: Job) -> float:
     """How far two windows of the same steady traffic can disagree, for one figure.
 
     Both windows hold about n drafts and differ only in the drafts at their ends: at most
-    SKEW seconds at each end, e <= rate x 2 x SKEW drafts (llama.cpp: plus one request's lump at
-    each end, since its counters move a request at a time). Each figure is a draft-weighted
-    mean of a per-draft value v with range V (acceptance and survival: a share, V = 1; mean
-    length: 1 + accepted tokens, V = k; speed-up: (1 + accepted) / (1 + c k), V = k / (1 + c k);
+    SKEW seconds at each end, e <= rate x 2 x SKEW drafts (engines whose counters move a request
+    at a time: plus one request's lump at each end). Each figure is a draft-weighted mean of a
+    per-draft value v with range V (acceptance and survival: a share, V = 1; mean length:
+    1 + accepted tokens, V = k; speed-up: (1 + accepted) / (1 + c k), V = k / (1 + c k);
     conditional at position i: a share of the drafts that reached position i - 1, so n and e
     scale by the survival s_(i-1)). Swapping e of n drafts moves such a mean by
     (e / n) (mean of the swapped - mean of the rest), whose standard deviation is at most
@@ -412,10 +491,10 @@ def steady_tolerance(name: str, report: dict[str, Any], job: Job) -> float:
     extrapolation adds nothing: every series of one engine is scaled by the same factor, which
     cancels in the ratio.
     """
-    k = len(report["positions"]) or SGLANG_K
+    k = job.k
     n = float(report["drafts"])
     rate = n / WINDOW_SECONDS
-    e = rate * 2 * SKEW + (2 * LUMP if job.engine == "llamacpp" else 0)
+    e = rate * 2 * SKEW + (2 * LUMP if job.target in LUMPY else 0)
     kind = name.split(":", 1)[0]
     spread = {
         "acceptance": 1.0,
@@ -454,6 +533,8 @@ class Run:
     burst: list[Comparison]
     idle: dict[str, tuple[Figures, Figures]]
     validated_bursts: dict[str, int]
+    #: SGLang's gauge figures against the simulated engine's (job, figure, rule, expected).
+    gauges: list[tuple[str, str, float, float]]
 
 
 def _compare(job: Job, phase: str, rules: Figures, ours: Figures, tol: Any) -> list[Comparison]:
@@ -466,9 +547,30 @@ def _value_at(stack: Stack, selector: str, at: float) -> float:
     return float(series["value"][1])
 
 
+def _sglang_gauges(stack: Stack) -> list[tuple[str, str, float, float]]:
+    """The gauge rules of both SGLang jobs, against what the simulated gauges publish in the
+    steady phase: length 1 + sum(s), rate sum(s) / k, k, and the speed-up from them."""
+    out = []
+    for job in JOBS:
+        if job.engine != "sglang":
+            continue
+        steady = ENGINES[job.target]["steady"]
+        length, k = 1 + sum(steady), len(steady)
+        expected = {
+            "spec_accept_length:avg": length,
+            "spec_accept_rate:avg": sum(steady) / k,
+            "spec_num_steps:avg": float(k),
+            "spec_decode_expected_speedup:ratio_avg": length / (1 + job.cost * k),
+        }
+        for figure, value in expected.items():
+            record = f"{job.level}:sglang_{figure}{WINDOW}"
+            (series,) = stack.prometheus.query(f'{record}{{job="{job.job}"}}')
+            out.append((job.job, figure, float(series["value"][1]), value))
+    return out
+
+
 @pytest.fixture(scope="module")
 def run(stack: Stack) -> Run:
-    counted = [j for j in JOBS if j.drafts_counter]
     steady: list[Comparison] = []
     stack.sleep_until(STEADY_AT[0])
     # Both windows must be full: Prometheus's first scrape of every engine a window ago.
@@ -482,8 +584,11 @@ def run(stack: Stack) -> Run:
         timeout=WINDOW_SECONDS + SKEW + 5,
         alive=stack.alive,
     )
-    while max(stack.engine_time(e, time.time())[1] for e in ENGINES) < STEADY_AT[1]:
-        for job in counted:
+    gauges = _sglang_gauges(stack)
+    while not stack.past(STEADY_AT):
+        for job in JOBS:
+            if not stack.within(job, STEADY_AT):
+                continue
             rules, evaluated = rule_figures(stack, job)
             ours, report = specmon_figures(stack, job)
             assert report is not None, job
@@ -497,31 +602,23 @@ def run(stack: Stack) -> Run:
                 lambda name, report=report, job=job: steady_tolerance(name, report, job),
             )
         time.sleep(1.0)
-    sglang = next(j for j in JOBS if j.engine == "sglang")
-    ours, _ = specmon_figures(stack, sglang)
-    ours.pop("speedup")  # needs spec_num_steps, which the simulated SGLang page lacks
-    rules = wait_until(
-        "one evaluation's SGLang figures",
-        lambda: rule_figures(stack, sglang)[0],
-        timeout=5,
-        alive=stack.alive,
-    )
-    steady += _compare(sglang, "steady", rules, ours, lambda name: EXACT * abs(ours[name]))
 
     # The burst: the counters' values in the quiet stretches before and after it.
     stack.sleep_until(BURST_AT[0])
     quiet: dict[str, tuple[float, float]] = {}
-    for job in counted:
-        engine_start = sum(stack.started[job.engine]) / 2
-        selector = f'{job.drafts_counter}{{job="{job.job}"}}'
+    for job in JOBS:
+        engine_start = sum(stack.started[job.target]) / 2
+        selector = job.drafts_selector()
         before = _value_at(stack, selector, engine_start + (STEADY_END + BURST_START) / 2)
         after = _value_at(stack, selector, engine_start + BURST_END + 4)
         assert after - before >= 1000, (job.job, before, after)
         quiet[job.job] = (before, after)
     burst: list[Comparison] = []
-    validated = dict.fromkeys((j.job for j in counted), 0)
-    while max(stack.engine_time(e, time.time())[1] for e in ENGINES) < BURST_AT[1]:
-        for job in counted:
+    validated = dict.fromkeys((j.job for j in JOBS), 0)
+    while not stack.past(BURST_AT):
+        for job in JOBS:
+            if not stack.within(job, BURST_AT):
+                continue
             before, after = quiet[job.job]
             ours, report = specmon_figures(stack, job)
             rules, evaluated = rule_figures(stack, job)
@@ -531,7 +628,7 @@ def run(stack: Stack) -> Run:
             if report["drafts"] != after - before:
                 continue
             # ... and so did the raw samples behind the rule's last evaluation.
-            window = f'{job.drafts_counter}{{job="{job.job}"}}[{WINDOW}]'
+            window = f"{job.drafts_selector()}[{WINDOW}]"
             low = _value_at(stack, f"min_over_time({window})", evaluated)
             high = _value_at(stack, f"max_over_time({window})", evaluated)
             if (low, high) != (before, after):
@@ -543,16 +640,14 @@ def run(stack: Stack) -> Run:
     # Idle: the window holds no drafts.
     stack.sleep_until(IDLE_AT)
     idle: dict[str, tuple[Figures, Figures]] = {}
-    for job in counted:
+    for job in JOBS:
         rules, _ = rule_figures(stack, job)
         ours, _ = specmon_figures(stack, job)
-        drafts = stack.prometheus.query(
-            f'{job.record("num_drafts:increase" + WINDOW)}{{job="{job.job}"}}'
-        )
+        drafts = stack.prometheus.query(f'{job.drafts_record}{{job="{job.job}"}}')
         assert [float(s["value"][1]) for s in drafts] == [0.0], (job.job, drafts)
         idle[job.job] = (rules, ours)
 
-    result = Run(steady, burst, idle, validated)
+    result = Run(steady, burst, idle, validated, gauges)
     steady_ratio = {
         j.job: max((c.difference / c.tolerance for c in steady if c.job == j.job), default=None)
         for j in JOBS
@@ -560,15 +655,18 @@ def run(stack: Stack) -> Run:
     burst_relative = max((c.difference / abs(c.specmon) for c in burst if c.specmon), default=None)
     summary = {
         "steady": steady_ratio,
+        "steady_comparisons": {j.job: sum(c.job == j.job for c in steady) for j in JOBS},
         "burst_max_relative_difference": burst_relative,
         "validated_bursts": validated,
+        "sglang_gauges": gauges,
         "comparisons": [c.__dict__ for c in steady + burst],
     }
     (stack.tmp / "comparisons.json").write_text(json.dumps(summary, indent=2))
     sys.stdout.write(
         "\nrules vs specmon (steady: largest difference / tolerance; burst: relative):\n"
-        + "".join(f"  steady {job:<9} {v}\n" for job, v in steady_ratio.items())
+        + "".join(f"  steady {job:<14} {v}\n" for job, v in steady_ratio.items())
         + f"  burst {burst_relative} over {validated}\n"
+        + "".join(f"  gauge {j} {f}: {r!r} (engine {e!r})\n" for j, f, r, e in gauges)
     )
     return result
 
@@ -588,10 +686,7 @@ def test_steady_traffic_agrees_within_the_derived_tolerance(run: Run) -> None:
     assert jobs == {j.job for j in JOBS}
     figures = {(c.job, c.figure.split(":", 1)[0]) for c in run.steady}
     for job in JOBS:
-        kinds = {"acceptance", "mean_length"}
-        if job.engine != "sglang":
-            kinds |= {"speedup", "survival", "conditional"}
-        assert {(job.job, kind) for kind in kinds} <= figures, job.job
+        assert {(job.job, kind) for kind in job.figures} <= figures, job.job
     for c in run.steady:
         assert c.difference <= c.tolerance, c
     # The tolerance is tight enough to matter: well below the gap between adjacent positions'
@@ -605,10 +700,19 @@ def test_the_burst_agrees_exactly(run: Run) -> None:
     assert all(count >= 2 for count in run.validated_bursts.values()), run.validated_bursts
     for c in run.burst:
         assert c.difference <= c.tolerance, c
-    assert {c.job for c in run.burst} == {j.job for j in JOBS if j.drafts_counter}
+    assert {c.job for c in run.burst} == {j.job for j in JOBS}
+    figures = {(c.job, c.figure.split(":", 1)[0]) for c in run.burst}
+    for job in JOBS:
+        assert {(job.job, kind) for kind in job.figures} <= figures, job.job
 
 
 def test_idle_window_has_no_ratios_on_either_side(run: Run) -> None:
     for job, (rules, ours) in run.idle.items():
         assert rules == {}, (job, rules)
         assert ours == {}, (job, ours)
+
+
+def test_sglang_gauge_rules_read_the_engines_gauges(run: Run) -> None:
+    assert len(run.gauges) == 8
+    for job, figure, recorded, engine in run.gauges:
+        assert math.isclose(recorded, engine, rel_tol=EXACT), (job, figure, recorded, engine)

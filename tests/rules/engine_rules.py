@@ -41,6 +41,8 @@ ENGINE_GROUPS = {
     "vllm": f"specmon-engine-vllm-{SHIPPED_WINDOW}",
     "llamacpp": f"specmon-engine-llamacpp-{SHIPPED_WINDOW}",
     "sglang": f"specmon-engine-sglang-{SHIPPED_WINDOW}",
+    "trtllm": f"specmon-engine-trtllm-{SHIPPED_WINDOW}",
+    "tgi": f"specmon-engine-tgi-{SHIPPED_WINDOW}",
 }
 
 _VLLM_COUNTERS = (
@@ -54,6 +56,15 @@ _SGLANG_SERIES = (
     "spec_accept_rate",
     "spec_num_steps",
     "spec_verify_calls_total",
+    "generation_tokens_total",
+    "num_requests_total",
+)
+_TRTLLM_SERIES = (
+    "spec_decode_drafted_tokens_total",
+    "spec_decode_accepted_tokens_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+    "speculative_config_info",
 )
 #: Engine -> every sample name its rules may read (all spellings the engines publish).
 ENGINE_SERIES: dict[str, frozenset[str]] = {
@@ -67,6 +78,12 @@ ENGINE_SERIES: dict[str, frozenset[str]] = {
     ),
     # The server prints `sglang:`; sgl-router's /engine_metrics `sglang_`.
     "sglang": frozenset(p + s for p in ("sglang:", "sglang_") for s in _SGLANG_SERIES),
+    # trtllm-serve and today's Dynamo print `trtllm_`; older Dynamo docs say `trtllm:`.
+    "trtllm": frozenset(p + s for p in ("trtllm_", "trtllm:") for s in _TRTLLM_SERIES),
+    # TGI's router: a histogram (or, in the newest releases, a summary).
+    "tgi": frozenset(
+        "tgi_request_skipped_tokens" + suffix for suffix in ("_count", "_sum", "_bucket")
+    ),
 }
 
 _NAME_REGEX = re.compile(r'__name__\s*=~\s*"([^"]*)"')

@@ -6,6 +6,10 @@ returns nothing fails). The fleet:
 - ``gpu1``: vLLM, model ``llama``, k = 4, watched by two specmon replicas (``instance``
   ``specmon-a`` and ``specmon-b``), so joins must survive duplicate targets;
 - ``cpu1``: llama.cpp, model ``default``, k = 3, one replica, a constant label ``site``;
+- ``trt1``: TensorRT-LLM, model ``qwen3``, k = 4, with an engine-measured draft cost
+  (``specmon_draft_cost_ratio{source="engine"}``) beside the configured one;
+- ``tgi1``: TGI, model ``default``, k = 3, without ``specmon_draft_tokens_total`` (TGI counts
+  no draft tokens: the contract says the family is absent, :data:`ABSENT`);
 - ``down1``: never reachable (``specmon_up`` 0, no derived series).
 """
 
@@ -13,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FLEET_METRICS", "SAMPLES", "STEP", "fleet_series"]
+from tests.dashboards.coverage import ABSENT
+
+__all__ = ["ABSENT", "ENGINES", "FLEET_METRICS", "SAMPLES", "STEP", "fleet_series"]
 
 STEP = "15s"
 #: Samples per series: 40 minutes at 15 s.
@@ -29,12 +35,18 @@ class _Target:
     k: int
     instances: tuple[str, ...]
     extra: tuple[tuple[str, str], ...] = ()
+    #: c measured by the engine (TensorRT-LLM), exported as source="engine".
+    engine_cost: float | None = None
 
 
 _TARGETS = (
     _Target("gpu1", "vllm", "llama", 4, ("specmon-a:10920", "specmon-b:10920")),
     _Target("cpu1", "llamacpp", "default", 3, ("specmon-a:10920",), (("site", "lab"),)),
+    _Target("trt1", "trtllm", "qwen3", 4, ("specmon-a:10920",), engine_cost=0.07),
+    _Target("tgi1", "tgi", "default", 3, ("specmon-b:10920",)),
 )
+#: Target -> engine, for every target that has one.
+ENGINES = {t.name: t.engine for t in _TARGETS}
 _DOWN = "down1"
 
 
@@ -62,7 +74,7 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_build_info", {**own, "version": "0.1.0", "python": "3.11.2"}, _const(1))
         add("specmon_config_last_reload_successful", own, _const(1))
         add("specmon_config_last_reload_success_timestamp_seconds", own, _const(1000))
-        add("specmon_targets", own, _const(3))
+        add("specmon_targets", own, _const(len(_TARGETS) + 1))
         add("specmon_file_sd_read_errors_total", own, _const(0))
         add(
             "specmon_rejected_readings_total",
@@ -90,6 +102,10 @@ def fleet_series() -> list[dict[str, str]]:
             add("specmon_page_malformed_lines", base, _const(0))
             add("specmon_chain_length", model, _const(t.k))
             add("specmon_draft_cost_ratio", {**model, "source": "configured"}, _const(0.1))
+            if t.engine_cost is not None:
+                add(
+                    "specmon_draft_cost_ratio", {**model, "source": "engine"}, _const(t.engine_cost)
+                )
             add(
                 "specmon_draft_cost_ratio",
                 {**model, "source": "measured", "baseline": f"{t.name}-twin"},
@@ -97,7 +113,8 @@ def fleet_series() -> list[dict[str, str]]:
             )
             add("specmon_breakeven_alpha_ratio", model, _const(0.29))
             add("specmon_drafts_total", model, _counter(60))
-            add("specmon_draft_tokens_total", model, _counter(60 * t.k))
+            if "specmon_draft_tokens_total" not in ABSENT.get(t.engine, frozenset()):
+                add("specmon_draft_tokens_total", model, _counter(60 * t.k))
             add("specmon_accepted_tokens_total", model, _counter(90))
             add("specmon_engine_resets_total", model, _const(1))
             add("specmon_requests_running", model, _const(3))
