@@ -402,7 +402,7 @@ class Fleet:
     def __init__(
         self,
         *,
-        session: Callable[[], aiohttp.ClientSession],
+        session: Callable[[], aiohttp.ClientSession | None],
         direct: Callable[[], Collection[str]],
         scrapes_total: Counter,
         rejected_total: Counter,
