@@ -165,3 +165,73 @@ class MovingFleet:
         if query == freshness_query(self.config):
             return Reply(body=json.dumps(self.freshness_doc(at)).encode())
         return None
+
+
+class PrometheusThread:
+    """A :class:`FakePrometheus` serving a :class:`MovingFleet` on its own event loop in a
+    daemon thread, for a ``specmon run`` subprocess to read. Counters advance one step every
+    ``step_seconds`` of evaluation time; ``mode`` makes it fail as the real Prometheus does
+    (answers from tests/fixtures/prometheus/): ``slow`` (answers after ``delay`` seconds),
+    ``query_error`` (the 400 ``bad_data`` answer), ``partial`` (``warnings``)."""
+
+    def __init__(
+        self, fleet: MovingFleet, *, step_seconds: float = 0.5, delay: float = 2.0
+    ) -> None:
+        import asyncio
+        import threading
+
+        from tests.promsource.fake_prometheus import FakePrometheus
+
+        self.fleet = fleet
+        self.mode = "ok"
+        self.step_seconds = step_seconds
+        self.delay = delay
+        self.started: float | None = None
+        self.lock = threading.Lock()
+        self.fake = FakePrometheus()
+        self.fake.respond = self._respond
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._bad = load("bad-selector")["answers"][0]
+
+    @property
+    def url(self) -> str:
+        return self.fake.url
+
+    def __enter__(self) -> PrometheusThread:
+        import asyncio
+
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.__aenter__(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        import asyncio
+
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self.fake.__aexit__(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+    def _respond(self, query: str) -> Reply | None:
+        at = float(self.fake.requests[-1].params["time"])
+        with self.lock:
+            if self.started is None:
+                self.started = at
+            step = int((at - self.started) / self.step_seconds)
+            for name in self.fleet.instances:
+                self.fleet.step[name] = step
+            mode = self.mode
+            self.fleet.warnings = ["a store did not answer"] if mode == "partial" else []
+            if mode == "query_error":
+                return Reply(status=self._bad["status"], body=self._bad["body"].encode())
+            reply = self.fleet.reply(query, at)
+        if reply is not None and mode == "slow":
+            from dataclasses import replace
+
+            reply = replace(reply, delay=self.delay)
+        return reply
