@@ -111,14 +111,14 @@ def test_the_daemon_serves_source_instances_like_targets_through_every_failure(
             assert [x["target"] for x in taken] == [llama]
             # Each failure in turn: every instance down with the read's result, nothing
             # derived, the direct target untouched; one log line per change.
-            for mode, result, status in (
+            for mode, result, read_status in (
                 ("slow", "timeout", "timeout"),
                 ("query_error", "query_error", "query_error"),
                 ("partial", "partial", "partial"),
             ):
                 prometheus.mode = mode
-                m = d.wait_for(lambda r=result: _all_down(d, instances, r), timeout=10)  # type: ignore[misc]
-                assert m.value("specmon_source_reads_total", source="fleet", result=status)
+                m = d.wait_for(lambda r=result: _all_down(d, instances, r), timeout=10)
+                assert m.value("specmon_source_reads_total", source="fleet", result=read_status)
                 for inst in instances:
                     assert _derived(m, inst) == set(), (mode, inst, _derived(m, inst))
                 assert m.value("specmon_up", target="direct-a") == 1
