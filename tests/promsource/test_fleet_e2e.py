@@ -111,7 +111,12 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     require_binaries("prometheus")
     with contextlib.ExitStack() as cleanup:
         s = Stack(tmp_path, tmp_path / "fleet.json", free_port(), prometheus=None)  # type: ignore[arg-type]
-        cleanup.callback(lambda: [p.stop() for p in s.procs.values()])
+
+        def stop_engines() -> None:
+            for proc in s.procs.values():
+                proc.stop()
+
+        cleanup.callback(stop_engines)
         _engine(s, "vllm", ["--engine", "vllm", "--targets", "2", "--seed", "21",
                             "--drafts-per-second", "80"], 2)  # fmt: skip
         _engine(s, "llamacpp", ["--engine", "llamacpp", "--seed", "22",
