@@ -1,5 +1,5 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource]``; results are recorded in
-bench/RESULTS.md."""
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|fleet]``; results are recorded
+in bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -25,8 +25,13 @@ def main(argv: list[str]) -> int:
         from bench import promsource
 
         return promsource.main(argv[1:])
+    if which == "fleet":
+        from bench import fleet
+
+        return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules or promsource", file=sys.stderr
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource or fleet",
+        file=sys.stderr,
     )
     return 2
 

@@ -42,8 +42,8 @@ from typing import Any
 
 import yaml
 
-from specmon.parsing import parse_duration
 from specmon.engines import wanted_names
+from specmon.parsing import parse_duration
 from specmon.sources.prometheus import (
     PrometheusSource,
     QueryStrategy,
