@@ -509,10 +509,6 @@ class Fleet:
     def tasks(self) -> list[asyncio.Task[None]]:
         return [r.task for r in self.runners.values() if r.task is not None]
 
-    async def close(self) -> None:
-        for runner in self.runners.values():
-            await runner.source.close()
-
 
 class FleetCollector(Collector):
     """The per-source health families and ``specmon_shard_info``, built per scrape from the

@@ -10,6 +10,7 @@ import asyncio
 import socket
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -479,3 +480,58 @@ def test_a_bug_costs_one_read_not_the_source(logs: list[EventDict]) -> None:
     assert runner.reads[ReadStatus.OK] == 2
     assert events(logs, "source_read_failed")
     assert read_count == [Fleet.pending_key(fleet.config.name)]
+
+
+# ------------------------------------------------------------------------------ config and CLI
+
+
+def test_sources_in_the_daemon_config_and_check_config(tmp_path: Path) -> None:
+    import argparse
+    import io
+
+    from specmon.cli.run import _check
+    from specmon.daemon.config import ConfigError, parse_config
+
+    text = (
+        "global: {windows: [1m, 5m]}\n"
+        "sources:\n"
+        "  - prometheus:\n"
+        "      url: http://prometheus:9090\n"
+        "      selector: '{job=\"vllm\"}'\n"
+        "      instance_labels: [namespace, pod]\n"
+        "      name_prefix: eu/\n"
+        "      overrides: [{match: '{pod=\"a\"}', draft_cost: 0.2}]\n"
+    )
+    config = parse_config(text, base_dir=tmp_path, environ={})
+    (source,) = config.sources
+    assert not config.targets and source.name == "prometheus:9090" and source.draft_cost == 0.1
+    path = tmp_path / "c.yml"
+    path.write_text(text)
+    out = io.StringIO()
+    assert _check(argparse.Namespace(file=path), out) == 0
+    assert out.getvalue().splitlines() == [
+        f"OK {path}: 0 target(s), 1 Prometheus source(s); scrape every 5s (timeout 3s); "
+        "windows 1m, 5m",
+        '  source prometheus:9090: http://prometheus:9090 selector {job="vllm"} instances by '
+        "[namespace, pod] named eu/...; read every 30s (timeout 10s, stale after 2m); "
+        "1 override(s)",
+    ]
+    # Every problem at once: the source's, a window its interval cannot fill, the others.
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            "global: {windows: [1m, 90s]}\n"
+            "targets: [{name: a, url: 'http://h:1/metrics', colour: red}]\n"
+            "sources:\n"
+            "  - prometheus: {url: 'http://p:9090', interval: 45s}\n"
+            "  - prometheus: {url: 'http://q:9090', selectr: x}\n"
+            "  - prometheus: {url: 'http://r:9090', interval: 10s, timeout: 20s}\n",
+            base_dir=tmp_path,
+            environ={},
+        )
+    assert info.value.problems == [
+        "targets[0].colour: unknown key",
+        "sources[1].prometheus.selectr: unknown key (did you mean 'selector'?)",
+        "sources[2].prometheus.timeout: must not exceed interval",
+        "sources[0].prometheus.interval: 45s is more than half the shortest window (1m): its "
+        "windows would never hold two readings",
+    ]

@@ -215,3 +215,20 @@ def test_three_shards_split_direct_targets_and_source_instances(tmp_path: Path) 
         everything = {n for n, _ in direct} | set(fleet.instances)
         assert sorted(n for names in kept for n in names) == sorted(everything)
         assert all(kept), [len(k) for k in kept]
+
+
+def test_a_bad_shard_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for shard, message in (
+        ("3/3", "shard 3 does not exist: shards of 3 are numbered 0 to 2"),
+        ("1", "'1' is not a shard like 0/3"),
+        ("0/0", "the shard count must be between 1 and 10000"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "specmon", "run", "--shard", shard],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2, result
+        assert result.stderr == f"specmon run: --shard: {message}\n"
