@@ -283,7 +283,6 @@ class SourceRunner:
         elif entry.state.config != target:
             entry.state.reconfigure(target, windows=self._fleet.windows, retention=self.retention)
         entry.common = inst.common_labels
-        log = self._log.bind(target=name)
         duration = result.duration_seconds
         if inst.stale:
             message = (
@@ -291,13 +290,12 @@ class SourceRunner:
                 f"({format_duration(self.config.stale_after)}); its newest is from "
                 f"{_sample_time(inst.newest_sample)}"
             )
-            self._failed(entry, log, ScrapeResult.STALE, message, duration, new=new, first=first)
+            self._failed(entry, ScrapeResult.STALE, message, duration, new=new, first=first)
             return InstanceState.STALE
         reading = inst.reading() if inst.error is None else None
         if reading is None:
             message = inst.error or "no usable series"
-            self._failed(entry, log, ScrapeResult.BAD_SERIES, message, duration, new=new,
-                         first=first)  # fmt: skip
+            self._failed(entry, ScrapeResult.BAD_SERIES, message, duration, new=new, first=first)
             return InstanceState.BAD_SERIES
         newest = inst.newest_sample
         assert newest is not None  # not stale
@@ -314,13 +312,12 @@ class SourceRunner:
         if entry.source_down:
             events = [e for e in events if e.event != "target_up"]
             entry.source_down = False
-        self._emit(log, events, new=new, first=first)
+        self._emit(name, events, new=new, first=first)
         return InstanceState.CURRENT
 
     def _failed(
         self,
         entry: _Instance,
-        log: Logger,
         kind: ScrapeResult,
         message: str,
         duration: float,
@@ -332,9 +329,12 @@ class SourceRunner:
         events = entry.state.fail(kind=kind, message=message, duration=duration)
         entry.source_down = False
         self._fleet.scrapes_total.labels(target=name, result=kind).inc()
-        self._emit(log, events, new=new, first=first)
+        self._emit(name, events, new=new, first=first)
 
-    def _emit(self, log: Logger, events: list[Event], *, new: bool, first: bool) -> None:
+    def _emit(self, name: str, events: list[Event], *, new: bool, first: bool) -> None:
+        if not events and not new:
+            return
+        log = self._log.bind(target=name)
         if new:
             # One line for a new instance, with what its first read said.
             up = next((e for e in events if e.event in ("target_up", "target_down")), None)
