@@ -421,7 +421,10 @@ def derived_resources() -> dict[str, dict[str, str]]:
     return out
 
 
-@pytest.mark.parametrize(("deployment", "rule"), [("specmon", "standalone"), ("vllm", "sidecar")])
+@pytest.mark.parametrize(
+    ("deployment", "rule"),
+    [("specmon", "standalone"), ("specmon-shard", "standalone"), ("vllm", "sidecar")],
+)
 def test_requests_and_limits_follow_the_measurements(deployment: str, rule: str) -> None:
     resources = _container(deployment, "specmon")["resources"]
     expected = derived_resources()[rule]
@@ -431,6 +434,26 @@ def test_requests_and_limits_follow_the_measurements(deployment: str, rule: str)
     }
     for kind in ("cpu", "memory"):
         assert _quantity(resources["requests"][kind]) <= _quantity(resources["limits"][kind])
+
+
+def test_prometheus_mode_requests_and_limits_follow_the_benchmark() -> None:
+    """deploy/kubernetes/fleet-resources.json: the 2,000-instance run of bench/fleet.py."""
+    data = json.loads((K8S / "fleet-resources.json").read_text())
+    run, rule = data["run"], data["derive"]
+    peak, cores = run["rss_mib_peak"], run["cpu_cores"]
+    resources = _container("specmon-fleet", "specmon")["resources"]
+    assert resources == {
+        "requests": {
+            "cpu": f"{_ceil_to(cores * rule['cpu_request_factor'] * 1000, 10):.0f}m",
+            "memory": f"{_ceil_to(peak * rule['memory_request_factor'], 8):.0f}Mi",
+        },
+        "limits": {
+            "cpu": f"{_ceil_to(cores * rule['cpu_limit_factor'] * 1000, 100):.0f}m",
+            "memory": f"{_ceil_to(peak * rule['memory_limit_factor'], 32):.0f}Mi",
+        },
+    }
+    fleet_doc = (REPO / "docs" / "fleet.md").read_text()
+    assert f"{peak:.0f} MiB" in fleet_doc and f"{100 * cores:.1f} % of one core" in fleet_doc
 
 
 def test_systemd_memory_limits_follow_the_measurements() -> None:
