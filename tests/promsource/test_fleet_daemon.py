@@ -223,7 +223,7 @@ def test_a_bad_shard_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
     for shard, message in (
         ("3/3", "shard 3 does not exist: shards of 3 are numbered 0 to 2"),
-        ("1", "'1' is not a shard like 0/3"),
+        ("1", "'1' is not a shard like 0/3 (index/count, index from 0)"),
         ("0/0", "the shard count must be between 1 and 10000"),
     ):
         result = subprocess.run(
