@@ -354,7 +354,13 @@ RELOAD_TIME = _g(
     (),
     Scope.OWN,
 )
-TARGETS = _g("specmon_targets", "Targets specmon currently scrapes.", (), Scope.OWN)
+TARGETS = _g(
+    "specmon_targets",
+    "Targets specmon currently scrapes, or reads through a Prometheus source (its shard's "
+    "only, with --shard).",
+    (),
+    Scope.OWN,
+)
 WEB_RELOAD_OK = _g(
     "specmon_web_config_last_reload_successful",
     "1 if the last load of --web.config.file succeeded (1 without one); 0 means the "
