@@ -1,5 +1,5 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost]``; results are recorded in
-bench/RESULTS.md."""
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|fleet]``; results are
+recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ def main(argv: list[str]) -> int:
         from bench import cost
 
         return cost.main(argv[1:])
+    if which == "fleet":
+        from bench import fleet
+
+        return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource or cost",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost or fleet",
         file=sys.stderr,
     )
     return 2

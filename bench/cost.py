@@ -11,7 +11,7 @@ Each daemon runs as ``python -m specmon run`` with ``PYTHONPATH`` and the workin
 to its tree, in this virtualenv (the dependencies are the same). The first ``--rev`` is the
 baseline: every figure of the others is also given as a ratio to it.
 
-For each size N, one fleet of N simulated vLLM engines is started (``bench/fleet.py``: the
+For each size N, one fleet of N simulated vLLM engines is started (``bench/light_fleet.py``: the
 simulator's pages, real vLLM 0.32.0 format, about 56 KB, k = 3, 20 drafts/s; ``--sim specmon``
 uses ``specmon simulate --shared-port`` instead) and kept for every revision of that size; the
 revisions run one after the other, in the given order for the first size, reversed for the
@@ -350,7 +350,7 @@ def start_fleet(
             break
         port = free_port()
         if kind == "fleet":
-            cmd = [sys.executable, "-m", "bench.fleet", "--targets", str(count),
+            cmd = [sys.executable, "-m", "bench.light_fleet", "--targets", str(count),
                    "--first", str(first), "--listen", f"127.0.0.1:{port}", "--seed", "1"]  # fmt: skip
         else:
             cmd = [sys.executable, "-m", "specmon", "simulate", "--engine", "vllm",

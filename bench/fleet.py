@@ -1,121 +1,269 @@
-"""A light fleet server for ``python -m bench cost``: N simulated vLLM engines on one port.
+"""Fleet-mode benchmark: ``specmon run`` in Prometheus mode over N simulated vLLM engines read
+through a real Prometheus (Debian's); what the daemon costs per read interval.
 
-Run: python -m bench.fleet --targets N [--first I] [--listen 127.0.0.1:PORT] [--gzip-level 1]
+Run: ./dev.sh bench fleet [--instances 2000] [--interval 30s] [--intervals 8] [--keep all|needed]
 
-Why not ``specmon simulate --shared-port``: measured on this 2-core machine (2026-12-01), the
-stock simulator costs about 1.06 ms of CPU per page served, 0.77 ms of it compressing the
-56 KB page with zlib level 6 (aiohttp's default, because the daemon asks for gzip, as
-Prometheus does). 5,000 targets every 5 s is 1,000 pages/s: more than one core for the
-simulator alone, on a machine whose other core the daemon needs. This server renders exactly
-the same pages (the same :class:`specmon.sim.server.VirtualTarget`, real vLLM 0.32.0 page
-format, the same counters model) and still gzips them when asked, but at zlib level 1
-(0.21 ms a page; the daemon inflates either in about 0.1 ms), with no routing beyond one path.
-The daemon sees the same bytes after decompression; only the compressed size differs
-(about 7.2 KB instead of 6.1 KB). Several of these processes can share a fleet
-(``--first``), so the simulator can use a second core.
+One ``specmon simulate`` process serves N simulated vLLM 0.32.0 engines on one port (real page
+format, about 56 KB and 447 series a page, 5 drafts/s each); Debian's ``prometheus`` scrapes
+each as its own target (``instance`` = the engine's name) every ``--interval``, keeping every
+series (``--keep all``, what a fleet's Prometheus holds) or only the ones specmon reads
+(``--keep needed``). Once every engine has been scraped twice, ``specmon run`` starts with one
+Prometheus source (selector ``{job="fleet"}``, read every ``--interval``, timeout 25 s, the
+default windows 1m/5m/15m) and no direct target. After its first read and one more interval,
+the benchmark measures ``--intervals`` read intervals, and GETs the daemon's ``/metrics`` once
+per interval (in the middle of it; OpenMetrics and gzip, as Prometheus asks) as a Prometheus
+scraping specmon at the same interval would (``--no-scrape``: never):
 
-Targets are named ``vllm-I`` for I in [first, first + targets) and served at
-``/t/vllm-I/metrics``; ``/stats`` answers ``{"targets": N, "pages": served}``.
-Stops on SIGTERM or SIGINT.
+- the daemon's CPU time (``/proc/PID/stat`` utime + stime) over the whole measurement, per
+  interval and as a share of one core; and the part spent answering ``/metrics`` (its CPU
+  across each GET alone), the rest being the reads (queries, decoding, 2,000 observations);
+- its memory: ``VmRSS`` after each interval, and ``VmHWM`` (peak) at the end;
+- queries and reads per interval (``specmon_source_queries_total``, ``_reads_total``), the
+  last read's duration and response size, instances up, series on ``/metrics``.
+
+Caveat: a run of a few minutes does not fill the 5m and 15m windows (a 15m window at 30 s
+keeps about 32 readings per instance); RSS is given per interval so its growth shows.
+Bounded: every wait has a deadline, and the three subprocesses are stopped at the end,
+whatever happens.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import gzip
 import json
+import shutil
 import signal
+import subprocess
 import sys
-import zlib
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
 
-from aiohttp import web
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from specmon.parsing import parse_listen_address
-from specmon.sim.engine import SimSettings
-from specmon.sim.pages import PageKind
-from specmon.sim.server import VirtualTarget, make_target
+from bench.promsource import NEEDED, cpu_seconds, free_port, get_json, scraped, status_mib, wait
+from specmon.parsing import parse_duration
 
-__all__ = ["FleetServer", "main"]
-
-
-class FleetServer:
-    def __init__(self, targets: list[VirtualTarget], *, gzip_level: int) -> None:
-        self.targets = {t.name: t for t in targets}
-        self.gzip_level = gzip_level
-        self.pages = 0
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/t/{name}/metrics", self._metrics)
-        app.router.add_get("/stats", self._stats)
-        app.router.add_get("/targets", self._stats)  # readiness, as specmon simulate
-        return app
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        target = self.targets.get(request.match_info["name"])
-        if target is None:
-            raise web.HTTPNotFound(text="no such target\n")
-        target.tick()
-        body = target.page().encode("utf-8")
-        headers = {"Content-Type": target.template.content_type}
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
-            compressor = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-            body = compressor.compress(body) + compressor.flush()
-            headers["Content-Encoding"] = "gzip"
-        self.pages += 1
-        return web.Response(body=body, headers=headers)
-
-    async def _stats(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=json.dumps({"targets": len(self.targets), "pages": self.pages}),
-            content_type="application/json",
-        )
+#: What Prometheus 2.42 sends when it scrapes (it also asks for gzip).
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
-def build(*, first: int, count: int, drafts_per_second: float, seed: int) -> list[VirtualTarget]:
-    settings = SimSettings(survival=(0.8, 0.6, 0.4), drafts_per_second=drafts_per_second)
-    settings.validate()
-    return [
-        make_target(name=f"vllm-{i}", kind=PageKind.VLLM, settings=settings, seed=seed + i)
-        for i in range(first, first + count)
-    ]
+def _scrape(port: int, pid: int) -> tuple[str, float, float, int]:
+    """GET /metrics as Prometheus does (OpenMetrics, gzip): the text, the wall seconds, the
+    daemon's CPU seconds across the request alone, the bytes on the wire."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics",
+        headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"},
+    )
+    cpu = cpu_seconds(pid)
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=120) as r:  # noqa: S310 - loopback
+        raw = r.read()
+        encoded = r.headers.get("Content-Encoding") == "gzip"
+    took = time.perf_counter() - started
+    used = cpu_seconds(pid) - cpu
+    body = gzip.decompress(raw) if encoded else raw
+    return body.decode(), took, used, len(raw)
 
 
-async def serve(server: FleetServer, host: str, port: int) -> None:
-    runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
-    await site.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+def _metrics(port: int) -> tuple[dict[str, float], int, int]:
+    """Selected sums from the daemon's /metrics (plain text), its series count and size."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as r:
+        body = r.read().decode()
+    return _parse(body)
+
+
+def _parse(body: str) -> tuple[dict[str, float], int, int]:
+    sums: dict[str, float] = {}
+    series = 0
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            series += 1
+            key = s.name
+            if s.name == "specmon_source_reads_total":
+                key = f"{s.name}{{result={s.labels['result']}}}"
+            elif s.name == "specmon_source_instances":
+                key = f"{s.name}{{state={s.labels['state']}}}"
+            elif s.name == "specmon_up" and s.value != 1:
+                key = "specmon_up_not_1"
+            sums[key] = sums.get(key, 0.0) + s.value
+    return sums, series, len(body)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if shutil.which("prometheus") is None:
+        raise SystemExit("Debian's prometheus is needed (./dev.sh provision debian)")
+    n = args.instances
+    interval = parse_duration(args.interval)
+    sim_port, prom_port, daemon_port = free_port(), free_port(), free_port()
+    work = Path(tempfile.mkdtemp(prefix="specmon-bench-fleet-"))
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        await stop.wait()
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "specmon", "simulate", "--engine", "vllm", "--targets",
+             str(n), "--shared-port", "--listen", f"127.0.0.1:{sim_port}",
+             "--drafts-per-second", "5", "--seed", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        procs.append(sim)
+        wait("the simulator", lambda: get_json(f"http://127.0.0.1:{sim_port}/targets"), 120)
+        job: dict[str, Any] = {
+            "job_name": "fleet",
+            "scrape_interval": args.interval,
+            "scrape_timeout": f"{min(10.0, interval):g}s",
+            "static_configs": [
+                {
+                    "targets": [f"127.0.0.1:{sim_port}"],
+                    "labels": {"instance": f"vllm-{i}", "__metrics_path__": f"/t/vllm-{i}/metrics"},
+                }
+                for i in range(n)
+            ],
+        }
+        if args.keep == "needed":
+            job["metric_relabel_configs"] = [
+                {"source_labels": ["__name__"], "regex": NEEDED, "action": "keep"}
+            ]
+        (work / "prometheus.yml").write_text(
+            yaml.safe_dump({"global": {"scrape_interval": args.interval},
+                            "scrape_configs": [job]})
+        )  # fmt: skip
+        prom = subprocess.Popen(
+            ["prometheus", f"--config.file={work / 'prometheus.yml'}",
+             f"--storage.tsdb.path={work / 'data'}", "--storage.tsdb.retention.time=1h",
+             f"--web.listen-address=127.0.0.1:{prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=open(work / "prometheus.log", "w"),  # noqa: SIM115
+        )  # fmt: skip
+        procs.append(prom)
+        base = f"http://127.0.0.1:{prom_port}"
+        wait("Prometheus", lambda: get_json(f"{base}/api/v1/status/buildinfo"), 60)
+        wait(f"all {n} engines scraped", lambda: scraped(base) == n, 3 * interval + 120, 2.0)
+        time.sleep(interval)  # a second sample of every engine
+        head_series = int(get_json(f"{base}/api/v1/status/tsdb")["data"]["headStats"]["numSeries"])
+
+        (work / "specmon.yml").write_text(
+            yaml.safe_dump({"sources": [{"prometheus": {
+                "url": base, "name": "fleet", "selector": '{job="fleet"}',
+                "interval": args.interval, "timeout": f"{min(25.0, interval):g}s",
+            }}]})
+        )  # fmt: skip
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "specmon", "run", "--config.file", str(work / "specmon.yml"),
+             "--web.listen-address", f"127.0.0.1:{daemon_port}", "--log.level", "info",
+             "--log.format", "json"],
+            stdout=subprocess.DEVNULL, stderr=open(work / "daemon.log", "w"),  # noqa: SIM115
+        )  # fmt: skip
+        procs.append(daemon)
+        started = time.monotonic()
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{daemon_port}/readyz", timeout=5) as r:
+                return bool(r.status == 200)
+
+        try:
+            wait("the daemon's first read", ready, 120, 0.5)
+        except TimeoutError:
+            print((work / "daemon.log").read_text()[-3000:], file=sys.stderr)
+            raise
+        first_read_after = time.monotonic() - started
+        rss_after_first = status_mib(daemon.pid, "VmRSS")
+        time.sleep(interval)  # a second read: windows begin
+        first, _, _ = _metrics(daemon_port)
+        cpu0, t0 = cpu_seconds(daemon.pid), time.monotonic()
+        rss: list[float] = []
+        get_cpu: list[float] = []
+        get_wall: list[float] = []
+        wire = 0
+        text = ""
+        for i in range(args.intervals):
+            # A scrape of specmon in the middle of each interval, as Prometheus would.
+            if args.scrape:
+                target = t0 + (i + 0.5) * interval
+                time.sleep(max(0.0, target - time.monotonic()))
+                text, took, used, wire = _scrape(daemon_port, daemon.pid)
+                get_cpu.append(used)
+                get_wall.append(took)
+            end = t0 + (i + 1) * interval
+            time.sleep(max(0.0, end - time.monotonic()))
+            rss.append(round(status_mib(daemon.pid, "VmRSS"), 1))
+        cpu1, t1 = cpu_seconds(daemon.pid), time.monotonic()
+        last, series, size = _metrics(daemon_port)
+        sums = last
+        elapsed = t1 - t0
+        intervals = elapsed / interval
+        cpu = cpu1 - cpu0
+        reads = sum(v for k, v in last.items() if k.startswith("specmon_source_reads_total")) - sum(
+            v for k, v in first.items() if k.startswith("specmon_source_reads_total")
+        )
+        queries = last.get("specmon_source_queries_total", 0.0) - first.get(
+            "specmon_source_queries_total", 0.0
+        )
+        return {
+            "instances": n,
+            "interval": args.interval,
+            "keep": args.keep,
+            "prometheus_head_series": head_series,
+            "first_read_after_start_s": round(first_read_after, 1),
+            "measured_intervals": round(intervals, 2),
+            "daemon_cpu_s_per_interval": round(cpu / intervals, 3),
+            "daemon_cpu_percent_of_one_core": round(100 * cpu / elapsed, 2),
+            "scrapes_of_specmon": len(get_cpu),
+            "of_which_serving_metrics_cpu_s_per_interval": round(sum(get_cpu) / intervals, 3),
+            "other_cpu_s_per_interval": round((cpu - sum(get_cpu)) / intervals, 3),
+            "metrics_get_cpu_s": [round(x, 2) for x in get_cpu],
+            "metrics_get_wall_s": [round(x, 2) for x in get_wall],
+            "metrics_gzip_bytes": wire,
+            "openmetrics_bytes": len(text),
+            "reads_per_interval": round(reads / intervals, 2),
+            "queries_per_interval": round(queries / intervals, 2),
+            "last_read_duration_s": round(sums.get("specmon_source_read_duration_seconds", 0), 3),
+            "last_read_response_bytes": int(sums.get("specmon_source_response_bytes", 0)),
+            "instances_current_last_read": int(
+                sums.get("specmon_source_instances{state=current}", 0)
+            ),
+            "instances_unchanged_last_read": int(
+                sums.get("specmon_source_instances{state=unchanged}", 0)
+            ),
+            "instances_up": int(sums.get("specmon_up", 0)),
+            "instances_not_up": int(sums.get("specmon_up_not_1", 0)),
+            "reads_by_result": {k: v for k, v in last.items() if "reads_total" in k},
+            "metrics_series": series,
+            "metrics_bytes": size,
+            "daemon_rss_mib_after_first_read": round(rss_after_first, 1),
+            "daemon_rss_mib_per_interval": rss,
+            "daemon_vmhwm_mib": round(status_mib(daemon.pid, "VmHWM"), 1),
+            "prometheus_vmrss_mib": round(status_mib(prom.pid, "VmRSS"), 1),
+        }
     finally:
-        await runner.cleanup()
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fleet")
-    p.add_argument("--targets", type=int, required=True)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--listen", default="127.0.0.1:0")
-    p.add_argument("--gzip-level", type=int, default=1, choices=range(1, 10))
-    p.add_argument("--drafts-per-second", type=float, default=20.0)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    host, port = parse_listen_address(args.listen)
-    targets = build(
-        first=args.first,
-        count=args.targets,
-        drafts_per_second=args.drafts_per_second,
-        seed=args.seed,
+    parser = argparse.ArgumentParser(prog="python -m bench fleet")
+    parser.add_argument("--instances", type=int, default=2000)
+    parser.add_argument("--interval", default="30s")
+    parser.add_argument("--intervals", type=int, default=8)
+    parser.add_argument("--keep", choices=("all", "needed"), default="all")
+    parser.add_argument(
+        "--no-scrape",
+        dest="scrape",
+        action="store_false",
+        help="do not GET the daemon's /metrics during the measurement",
     )
-    server = FleetServer(targets, gzip_level=args.gzip_level)
-    asyncio.run(serve(server, host or "127.0.0.1", port))
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args), indent=1), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

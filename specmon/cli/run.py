@@ -15,6 +15,7 @@ from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
 from specmon.logs import LEVELS, configure_logging
 from specmon.parsing import ConfigError, format_duration, parse_listen_address
+from specmon.sharding import Shard, parse_shard
 
 __all__ = ["add_parsers"]
 
@@ -41,6 +42,14 @@ def add_parsers(sub: Any) -> None:
         "this host only). Secure it with --web.config.file: docs/security.md",
     )
     web_cli.add_run_arguments(run)  # security: --web.config.file, --web.enable-lifecycle, ...
+    run.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="I/N",
+        help="keep only shard I of N (from 0) of the targets and Prometheus-source instances, "
+        "by the hash of their names as Prometheus's hashmod: N replicas with --shard 0/N .. "
+        "N-1/N split them with no coordination (docs/fleet.md)",
+    )
     run.add_argument("--log.level", dest="log_level", choices=LEVELS, default="info")
     run.add_argument(
         "--log.format",
@@ -66,10 +75,16 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"specmon run: --web.listen-address: {exc}\n")
         return 2
+    try:
+        shard: Shard = parse_shard(args.shard)
+    except ValueError as exc:
+        sys.stderr.write(f"specmon run: --shard: {exc}\n")
+        return 2
     daemon = Daemon(
         config_path=args.config_file,
         listen=args.listen,
         web_options=web_cli.web_options(args),  # security: specmon/web
+        shard=shard,
     )
     return asyncio.run(daemon.serve())
 
@@ -97,9 +112,22 @@ def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out.write(
         f"OK {args.file}: {len(config.targets)} target(s)"
         + (f" and {sd_targets} from file_sd" if config.file_sd else "")
+        + (f", {len(config.sources)} Prometheus source(s)" if config.sources else "")
         + f"; scrape every {format_duration(g.scrape_interval)} "
         f"(timeout {format_duration(g.scrape_timeout)}); windows "
         + ", ".join(format_duration(w) for w in g.windows)
         + "\n"
     )
+    for source in config.sources:
+        overrides = len(source.overrides)
+        out.write(
+            f"  source {source.name}: {source.url} selector {source.selector} instances by "
+            f"[{', '.join(source.instance_labels)}]"
+            + (f" named {source.name_prefix}..." if source.name_prefix else "")
+            + f"; read every {format_duration(source.interval)} "
+            f"(timeout {format_duration(source.timeout)}, stale after "
+            f"{format_duration(source.stale_after)})"
+            + (f"; {overrides} override(s)" if overrides else "")
+            + "\n"
+        )
     return 0

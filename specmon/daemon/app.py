@@ -34,6 +34,7 @@ from specmon.daemon.config import (
     load_config,
 )
 from specmon.daemon.file_sd import FileSD
+from specmon.daemon.fleet import Fleet, FleetCollector
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
@@ -43,6 +44,7 @@ from specmon.engines import RejectReason
 from specmon.load import LoadWindow
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
+from specmon.sharding import Shard
 from specmon.sources import ScrapeResult, Source
 from specmon.sources.http import open_session
 from specmon.sources.page import HttpPageSource
@@ -92,6 +94,7 @@ class Daemon:
         listen: str = ":10920",
         shutdown_timeout: float = 3.0,
         web_options: WebOptions | None = None,  # security: --web.* flags (specmon/web)
+        shard: Shard | None = None,  # fleet: --shard I/N (specmon/sharding.py)
     ) -> None:
         self.config_path = config_path
         self.listen = listen
@@ -123,13 +126,29 @@ class Daemon:
         self._background: set[asyncio.Task[tuple[bool, str]]] = set()
         self._runner: web.AppRunner | None = None
         self.bound_port: int | None = None
+        # fleet: Prometheus sources' instances, served beside the direct targets (fleet.py)
+        self.shard = shard or Shard()
+        self.fleet = Fleet(
+            session=self._get_session,
+            direct=self._running.keys,
+            scrapes_total=self.metrics.scrapes_total,
+            rejected_total=self.metrics.rejected_total,
+            log=self.log,
+            shard=self.shard,
+            on_first_read=self._pending_first.discard,
+            on_change=self._count_targets,
+            on_view=self.exposition.update,
+            on_remove=self.exposition.remove,
+            baseline_window=self._baseline_window,
+        )
+        self.registry.register(FleetCollector(self.fleet))
 
     # -- state for readers ------------------------------------------------------------------
 
     def views(self) -> list[TargetView]:
-        return [
-            r.state.view for r in sorted(self._running.values(), key=lambda r: r.state.config.name)
-        ]
+        direct = [r.state.view for r in self._running.values()]
+        fleet = self.fleet.views(exclude=self._running)  # fleet: a configured target wins
+        return sorted(direct + fleet, key=lambda v: v.name)
 
     def _export_failed(self, target: str, exc: BaseException) -> None:
         """A target's view could not be exported (a bug): log it once per target and kind."""
@@ -183,6 +202,7 @@ class Daemon:
                 "config_loaded",
                 file=config.source,
                 targets=len(self._running),
+                sources=len(config.sources),
             )
             return True, f"loaded {config.source}: {len(self._running)} target(s)"
 
@@ -214,7 +234,7 @@ class Daemon:
                 )
                 continue
             desired[target.name] = target
-        return list(desired.values())
+        return self.shard.select(desired.values(), key=lambda t: t.name)  # fleet: --shard
 
     def _apply(self, config: Config) -> None:
         first = self.config is None
@@ -223,6 +243,9 @@ class Daemon:
             self._file_sd.clear()
         self._file_sd.refresh(config)
         self._sync_targets(config, initial=first)
+        started = self.fleet.apply(config)  # fleet: Prometheus sources (fleet.py)
+        if first:
+            self._pending_first.update(started)
         if self._file_sd_task is None and config.file_sd:
             self._file_sd_task = asyncio.create_task(
                 self._file_sd.watch(
@@ -254,7 +277,10 @@ class Daemon:
             self._start_target(target, config)
             if initial:
                 self._pending_first.add(name)
-        self.metrics.targets.set(len(self._running))
+        self._count_targets()
+
+    def _count_targets(self) -> None:
+        self.metrics.targets.set(len(self._running) + self.fleet.count())
 
     def _start_target(self, target: TargetConfig, config: Config) -> None:
         state = TargetState(
@@ -278,7 +304,8 @@ class Daemon:
     def _baseline_window(self, target: str, model: str, seconds: float) -> LoadWindow | None:
         """Another target's load window, for the targets that use it as their baseline."""
         running = self._running.get(target)
-        return running.state.load_window(model, seconds) if running is not None else None
+        state = running.state if running is not None else self.fleet.state(target)
+        return state.load_window(model, seconds) if state is not None else None
 
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
@@ -435,6 +462,8 @@ class Daemon:
             port=self.bound_port,
             config=config.source,
             targets=len(self._running),
+            sources=len(config.sources),
+            shard=str(self.shard),
             windows=[format_duration(w) for w in config.global_.windows],
         )
 
@@ -447,7 +476,7 @@ class Daemon:
     async def stop(self) -> None:
         self._shutting_down = True
         self.log.info("specmon_stopping")
-        tasks = [r.task for r in self._running.values()]
+        tasks = [r.task for r in self._running.values()] + self.fleet.tasks()
         if self._file_sd_task is not None:
             tasks.append(self._file_sd_task)
         for task in tasks:

@@ -33,6 +33,7 @@ from specmon.parsing import (
 )
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
+from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
 __all__ = [
     "DEFAULT_TARGETS",
@@ -134,6 +135,8 @@ class Config:
     targets: tuple[TargetConfig, ...]
     file_sd: tuple[FileSDConfig, ...] = field(default=(), metadata=_keys("file_sd_configs"))
     source: str = field(default="", metadata=_keys())
+    #: Prometheus query sources (specmon.sources.prometheus_config; read by daemon/fleet.py).
+    sources: tuple[PrometheusSourceConfig, ...] = field(default=(), metadata=_keys("sources"))
 
     @property
     def retention(self) -> float:
@@ -521,9 +524,18 @@ def parse_config(
         if target is not None:
             targets.append(target)
     file_sd = _check_file_sd(checker, top.get("file_sd_configs"))
-    if not file_sd:
-        # Without file_sd every baseline must be a configured target (with file_sd it may
-        # be one of those: checked when the targets are known, and said on the status page).
+    sources, problems = check_sources(
+        top.get("sources"),
+        base_dir=checker.base_dir,
+        environ=env,
+        draft_cost=glob.draft_cost,
+        chain_length=glob.chain_length,
+    )
+    checker.problems.extend(problems)
+    _check_source_intervals(checker, sources, glob)
+    if not file_sd and not sources:
+        # Without file_sd or sources every baseline must be a configured target (else it may
+        # be one of theirs: checked when the targets are known, and said on the status page).
         names = {t.name for t in targets}
         for index, target in enumerate(targets):
             if target.baseline is not None and target.baseline not in names:
@@ -531,11 +543,38 @@ def parse_config(
                     f"targets[{index}].baseline",
                     f"no target named {target.baseline[:60]!r}",
                 )
-    if not raw_targets and not file_sd and not targets_invalid and not top.get("file_sd_configs"):
-        checker.add("targets", "no targets and no file_sd_configs: nothing to watch")
+    if (
+        not raw_targets
+        and not file_sd
+        and not targets_invalid
+        and not top.get("file_sd_configs")
+        and not top.get("sources")
+    ):
+        checker.add("targets", "no targets, file_sd_configs or sources: nothing to watch")
     if checker.problems:
         raise ConfigError(checker.problems, source=source)
-    return Config(global_=glob, targets=tuple(targets), file_sd=tuple(file_sd), source=source)
+    return Config(
+        global_=glob,
+        targets=tuple(targets),
+        file_sd=tuple(file_sd),
+        source=source,
+        sources=sources,
+    )
+
+
+def _check_source_intervals(
+    checker: PathChecker, sources: tuple[PrometheusSourceConfig, ...], glob: GlobalConfig
+) -> None:
+    """A window needs two readings: a source read less often than every half of the shortest
+    window would never fill it."""
+    shortest = min(glob.windows)
+    for source in sources:
+        if source.interval * 2 > shortest:
+            checker.add(
+                join_path(source.origin, "interval"),
+                f"{format_duration(source.interval)} is more than half the shortest window "
+                f"({format_duration(shortest)}): its windows would never hold two readings",
+            )
 
 
 def read_text_capped(path: Path, *, max_bytes: int) -> str:

@@ -17,10 +17,12 @@ from pathlib import Path
 
 from specmon.engines import RejectReason
 from specmon.sources import ScrapeResult
+from specmon.sources.prometheus import ReadStatus
 
 __all__ = [
     "FAMILIES",
     "STANDARD_PREFIXES",
+    "InstanceState",
     "Kind",
     "MetricDef",
     "Scope",
@@ -40,7 +42,27 @@ class Scope(StrEnum):
     TARGET = "Per target"
     MODEL = "Per target and model"
     WINDOW = "Per target, model and window"
+    SOURCE = "Per Prometheus source"
     OWN = "specmon's own"
+
+
+class InstanceState(StrEnum):
+    """The ``state`` label of ``specmon_source_instances``: what became of each instance a
+    Prometheus source's last usable read returned."""
+
+    #: A sample newer than the previous read's: read into the instance's windows.
+    CURRENT = "current"
+    #: No sample since the previous read (Prometheus has not scraped it again yet): kept as
+    #: it was, neither a new reading nor a failure.
+    UNCHANGED = "unchanged"
+    #: Its newest sample is older than ``stale_after``: down (``specmon_up 0``).
+    STALE = "stale"
+    #: Its series cannot be used (duplicated, malformed): down.
+    BAD_SERIES = "bad_series"
+    #: Its name hashes to another shard (``--shard``): left to that replica.
+    OTHER_SHARD = "other_shard"
+    #: A configured target (or an earlier source's instance) has the same name and wins.
+    NAME_TAKEN = "name_taken"
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +421,8 @@ SCRAPES = _c(
     "scrapes by result: "
     + ", ".join(f"`{r.value}`" for r in ScrapeResult)
     + " (`internal_error` is a bug in specmon: logged with its traceback, the target keeps "
-    "being scraped)",
+    "being scraped; `query_error`, `partial`, `credentials_error`, `stale` and `bad_series` "
+    "only for instances of a Prometheus source: [fleet](fleet.md#when-the-source-fails))",
 )
 REJECTED = _c(
     "specmon_rejected_readings",
@@ -431,7 +454,13 @@ RELOAD_TIME = _g(
     (),
     Scope.OWN,
 )
-TARGETS = _g("specmon_targets", "Targets specmon currently scrapes.", (), Scope.OWN)
+TARGETS = _g(
+    "specmon_targets",
+    "Targets specmon currently scrapes, or reads through a Prometheus source (its shard's "
+    "only, with --shard).",
+    (),
+    Scope.OWN,
+)
 WEB_RELOAD_OK = _g(
     "specmon_web_config_last_reload_successful",
     "1 if the last load of --web.config.file succeeded (1 without one); 0 means the "
@@ -459,6 +488,76 @@ WEB_REJECTIONS = _c(
     "requests and connections refused by specmon's HTTP server: `unauthorized`, `auth_busy`, "
     "`header_timeout`, `too_many_connections`, `client_san`, `lifecycle_disabled` "
     "([security](security.md#what-specmon-reports-about-its-own-surface))",
+)
+_S = ("source",)
+SOURCE_UP = _g(
+    "specmon_source_up",
+    "1 if specmon's last read of the Prometheus source was usable (answered, and complete "
+    "or accept_partial); 0 means every instance of the source is down (specmon_up 0) and "
+    "exports nothing derived.",
+    _S,
+    Scope.SOURCE,
+    "1 if the last read of the source was usable (status `ok`, or `partial` with "
+    "`accept_partial`); 0: every instance of the source has `specmon_up 0` and no figures",
+)
+SOURCE_READS = _c(
+    "specmon_source_reads",
+    "Reads of the Prometheus source (one batch of instant queries for the whole fleet), by "
+    "result (" + ", ".join(r.value for r in ReadStatus) + ").",
+    ("source", "result"),
+    Scope.SOURCE,
+    "reads by result: "
+    + ", ".join(f"`{r.value}`" for r in ReadStatus)
+    + " ([fleet](fleet.md#when-the-source-fails) says what each means for the instances)",
+)
+SOURCE_QUERIES = _c(
+    "specmon_source_queries",
+    "Instant queries specmon sent to the Prometheus source (a few per read, whatever the "
+    "number of instances).",
+    _S,
+    Scope.SOURCE,
+)
+SOURCE_READ_DURATION = _g(
+    "specmon_source_read_duration_seconds",
+    "Duration of specmon's last read of the Prometheus source (every query of the read, "
+    "sent concurrently, and the decoding), successful or not.",
+    _S,
+    Scope.SOURCE,
+)
+SOURCE_LAST_SUCCESS = _g(
+    "specmon_source_last_success_timestamp_seconds",
+    "Unix time of specmon's last usable read of the Prometheus source.",
+    _S,
+    Scope.SOURCE,
+    "Unix time of the last usable read (absent before the first)",
+)
+SOURCE_RESPONSE_BYTES = _g(
+    "specmon_source_response_bytes",
+    "Decoded size of the answers of specmon's last read of the Prometheus source, all "
+    "queries together (capped by max_response_bytes).",
+    _S,
+    Scope.SOURCE,
+)
+SOURCE_INSTANCES = _g(
+    "specmon_source_instances",
+    "Instances the Prometheus source's last usable read returned, by what specmon made of "
+    "them (" + ", ".join(s.value for s in InstanceState) + ").",
+    ("source", "state"),
+    Scope.SOURCE,
+    "instances of the last usable read by state: `current` (a new sample, read), `unchanged` "
+    "(no sample since the previous read, kept), `stale` (newest sample older than "
+    "`stale_after`: down), `bad_series` (unusable series: down), `other_shard` (another "
+    "replica's, `--shard`), `name_taken` (a configured target or an earlier source has the "
+    "name)",
+)
+SHARD_INFO = _g(
+    "specmon_shard_info",
+    "Which shard of the target list this specmon keeps (--shard I/N; shard 0 of 1 when not "
+    "sharded); always 1.",
+    ("shard", "shards"),
+    Scope.OWN,
+    "which shard of the targets and instances this replica keeps (`--shard I/N`; `0` of `1` "
+    "when not sharded); always 1",
 )
 FILE_SD_ERRORS = _c(
     "specmon_file_sd_read_errors",
@@ -506,9 +605,17 @@ FAMILIES: tuple[MetricDef, ...] = (
     BUCKET_DRAFT_COST,
     BUCKET_BEST_CHAIN,
     BUCKET_BEST_SPEEDUP,
+    SOURCE_UP,
+    SOURCE_READS,
+    SOURCE_QUERIES,
+    SOURCE_READ_DURATION,
+    SOURCE_LAST_SUCCESS,
+    SOURCE_RESPONSE_BYTES,
+    SOURCE_INSTANCES,
     SCRAPES,
     REJECTED,
     BUILD_INFO,
+    SHARD_INFO,
     RELOAD_OK,
     RELOAD_TIME,
     TARGETS,

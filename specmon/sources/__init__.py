@@ -27,6 +27,20 @@ class ScrapeResult(StrEnum):
     PARSE_ERROR = "parse_error"
     #: A bug in specmon: logged with its traceback; the target keeps being scraped.
     INTERNAL_ERROR = "internal_error"
+    # Targets read through a Prometheus source (specmon.daemon.fleet): the read's own
+    # failures map to the values above (down: connection_error, bad answer: parse_error) or:
+    #: Prometheus answered with a query error (``"status": "error"``).
+    QUERY_ERROR = "query_error"
+    #: Prometheus answered with warnings (some data may be missing) and the source does not
+    #: set ``accept_partial``.
+    PARTIAL = "partial"
+    #: The source's token, password or TLS files could not be used; nothing was sent.
+    CREDENTIALS_ERROR = "credentials_error"
+    #: The instance's newest sample is older than the source's ``stale_after``: Prometheus
+    #: no longer scrapes it, its last numbers are not current.
+    STALE = "stale"
+    #: The instance's series cannot be used (duplicated or malformed: its message says which).
+    BAD_SERIES = "bad_series"
 
 
 @dataclass(frozen=True, slots=True)

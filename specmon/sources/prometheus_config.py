@@ -21,7 +21,8 @@ sources:
           model: qwen3-8b
 ```
 
-Optional keys not shown: ``name_prefix``, ``engine``, ``draft_cost`` and ``chain_length``
+Optional keys not shown: ``name`` (the ``source`` label of specmon's per-source metrics;
+default: the URL's host, port and path, e.g. ``prometheus:9090``), ``name_prefix``, ``engine``, ``draft_cost`` and ``chain_length``
 (defaults for every instance of the source), ``method`` (POST or GET), ``accept_partial``,
 ``max_response_bytes``, ``max_series``, ``max_instances``.
 
@@ -68,6 +69,7 @@ __all__ = [
     "build_ssl_context",
     "check_prometheus_source",
     "check_sources",
+    "default_source_name",
     "parse_selector",
 ]
 
@@ -92,6 +94,7 @@ _OWN_HEADERS = frozenset({"authorization", "content-type", "content-length", "ac
 MAX_INSTANCE_LABELS = 8
 MAX_OVERRIDES = 1000
 MAX_SELECTOR_CHARS = 4096
+MAX_SOURCE_NAME = 128
 
 
 class SelectorError(ValueError):
@@ -356,6 +359,9 @@ class PrometheusSourceConfig:
     overrides: tuple[Override, ...] = ()
     #: Where it was configured (``sources[0]``), for logs.
     origin: str = "sources"
+    #: The ``source`` label of the per-source metrics: the ``name`` key, else derived from the
+    #: URL (:func:`default_source_name`); unique among the sources.
+    name: str = ""
 
     @property
     def api_url(self) -> str:
@@ -730,6 +736,7 @@ def _check_override(checker: _Checker, value: Any, path: str) -> Override | None
 
 
 _PROMETHEUS_KEYS = (
+    "name",
     "url",
     "selector",
     "instance_labels",
@@ -759,6 +766,25 @@ def _method(value: Any) -> QueryMethod:
     if not isinstance(value, str) or value.upper() not in ("GET", "POST"):
         raise ValueError("must be POST or GET")
     return QueryMethod(value.upper())
+
+
+def default_source_name(url: str) -> str:
+    """A source's name when none is configured: the URL's host, port and path (no scheme, no
+    trailing slash), e.g. ``prometheus:9090`` or ``mimir:8080/prometheus``. Stable across
+    restarts and reloads as long as the URL is."""
+    parts = urlsplit(url)
+    name = (parts.netloc.rsplit("@", 1)[-1] + parts.path).rstrip("/")
+    return name[:MAX_SOURCE_NAME] or "prometheus"
+
+
+def _source_name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a non-empty string, not {_kind(value)}")
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    if len(value) > MAX_SOURCE_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError(f"must be at most {MAX_SOURCE_NAME} printable characters")
+    return value
 
 
 def _name_prefix(value: Any) -> str:
@@ -864,6 +890,7 @@ def _check_prometheus(
         max_instances=get(data, "max_instances", path, _count(1, 1_000_000), 10_000),
         overrides=tuple(overrides),
         origin=path,
+        name=get(data, "name", path, _source_name, None) or default_source_name(url),
     )
     return config if len(checker.problems) == before else None
 
@@ -890,6 +917,7 @@ def check_sources(
         checker.add(path, f"must be a list, not {_kind(raw)}")
         return (), checker.problems
     out: list[PrometheusSourceConfig] = []
+    names: dict[str, str] = {}
     for index, item in enumerate(raw):
         where = _join(path, index)
         if not isinstance(item, dict) or len(item) != 1:
@@ -904,6 +932,16 @@ def check_sources(
         config = _check_prometheus(
             checker, body, _join(where, "prometheus"), draft_cost, chain_length
         )
-        if config is not None:
-            out.append(config)
+        if config is None:
+            continue
+        if config.name in names:
+            given = isinstance(body, dict) and "name" in body
+            checker.add(
+                _join(_join(where, "prometheus"), "name"),
+                f"duplicate source name {config.name!r} (also {names[config.name]})"
+                + ("" if given else "; set name to tell the sources apart"),
+            )
+            continue
+        names[config.name] = where
+        out.append(config)
     return tuple(out), checker.problems

@@ -56,11 +56,11 @@ def test_defaults() -> None:
 
 
 BAD_CASES = [
-    ("empty", "", ["targets: no targets and no file_sd_configs: nothing to watch"]),
+    ("empty", "", ["targets: no targets, file_sd_configs or sources: nothing to watch"]),
     (
         "not a mapping",
         "- a\n- b\n",
-        ["the file must be a mapping (global:, targets:, file_sd_configs:), not a list"],
+        ["the file must be a mapping (global:, targets:, file_sd_configs:, sources:), not a list"],
     ),
     (
         "yaml syntax",

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -561,3 +562,56 @@ def test_secure_files_fit_together(tmp_path: Path) -> None:
     for key in ("scheme", "tls_config", "basic_auth"):
         job.pop(key)
     assert prom == plain
+
+
+# --------------------------------------------------------------------------- Prometheus mode
+
+FLEET_FILE = COMPOSE_DIR / "compose.fleet.yaml"
+
+
+@pytest.mark.deploytools
+def test_docker_compose_accepts_the_fleet_override() -> None:
+    """compose.yaml + compose.fleet.yaml resolve: specmon reads fleet/specmon.yml, nothing
+    else changes."""
+    result = _compose("config", "--format", "json", overrides=(FLEET_FILE,))
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    mounts = _bind_sources(services["specmon"])
+    assert mounts["/etc/specmon/specmon.yml"] == COMPOSE_DIR / "fleet" / "specmon.yml"
+    plain = _model()["services"]
+    assert set(services) == set(plain)
+    for name in set(services) - {"specmon"}:
+        assert services[name] == plain[name], name
+
+
+def test_fleet_files_fit_together() -> None:
+    """fleet/specmon.yml reads the stack's Prometheus service, selects the job that scrapes
+    the engines, reads as often as it scrapes them, and gives each engine the settings the
+    direct config gives it: the same figures under the engine's instance name."""
+    compose = yaml.safe_load(FLEET_FILE.read_text())["services"]
+    (volume,) = compose["specmon"]["volumes"]
+    assert volume == "./fleet/specmon.yml:/etc/specmon/specmon.yml:ro"
+    fleet = load_config(COMPOSE_DIR / "fleet" / "specmon.yml")
+    direct = load_config(COMPOSE_DIR / "specmon.yml")
+    (source,) = fleet.sources
+    assert not fleet.targets
+    assert source.url == "http://prometheus:9090"
+    base = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    assert "9090:9090" in base["prometheus"]["ports"]
+    prom = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
+    (matcher,) = source.selector.matchers
+    job = jobs[matcher.value]
+    assert source.selector.matches({"job": job["job_name"]})
+    ((static,),) = [job["static_configs"]]
+    assert parse_duration(prom["global"]["scrape_interval"]) == source.interval
+    assert fleet.global_.windows == direct.global_.windows
+    by_host = {urllib.parse.urlsplit(t.url).netloc: t for t in direct.targets}
+    assert sorted(static["targets"]) == sorted(by_host)
+    for instance, target in by_host.items():
+        settings = source.settings_for({"instance": instance, "job": job["job_name"]})
+        assert (settings.draft_cost, settings.chain_length, settings.model) == (
+            target.draft_cost,
+            target.chain_length,
+            target.model,
+        ), instance

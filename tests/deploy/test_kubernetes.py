@@ -55,8 +55,17 @@ def _validate(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
+#: The workload kinds that run specmon (a StatefulSet runs the shards).
+WORKLOADS = ("Deployment", "StatefulSet")
+
+
+def _workload(name: str) -> dict[str, Any]:
+    (found,) = [documents()[(kind, name)] for kind in WORKLOADS if (kind, name) in documents()]
+    return found
+
+
 def _container(deployment: str, name: str) -> dict[str, Any]:
-    spec = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    spec = _workload(deployment)["spec"]["template"]["spec"]
     (container,) = [c for c in spec["containers"] if c["name"] == name]
     assert isinstance(container, dict)
     return container
@@ -90,6 +99,7 @@ def test_every_manifest_validates_against_its_schema() -> None:
             "Deployment",
             "Secret",
             "Service",
+            "StatefulSet",
         }
 
 
@@ -140,9 +150,15 @@ def _dockerfile_config_path() -> str:
     return str(cmd[0].split("=", 1)[1])
 
 
-@pytest.mark.parametrize(("deployment", "container"), [("specmon", "specmon"), ("vllm", "specmon")])
+#: Every workload running specmon as a standalone exporter (its own pod).
+EXPORTERS = ("specmon", "specmon-fleet", "specmon-shard")
+
+
+@pytest.mark.parametrize(
+    ("deployment", "container"), [*((e, "specmon") for e in EXPORTERS), ("vllm", "specmon")]
+)
 def test_specmon_container_is_locked_down(deployment: str, container: str) -> None:
-    pod = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    pod = _workload(deployment)["spec"]["template"]["spec"]
     c = _container(deployment, container)
     context = {**pod.get("securityContext", {}), **c["securityContext"]}
     uid, gid = _dockerfile_user()
@@ -162,7 +178,7 @@ def test_specmon_container_is_locked_down(deployment: str, container: str) -> No
 
 
 @pytest.mark.parametrize(
-    ("deployment", "port"), [("specmon", "https"), ("vllm", "specmon-metrics")]
+    ("deployment", "port"), [*((e, "https") for e in EXPORTERS), ("vllm", "specmon-metrics")]
 )
 def test_probes(deployment: str, port: str) -> None:
     """Over HTTPS (specmon serves TLS with the web config) and on the paths basic auth leaves
@@ -172,7 +188,7 @@ def test_probes(deployment: str, port: str) -> None:
     assert declared["containerPort"] == 10920
     assert c["livenessProbe"]["httpGet"] == {"scheme": "HTTPS", "path": "/healthz", "port": port}
     assert {"/healthz", "/readyz"} == PROBE_PATHS
-    if deployment == "specmon":
+    if deployment in EXPORTERS:
         assert c["readinessProbe"]["httpGet"] == {
             "scheme": "HTTPS",
             "path": "/readyz",
@@ -184,7 +200,8 @@ def test_probes(deployment: str, port: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("deployment", "configmap"), [("specmon", "specmon"), ("vllm", "specmon-sidecar")]
+    ("deployment", "configmap"),
+    [*((e, e) for e in EXPORTERS), ("vllm", "specmon-sidecar")],
 )
 def test_configmap_holds_a_valid_config(deployment: str, configmap: str) -> None:
     sources = _projected_sources(deployment)
@@ -202,11 +219,51 @@ def test_configmap_holds_a_valid_config(deployment: str, configmap: str) -> None
         spec_arg = next(a for a in vllm["args"] if a.startswith("--speculative-config="))
         speculative = json.loads(spec_arg.split("=", 1)[1])
         assert speculative["num_speculative_tokens"] == target.chain_length
+    if deployment == "specmon-fleet":
+        # Prometheus mode: one source, no direct target, windows it can fill.
+        (source,) = config.sources
+        assert not config.targets and not config.file_sd
+        assert source.url.startswith("http://prometheus-operated.monitoring.svc:")
+        assert source.instance_labels == ("namespace", "pod")
+        assert 2 * source.interval <= min(config.global_.windows)
+        assert source.settings_for({"namespace": "inference", "pod": "llama-server-0"}).model
+    else:
+        assert not config.sources
+
+
+def test_the_statefulset_gives_each_replica_its_shard_from_its_ordinal() -> None:
+    """--shard=$(SHARD_INDEX)/N with N the replica count and SHARD_INDEX the pod-index label
+    (Kubernetes expands $(VAR) in args from the container's env)."""
+    from specmon.sharding import parse_shard
+
+    statefulset = _workload("specmon-shard")
+    replicas = statefulset["spec"]["replicas"]
+    c = _container("specmon-shard", "specmon")
+    (shard_arg,) = [a for a in c["args"] if a.startswith("--shard=")]
+    value = shard_arg.split("=", 1)[1]
+    assert value == f"$(SHARD_INDEX)/{replicas}"
+    (env,) = [e for e in c["env"] if e["name"] == "SHARD_INDEX"]
+    assert env["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+    )
+    # What each pod ends up with is a valid shard, and together they are all the shards.
+    shards = [parse_shard(value.replace("$(SHARD_INDEX)", str(i))) for i in range(replicas)]
+    assert [(s.index, s.count) for s in shards] == [(i, replicas) for i in range(replicas)]
+    assert statefulset["spec"]["serviceName"] == "specmon-shard"
+    (service,) = [d for (k, n), d in documents().items() if (k, n) == ("Service", "specmon-shard")]
+    assert service["spec"]["clusterIP"] == "None"
+    # The shards split the ConfigMap's target list, every target exactly once.
+    config = parse_config(
+        documents()[("ConfigMap", "specmon-shard")]["data"]["specmon.yml"], source="shard"
+    )
+    names = [t.name for t in config.targets]
+    kept = [shard.select(names, key=lambda n: n) for shard in shards]
+    assert sorted(n for k in kept for n in k) == sorted(names)
 
 
 def _projected_sources(deployment: str) -> list[dict[str, Any]]:
     """The sources of the projected volume mounted at the config's directory."""
-    pod = documents()[("Deployment", deployment)]["spec"]["template"]["spec"]
+    pod = _workload(deployment)["spec"]["template"]["spec"]
     (mount,) = _container(deployment, "specmon")["volumeMounts"]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     sources: list[dict[str, Any]] = volume["projected"]["sources"]
@@ -225,7 +282,7 @@ def _projected_files(deployment: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize(
     ("deployment", "monitor"),
-    [("specmon", ("ServiceMonitor", "specmon")), ("vllm", ("PodMonitor", "vllm-specmon"))],
+    [*((e, ("ServiceMonitor", e)) for e in EXPORTERS), ("vllm", ("PodMonitor", "vllm-specmon"))],
 )
 def test_specmon_serves_https_with_basic_auth_and_prometheus_follows(
     deployment: str, monitor: tuple[str, str], tmp_path: Path
@@ -287,7 +344,7 @@ def test_services_and_monitors_select_what_exists() -> None:
             (deployment,) = [
                 d
                 for (k, _), d in docs.items()
-                if k == "Deployment"
+                if k in WORKLOADS
                 and doc["spec"]["selector"].items()
                 <= d["spec"]["template"]["metadata"]["labels"].items()
             ]
@@ -306,7 +363,7 @@ def test_services_and_monitors_select_what_exists() -> None:
                 and doc["spec"]["selector"]["matchLabels"].items()
                 <= d["metadata"]["labels"].items()
             ]
-            assert [s["metadata"]["name"] for s in services] == ["specmon"]
+            assert [s["metadata"]["name"] for s in services] == [name]
             ports = {p["name"]: p["port"] for p in services[0]["spec"]["ports"]}
             (endpoint,) = doc["spec"]["endpoints"]
             assert ports[endpoint["port"]] == 10920 and endpoint["path"] == "/metrics"
@@ -327,9 +384,9 @@ def test_services_and_monitors_select_what_exists() -> None:
 def test_scrape_interval_matches_grafana() -> None:
     datasource = yaml.safe_load((REPO / "grafana/provisioning/datasources/specmon.yml").read_text())
     interval = datasource["datasources"][0]["jsonData"]["timeInterval"]
-    assert (
-        documents()[("ServiceMonitor", "specmon")]["spec"]["endpoints"][0]["interval"] == interval
-    )
+    for exporter in EXPORTERS:
+        monitor = documents()[("ServiceMonitor", exporter)]
+        assert monitor["spec"]["endpoints"][0]["interval"] == interval
     assert (
         documents()[("PodMonitor", "vllm-specmon")]["spec"]["podMetricsEndpoints"][0]["interval"]
         == interval
@@ -364,7 +421,10 @@ def derived_resources() -> dict[str, dict[str, str]]:
     return out
 
 
-@pytest.mark.parametrize(("deployment", "rule"), [("specmon", "standalone"), ("vllm", "sidecar")])
+@pytest.mark.parametrize(
+    ("deployment", "rule"),
+    [("specmon", "standalone"), ("specmon-shard", "standalone"), ("vllm", "sidecar")],
+)
 def test_requests_and_limits_follow_the_measurements(deployment: str, rule: str) -> None:
     resources = _container(deployment, "specmon")["resources"]
     expected = derived_resources()[rule]
@@ -374,6 +434,26 @@ def test_requests_and_limits_follow_the_measurements(deployment: str, rule: str)
     }
     for kind in ("cpu", "memory"):
         assert _quantity(resources["requests"][kind]) <= _quantity(resources["limits"][kind])
+
+
+def test_prometheus_mode_requests_and_limits_follow_the_benchmark() -> None:
+    """deploy/kubernetes/fleet-resources.json: the 2,000-instance run of bench/fleet.py."""
+    data = json.loads((K8S / "fleet-resources.json").read_text())
+    run, rule = data["run"], data["derive"]
+    peak, cores = run["rss_mib_peak"], run["cpu_cores"]
+    resources = _container("specmon-fleet", "specmon")["resources"]
+    assert resources == {
+        "requests": {
+            "cpu": f"{_ceil_to(cores * rule['cpu_request_factor'] * 1000, 10):.0f}m",
+            "memory": f"{_ceil_to(peak * rule['memory_request_factor'], 8):.0f}Mi",
+        },
+        "limits": {
+            "cpu": f"{_ceil_to(cores * rule['cpu_limit_factor'] * 1000, 100):.0f}m",
+            "memory": f"{_ceil_to(peak * rule['memory_limit_factor'], 32):.0f}Mi",
+        },
+    }
+    fleet_doc = (REPO / "docs" / "fleet.md").read_text()
+    assert f"{peak:.0f} MiB" in fleet_doc and f"{100 * cores:.1f} % of one core" in fleet_doc
 
 
 def test_systemd_memory_limits_follow_the_measurements() -> None:

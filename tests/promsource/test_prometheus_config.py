@@ -168,9 +168,9 @@ def test_credentials_and_tls_forms(tmp_path: Path) -> None:
     ok, problems = check(
         [
             {"prometheus": {"url": "http://p:9090", "bearer_token_env": "TOKEN"}},
-            {"prometheus": {"url": "http://p:9090",
+            {"prometheus": {"url": "http://p:9090", "name": "by-file",
                             "basic_auth": {"username": "u", "password_file": "pw"}}},
-            {"prometheus": {"url": "http://p:9090",
+            {"prometheus": {"url": "http://p:9090", "name": "by-env",
                             "basic_auth": {"username": "u", "password_env": "PW"}}},
         ],
         tmp_path,
@@ -208,6 +208,38 @@ def test_credentials_and_tls_forms(tmp_path: Path) -> None:
         "sources[6].prometheus.instance_labels: must be a non-empty list of label names",
         "sources[7].prometheus.instance_labels[0]: 'specmon_freshness' is used by specmon's "
         "own queries",
+    ]
+
+
+def test_source_names_are_derived_from_the_url_or_given_and_unique(tmp_path: Path) -> None:
+    ok, problems = check(
+        [
+            {"prometheus": {"url": "http://prometheus:9090"}},
+            {"prometheus": {"url": "https://mimir.example:8080/prometheus/"}},
+            {"prometheus": {"url": "http://prometheus:9090", "name": "second"}},
+        ],
+        tmp_path,
+    )
+    assert problems == []
+    assert [s.name for s in ok] == ["prometheus:9090", "mimir.example:8080/prometheus", "second"]
+    _, problems = check(
+        [
+            {"prometheus": {"url": "http://p:9090"}},
+            {"prometheus": {"url": "http://p:9090/"}},
+            {"prometheus": {"url": "http://q:9090", "name": "p:9090"}},
+            {"prometheus": {"url": "http://r:9090", "name": ""}},
+            {"prometheus": {"url": "http://r:9090", "name": "a\nb"}},
+            {"prometheus": {"url": "http://r:9090", "name": 7}},
+        ],
+        tmp_path,
+    )
+    assert problems == [
+        "sources[1].prometheus.name: duplicate source name 'p:9090' (also sources[0]); set "
+        "name to tell the sources apart",
+        "sources[2].prometheus.name: duplicate source name 'p:9090' (also sources[0])",
+        "sources[3].prometheus.name: must be a non-empty string",
+        "sources[4].prometheus.name: must be at most 128 printable characters",
+        "sources[5].prometheus.name: must be a non-empty string, not int",
     ]
 
 

@@ -245,7 +245,9 @@ def assert_window_matches(
     for i, (s, cond) in enumerate(zip(want["survival"], want["conditional"], strict=True), 1):
         assert got("specmon_position_survival_ratio", position=str(i)) == pytest.approx(s)
         assert got("specmon_position_conditional_ratio", position=str(i)) == pytest.approx(cond)
-    assert not m.series("specmon_position_survival_ratio", position=str(len(delta.per_pos) + 1))
+    assert not m.series(
+        "specmon_position_survival_ratio", **w, position=str(len(delta.per_pos) + 1)
+    )
     assert got("specmon_alpha_ratio") == pytest.approx(want["alpha"], abs=1e-9)
     assert got("specmon_alpha_margin_ratio") == pytest.approx(want["margin"], abs=1e-9)
     assert got("specmon_expected_speedup_ratio") == pytest.approx(want["expected_speedup"])

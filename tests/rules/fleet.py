@@ -84,6 +84,16 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_web_config_last_reload_successful", own, _const(1))
         add("specmon_web_config_last_reload_success_timestamp_seconds", own, _const(1000))
         add("specmon_web_rejections_total", {**own, "reason": "unauthorized"}, _counter(0))
+        add("specmon_shard_info", {**own, "shard": "0", "shards": "1"}, _const(1))
+        # A Prometheus source (fleet mode) beside the direct targets.
+        source = {**own, "source": "prometheus:9090"}
+        add("specmon_source_up", source, _const(1))
+        add("specmon_source_reads_total", {**source, "result": "ok"}, _counter(0.5))
+        add("specmon_source_queries_total", source, _counter(1))
+        add("specmon_source_read_duration_seconds", source, _const(0.4))
+        add("specmon_source_last_success_timestamp_seconds", source, _counter(15, 1000))
+        add("specmon_source_response_bytes", source, _const(4e6))
+        add("specmon_source_instances", {**source, "state": "current"}, _const(0))
         down = {**own, "target": _DOWN}
         add("specmon_up", down, _const(0))
         add("specmon_scrape_duration_seconds", down, _const(3))
