@@ -20,6 +20,8 @@ __all__ = [
     "Checker",
     "ConfigError",
     "YamlLimits",
+    "check_chain_length",
+    "check_unit_float",
     "format_duration",
     "join_path",
     "kind_of",
@@ -123,6 +125,27 @@ def _closest(key: str, allowed: Sequence[str]) -> str | None:
         return None
     found = difflib.get_close_matches(key, allowed, n=1, cutoff=0.75)
     return found[0] if found else None
+
+
+# -- fields every config has ---------------------------------------------------------------------
+
+
+def check_unit_float(value: Any) -> float:
+    """A number between 0 and 1 (a draft cost, a ratio)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a number between 0 and 1, not {kind_of(value)}")
+    if not 0.0 <= float(value) <= 1.0:  # NaN fails too
+        raise ValueError("must be between 0 and 1")
+    return float(value)
+
+
+def check_chain_length(value: Any) -> int:
+    """A chain length k: an integer between 1 and 64."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer between 1 and 64, not {kind_of(value)}")
+    if not 1 <= value <= 64:
+        raise ValueError("must be between 1 and 64")
+    return value
 
 
 # -- durations, sizes, addresses ----------------------------------------------------------------

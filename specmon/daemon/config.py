@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.engines import Engine, PageLimits
+from specmon.engines import Engine, PageLimits, check_engine
 from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.parsing import (
     Checker,
     ConfigError,
     YamlLimits,
+    check_chain_length,
+    check_unit_float,
     format_duration,
     join_path,
     kind_of,
@@ -50,7 +52,6 @@ __all__ = [
     "parse_config",
 ]
 
-ENGINE_CHOICES = ("auto", *(e.value for e in Engine))
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = frozenset({"target", "engine", "model", "window", "position", "source"})
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
@@ -168,28 +169,6 @@ class PathChecker(Checker):
 
 _join = join_path
 _kind = kind_of
-
-
-def check_unit_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"must be a number between 0 and 1, not {_kind(value)}")
-    if not 0.0 <= float(value) <= 1.0:
-        raise ValueError("must be between 0 and 1")
-    return float(value)
-
-
-def check_chain_length(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"must be an integer between 1 and 64, not {_kind(value)}")
-    if not 1 <= value <= 64:
-        raise ValueError("must be between 1 and 64")
-    return value
-
-
-def check_engine(value: Any) -> Engine | None:
-    if not isinstance(value, str) or value not in ENGINE_CHOICES:
-        raise ValueError(f"must be one of {', '.join(ENGINE_CHOICES)}")
-    return None if value == "auto" else Engine(value)
 
 
 def _nonempty_str(value: Any) -> str:

@@ -23,14 +23,18 @@ from specmon.daemon.config import (
     GlobalConfig,
     PathChecker,
     TargetConfig,
-    check_chain_length,
-    check_engine,
     check_labels,
-    check_unit_float,
     check_url,
     read_text_capped,
 )
-from specmon.parsing import YamlLimits, join_path, load_yaml
+from specmon.engines import check_engine
+from specmon.parsing import (
+    YamlLimits,
+    check_chain_length,
+    check_unit_float,
+    join_path,
+    load_yaml,
+)
 
 __all__ = ["FileSD", "load_file_sd"]
 

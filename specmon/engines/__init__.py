@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from specmon.engines._common import AdapterError
 from specmon.engines.llamacpp import LlamacppAdapter
@@ -35,6 +35,7 @@ from specmon.engines.vllm_v0 import VllmV0Adapter
 from specmon.exposition import Page, parse
 
 __all__ = [
+    "ENGINE_CHOICES",
     "AdapterError",
     "Context",
     "Engine",
@@ -46,6 +47,7 @@ __all__ = [
     "Rejection",
     "SpecCounters",
     "SpecGauges",
+    "check_engine",
     "detect_engine",
     "detect_engine_from_names",
     "read_page",
@@ -84,6 +86,17 @@ _FAMILY_HINTS: tuple[tuple[str, Engine], ...] = (
     ("\ntrtllm:", Engine.TRTLLM),
     ("\ntgi_", Engine.TGI),
 )
+
+
+#: What a config's ``engine`` key accepts: ``auto`` (detect from the page) or an engine.
+ENGINE_CHOICES = ("auto", *(e.value for e in Engine))
+
+
+def check_engine(value: Any) -> Engine | None:
+    """A config's ``engine`` value: None for ``auto``."""
+    if not isinstance(value, str) or value not in ENGINE_CHOICES:
+        raise ValueError(f"must be one of {', '.join(ENGINE_CHOICES)}")
+    return None if value == "auto" else Engine(value)
 
 
 def detect_engine(text: str) -> Engine | None:

@@ -40,19 +40,26 @@ expressions anchored at both ends as PromQL anchors RE2's.
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.engines import Engine
-from specmon.parsing import parse_duration
+from specmon.engines import Engine, check_engine
+from specmon.parsing import (
+    Checker,
+    check_chain_length,
+    check_unit_float,
+    join_path,
+    kind_of,
+    parse_duration,
+    parse_size,
+)
 from specmon.secrets import Secret
 
 __all__ = [
@@ -75,12 +82,6 @@ __all__ = [
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
-_SIZE_UNITS = {
-    None: 1, "B": 1, "KB": 10**3, "KiB": 2**10, "MB": 10**6, "MiB": 2**20, "GB": 10**9,
-    "GiB": 2**30,
-}  # fmt: skip
-ENGINE_CHOICES = ("auto", *(e.value for e in Engine))
 
 #: Labels the engine adapters read (or engines publish per series): grouping instances by one
 #: of them would take it off the page and merge or rename models.
@@ -414,48 +415,14 @@ def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
 # --------------------------------------------------------------------------- validation
 
 
-class _Checker:
-    """Collects problems with their paths instead of stopping at the first (the style of
-    specmon.daemon.config)."""
+class _Checker(Checker):
+    """specmon.parsing's problem list, plus files and environment secrets resolved against
+    the config file's folder and the daemon's environment."""
 
     def __init__(self, base_dir: Path, environ: Mapping[str, str]) -> None:
-        self.problems: list[str] = []
+        super().__init__()
         self.base_dir = base_dir
         self.environ = environ
-
-    def add(self, path: str, message: str) -> None:
-        self.problems.append(f"{path}: {message}" if path else message)
-
-    def mapping(self, value: object, path: str, allowed: Sequence[str]) -> dict[str, Any] | None:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.add(path, f"must be a mapping, not {_kind(value)}")
-            return None
-        for key in value:
-            if not isinstance(key, str):
-                self.add(path, f"key {key!r} must be a string")
-            elif key not in allowed:
-                found = difflib.get_close_matches(key, allowed, n=1, cutoff=0.75)
-                hint = f" (did you mean {found[0]!r}?)" if found else ""
-                self.add(_join(path, key), "unknown key" + hint)
-        return {k: v for k, v in value.items() if isinstance(k, str) and k in allowed}
-
-    def get(
-        self,
-        data: Mapping[str, Any],
-        key: str,
-        path: str,
-        convert: Callable[[Any], Any],
-        default: Any,
-    ) -> Any:
-        if key not in data or data[key] is None:
-            return default
-        try:
-            return convert(data[key])
-        except (ValueError, TypeError) as exc:
-            self.add(_join(path, key), str(exc))
-            return default
 
     def readable_file(self, value: Any, path: str, *, secret: bool) -> Path | None:
         if not isinstance(value, str) or not value:
@@ -486,40 +453,6 @@ class _Checker:
         return Secret(secret.strip())
 
 
-def _join(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def _kind(value: object) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
-
-
-def _unit_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"must be a number between 0 and 1, not {_kind(value)}")
-    if not math.isfinite(value) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError("must be between 0 and 1")
-    return float(value)
-
-
-def _chain_length(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"must be an integer between 1 and 64, not {_kind(value)}")
-    if not 1 <= value <= 64:
-        raise ValueError("must be between 1 and 64")
-    return value
-
-
-def _engine(value: Any) -> Engine | None:
-    if not isinstance(value, str) or value not in ENGINE_CHOICES:
-        raise ValueError(f"must be one of {', '.join(ENGINE_CHOICES)}")
-    return None if value == "auto" else Engine(value)
-
-
 def _nonempty_str(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("must be a non-empty string")
@@ -530,14 +463,14 @@ def _nonempty_str(value: Any) -> str:
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, not {_kind(value)}")
+        raise ValueError(f"must be true or false, not {kind_of(value)}")
     return value
 
 
 def _count(low: int, high: int) -> Callable[[Any], int]:
     def convert(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, not {_kind(value)}")
+            raise ValueError(f"must be an integer, not {kind_of(value)}")
         if not low <= value <= high:
             raise ValueError(f"must be between {low} and {high}")
         return value
@@ -546,16 +479,7 @@ def _count(low: int, high: int) -> Callable[[Any], int]:
 
 
 def _size(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("must be a size like 64MiB")
-    if isinstance(value, int):
-        size = value
-    elif isinstance(value, str) and (m := _SIZE.match(value)):
-        size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
-    else:
-        raise ValueError(f"{value!r} is not a size like 64MiB or 1000000")
-    if size < 1024:
-        raise ValueError("must be at least 1KiB")
+    size = parse_size(value)
     if size > 2**31:
         raise ValueError("must be at most 2GiB")
     return size
@@ -567,7 +491,7 @@ def _duration(value: Any) -> float:
 
 def _url(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"must be a URL string, not {_kind(value)}")
+        raise ValueError(f"must be a URL string, not {kind_of(value)}")
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL with a host")
@@ -589,13 +513,15 @@ def _url(value: Any) -> str:
 
 def _selector(value: Any) -> Selector:
     if not isinstance(value, str):
-        raise ValueError(f"must be a string like '{{job=~\"vllm.*\"}}', not {_kind(value)}")
+        raise ValueError(f"must be a string like '{{job=~\"vllm.*\"}}', not {kind_of(value)}")
     return parse_selector(value)
 
 
 def _match(value: Any) -> Selector:
     if not isinstance(value, str):
-        raise ValueError(f"must be a selector string like '{{pod=~\"a-.*\"}}', not {_kind(value)}")
+        raise ValueError(
+            f"must be a selector string like '{{pod=~\"a-.*\"}}', not {kind_of(value)}"
+        )
     selector = parse_selector(value, compile_regex=True)
     if not selector.matchers:
         raise ValueError("must have at least one matcher (an empty match would match everything)")
@@ -613,7 +539,7 @@ def _check_instance_labels(checker: _Checker, value: Any, path: str) -> tuple[st
         return ("instance",)
     out: list[str] = []
     for index, item in enumerate(value):
-        where = _join(path, index)
+        where = join_path(path, index)
         if not isinstance(item, str) or not _LABEL_NAME.fullmatch(item):
             checker.add(where, "must be a label name")
         elif item == _FRESHNESS_LABEL:
@@ -634,11 +560,11 @@ def _check_headers(checker: _Checker, value: Any, path: str) -> dict[str, Secret
     if value is None:
         return {}
     if not isinstance(value, dict):
-        checker.add(path, f"must be a mapping of header names to strings, not {_kind(value)}")
+        checker.add(path, f"must be a mapping of header names to strings, not {kind_of(value)}")
         return {}
     headers: dict[str, Secret] = {}
     for key, item in value.items():
-        where = _join(path, str(key))
+        where = join_path(path, str(key))
         if not isinstance(key, str) or not _HEADER_NAME.match(key):
             checker.add(where, "invalid header name")
         elif key.lower() in _OWN_HEADERS:
@@ -660,9 +586,9 @@ def _check_basic_auth(checker: _Checker, value: Any, path: str) -> BasicAuth | N
         return None
     username = checker.get(data, "username", path, _nonempty_str, None)
     if "username" not in data:
-        checker.add(_join(path, "username"), "is required")
+        checker.add(join_path(path, "username"), "is required")
     if ":" in (username or ""):
-        checker.add(_join(path, "username"), "must not contain ':'")
+        checker.add(join_path(path, "username"), "must not contain ':'")
         username = None
     has_file, has_env = "password_file" in data, "password_env" in data
     if has_file == has_env:
@@ -670,12 +596,12 @@ def _check_basic_auth(checker: _Checker, value: Any, path: str) -> BasicAuth | N
         return None
     if has_file:
         file = checker.readable_file(
-            data["password_file"], _join(path, "password_file"), secret=True
+            data["password_file"], join_path(path, "password_file"), secret=True
         )
         if username is None or file is None:
             return None
         return BasicAuth(username=username, password_file=file)
-    password = checker.env_secret(data["password_env"], _join(path, "password_env"))
+    password = checker.env_secret(data["password_env"], join_path(path, "password_env"))
     if username is None or password is None:
         return None
     return BasicAuth(username=username, password=password)
@@ -690,7 +616,7 @@ def _check_tls(checker: _Checker, value: Any, path: str) -> TLSConfig | None:
     files: dict[str, Path | None] = {}
     for key in ("ca_file", "cert_file", "key_file"):
         files[key] = (
-            checker.readable_file(data[key], _join(path, key), secret=False)
+            checker.readable_file(data[key], join_path(path, key), secret=False)
             if data.get(key) is not None
             else None
         )
@@ -721,12 +647,12 @@ def _check_override(checker: _Checker, value: Any, path: str) -> Override | None
         return None
     before = len(checker.problems)
     if "match" not in data:
-        checker.add(_join(path, "match"), "is required")
+        checker.add(join_path(path, "match"), "is required")
     match = checker.get(data, "match", path, _match, None)
     override = Override(
         match=match or Selector(),
-        draft_cost=checker.get(data, "draft_cost", path, _unit_float, None),
-        chain_length=checker.get(data, "chain_length", path, _chain_length, None),
+        draft_cost=checker.get(data, "draft_cost", path, check_unit_float, None),
+        chain_length=checker.get(data, "chain_length", path, check_chain_length, None),
         baseline=checker.get(data, "baseline", path, _nonempty_str, None),
         model=checker.get(data, "model", path, _nonempty_str, None),
     )
@@ -779,7 +705,7 @@ def default_source_name(url: str) -> str:
 
 def _source_name(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"must be a non-empty string, not {_kind(value)}")
+        raise ValueError(f"must be a non-empty string, not {kind_of(value)}")
     if not value.strip():
         raise ValueError("must be a non-empty string")
     if len(value) > MAX_SOURCE_NAME or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
@@ -789,7 +715,7 @@ def _source_name(value: Any) -> str:
 
 def _name_prefix(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"must be a string, not {_kind(value)}")
+        raise ValueError(f"must be a string, not {kind_of(value)}")
     if len(value) > 64 or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ValueError("must be at most 64 printable characters")
     return value
@@ -819,63 +745,63 @@ def _check_prometheus(
         return None
     before = len(checker.problems)
     if "url" not in data:
-        checker.add(_join(path, "url"), "is required")
+        checker.add(join_path(path, "url"), "is required")
     url = checker.get(data, "url", path, _url, "")
     get = checker.get
     interval = get(data, "interval", path, _duration, 30.0)
     timeout = get(data, "timeout", path, _duration, min(10.0, interval))
     if timeout > interval:
-        checker.add(_join(path, "timeout"), "must not exceed interval")
+        checker.add(join_path(path, "timeout"), "must not exceed interval")
     env_name, file_name = data.get("bearer_token_env"), data.get("bearer_token_file")
     auth_kinds = [k for k in ("bearer_token_env", "bearer_token_file", "basic_auth") if k in data]
     if len(auth_kinds) > 1:
         checker.add(path, f"set one of {', '.join(auth_kinds)}, not several")
     bearer = (
-        checker.env_secret(env_name, _join(path, "bearer_token_env"))
+        checker.env_secret(env_name, join_path(path, "bearer_token_env"))
         if env_name is not None
         else None
     )
     bearer_file = (
-        checker.readable_file(file_name, _join(path, "bearer_token_file"), secret=True)
+        checker.readable_file(file_name, join_path(path, "bearer_token_file"), secret=True)
         if file_name is not None
         else None
     )
     basic = (
-        _check_basic_auth(checker, data["basic_auth"], _join(path, "basic_auth"))
+        _check_basic_auth(checker, data["basic_auth"], join_path(path, "basic_auth"))
         if data.get("basic_auth") is not None
         else None
     )
     tls = (
-        _check_tls(checker, data["tls"], _join(path, "tls"))
+        _check_tls(checker, data["tls"], join_path(path, "tls"))
         if data.get("tls") is not None
         else None
     )
     if tls is not None and url.startswith("http://"):
-        checker.add(_join(path, "tls"), "set for an http:// URL (use https:// or drop tls)")
+        checker.add(join_path(path, "tls"), "set for an http:// URL (use https:// or drop tls)")
     overrides: list[Override] = []
     raw_overrides = data.get("overrides")
     if raw_overrides is not None:
-        where = _join(path, "overrides")
+        where = join_path(path, "overrides")
         if not isinstance(raw_overrides, list):
-            checker.add(where, f"must be a list, not {_kind(raw_overrides)}")
+            checker.add(where, f"must be a list, not {kind_of(raw_overrides)}")
         elif len(raw_overrides) > MAX_OVERRIDES:
             checker.add(where, f"at most {MAX_OVERRIDES} entries")
         else:
             for index, item in enumerate(raw_overrides):
-                override = _check_override(checker, item, _join(where, index))
+                override = _check_override(checker, item, join_path(where, index))
                 if override is not None:
                     overrides.append(override)
     config = PrometheusSourceConfig(
         url=url,
         selector=get(data, "selector", path, _selector, Selector()),
         instance_labels=_check_instance_labels(
-            checker, data.get("instance_labels"), _join(path, "instance_labels")
+            checker, data.get("instance_labels"), join_path(path, "instance_labels")
         ),
         name_prefix=get(data, "name_prefix", path, _name_prefix, ""),
-        engine=get(data, "engine", path, _engine, None),
-        draft_cost=get(data, "draft_cost", path, _unit_float, draft_cost),
-        chain_length=get(data, "chain_length", path, _chain_length, chain_length),
-        headers=_check_headers(checker, data.get("headers"), _join(path, "headers")),
+        engine=get(data, "engine", path, check_engine, None),
+        draft_cost=get(data, "draft_cost", path, check_unit_float, draft_cost),
+        chain_length=get(data, "chain_length", path, check_chain_length, chain_length),
+        headers=_check_headers(checker, data.get("headers"), join_path(path, "headers")),
         bearer_token=bearer,
         bearer_token_file=bearer_file,
         basic_auth=basic,
@@ -914,12 +840,12 @@ def check_sources(
     if raw is None:
         return (), []
     if not isinstance(raw, list):
-        checker.add(path, f"must be a list, not {_kind(raw)}")
+        checker.add(path, f"must be a list, not {kind_of(raw)}")
         return (), checker.problems
     out: list[PrometheusSourceConfig] = []
     names: dict[str, str] = {}
     for index, item in enumerate(raw):
-        where = _join(path, index)
+        where = join_path(path, index)
         if not isinstance(item, dict) or len(item) != 1:
             checker.add(where, f"must be a mapping with one key: {', '.join(SOURCE_KINDS)}")
             continue
@@ -927,17 +853,17 @@ def check_sources(
         if kind not in SOURCE_KINDS:
             found = difflib.get_close_matches(str(kind), SOURCE_KINDS, n=1, cutoff=0.6)
             hint = f" (did you mean {found[0]!r}?)" if found else ""
-            checker.add(_join(where, str(kind)), f"unknown source kind{hint}")
+            checker.add(join_path(where, str(kind)), f"unknown source kind{hint}")
             continue
         config = _check_prometheus(
-            checker, body, _join(where, "prometheus"), draft_cost, chain_length
+            checker, body, join_path(where, "prometheus"), draft_cost, chain_length
         )
         if config is None:
             continue
         if config.name in names:
             given = isinstance(body, dict) and "name" in body
             checker.add(
-                _join(_join(where, "prometheus"), "name"),
+                join_path(join_path(where, "prometheus"), "name"),
                 f"duplicate source name {config.name!r} (also {names[config.name]})"
                 + ("" if given else "; set name to tell the sources apart"),
             )
