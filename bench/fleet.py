@@ -45,7 +45,15 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.promsource import NEEDED, cpu_seconds, free_port, get_json, scraped, status_mib, wait
+from bench.promsource import (
+    cpu_seconds,
+    fleet_behind_prometheus,
+    free_port,
+    get_json,
+    scraped,
+    status_mib,
+    wait,
+)
 from specmon.parsing import parse_duration
 
 #: What Prometheus 2.42 sends when it scrapes (it also asks for gzip).
@@ -102,47 +110,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("Debian's prometheus is needed (./dev.sh provision debian)")
     n = args.instances
     interval = parse_duration(args.interval)
-    sim_port, prom_port, daemon_port = free_port(), free_port(), free_port()
+    daemon_port = free_port()
     work = Path(tempfile.mkdtemp(prefix="specmon-bench-fleet-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        sim = subprocess.Popen(
-            [sys.executable, "-m", "specmon", "simulate", "--engine", "vllm", "--targets",
-             str(n), "--shared-port", "--listen", f"127.0.0.1:{sim_port}",
-             "--drafts-per-second", "5", "--seed", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        procs.append(sim)
-        wait("the simulator", lambda: get_json(f"http://127.0.0.1:{sim_port}/targets"), 120)
-        job: dict[str, Any] = {
-            "job_name": "fleet",
-            "scrape_interval": args.interval,
-            "scrape_timeout": f"{min(10.0, interval):g}s",
-            "static_configs": [
-                {
-                    "targets": [f"127.0.0.1:{sim_port}"],
-                    "labels": {"instance": f"vllm-{i}", "__metrics_path__": f"/t/vllm-{i}/metrics"},
-                }
-                for i in range(n)
-            ],
-        }
-        if args.keep == "needed":
-            job["metric_relabel_configs"] = [
-                {"source_labels": ["__name__"], "regex": NEEDED, "action": "keep"}
-            ]
-        (work / "prometheus.yml").write_text(
-            yaml.safe_dump({"global": {"scrape_interval": args.interval},
-                            "scrape_configs": [job]})
-        )  # fmt: skip
-        prom = subprocess.Popen(
-            ["prometheus", f"--config.file={work / 'prometheus.yml'}",
-             f"--storage.tsdb.path={work / 'data'}", "--storage.tsdb.retention.time=1h",
-             f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=subprocess.DEVNULL, stderr=open(work / "prometheus.log", "w"),  # noqa: SIM115
-        )  # fmt: skip
-        procs.append(prom)
-        base = f"http://127.0.0.1:{prom_port}"
-        wait("Prometheus", lambda: get_json(f"{base}/api/v1/status/buildinfo"), 60)
+        prom = fleet_behind_prometheus(
+            instances=n, interval=args.interval, keep=args.keep, work=work, procs=procs
+        )
+        base = f"http://127.0.0.1:{prom.port}"
         wait(f"all {n} engines scraped", lambda: scraped(base) == n, 3 * interval + 120, 2.0)
         time.sleep(interval)  # a second sample of every engine
         head_series = int(get_json(f"{base}/api/v1/status/tsdb")["data"]["headStats"]["numSeries"])

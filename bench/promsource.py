@@ -37,6 +37,7 @@ import time
 import tracemalloc
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,56 +155,79 @@ def median(values: list[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
+@dataclass(frozen=True)
+class RunningPrometheus:
+    pid: int
+    port: int
+
+
+def fleet_behind_prometheus(
+    *, instances: int, interval: str, keep: str, work: Path, procs: list[subprocess.Popen[bytes]]
+) -> RunningPrometheus:
+    """``specmon simulate`` serving ``instances`` vLLM engines on one port and Debian's
+    Prometheus scraping each as its own instance (``vllm-I``) every ``interval``, keeping
+    every series or only the ones specmon reads (``keep``); both processes go into
+    ``procs``. Returns once Prometheus answers (its log is printed if it never does)."""
+    sim_port, prom_port = free_port(), free_port()
+    seconds = parse_duration(interval)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "specmon", "simulate", "--engine", "vllm", "--targets",
+         str(instances), "--shared-port", "--listen", f"127.0.0.1:{sim_port}",
+         "--drafts-per-second", "5", "--seed", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    procs.append(sim)
+    wait("the simulator", lambda: get_json(f"http://127.0.0.1:{sim_port}/targets"), 120)
+    job: dict[str, Any] = {
+        "job_name": "fleet",
+        "scrape_interval": interval,
+        "scrape_timeout": f"{min(10.0, seconds):g}s",
+        "static_configs": [
+            {
+                "targets": [f"127.0.0.1:{sim_port}"],
+                "labels": {"instance": f"vllm-{i}", "__metrics_path__": f"/t/vllm-{i}/metrics"},
+            }
+            for i in range(instances)
+        ],
+    }
+    if keep == "needed":
+        job["metric_relabel_configs"] = [
+            {"source_labels": ["__name__"], "regex": NEEDED, "action": "keep"}
+        ]
+    (work / "prometheus.yml").write_text(
+        yaml.safe_dump({"global": {"scrape_interval": interval}, "scrape_configs": [job]})
+    )
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={work / 'prometheus.yml'}",
+         f"--storage.tsdb.path={work / 'data'}", "--storage.tsdb.retention.time=1h",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=open(work / "prometheus.log", "w"),  # noqa: SIM115
+    )  # fmt: skip
+    procs.append(prom)
+    try:
+        wait(
+            "Prometheus",
+            lambda: get_json(f"http://127.0.0.1:{prom_port}/api/v1/status/buildinfo"),
+            60,
+        )
+    except TimeoutError:
+        print((work / "prometheus.log").read_text()[-2000:], file=sys.stderr)
+        raise
+    return RunningPrometheus(pid=prom.pid, port=prom_port)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if shutil.which("prometheus") is None:
         raise SystemExit("Debian's prometheus is needed (./dev.sh provision debian)")
     n = args.instances
     interval = parse_duration(args.scrape_interval)
-    sim_port, prom_port = free_port(), free_port()
     work = Path(tempfile.mkdtemp(prefix="specmon-bench-promsource-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        sim = subprocess.Popen(
-            [sys.executable, "-m", "specmon", "simulate", "--engine", "vllm", "--targets",
-             str(n), "--shared-port", "--listen", f"127.0.0.1:{sim_port}",
-             "--drafts-per-second", "5", "--seed", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        procs.append(sim)
-        wait("the simulator", lambda: get_json(f"http://127.0.0.1:{sim_port}/targets"), 120)
-        job: dict[str, Any] = {
-            "job_name": "fleet",
-            "scrape_interval": args.scrape_interval,
-            "scrape_timeout": f"{min(10.0, interval):g}s",
-            "static_configs": [
-                {
-                    "targets": [f"127.0.0.1:{sim_port}"],
-                    "labels": {"instance": f"vllm-{i}", "__metrics_path__": f"/t/vllm-{i}/metrics"},
-                }
-                for i in range(n)
-            ],
-        }
-        if args.keep == "needed":
-            job["metric_relabel_configs"] = [
-                {"source_labels": ["__name__"], "regex": NEEDED, "action": "keep"}
-            ]
-        (work / "prometheus.yml").write_text(
-            yaml.safe_dump({"global": {"scrape_interval": args.scrape_interval},
-                            "scrape_configs": [job]})
-        )  # fmt: skip
-        prom = subprocess.Popen(
-            ["prometheus", f"--config.file={work / 'prometheus.yml'}",
-             f"--storage.tsdb.path={work / 'data'}", "--storage.tsdb.retention.time=1h",
-             f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=subprocess.DEVNULL, stderr=open(work / "prometheus.log", "w"),  # noqa: SIM115
-        )  # fmt: skip
-        procs.append(prom)
-        base = f"http://127.0.0.1:{prom_port}"
-        try:
-            wait("Prometheus", lambda: get_json(f"{base}/api/v1/status/buildinfo"), 60)
-        except TimeoutError:
-            print((work / "prometheus.log").read_text()[-2000:], file=sys.stderr)
-            raise
+        prom = fleet_behind_prometheus(
+            instances=n, interval=args.scrape_interval, keep=args.keep, work=work, procs=procs
+        )
+        base = f"http://127.0.0.1:{prom.port}"
         started = time.monotonic()
         wait(f"all {n} engines scraped", lambda: scraped(base) == n, 3 * interval + 120, 2.0)
         # Two more rounds so every engine has samples and the head block is warm.
