@@ -117,6 +117,17 @@ SPECULATION_ENABLED = _g(
     _TE,
     Scope.TARGET,
 )
+BASELINE_INFO = _g(
+    "specmon_baseline_info",
+    "1 for a target compared with another target as its baseline (`baseline: NAME` in the "
+    "config; label baseline: that target's name), whether or not figures exist yet.",
+    ("target", "baseline"),
+    Scope.TARGET,
+    "1 for a target compared with a twin (`baseline: NAME`; label `baseline`: the twin's "
+    "name), from the configuration, so present before any figure against it exists; absent "
+    "without one and with `cost_profile`. The twin itself runs without speculation on "
+    "purpose: the alert rules leave it out of SpecmonSpeculationMissing by this series",
+)
 MALFORMED_LINES = _g(
     "specmon_page_malformed_lines",
     "Lines of the target's last page that specmon examined and could not parse "
@@ -304,6 +315,11 @@ BEST_SPEEDUP = _g(
     "expected speed-up at the best k'",
 )
 _LOAD = "the engine's own counters over the window (docs/load-signals.md)"
+#: Which engines have the load families (and so every figure against a baseline).
+_ONLY_LOAD_ENGINES = (
+    "vLLM (V1) and llama.cpp only: absent for SGLang, TensorRT-LLM, TGI and vLLM V0, whose "
+    "pages carry no decode timing specmon reads"
+)
 _B = (*_W, "baseline")
 _BC = (*_B, "concurrency")
 CONCURRENCY = _g(
@@ -313,6 +329,10 @@ CONCURRENCY = _g(
     "else the mean of requests running over the window's scrapes.",
     _W,
     Scope.WINDOW,
+    "Mean requests the engine ran per decoding step in the window, from the engine's own "
+    "counters over the window (docs/load-signals.md): vLLM (ITL count + TTFT count) / "
+    "iterations, llama.cpp busy slots per decode; else the mean of requests running over the "
+    f"window's scrapes. {_ONLY_LOAD_ENGINES}",
 )
 STEP_SECONDS = _g(
     "specmon_step_seconds",
@@ -320,12 +340,16 @@ STEP_SECONDS = _g(
     "count, llama.cpp predicted seconds / (tokens - accepted).",
     _W,
     Scope.WINDOW,
+    f"Mean decoding step as a request sees it in the window, from {_LOAD}: vLLM ITL sum / "
+    f"count, llama.cpp predicted seconds / (tokens - accepted). {_ONLY_LOAD_ENGINES}",
 )
 TPOT = _g(
     "specmon_time_per_output_token_seconds",
     f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode tokens.",
     _W,
     Scope.WINDOW,
+    f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode "
+    f"tokens. {_ONLY_LOAD_ENGINES}",
 )
 MEAN_DRAFT_LENGTH = _g(
     "specmon_mean_draft_length",
@@ -333,6 +357,9 @@ MEAN_DRAFT_LENGTH = _g(
     "specmon_chain_length when the engine varies its draft length.",
     _W,
     Scope.WINDOW,
+    "Drafted tokens per draft in the window (num_draft_tokens / num_drafts increases); below "
+    "specmon_chain_length when the engine varies its draft length. Computed with the load "
+    f"figures: {_ONLY_LOAD_ENGINES}",
 )
 REALIZED_SPEEDUP = _g(
     "specmon_realized_speedup_ratio",
@@ -474,6 +501,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     LAST_SUCCESS,
     MALFORMED_LINES,
     SPECULATION_ENABLED,
+    BASELINE_INFO,
     CHAIN_LENGTH,
     DRAFT_COST,
     REQUESTS_RUNNING,

@@ -39,7 +39,7 @@ def _ok(result: Any) -> None:
 def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 12 rules found" in result.stdout
     assert "SUCCESS: 53 rules found" in result.stdout
 
 
@@ -428,6 +428,63 @@ MUTATIONS = [
         "the description quotes the configured draft cost",
         id="engine-cost-from-the-config",
     ),
+    # The load alerts (group specmon-load).
+    pytest.param(
+        r"< 0\.95\)",
+        "< 0.97)",
+        "slower than baseline fires after 30 minutes",
+        id="slower-noise-band",
+    ),
+    pytest.param(
+        r'and ignoring \(baseline\)\n(\s+)\(specmon_window_drafts\{window="15m"\} >= 400\)',
+        'and ignoring (baseline)\n\\g<1>(specmon_window_drafts{window="15m"} >= 0)',
+        "thin traffic stays silent",
+        id="load-traffic-guard",
+    ),
+    pytest.param(
+        r"(alert: SpecmonSlowerThanBaseline\n(?:.*\n)*?\s+for:) 30m",
+        "\\g<1> 5m",
+        "load swinging across the crossover stays silent",
+        id="slower-short-for",
+    ),
+    pytest.param(
+        r"(alert: SpecmonSlowerThanBaseline\n(?:.*\n)*?\s+keep_firing_for:) 15m",
+        "\\g<1> 0s",
+        "slower than baseline fires after 30 minutes and resolves 15 minutes later",
+        id="slower-no-keep-firing",
+    ),
+    pytest.param(
+        r"(alert: SpecmonAboveCrossover\n(?:.*\n)*?\s+for:) 15m",
+        "\\g<1> 5m",
+        "load swinging across the crossover stays silent",
+        id="crossover-short-for",
+    ),
+    pytest.param(
+        r"(alert: SpecmonAboveCrossover\n(?:.*\n)*?\s+keep_firing_for:) 15m",
+        "\\g<1> 0s",
+        "above crossover fires after 15 minutes",
+        id="crossover-no-keep-firing",
+    ),
+    # At or above, within 5 %: exactly at the lowest measured load must fire, 8 % below not.
+    pytest.param(
+        r"1\.05 \* specmon_concurrency",
+        "1.0 * specmon_concurrency",
+        "above crossover fires after 15 minutes",
+        id="crossover-no-tolerance",
+    ),
+    pytest.param(
+        r"1\.05 \* specmon_concurrency",
+        "1.1 * specmon_concurrency",
+        "above crossover fires after 15 minutes at or above it, not below it",
+        id="crossover-tolerance-too-wide",
+    ),
+    # A baseline twin runs without speculation on purpose.
+    pytest.param(
+        r"\n\s+unless on \(target\)\n\s+label_replace\(specmon_baseline_info[^\n]*",
+        "",
+        "a baseline twin stays silent",
+        id="twin-speculation-missing",
+    ),
 ]
 
 
@@ -527,7 +584,7 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     config = str(PROM_DIR / "alertmanager.example.yml")
     result = run_tool(["amtool", "check-config", config])
     _ok(result)
-    assert "2 inhibit rules" in result.stdout
+    assert "3 inhibit rules" in result.stdout
     inhibit = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     (tier,) = [r for r in inhibit["inhibit_rules"] if 'severity="critical"' in r["source_matchers"]]
     assert 'severity="warning"' in tier["target_matchers"]
@@ -544,6 +601,15 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     assert receiver("alertname=SpecmonBelowBreakEven", "severity=warning") == "tickets"
     assert receiver("alertname=SpecmonAbsent", "severity=warning") == "tickets"
     assert receiver("alertname=SpecmonReadingsRejected", "severity=info") == "tickets"
+    assert receiver("alertname=SpecmonSlowerThanBaseline", "severity=warning") == "tickets"
+    assert receiver("alertname=SpecmonAboveCrossover", "severity=warning") == "tickets"
+    (load,) = [
+        r
+        for r in inhibit["inhibit_rules"]
+        if r["target_matchers"] == ['alertname="SpecmonAboveCrossover"']
+    ]
+    assert load["source_matchers"] == ['alertname="SpecmonSlowerThanBaseline"']
+    assert set(load["equal"]) == {"target", "model"}
 
 
 # --------------------------------------------------------------------------- dashboards
