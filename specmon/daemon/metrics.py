@@ -73,6 +73,15 @@ _M = ("target", "engine", "model")
 _W = (*_M, "window")
 _P = (*_W, "position")
 _SRC = "specmon's window over the engine's spec_decode counters"
+#: Which engines have the load families (and so every figure against a baseline).
+_ONLY_LOAD_ENGINES = (
+    "vLLM (V1) and llama.cpp only: absent for SGLang, TensorRT-LLM, TGI and vLLM V0, whose "
+    "pages carry no decode timing specmon reads"
+)
+_AGAINST_BASELINE = (
+    "Only for a target with a `baseline` or `cost_profile`, and only where the bucket has "
+    f"enough data on both sides; from {_ONLY_LOAD_ENGINES}."
+)
 
 
 def _g(
@@ -82,7 +91,11 @@ def _g(
     scope: Scope,
     doc: str = "",
     optional: tuple[str, ...] = (),
+    *,
+    against_baseline: bool = False,
 ) -> MetricDef:
+    if against_baseline:  # docs/metrics.md says which targets and engines have it
+        doc = f"{doc or help_} {_AGAINST_BASELINE}"
     return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc, optional)
 
 
@@ -315,11 +328,6 @@ BEST_SPEEDUP = _g(
     "expected speed-up at the best k'",
 )
 _LOAD = "the engine's own counters over the window (docs/load-signals.md)"
-#: Which engines have the load families (and so every figure against a baseline).
-_ONLY_LOAD_ENGINES = (
-    "vLLM (V1) and llama.cpp only: absent for SGLang, TensorRT-LLM, TGI and vLLM V0, whose "
-    "pages carry no decode timing specmon reads"
-)
 _B = (*_W, "baseline")
 _BC = (*_B, "concurrency")
 CONCURRENCY = _g(
@@ -367,6 +375,7 @@ REALIZED_SPEEDUP = _g(
     "this target's, in the same concurrency bucket (baseline: the twin target, or profile).",
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 MEASURED_BREAKEVEN = _g(
     "specmon_measured_breakeven_alpha_ratio",
@@ -374,6 +383,7 @@ MEASURED_BREAKEVEN = _g(
     'concurrency (specmon_draft_cost_ratio{source="measured"}).',
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 MEASURED_MARGIN = _g(
     "specmon_measured_alpha_margin_ratio",
@@ -381,6 +391,7 @@ MEASURED_MARGIN = _g(
     "concurrency; negative means speculation costs time at this load.",
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 CROSSOVER = _g(
     "specmon_crossover_concurrency",
@@ -389,6 +400,7 @@ CROSSOVER = _g(
     "when it pays over the whole measured range (never extrapolated).",
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_SPEEDUP = _g(
     "specmon_bucket_realized_speedup_ratio",
@@ -396,12 +408,14 @@ BUCKET_SPEEDUP = _g(
     "bucket, 1 = below 1.5, 2 = [1.5, 3), 4 = [3, 6), ...) against the baseline.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_DRAFT_COST = _g(
     "specmon_bucket_draft_cost_ratio",
     "Draft cost c measured against the baseline in one concurrency bucket of the window.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_BEST_CHAIN = _g(
     "specmon_bucket_best_chain_length",
@@ -409,12 +423,14 @@ BUCKET_BEST_CHAIN = _g(
     "draft cost measured there and the window's per-position survival.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_BEST_SPEEDUP = _g(
     "specmon_bucket_best_speedup_ratio",
     "Expected speed-up at the best chain length in one concurrency bucket of the window.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 SCRAPES = _c(
     "specmon_scrapes",
