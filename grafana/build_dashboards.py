@@ -543,8 +543,12 @@ def _overview_table() -> Json:
     }
 
 
-#: Targets compared with a twin (specmon_baseline_info names it), as a filter.
-WITH_BASELINE = f"on (target) specmon_baseline_info{{{T}}}"
+#: Targets compared with a baseline, as a filter: a twin (specmon_baseline_info names it, from
+#: the configuration) or a profile (then known once a draft cost has been measured against it).
+WITH_BASELINE = (
+    f"on (target) (\n  specmon_baseline_info{{{T}}}\n"
+    f'  or specmon_draft_cost_ratio{{{TE}, source="measured"}}\n)'
+)
 #: Realized speed-up colours: red where speculation costs time beyond the noise
 #: (SpecmonSlowerThanBaseline), orange where it does not pay, green where it does.
 REALIZED_STEPS: tuple[tuple[float | None, str], ...] = (

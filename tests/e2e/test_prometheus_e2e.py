@@ -1111,6 +1111,7 @@ def test_load_alerts_fire_for_the_loaded_target_only(stack: Stack, load_cycle: L
         for a in stack.prometheus.alerts()
         if a["labels"]["alertname"] in LOAD_ALERTS and a["state"] == "firing"
     ]
+    (stack.tmp / "load-alerts.json").write_text(json.dumps(firing, indent=2))
     assert sorted((a["labels"]["alertname"], a["labels"]["target"]) for a in firing) == [
         (ABOVE, LOADED),
         (SLOWER, LOADED),
