@@ -189,6 +189,37 @@ def bargauge(title: str, description: str, target: Json) -> Json:
     }
 
 
+def by_concurrency(*queries: tuple[str, str]) -> list[Json]:
+    """Transformations for instant tables of bucket series: one row per concurrency bucket,
+    sorted by its number (the label is a string: "16" sorts before "2"), one column per
+    query, named."""
+    return [
+        {"id": "merge", "options": {}},
+        {
+            "id": "convertFieldType",
+            "options": {
+                "conversions": [{"targetField": "concurrency", "destinationType": "number"}],
+                "fields": {},
+            },
+        },
+        {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "concurrency"}]}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "indexByName": {
+                    "concurrency": 0,
+                    **{name: i + 1 for i, (_, name) in enumerate(queries)},
+                },
+                "renameByName": {
+                    "concurrency": "concurrency (requests per step)",
+                    **{f"Value #{ref}": name for ref, name in queries},
+                },
+            },
+        },
+    ]
+
+
 def row(title: str) -> Json:
     return {"type": "row", "title": title, "collapsed": False, "panels": []}
 
@@ -512,6 +543,221 @@ def _overview_table() -> Json:
     }
 
 
+#: Targets compared with a baseline, as a filter: a twin (specmon_baseline_info names it, from
+#: the configuration) or a profile (then known once a draft cost has been measured against it).
+WITH_BASELINE = (
+    f"on (target) (\n  specmon_baseline_info{{{T}}}\n"
+    f'  or specmon_draft_cost_ratio{{{TE}, source="measured"}}\n)'
+)
+#: Realized speed-up colours: red where speculation costs time beyond the noise
+#: (SpecmonSlowerThanBaseline), orange where it does not pay, green where it does.
+REALIZED_STEPS: tuple[tuple[float | None, str], ...] = (
+    (None, "red"),
+    (0.95, "orange"),
+    (1, "green"),
+)
+ABOVE_MAPPINGS: list[Json] = [
+    {
+        "type": "value",
+        "options": {
+            "0": {"color": "green", "index": 0, "text": "below"},
+            "1": {"color": "red", "index": 1, "text": "AT OR ABOVE"},
+        },
+    }
+]
+
+
+def _load_table() -> Json:
+    """Targets compared with a baseline: how their speculation does at the load they run."""
+    columns: list[tuple[str, str, str]] = [
+        (
+            "A",
+            "realized speed-up",
+            f"max by (target, model) (specmon_realized_speedup_ratio{{{TW}}})",
+        ),
+        (
+            "B",
+            "expected (configured c)",
+            f"max by (target, model) (specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE})",
+        ),
+        (
+            "C",
+            "concurrency",
+            f"max by (target, model) (specmon_concurrency{{{TW}}} and {WITH_BASELINE})",
+        ),
+        ("D", "crossover", f"max by (target, model) (specmon_crossover_concurrency{{{TW}}})"),
+        (
+            "E",
+            "above crossover",
+            "max by (target, model) (\n"
+            f"  specmon_crossover_concurrency{{{TW}}}\n"
+            "  <= bool ignoring (baseline) group_left ()\n"
+            f"  (1.05 * specmon_concurrency{{{TW}}})\n"
+            ")",
+        ),
+        (
+            "F",
+            "measured c",
+            f'max by (target, model) (specmon_draft_cost_ratio{{{TE}, source="measured"}})',
+        ),
+        (
+            "G",
+            "configured c",
+            "max by (target, model) "
+            f'(specmon_draft_cost_ratio{{{TE}, source="configured"}} and {WITH_BASELINE})',
+        ),
+        (
+            "H",
+            "requests running",
+            f"max by (target, model) (specmon_requests_running{{{TE}}} and {WITH_BASELINE})",
+        ),
+    ]
+    columns = [(ref, name, selected_engines(expr)) for ref, name, expr in columns]
+    rename = {f"Value #{ref}": name for ref, name, _ in columns}
+    order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
+
+    def by_name(name: str, *properties: Json) -> Json:
+        return {"matcher": {"id": "byName", "options": name}, "properties": list(properties)}
+
+    def coloured(steps: tuple[tuple[float | None, str], ...]) -> list[Json]:
+        return [
+            {"id": "thresholds", "value": thresholds(*steps)},
+            {"id": "color", "value": {"mode": "thresholds"}},
+            {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+        ]
+
+    overrides = [
+        by_name(
+            "realized speed-up",
+            {"id": "decimals", "value": 2},
+            {"id": "unit", "value": "suffix:x"},
+            *coloured(REALIZED_STEPS),
+        ),
+        by_name(
+            "expected (configured c)",
+            {"id": "decimals", "value": 2},
+            {"id": "unit", "value": "suffix:x"},
+        ),
+        *(by_name(name, {"id": "decimals", "value": 1}) for name in ("concurrency", "crossover")),
+        by_name("above crossover", {"id": "mappings", "value": ABOVE_MAPPINGS}),
+        *(by_name(name, {"id": "decimals", "value": 3}) for name in ("measured c", "configured c")),
+        by_name("requests running", {"id": "decimals", "value": 0}),
+    ]
+    return {
+        "type": "table",
+        "title": "Against the baseline, at this load",
+        "description": (
+            "Targets compared with a twin without speculation (`baseline:` in specmon's config), "
+            "one row per target and model, over the selected window. realized speed-up: the "
+            "twin's time per output token over the target's, in the concurrency bucket the "
+            "target runs in now (red: below 0.95, where SpecmonSlowerThanBaseline fires; "
+            "orange: below 1). expected: the verdict at the configured c, which ignores load. "
+            "concurrency: mean requests per engine step. crossover: the concurrency at which "
+            "speculation stops paying at the window's acceptance (empty: it pays at every load "
+            "measured); above crossover: concurrency within 5 % of it or above "
+            "(SpecmonAboveCrossover). measured c: the draft cost against the twin (middle "
+            "window), next to the configured one. Empty realized speed-up: the bucket of the "
+            "current load has too little data on one side yet (200 engine steps, 100 drafts)."
+        ),
+        "datasource": DS,
+        "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
+        "transformations": [
+            {"id": "merge", "options": {}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "indexByName": order,
+                    "renameByName": rename,
+                },
+            },
+        ],
+        "fieldConfig": {
+            "defaults": {
+                "custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True},
+                "thresholds": thresholds((None, "green")),
+                "unit": "none",
+            },
+            "overrides": overrides,
+        },
+        "options": {
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+            "showHeader": True,
+            "sortBy": [{"displayName": "realized speed-up", "desc": False}],
+        },
+    }
+
+
+def _load_panels() -> list[tuple[Json, int, int]]:
+    return [
+        (row("Load: against the baseline"), 24, 1),
+        (_load_table(), 24, 7),
+        (
+            timeseries(
+                "Realized speed-up against the baseline",
+                "Each target's time per output token against its twin's without speculation, in "
+                "the concurrency bucket it runs in now (solid), and the expected speed-up at the "
+                "configured c (dashed), which ignores load. Below the line speculation costs "
+                "time at this load; below 0.95 for 30 minutes, SpecmonSlowerThanBaseline "
+                "fires.",
+                [
+                    query(
+                        selected_engines(f"specmon_realized_speedup_ratio{{{TW}}}"),
+                        "{{target}} {{model}} against {{baseline}}",
+                        "A",
+                    ),
+                    query(
+                        selected_engines(
+                            f"specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE}"
+                        ),
+                        "expected {{target}} {{model}}",
+                        "B",
+                    ),
+                ],
+                decimals=2,
+                threshold_steps=SPEEDUP_STEPS,
+                threshold_style="line",
+                overrides=[dashed("expected .*")],
+            ),
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Concurrency against the crossover",
+                "Solid: mean requests per engine step over the window, for the targets compared "
+                "with a twin. Dashed: the concurrency at which speculation stops paying (from "
+                "the load levels measured in the window; absent while it pays at all of them). "
+                "A solid line at or above its dashed one for 15 minutes fires "
+                "SpecmonAboveCrossover.",
+                [
+                    query(
+                        selected_engines(
+                            f"max by (target, model) (specmon_concurrency{{{TW}}} and "
+                            f"{WITH_BASELINE})"
+                        ),
+                        "{{target}} {{model}}",
+                        "A",
+                    ),
+                    query(
+                        selected_engines(
+                            f"max by (target, model) (specmon_crossover_concurrency{{{TW}}})"
+                        ),
+                        "crossover {{target}} {{model}}",
+                        "B",
+                    ),
+                ],
+                decimals=1,
+                minimum=0,
+                overrides=[dashed("crossover .*")],
+            ),
+            12,
+            8,
+        ),
+    ]
+
+
 def overview() -> Json:
     panels: list[tuple[Json, int, int]] = [
         (_overview_table(), 24, 9),
@@ -651,6 +897,7 @@ def overview() -> Json:
             24,
             7,
         ),
+        *_load_panels(),
         (row("Scrape health"), 24, 1),
         (
             {
@@ -883,6 +1130,278 @@ M = 'target="$target", model="$model"'
 MW = 'target="$target", model="$model", window="$window"'
 
 
+#: The baseline twin's series: the target the `baseline` label of this target's figures names.
+TWIN = (
+    "on (target) label_join(\n"
+    f'  max by (baseline) (specmon_realized_speedup_ratio{{{MW}}}), "target", "", "baseline"\n'
+    ")"
+)
+
+
+def _target_load_panels() -> list[tuple[Json, int, int]]:
+    """Load and speed, and the verdict against the baseline (docs/load-signals.md)."""
+    return [
+        (row("Load: against the baseline"), 24, 1),
+        (
+            timeseries(
+                "Realized against expected speed-up",
+                "Realized: the baseline's time per output token over this target's, in the "
+                "concurrency bucket the target runs in now (measured: a twin without "
+                "speculation, or a profile). Expected: the verdict at the configured draft cost, "
+                "which ignores load. Below the line speculation costs time; realized below 0.95 "
+                "for 30 minutes fires SpecmonSlowerThanBaseline. Empty realized: no baseline, or "
+                "too little data at this load yet (200 engine steps and 100 drafts a side).",
+                [
+                    query(
+                        f"specmon_realized_speedup_ratio{{{MW}}}",
+                        "realized against {{baseline}}",
+                        "A",
+                    ),
+                    query(
+                        f"specmon_expected_speedup_ratio{{{MW}}}", "expected (configured c)", "B"
+                    ),
+                ],
+                decimals=2,
+                threshold_steps=SPEEDUP_STEPS,
+                threshold_style="line",
+                overrides=[dashed("expected .*")],
+            ),
+            12,
+            8,
+        ),
+        (
+            {
+                "type": "barchart",
+                "title": "Speed-up by concurrency",
+                "description": (
+                    "Per concurrency bucket of the window (requests per engine step: 1 = below "
+                    "1.5, 2 = [1.5, 3), 4 = [3, 6), ...): the realized speed-up against the "
+                    "baseline, and the speed-up expected at the best chain length with the draft "
+                    "cost measured there. Where the bars fall below 1 speculation stops paying; "
+                    "a bucket with too little data on either side has no bar."
+                ),
+                "datasource": DS,
+                "targets": [
+                    query(
+                        f"max by (concurrency) (specmon_bucket_realized_speedup_ratio{{{MW}}})",
+                        "realized",
+                        "A",
+                        instant=True,
+                        table=True,
+                    ),
+                    query(
+                        f"max by (concurrency) (specmon_bucket_best_speedup_ratio{{{MW}}})",
+                        "at the best k'",
+                        "B",
+                        instant=True,
+                        table=True,
+                    ),
+                ],
+                "transformations": [
+                    *by_concurrency(("A", "realized"), ("B", "at the best k'")),
+                    {
+                        "id": "convertFieldType",
+                        "options": {
+                            "conversions": [
+                                {
+                                    "targetField": "concurrency (requests per step)",
+                                    "destinationType": "string",
+                                }
+                            ],
+                            "fields": {},
+                        },
+                    },
+                ],
+                "fieldConfig": {
+                    "defaults": {
+                        "color": {"mode": "palette-classic"},
+                        "custom": {
+                            "fillOpacity": 80,
+                            "lineWidth": 1,
+                            "thresholdsStyle": {"mode": "line"},
+                        },
+                        "decimals": 2,
+                        "min": 0,
+                        "thresholds": thresholds(*SPEEDUP_STEPS),
+                        "unit": "suffix:x",
+                    },
+                    "overrides": [],
+                },
+                "options": {
+                    "xField": "concurrency (requests per step)",
+                    "orientation": "vertical",
+                    "groupWidth": 0.7,
+                    "barWidth": 0.9,
+                    "showValue": "auto",
+                    "stacking": "none",
+                    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                    "tooltip": {"mode": "multi", "sort": "none"},
+                },
+            },
+            12,
+            8,
+        ),
+        (
+            timeseries(
+                "Concurrency and the crossover",
+                "Mean requests per engine step over the window (from the engine's counters), "
+                "the requests running now, and, dashed, the concurrency at which speculation "
+                "stops paying at the window's acceptance (interpolated between the load levels "
+                "measured against the baseline; the lowest one measured when it paid at none; "
+                "absent while it pays at all). Concurrency at or above it for 15 minutes fires "
+                "SpecmonAboveCrossover.",
+                [
+                    query(f"specmon_concurrency{{{MW}}}", "concurrency (mean per step)", "A"),
+                    query(
+                        f"max by (baseline) (specmon_crossover_concurrency{{{MW}}})",
+                        "crossover against {{baseline}}",
+                        "B",
+                    ),
+                    query(f"specmon_requests_running{{{M}}}", "requests running now", "C"),
+                ],
+                decimals=1,
+                minimum=0,
+                overrides=[dashed("crossover .*")],
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Time per output token: this target and its baseline",
+                "Decode time per generated token over the window, from the engines' own "
+                "counters: this target, and the twin it is compared with (same model, no "
+                "speculation). The realized speed-up is their ratio, taken per concurrency "
+                "bucket.",
+                [
+                    query(f"specmon_time_per_output_token_seconds{{{MW}}}", "{{target}}", "A"),
+                    query(
+                        "max by (target) (\n"
+                        'specmon_time_per_output_token_seconds{model="$model", window="$window"}\n'
+                        f"and {TWIN}\n)",
+                        "baseline {{target}}",
+                        "B",
+                    ),
+                ],
+                unit="s",
+                minimum=0,
+                overrides=[dashed("baseline .*")],
+            ),
+            8,
+            8,
+        ),
+        (
+            timeseries(
+                "Draft cost c: measured against configured",
+                "c, one drafted token's cost as a fraction of a target step. Configured: "
+                "specmon's draft_cost, which every verdict without a baseline uses. Measured: "
+                "from the step times against the baseline, c = (T_step / T_step(baseline) - 1) "
+                "/ drafted tokens per step, at the middle window's concurrency (dashed) and per "
+                "concurrency bucket of the selected window (dotted). c grows with load: that is "
+                "why speculation stops paying.",
+                [
+                    query(
+                        f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
+                        "c {{source}} {{baseline}}",
+                        "A",
+                    ),
+                    query(
+                        f"max by (concurrency) (specmon_bucket_draft_cost_ratio{{{MW}}})",
+                        "c at {{concurrency}} requests per step",
+                        "B",
+                    ),
+                ],
+                decimals=3,
+                minimum=0,
+                overrides=[
+                    dashed("^c (engine|measured) .*"),
+                    {
+                        "matcher": {"id": "byRegexp", "options": "^c at .*"},
+                        "properties": [
+                            {"id": "custom.lineStyle", "value": {"dash": [0, 10], "fill": "dot"}},
+                            {"id": "custom.lineWidth", "value": 2},
+                        ],
+                    },
+                ],
+            ),
+            8,
+            8,
+        ),
+        (
+            {
+                "type": "table",
+                "title": "Best chain length per load level",
+                "description": (
+                    "Per concurrency bucket of the window: the realized speed-up against the "
+                    "baseline, the draft cost c measured there, the chain length that maximises "
+                    "the expected speed-up at that c with the window's per-position survival "
+                    "(0 = switch speculation off at this load) and that speed-up. `specmon "
+                    "recommend --from` turns it into a vLLM num_speculative_tokens_per_batch_size "
+                    "schedule and a llama.cpp --spec-draft-n-max (docs/recommend.md)."
+                ),
+                "datasource": DS,
+                "targets": [
+                    query(
+                        f"max by (concurrency) ({name}{{{MW}}})",
+                        ref=ref,
+                        instant=True,
+                        table=True,
+                    )
+                    for ref, name in (
+                        ("A", "specmon_bucket_realized_speedup_ratio"),
+                        ("B", "specmon_bucket_draft_cost_ratio"),
+                        ("C", "specmon_bucket_best_chain_length"),
+                        ("D", "specmon_bucket_best_speedup_ratio"),
+                    )
+                ],
+                "transformations": by_concurrency(
+                    ("A", "realized speed-up"),
+                    ("B", "measured c"),
+                    ("C", "best k'"),
+                    ("D", "expected at best k'"),
+                ),
+                "fieldConfig": {
+                    "defaults": {
+                        "custom": {"align": "auto", "cellOptions": {"type": "auto"}},
+                        "thresholds": thresholds((None, "green")),
+                        "unit": "none",
+                    },
+                    "overrides": [
+                        {
+                            "matcher": {"id": "byName", "options": name},
+                            "properties": [
+                                {"id": "decimals", "value": 2},
+                                {"id": "unit", "value": "suffix:x"},
+                                {"id": "thresholds", "value": thresholds(*REALIZED_STEPS)},
+                                {"id": "color", "value": {"mode": "thresholds"}},
+                                {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+                            ],
+                        }
+                        for name in ("realized speed-up", "expected at best k'")
+                    ]
+                    + [
+                        {
+                            "matcher": {"id": "byName", "options": "measured c"},
+                            "properties": [{"id": "decimals", "value": 3}],
+                        },
+                        {
+                            "matcher": {"id": "byName", "options": "best k'"},
+                            "properties": [{"id": "decimals", "value": 0}],
+                        },
+                    ],
+                },
+                "options": {
+                    "cellHeight": "sm",
+                    "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+                    "showHeader": True,
+                },
+            },
+            8,
+            8,
+        ),
+    ]
+
+
 def target_detail() -> Json:
     panels: list[tuple[Json, int, int]] = [
         (
@@ -1086,6 +1605,7 @@ def target_detail() -> Json:
             8,
             8,
         ),
+        *_target_load_panels(),
         (row("Acceptance and traffic"), 24, 1),
         (
             timeseries(
@@ -1206,7 +1726,9 @@ def target_detail() -> Json:
         "Per-position acceptance, speed-up and chain length of one target and model. "
         "Data: specmon.",
         [
-            query_variable("target", "Target", "label_values(specmon_up, target)"),
+            # Targets that speculate (a baseline twin has no speculative series: its figures
+            # show on the target compared with it).
+            query_variable("target", "Target", "label_values(specmon_chain_length, target)"),
             query_variable(
                 "model", "Model", 'label_values(specmon_chain_length{target="$target"}, model)'
             ),

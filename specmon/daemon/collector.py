@@ -85,6 +85,8 @@ def target_samples(view: TargetView) -> list[Sample]:
     out.add(m.UP, t, 1.0 if view.up else 0.0)
     out.add(m.SCRAPE_DURATION, t, view.last_duration)
     out.add(m.LAST_SUCCESS, t, view.last_success)
+    if view.baseline is not None:  # configuration: also while the target is down
+        out.add(m.BASELINE_INFO, (view.name, view.baseline), 1.0)
     if not view.up:
         return out.samples
     engine = view.engine.value if view.engine else "unknown"

@@ -95,6 +95,15 @@ _M = ("target", "engine", "model")
 _W = (*_M, "window")
 _P = (*_W, "position")
 _SRC = "specmon's window over the engine's spec_decode counters"
+#: Which engines have the load families (and so every figure against a baseline).
+_ONLY_LOAD_ENGINES = (
+    "vLLM (V1) and llama.cpp only: absent for SGLang, TensorRT-LLM, TGI and vLLM V0, whose "
+    "pages carry no decode timing specmon reads"
+)
+_AGAINST_BASELINE = (
+    "Only for a target with a `baseline` or `cost_profile`, and only where the bucket has "
+    f"enough data on both sides; from {_ONLY_LOAD_ENGINES}."
+)
 
 
 def _g(
@@ -104,7 +113,11 @@ def _g(
     scope: Scope,
     doc: str = "",
     optional: tuple[str, ...] = (),
+    *,
+    against_baseline: bool = False,
 ) -> MetricDef:
+    if against_baseline:  # docs/metrics.md says which targets and engines have it
+        doc = f"{doc or help_} {_AGAINST_BASELINE}"
     return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc, optional)
 
 
@@ -138,6 +151,17 @@ SPECULATION_ENABLED = _g(
     "without them (speculation off, or metrics renamed).",
     _TE,
     Scope.TARGET,
+)
+BASELINE_INFO = _g(
+    "specmon_baseline_info",
+    "1 for a target compared with another target as its baseline (`baseline: NAME` in the "
+    "config; label baseline: that target's name), whether or not figures exist yet.",
+    ("target", "baseline"),
+    Scope.TARGET,
+    "1 for a target compared with a twin (`baseline: NAME`; label `baseline`: the twin's "
+    "name), from the configuration, so present before any figure against it exists; absent "
+    "without one and with `cost_profile`. The twin itself runs without speculation on "
+    "purpose: the alert rules leave it out of SpecmonSpeculationMissing by this series",
 )
 MALFORMED_LINES = _g(
     "specmon_page_malformed_lines",
@@ -335,6 +359,10 @@ CONCURRENCY = _g(
     "else the mean of requests running over the window's scrapes.",
     _W,
     Scope.WINDOW,
+    "Mean requests the engine ran per decoding step in the window, from the engine's own "
+    "counters over the window (docs/load-signals.md): vLLM (ITL count + TTFT count) / "
+    "iterations, llama.cpp busy slots per decode; else the mean of requests running over the "
+    f"window's scrapes. {_ONLY_LOAD_ENGINES}",
 )
 STEP_SECONDS = _g(
     "specmon_step_seconds",
@@ -342,12 +370,16 @@ STEP_SECONDS = _g(
     "count, llama.cpp predicted seconds / (tokens - accepted).",
     _W,
     Scope.WINDOW,
+    f"Mean decoding step as a request sees it in the window, from {_LOAD}: vLLM ITL sum / "
+    f"count, llama.cpp predicted seconds / (tokens - accepted). {_ONLY_LOAD_ENGINES}",
 )
 TPOT = _g(
     "specmon_time_per_output_token_seconds",
     f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode tokens.",
     _W,
     Scope.WINDOW,
+    f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode "
+    f"tokens. {_ONLY_LOAD_ENGINES}",
 )
 MEAN_DRAFT_LENGTH = _g(
     "specmon_mean_draft_length",
@@ -355,6 +387,9 @@ MEAN_DRAFT_LENGTH = _g(
     "specmon_chain_length when the engine varies its draft length.",
     _W,
     Scope.WINDOW,
+    "Drafted tokens per draft in the window (num_draft_tokens / num_drafts increases); below "
+    "specmon_chain_length when the engine varies its draft length. Computed with the load "
+    f"figures: {_ONLY_LOAD_ENGINES}",
 )
 REALIZED_SPEEDUP = _g(
     "specmon_realized_speedup_ratio",
@@ -362,6 +397,7 @@ REALIZED_SPEEDUP = _g(
     "this target's, in the same concurrency bucket (baseline: the twin target, or profile).",
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 MEASURED_BREAKEVEN = _g(
     "specmon_measured_breakeven_alpha_ratio",
@@ -369,6 +405,7 @@ MEASURED_BREAKEVEN = _g(
     'concurrency (specmon_draft_cost_ratio{source="measured"}).',
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 MEASURED_MARGIN = _g(
     "specmon_measured_alpha_margin_ratio",
@@ -376,6 +413,7 @@ MEASURED_MARGIN = _g(
     "concurrency; negative means speculation costs time at this load.",
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 CROSSOVER = _g(
     "specmon_crossover_concurrency",
@@ -384,6 +422,7 @@ CROSSOVER = _g(
     "when it pays over the whole measured range (never extrapolated).",
     _B,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_SPEEDUP = _g(
     "specmon_bucket_realized_speedup_ratio",
@@ -391,12 +430,14 @@ BUCKET_SPEEDUP = _g(
     "bucket, 1 = below 1.5, 2 = [1.5, 3), 4 = [3, 6), ...) against the baseline.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_DRAFT_COST = _g(
     "specmon_bucket_draft_cost_ratio",
     "Draft cost c measured against the baseline in one concurrency bucket of the window.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_BEST_CHAIN = _g(
     "specmon_bucket_best_chain_length",
@@ -404,12 +445,14 @@ BUCKET_BEST_CHAIN = _g(
     "draft cost measured there and the window's per-position survival.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 BUCKET_BEST_SPEEDUP = _g(
     "specmon_bucket_best_speedup_ratio",
     "Expected speed-up at the best chain length in one concurrency bucket of the window.",
     _BC,
     Scope.WINDOW,
+    against_baseline=True,
 )
 SCRAPES = _c(
     "specmon_scrapes",
@@ -573,6 +616,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     LAST_SUCCESS,
     MALFORMED_LINES,
     SPECULATION_ENABLED,
+    BASELINE_INFO,
     CHAIN_LENGTH,
     DRAFT_COST,
     REQUESTS_RUNNING,

@@ -119,6 +119,8 @@ class TargetView:
     models: tuple[ModelView, ...] = ()
     #: Readings refused at the last scrape, with their reasons (their figures are left out).
     rejected: tuple[Rejection, ...] = ()
+    #: The configured ``baseline:`` twin (another target's name), or None.
+    baseline: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,10 @@ class TargetState:
         self._last_models: tuple[ModelReading, ...] = ()
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
         self._view = TargetView(
-            name=config.name, url=display_url(config.url), labels=dict(config.labels)
+            name=config.name,
+            url=display_url(config.url),
+            labels=dict(config.labels),
+            baseline=config.baseline,
         )
 
     @property
@@ -187,7 +192,11 @@ class TargetState:
         for history in self._histories.values():
             history.set_retention(retention)
         view = replace(
-            self.view, name=config.name, url=display_url(config.url), labels=dict(config.labels)
+            self.view,
+            name=config.name,
+            url=display_url(config.url),
+            labels=dict(config.labels),
+            baseline=config.baseline,
         )
         if view.up and self._last_models:
             # New draft cost, chain length or windows apply now, not at the next scrape.
@@ -223,6 +232,7 @@ class TargetState:
             error=message,
             error_kind=kind,
             speculation=self.view.speculation,
+            baseline=self.config.baseline,
         )
         return events
 
@@ -313,6 +323,7 @@ class TargetState:
             malformed=reading.malformed,
             models=tuple(models),
             rejected=tuple(rejected),
+            baseline=self.config.baseline,
         )
         return events
 

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from specmon.daemon import metrics
+from specmon.daemon.collector import target_samples
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import views_json
 from specmon.daemon.target import Event, ModelView, TargetState
 from specmon.engines import Engine, ModelReading, PageReading, SpecCounters
 from specmon.sources import ScrapeResult
+from tests.support.views import small_profile
 
 
 def _reading(
@@ -231,3 +234,31 @@ def test_the_daemons_targets_document_feeds_recommend() -> None:
     advice = {a.bucket.label: a for a in recommend(data).buckets}
     assert advice["4"].best_chain_length == 3 and advice["4"].draft_cost == pytest.approx(1 / 12)
     assert advice["16"].best_chain_length == 1 and advice["16"].draft_cost == pytest.approx(0.5)
+
+
+def _baseline_info(state: TargetState) -> list[dict[str, str]]:
+    return [s.labels for s in target_samples(state.view) if s.family is metrics.BASELINE_INFO]
+
+
+def test_baseline_info_comes_from_the_config_whether_up_or_down() -> None:
+    """specmon_baseline_info names the twin before any figure against it exists, while the
+    target is down, and after a reload that changes or drops it (the rules leave the twin out
+    of SpecmonSpeculationMissing by it)."""
+    state = _state(baseline="t-twin")
+    assert _baseline_info(state) == []  # never scraped: no series at all
+    state.fail(kind=ScrapeResult.TIMEOUT, message="no complete response within 3s", duration=3)
+    assert _baseline_info(state) == [{"target": "t", "baseline": "t-twin"}]
+    state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
+    assert _baseline_info(state) == [{"target": "t", "baseline": "t-twin"}]
+    other = TargetConfig(name="t", url="http://127.0.0.1:1/metrics", baseline="t-canary")
+    state.reconfigure(other, windows=(60.0, 300.0), retention=310.0)
+    assert _baseline_info(state) == [{"target": "t", "baseline": "t-canary"}]
+    none = TargetConfig(name="t", url="http://127.0.0.1:1/metrics")
+    state.reconfigure(none, windows=(60.0, 300.0), retention=310.0)
+    assert _baseline_info(state) == []
+
+
+def test_no_baseline_info_for_a_cost_profile() -> None:
+    state = _state(cost_profile=small_profile())
+    state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
+    assert _baseline_info(state) == []

@@ -9,6 +9,13 @@ does not exist:
   they have no ``specmon_draft_tokens_total`` (its meaning in the contract says so; a test
   checks it). A query reading such a family may be empty when every target it selects is of
   such an engine.
+- :data:`ABSENT` also holds the load families (concurrency, step time, time per output token,
+  mean draft length) and every figure against a baseline for the engines whose pages carry no
+  decode timing specmon reads (SGLang, TensorRT-LLM, TGI): the contract says they exist for
+  vLLM (V1) and llama.cpp only.
+- :data:`WITH_BASELINE`: families exported only for a target compared with a baseline
+  (``baseline:`` a twin, or ``cost_profile``), and ``specmon_draft_cost_ratio{source="measured"}``.
+  A query reading one may be empty when no target it selects has a baseline.
 - :data:`ON_FIRST_EVENT`: families whose series appear with their first event (a refused
   reading). A query reading one must return data for some combination, not for each.
 """
@@ -19,18 +26,57 @@ from collections.abc import Iterable
 
 from tests.rules.common import promql_metric_names
 
-__all__ = ["ABSENT", "ON_FIRST_EVENT", "may_be_empty"]
+__all__ = ["ABSENT", "LOAD", "ON_FIRST_EVENT", "WITH_BASELINE", "may_be_empty"]
 
+#: Load and speed per window, from the engine's decode timing (vLLM V1 and llama.cpp only).
+LOAD = frozenset(
+    {
+        "specmon_concurrency",
+        "specmon_step_seconds",
+        "specmon_time_per_output_token_seconds",
+        "specmon_mean_draft_length",
+    }
+)
+#: Figures against a baseline (they need the load figures too).
+AGAINST_BASELINE = frozenset(
+    {
+        "specmon_realized_speedup_ratio",
+        "specmon_measured_breakeven_alpha_ratio",
+        "specmon_measured_alpha_margin_ratio",
+        "specmon_crossover_concurrency",
+        "specmon_bucket_realized_speedup_ratio",
+        "specmon_bucket_draft_cost_ratio",
+        "specmon_bucket_best_chain_length",
+        "specmon_bucket_best_speedup_ratio",
+    }
+)
+#: Present only for a target that has a baseline (specmon_baseline_info: a twin).
+WITH_BASELINE = AGAINST_BASELINE | {"specmon_baseline_info"}
+_NO_TIMING = LOAD | AGAINST_BASELINE
 ABSENT: dict[str, frozenset[str]] = {
-    "sglang": frozenset({"specmon_draft_tokens_total"}),
-    "tgi": frozenset({"specmon_draft_tokens_total"}),
+    "sglang": frozenset({"specmon_draft_tokens_total"}) | _NO_TIMING,
+    "tgi": frozenset({"specmon_draft_tokens_total"}) | _NO_TIMING,
+    "trtllm": _NO_TIMING,
 }
 ON_FIRST_EVENT = frozenset({"specmon_rejected_readings_total"})
 
 
-def may_be_empty(expr: str, engines: Iterable[str]) -> bool:
-    """Whether ``expr`` may return nothing when it selects targets of ``engines`` only
+def needs_baseline(expr: str) -> bool:
+    """Whether ``expr`` reads a figure that exists only against a baseline."""
+    return bool(promql_metric_names(expr) & WITH_BASELINE) or 'source="measured"' in expr
+
+
+def may_be_empty(
+    expr: str, engines: Iterable[str], *, baselines: Iterable[bool] | None = None
+) -> bool:
+    """Whether ``expr`` may return nothing when it selects targets of ``engines`` only, which
+    have a baseline where ``baselines`` (in the same order; default: every one) says so
     (events aside: see :data:`ON_FIRST_EVENT`)."""
     names = promql_metric_names(expr)
     selected = list(engines)
-    return bool(selected) and all(names & ABSENT.get(engine, frozenset()) for engine in selected)
+    flags = [True] * len(selected) if baselines is None else list(baselines)
+    baseline_only = needs_baseline(expr)
+    return bool(selected) and all(
+        bool(names & ABSENT.get(engine, frozenset())) or (baseline_only and not has)
+        for engine, has in zip(selected, flags, strict=True)
+    )

@@ -51,6 +51,7 @@ LABELS = {
     "version",
     "instance",
     "baseline",
+    "concurrency",
 }
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.
@@ -296,7 +297,7 @@ def test_absent_families_are_the_contracts() -> None:
     """tests/dashboards/coverage.py lets a query be empty only where the metric contract says
     the family is absent for the engine, or appears with its first event."""
     meanings = {d.sample_name: d.meaning for d in metrics.FAMILIES}
-    display = {"sglang": "SGLang", "tgi": "TGI"}
+    display = {"sglang": "SGLang", "tgi": "TGI", "trtllm": "TensorRT-LLM"}
     for engine, families in ABSENT.items():
         for family in families:
             assert "absent" in meanings[family] and display[engine] in meanings[family], family

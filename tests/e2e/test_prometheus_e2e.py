@@ -15,7 +15,13 @@ break-even alpha is 0.509):
   0.75 that pages);
 - ``rejecting-vllm``: a healthy vLLM whose page passes through a proxy that adds a second
   model with more accepted than drafted tokens (a buggy engine, or a proxy mixing pages):
-  specmon refuses that model at every scrape and reads the other one.
+  specmon refuses that model at every scrape and reads the other one;
+- ``loaded-vllm`` (vLLM, k = 4, survival 0.9, 0.7, 0.5, 0.3, configured c 0.1) and its twin
+  without speculation ``baseline-vllm`` (``baseline:`` in specmon's config), on the simulator's
+  bandwidth load model (the demo's, ten times faster: the same crossover near 10.9 requests).
+  Both run 2 requests per step, then 16 from :data:`LOAD_AT` seconds after they start: there
+  speculation pays 2.7x, here it costs time (0.70x) although the acceptance never changes, and
+  the verdict at the configured c still says 2.4x.
 
 specmon scrapes every 500 ms with windows 2s, 10s, 30s (standing for 1m, 5m, 15m: every
 shipped duration / 30); Prometheus scrapes and evaluates every second.
@@ -23,10 +29,14 @@ shipped duration / 30); Prometheus scrapes and evaluates every second.
 The test sees SpecmonBelowBreakEven (both tiers) go pending and then firing for the degraded
 target only, through /api/v1/alerts and the ALERTS series; Alertmanager delivers the critical
 tier to the pager webhook and inhibits the warning tier; SpecmonReadingsRejected fires for the
-rejecting target (and goes to the ticket webhook); the healthy targets raise no alert of any
-kind at any time; and every panel query of both dashboards, with variables set to values that
-exist, returns data from the same Prometheus (where the metric contract says a family exists
-for the engines selected: tests/dashboards/coverage.py). It prints the measured delays.
+rejecting target (and goes to the ticket webhook); once the load rises, SpecmonAboveCrossover
+and SpecmonSlowerThanBaseline go pending and fire for the loaded target only, reach
+Alertmanager, which delivers them to the ticket webhook and then inhibits the first by the
+second; the healthy targets and the baseline twin raise no alert of any kind at any time; and
+every panel query of both dashboards, with variables set to values that exist, returns data
+from the same Prometheus (where the metric contract says a family exists for the engines
+selected and the target's baseline: tests/dashboards/coverage.py). It prints the measured
+delays.
 """
 
 from __future__ import annotations
@@ -102,9 +112,26 @@ BROKEN_MODEL = (
     ("vllm:spec_decode_num_accepted_tokens_total{", 400),
 )
 REJECTED_ALERT = "SpecmonReadingsRejected"
+#: The load-aware pair: the speculative target, its twin, and when their load rises.
+LOADED = "loaded-vllm"
+TWIN = "baseline-vllm"
+LOAD_AT = 20.0
+LOW_LOAD, HIGH_LOAD = 2, 16
+LOADED_SURVIVAL = (0.9, 0.7, 0.5, 0.3)
+LOADED_COST = 0.1
+#: specmon.sim.load_model.DEMO_LOAD_MODEL ten times faster (same ratios, same crossover), so
+#: that even the 2s window holds the 200 engine steps a bucket needs at 16 requests.
+LOAD_MODEL = (
+    "weights_seconds=0.0008,token_seconds=0.00005,fixed_seconds=0.0001,draft_fixed_seconds=0.00006"
+)
+SLOWER = "SpecmonSlowerThanBaseline"
+ABOVE = "SpecmonAboveCrossover"
+LOAD_ALERTS = (SLOWER, ABOVE)
 #: The windows specmon exports here (the rules' 5m and 15m are mapped onto 10s and 30s).
 SPECMON_WINDOWS = tuple(WINDOWS.values())
 FAST = WINDOWS["5m"]
+#: The window the load alerts read (15m in the shipped rules).
+SLOW = WINDOWS["15m"]
 ALERT = "SpecmonBelowBreakEven"
 #: Prometheus's scrape and evaluation interval, and Grafana's $__rate_interval for it.
 INTERVAL = "1s"
@@ -118,6 +145,12 @@ global:
   draft_cost: {cost}
 targets:
 {targets}
+  - name: {loaded}
+    url: {loaded_url}
+    draft_cost: {loaded_cost}
+    baseline: {twin}
+  - name: {twin}
+    url: {twin_url}
 """
 
 
@@ -134,6 +167,8 @@ class Stack:
     poller: AlertPoller
     #: Unix time at which the degraded engine's draft broke.
     drop: float
+    #: Unix time at which the loaded pair's load rose (the speculative side's clock).
+    load_rise: float
     #: Unix time at which Prometheus first had every target's 10s window above the guard.
     ready: float
     #: Unix time at which Prometheus started.
@@ -197,15 +232,17 @@ def _with_broken_model(page: str) -> str:
     return "".join(out)
 
 
-def _drop_time(metrics_url: str) -> float:
-    """The degraded engine's start (its counters' ``_created`` time) plus DROP_AT."""
+def _drop_time(metrics_url: str, after: float = DROP_AT) -> float:
+    """A simulated vLLM's start (its counters' ``_created`` time) plus ``after``."""
     status, body, _ = get(metrics_url)
     assert status == 200
     match = re.search(
-        r"^vllm:spec_decode_num_drafts_created\{[^}]*\} (\S+)$", body.decode(), re.MULTILINE
+        r"^vllm:(?:spec_decode_num_drafts|generation_tokens)_created\{[^}]*\} (\S+)$",
+        body.decode(),
+        re.MULTILINE,
     )
     assert match, "the simulated vLLM page has no _created sample"
-    return float(match.group(1)) + DROP_AT
+    return float(match.group(1)) + after
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +280,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         procs.append(am_proc)
 
-        # Engines.
+        # Engines. The load pair's scenario: LOW_LOAD requests per step, HIGH_LOAD from LOAD_AT.
+        load_scenario = tmp / "load.scenario.yml"
+        load_scenario.write_text(
+            yaml.safe_dump(
+                {
+                    "phases": [
+                        {"at": "0s", "requests_running": LOW_LOAD},
+                        {"at": f"{LOAD_AT:g}s", "requests_running": HIGH_LOAD},
+                    ]
+                }
+            )
+        )
         common = ["--listen", "127.0.0.1:0", "--drafts-per-second", str(DRAFTS_PER_SECOND)]
         healthy = ["--survival", _survival(HEALTHY_SURVIVAL)]
         sims = simulate_all(
@@ -273,6 +321,34 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                     1,
                 ),
                 REJECTING: (["--engine", "vllm", *common, *healthy, "--seed", "8"], 1),
+                **{
+                    name: (
+                        [
+                            "--engine",
+                            "vllm",
+                            "--listen",
+                            "127.0.0.1:0",
+                            "--chain-length",
+                            str(len(LOADED_SURVIVAL)),
+                            "--survival",
+                            _survival(LOADED_SURVIVAL),
+                            "--load-model",
+                            LOAD_MODEL,
+                            "--requests-running",
+                            str(LOW_LOAD),
+                            "--scenario",
+                            str(load_scenario),
+                            "--seed",
+                            seed,
+                            *extra,
+                        ],
+                        1,
+                    )
+                    for name, seed, extra in (
+                        (LOADED, "10", []),
+                        (TWIN, "11", ["--no-speculation"]),
+                    )
+                },
             },
         )
         procs.extend(proc for proc, _ in sims.values())
@@ -305,6 +381,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         procs.append(proc)
         drop = _drop_time(degraded_urls["vllm"])
+        load_rise = _drop_time(sims[LOADED][1]["vllm"], LOAD_AT)
 
         # specmon.
         urls = {
@@ -324,6 +401,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 targets="\n".join(
                     f"  - name: {name}\n    url: {url}" for name, url in urls.items()
                 ),
+                loaded=LOADED,
+                loaded_url=sims[LOADED][1]["vllm"],
+                loaded_cost=LOADED_COST,
+                twin=TWIN,
+                twin_url=sims[TWIN][1]["vllm"],
             )
         )
         specmon = cleanup.enter_context(daemon(config, tmp))
@@ -368,7 +450,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         def all_above_guard() -> float | None:
             found = prometheus.query(f'specmon_window_drafts{{window="{FAST}"}} >= 400')
             names = {s["metric"]["target"] for s in found}
-            return time.time() if names == {*HEALTHY, DEGRADED, REJECTING} else None
+            return time.time() if names == {*HEALTHY, DEGRADED, REJECTING, LOADED} else None
 
         ready = wait_until(
             "every target's window to pass the 400-draft guard in Prometheus",
@@ -376,8 +458,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             timeout=30,
             alive=lambda: _check_alive(procs, specmon),
         )
-        assert ready < drop - 5, (
-            f"the stack took too long to start: ready {drop - ready:.1f}s before the drop"
+        assert ready < min(drop, load_rise) - 5, (
+            f"the stack took too long to start: ready {drop - ready:.1f}s before the drop, "
+            f"{load_rise - ready:.1f}s before the load rise"
         )
         yield Stack(
             tmp=tmp,
@@ -386,6 +469,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             webhook=webhook,
             poller=poller,
             drop=drop,
+            load_rise=load_rise,
             ready=ready,
             started=started,
             rules=rules,
@@ -525,6 +609,142 @@ def cycle(stack: Stack) -> Cycle:
     return result
 
 
+@dataclass
+class LoadCycle:
+    """When each step of the load alerts happened (Unix times; Prometheus's own timestamps)."""
+
+    rise: float
+    #: First scraped realized speed-up < 0.95 / crossover <= 1.05 x concurrency (SLOW window).
+    slower_scraped: float
+    above_scraped: float
+    pending: dict[str, float]
+    firing: dict[str, float]
+    delivered: dict[str, float]
+    #: Alertmanager showed SpecmonAboveCrossover suppressed by SpecmonSlowerThanBaseline.
+    inhibited: float
+
+    def report(self) -> dict[str, float]:
+        def rel(t: float) -> float:
+            return round(t - self.rise, 2)
+
+        return {
+            "realized < 0.95 scraped": rel(self.slower_scraped),
+            "crossover <= 1.05 x concurrency scraped": rel(self.above_scraped),
+            **{f"{name}: pending (ALERTS)": rel(t) for name, t in self.pending.items()},
+            **{f"{name}: firing (ALERTS)": rel(t) for name, t in self.firing.items()},
+            **{f"{name}: webhook /tickets": rel(t) for name, t in self.delivered.items()},
+            f"{ABOVE}: inhibited in Alertmanager": rel(self.inhibited),
+        }
+
+
+def _load_delivered(webhook: Webhook) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for note in webhook.received():
+        for alert in note.alerts():
+            labels = alert["labels"]
+            if (
+                alert["status"] == "firing"
+                and labels.get("alertname") in LOAD_ALERTS
+                and labels.get("target") == LOADED
+                and note.path == "/tickets"
+            ):
+                out.setdefault(labels["alertname"], note.received)
+    return out
+
+
+@pytest.fixture(scope="module")
+def load_cycle(stack: Stack) -> LoadCycle:
+    """Wait (bounded) for the load alerts to go pending and fire for the loaded target, reach
+    the ticket receiver and inhibit each other as the shipped routing says."""
+    prom = stack.prometheus
+    for_seconds = {
+        rule["alert"]: duration_seconds(rule["for"])
+        for rule in alert_rules(stack.rules)
+        if rule["alert"] in LOAD_ALERTS
+    }
+    # The window's mean concurrency (per engine step) reaches the crossover only when the
+    # high load dominates the window's steps: at most one window after the rise.
+    window = duration_seconds(SLOW)
+    pending: dict[str, float] = {}
+    firing: dict[str, float] = {}
+    for name in LOAD_ALERTS:
+        sel = f'ALERTS{{alertname="{name}", target="{LOADED}", alertstate="pending"}}'
+        pending[name] = wait_until(
+            f"{name} to go pending",
+            functools.partial(_first_sample, prom, sel, stack.load_rise - 5),
+            timeout=max(0.0, stack.load_rise - time.time()) + window + 15,
+            interval=0.5,
+            alive=stack.alive,
+        )
+    for name in LOAD_ALERTS:
+        sel = f'ALERTS{{alertname="{name}", target="{LOADED}", alertstate="firing"}}'
+        firing[name] = wait_until(
+            f"{name} to fire",
+            functools.partial(_first_sample, prom, sel, stack.load_rise - 5),
+            timeout=max(0.0, pending[name] + for_seconds[name] - time.time()) + 15,
+            interval=0.5,
+            alive=stack.alive,
+        )
+    delivered = wait_until(
+        "Alertmanager to deliver SpecmonSlowerThanBaseline to the ticket webhook",
+        lambda: (lambda d: d if SLOWER in d else None)(_load_delivered(stack.webhook)),
+        timeout=20,
+        alive=stack.alive,
+    )
+
+    def above_inhibited() -> float | None:
+        for alert in http_json(stack.alertmanager + "/api/v2/alerts"):
+            labels = alert["labels"]
+            if (
+                labels.get("alertname") == ABOVE
+                and labels.get("target") == LOADED
+                and alert["status"]["state"] == "suppressed"
+                and alert["status"]["inhibitedBy"]
+            ):
+                return time.time()
+        return None
+
+    inhibited = wait_until(
+        f"{ABOVE} to be inhibited by {SLOWER}", above_inhibited, timeout=20, alive=stack.alive
+    )
+    selector = f'{{target="{LOADED}", window="{SLOW}"}}'
+    slower = _first_sample(
+        prom, f"specmon_realized_speedup_ratio{selector}", stack.load_rise, lambda v: v < 0.95
+    )
+    # Both series come from the same scrape of specmon: pair them by timestamp.
+    span = time.time() - stack.load_rise + 5
+    concurrency = {t: v for _, t, v in prom.raw_samples(f"specmon_concurrency{selector}", span)}
+    above = next(
+        (
+            t
+            for _, t, crossover in prom.raw_samples(
+                f"specmon_crossover_concurrency{selector}", span
+            )
+            if t >= stack.load_rise and t in concurrency and crossover <= 1.05 * concurrency[t]
+        ),
+        None,
+    )
+    assert slower is not None and above is not None
+    result = LoadCycle(
+        rise=stack.load_rise,
+        slower_scraped=slower,
+        above_scraped=above,
+        pending=pending,
+        firing=firing,
+        delivered=delivered,
+        inhibited=inhibited,
+    )
+    report = result.report()
+    (stack.tmp / "load-timings.json").write_text(json.dumps(report, indent=2))
+    sys.stdout.write(
+        "\nseconds after the loaded pair's load rose (for: "
+        + ", ".join(f"{k} {v:g}s" for k, v in for_seconds.items())
+        + "):\n"
+        + "".join(f"  {k:<52} {v:7.2f}\n" for k, v in report.items())
+    )
+    return result
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -608,13 +828,11 @@ def test_alertmanager_delivers_and_inhibits(stack: Stack, cycle: Cycle) -> None:
 
     wait_until("the warning tier to be inhibited", warning_inhibited, timeout=20)
 
-    # Every notification is about the degraded target, or the refusals of the rejecting one.
+    # Every notification is about the degraded target, the refusals of the rejecting one, or
+    # the load alerts of the loaded one.
     for note in stack.webhook.received():
         for alert in note.alerts():
-            labels = alert["labels"]
-            assert labels.get("target") == DEGRADED or (
-                labels.get("target") == REJECTING and labels["alertname"] == REJECTED_ALERT
-            ), note.payload
+            assert _expected(alert["labels"]), note.payload
 
 
 # Dashboard variables from label_values(...) as Grafana would resolve them.
@@ -644,24 +862,28 @@ def _returns_data(stack: Stack, expr: str, instant: bool) -> bool:
     return any(series["values"] for series in result)
 
 
-def _engines_of(engines: dict[str, str], combo: dict[str, str | list[str]]) -> list[str]:
-    """The engines of the targets a combination of variable values selects."""
+def _selected(engines: dict[str, str], combo: dict[str, str | list[str]]) -> list[str]:
+    """The targets (with an engine) a combination of variable values selects."""
     chosen, targets = combo.get("engine", ".+"), combo["target"]
     selected = (
         list(engines) if targets == ".+" else [targets] if isinstance(targets, str) else targets
     )
     return [
-        engines[t]
+        t
         for t in selected
         if t in engines and (chosen == ".+" or engines[t] == chosen or engines[t] in chosen)
     ]
 
 
 @pytest.mark.parametrize("name", ["specmon-overview.json", "specmon-target.json"])
-def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: str) -> None:
+def test_every_dashboard_panel_returns_data(
+    stack: Stack, cycle: Cycle, load_cycle: LoadCycle, name: str
+) -> None:
+    """Run after the load rise (load_cycle): the loaded target then has every figure against
+    its twin, the crossover included, in every window."""
     board = load_dashboard(DASHBOARD_DIR / name)
     targets = stack.prometheus.label_values("target", "specmon_up", stack.started)
-    assert targets == sorted([*HEALTHY, DEGRADED, REJECTING])
+    assert targets == sorted([*HEALTHY, DEGRADED, REJECTING, LOADED, TWIN])
     windows = stack.prometheus.label_values("window", "specmon_window_drafts", stack.started)
     assert sorted(windows) == sorted(SPECMON_WINDOWS)
     engines = {
@@ -682,8 +904,10 @@ def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: st
         fixed = [{}]
     combos = [c for f in fixed for c in _resolve(stack, board, f)]
     if name == "specmon-target.json":
+        # Every target that speculates (the twin has no model there: its figures are on the
+        # loaded target's panels).
         assert {(c["target"], c["window"]) for c in combos} == {
-            (t, w) for t in targets for w in windows
+            (t, w) for t in targets if t != TWIN for w in windows
         }
     else:
         assert {c["engine"] for c in combos} == {".+", *engines.values()}
@@ -701,7 +925,11 @@ def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: st
             if promql_metric_names(q.raw_expr) & ON_FIRST_EVENT:
                 # Refusals exist on the rejecting target only: data for some combination.
                 on_event[key] = on_event.get(key, False) or has_data
-            elif not has_data and may_be_empty(q.expr, _engines_of(engines, combo)):
+            elif not has_data and may_be_empty(
+                q.expr,
+                [engines[t] for t in _selected(engines, combo)],
+                baselines=[t == LOADED for t in _selected(engines, combo)],
+            ):
                 allowed.append(f"{key} {combo}")
             elif not has_data:
                 empty.append(f"{key} {combo}: {q.expr}")
@@ -711,9 +939,17 @@ def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: st
     if name == "specmon-overview.json":
         assert on_event, "no panel shows the refused readings"
     else:
-        # healthy-tgi's draft tokens per second, in each window: TGI counts no draft tokens.
-        assert len(allowed) == len(windows), allowed
-        assert all("healthy-tgi" in entry for entry in allowed), allowed
+        # Per window: healthy-tgi's draft tokens per second (TGI counts no draft tokens); the
+        # ten queries of figures against a baseline for every target without one; for
+        # TensorRT-LLM and TGI also the target's concurrency and time per output token (no
+        # decode timing on their pages). Never anything for the loaded target.
+        per_target = {t: 10 for t in targets if t not in (LOADED, TWIN)}
+        per_target.update({"healthy-trtllm": 12, "healthy-tgi": 13})
+        for target, count in per_target.items():
+            found = [e for e in allowed if f"'target': '{target}'" in e]
+            assert len(found) == count * len(windows), (target, found)
+        assert not [e for e in allowed if f"'target': '{LOADED}'" in e], allowed
+        assert len(allowed) == sum(per_target.values()) * len(windows)
 
     # The alert annotation shows the degraded target's firing alert, and nothing for the others.
     (annotation,) = [
@@ -726,13 +962,29 @@ def test_every_dashboard_panel_returns_data(stack: Stack, cycle: Cycle, name: st
         if q.panel_type == "annotation"
     ]
     assert _returns_data(stack, annotation.expr, instant=False)
-    for healthy in HEALTHY:
+    for healthy in (*HEALTHY, TWIN):
         expr = substitute(annotation.raw_expr, {"target": healthy})
         assert not _returns_data(stack, expr, instant=False), healthy
 
 
-def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
-    """No alert the rules define, in any state, ever, for a healthy target."""
+def _expected(
+    labels: dict[str, str], stamp: float | None = None, stack: Stack | None = None
+) -> bool:
+    """An alert the scenario causes: the degraded target's (after the drop), the rejecting
+    target's refusals, the loaded target's load alerts (after the rise)."""
+    target, name = labels.get("target"), labels.get("alertname")
+    if target == DEGRADED:
+        return stamp is None or stack is None or stamp >= stack.drop
+    if target == REJECTING:
+        return name == REJECTED_ALERT
+    if target == LOADED:
+        return name in LOAD_ALERTS and (stamp is None or stack is None or stamp >= stack.load_rise)
+    return False
+
+
+def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle, load_cycle: LoadCycle) -> None:
+    """No alert the rules define, in any state, ever, for a healthy target or the baseline twin
+    (which runs without speculation on purpose); the loaded target only its load alerts."""
     prom = stack.prometheus
     # The silence is not vacuous: every healthy target had traffic above the guard, and a
     # positive margin, in the windows the rules read.
@@ -743,6 +995,17 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
         ):
             found = {s["metric"]["target"] for s in prom.query(expr)}
             assert set(HEALTHY) <= found, expr
+    # The twin has been up without speculative series for the whole run, well past the `for:`
+    # of SpecmonSpeculationMissing: only specmon_baseline_info keeps it silent.
+    missing_for = next(
+        duration_seconds(r["for"])
+        for r in alert_rules(stack.rules)
+        if r["alert"] == "SpecmonSpeculationMissing"
+    )
+    twin = prom.raw_samples(f'specmon_speculation_enabled{{target="{TWIN}"}}', 600)
+    assert twin and all(v == 0 for _, _, v in twin)
+    assert twin[-1][1] - twin[0][1] > 2 * missing_for
+    assert prom.query(f'specmon_baseline_info{{target="{LOADED}", baseline="{TWIN}"}}')
 
     names = {rule["alert"] for rule in alert_rules(load_rules())}
     span = time.time() - stack.started + 5
@@ -753,9 +1016,7 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
     first_scrape = prom.raw_samples("specmon_build_info", span)[0][1]
     for name in sorted(names):
         for labels, stamp, _ in prom.raw_samples(f'ALERTS{{alertname="{name}"}}', span):
-            if labels.get("target") == DEGRADED and stamp >= stack.drop:
-                continue
-            if labels.get("target") == REJECTING and name == REJECTED_ALERT:
+            if _expected(labels, stamp, stack):
                 continue
             if (
                 name == "SpecmonAbsent"
@@ -765,9 +1026,7 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
                 continue
             raise AssertionError(f"unexpected alert {labels} at {stamp - stack.drop:+.1f}s")
     for seen in stack.poller.seen():
-        if seen.labels.get("target") == DEGRADED:
-            continue
-        if seen.labels.get("target") == REJECTING and seen.labels["alertname"] == REJECTED_ALERT:
+        if _expected(seen.labels, seen.at, stack):
             continue
         assert seen.labels["alertname"] == "SpecmonAbsent", seen
         assert seen.state == "pending" and seen.at < first_scrape + 3, seen
@@ -776,9 +1035,7 @@ def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle) -> None:
     for rule in prom.rules():
         assert rule["health"] == "ok", rule["name"]
         for alert in rule.get("alerts") or []:
-            assert alert["labels"].get("target") == DEGRADED or (
-                alert["labels"].get("target") == REJECTING and rule["name"] == REJECTED_ALERT
-            ), alert
+            assert _expected(alert["labels"]), alert
 
 
 def test_refused_readings_fire_their_alert(stack: Stack, cycle: Cycle) -> None:
@@ -823,3 +1080,92 @@ def test_refused_readings_fire_their_alert(stack: Stack, cycle: Cycle) -> None:
         )
 
     wait_until("the ticket receiver to get it", delivered, timeout=20, alive=stack.alive)
+
+
+def test_load_alerts_fire_for_the_loaded_target_only(stack: Stack, load_cycle: LoadCycle) -> None:
+    """Against its twin, the loaded target's speculation costs time at 16 requests per step:
+    SpecmonSlowerThanBaseline goes pending within seconds of the rise (the bucket of 16 needs
+    its 200 engine steps a side) and SpecmonAboveCrossover once the window's mean concurrency,
+    a mean over engine steps, reaches the crossover (the high load's steps must dominate the
+    window). Each fires its `for:` later, with descriptions that quote the figures."""
+    window = duration_seconds(SLOW)
+    for_seconds = {
+        rule["alert"]: duration_seconds(rule["for"])
+        for rule in alert_rules(stack.rules)
+        if rule["alert"] in LOAD_ALERTS
+    }
+    cycle = load_cycle
+    # Nothing before the rise; realized < 0.95 within a few seconds of it.
+    assert cycle.rise < cycle.slower_scraped < cycle.rise + 5
+    # The mean over engine steps: at 2 requests the loaded target makes 877 steps/s, at 16
+    # 230; the mean of a 30 s window reaches 13.9 / 1.05 after 28.2 s at 16 (docs/alerting.md).
+    assert cycle.rise + 0.8 * window < cycle.above_scraped < cycle.rise + window + 3
+    for name, scraped in ((SLOWER, cycle.slower_scraped), (ABOVE, cycle.above_scraped)):
+        assert scraped <= cycle.pending[name] < scraped + 2.5, name
+        assert (
+            for_seconds[name] <= cycle.firing[name] - cycle.pending[name] <= for_seconds[name] + 2.5
+        ), name
+
+    firing = [
+        a
+        for a in stack.prometheus.alerts()
+        if a["labels"]["alertname"] in LOAD_ALERTS and a["state"] == "firing"
+    ]
+    (stack.tmp / "load-alerts.json").write_text(json.dumps(firing, indent=2))
+    assert sorted((a["labels"]["alertname"], a["labels"]["target"]) for a in firing) == [
+        (ABOVE, LOADED),
+        (SLOWER, LOADED),
+    ]
+    for alert in firing:
+        labels = alert["labels"]
+        assert (labels["engine"], labels["window"], labels["baseline"], labels["severity"]) == (
+            "vllm",
+            SLOW,
+            TWIN,
+            "warning",
+        )
+        text = alert["annotations"]["description"]
+        assert text.startswith(f"{LOADED} (engine vllm, model tiny-llama): "), text
+        assert f"specmon recommend --from SPECMON_URL --target {LOADED}" in text
+        value = float(alert["value"])
+        if labels["alertname"] == SLOWER:
+            # The load model's speed-up at 16 requests and K = 3.4: 0.705 (specmon.sim).
+            assert 0.65 < value < 0.75, value
+            assert re.search(r"has been below 0\.95: now 0\.7\dx", text), text
+            assert "Speculation stops paying at" in text
+            assert re.search(
+                r"configured: 0\.10, at which the expected speed-up would be 2\.4\dx", text
+            ), text
+        else:
+            # The crossover: interpolated between the buckets at 2 and 16 while the window
+            # holds both (13.9), then the lowest measured, 16 itself.
+            assert 13 < value <= HIGH_LOAD * 1.05, value
+            assert f"for 15 minutes this target has run at {HIGH_LOAD}.0 requests per step" in text
+            assert "realized speed-up at this load: 0.7" in text, text
+
+
+def test_load_alerts_reach_alertmanager_and_inhibit(stack: Stack, load_cycle: LoadCycle) -> None:
+    """Both load alerts reach Alertmanager and the ticket receiver (warnings); once
+    SpecmonSlowerThanBaseline fires, the shipped inhibit rule suppresses
+    SpecmonAboveCrossover for the same target and model."""
+    assert load_cycle.delivered[SLOWER] >= load_cycle.firing[SLOWER]
+    alerts = {
+        a["labels"]["alertname"]: a
+        for a in http_json(stack.alertmanager + "/api/v2/alerts")
+        if a["labels"].get("target") == LOADED
+    }
+    assert set(alerts) == set(LOAD_ALERTS)
+    assert alerts[SLOWER]["status"]["state"] == "active"
+    assert alerts[ABOVE]["status"]["state"] == "suppressed"
+    # SpecmonAboveCrossover fires first (W about a window, then for 15m / 30), so it reaches
+    # the receiver before the inhibition starts.
+    if load_cycle.firing[ABOVE] < load_cycle.firing[SLOWER] - 2:
+        assert ABOVE in load_cycle.delivered
+    tickets = [n for n in stack.webhook.received() if n.path == "/tickets"]
+    slower = next(n for n in tickets if any(a["labels"]["alertname"] == SLOWER for a in n.alerts()))
+    assert slower.payload["receiver"] == "tickets"
+    assert slower.payload["groupLabels"] == {
+        "alertname": SLOWER,
+        "target": LOADED,
+        "model": "tiny-llama",
+    }

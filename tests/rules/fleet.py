@@ -11,15 +11,28 @@ returns nothing fails). The fleet:
 - ``tgi1``: TGI, model ``default``, k = 3, without ``specmon_draft_tokens_total`` (TGI counts
   no draft tokens: the contract says the family is absent, :data:`ABSENT`);
 - ``down1``: never reachable (``specmon_up`` 0, no derived series).
+
+``gpu1`` and ``cpu1`` (the engines with decode timing) have the load families and a baseline
+twin (``gpu1-twin``, ``cpu1-twin``: ``specmon_baseline_info`` and every figure against it, with
+buckets at 4 and 16 requests per step); ``trt1`` and ``tgi1`` have neither, as their engines
+cannot (:data:`ABSENT`). The twins themselves are not in the fleet.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.dashboards.coverage import ABSENT
+from tests.dashboards.coverage import ABSENT, LOAD
 
-__all__ = ["ABSENT", "ENGINES", "FLEET_METRICS", "SAMPLES", "STEP", "fleet_series"]
+__all__ = [
+    "ABSENT",
+    "BASELINES",
+    "ENGINES",
+    "FLEET_METRICS",
+    "SAMPLES",
+    "STEP",
+    "fleet_series",
+]
 
 STEP = "15s"
 #: Samples per series: 40 minutes at 15 s.
@@ -47,6 +60,8 @@ _TARGETS = (
 )
 #: Target -> engine, for every target that has one.
 ENGINES = {t.name: t.engine for t in _TARGETS}
+#: Target -> whether it is compared with a baseline twin.
+BASELINES = {t.name: not (LOAD & ABSENT.get(t.engine, frozenset())) for t in _TARGETS}
 _DOWN = "down1"
 
 
@@ -116,14 +131,18 @@ def fleet_series() -> list[dict[str, str]]:
                 add(
                     "specmon_draft_cost_ratio", {**model, "source": "engine"}, _const(t.engine_cost)
                 )
-            add(
-                "specmon_draft_cost_ratio",
-                {**model, "source": "measured", "baseline": f"{t.name}-twin"},
-                _const(0.12),
-            )
+            absent = ABSENT.get(t.engine, frozenset())
+            twin = f"{t.name}-twin" if BASELINES[t.name] else None
+            if twin is not None:
+                add("specmon_baseline_info", {**base, "baseline": twin}, _const(1))
+                add(
+                    "specmon_draft_cost_ratio",
+                    {**model, "source": "measured", "baseline": twin},
+                    _const(0.12),
+                )
             add("specmon_breakeven_alpha_ratio", model, _const(0.29))
             add("specmon_drafts_total", model, _counter(60))
-            if "specmon_draft_tokens_total" not in ABSENT.get(t.engine, frozenset()):
+            if "specmon_draft_tokens_total" not in absent:
                 add("specmon_draft_tokens_total", model, _counter(60 * t.k))
             add("specmon_accepted_tokens_total", model, _counter(90))
             add("specmon_engine_resets_total", model, _const(1))
@@ -140,11 +159,18 @@ def fleet_series() -> list[dict[str, str]]:
                 add("specmon_expected_speedup_ratio", w, _const(1.6))
                 add("specmon_best_chain_length", w, _const(t.k - 1))
                 add("specmon_best_speedup_ratio", w, _const(1.7))
-                add("specmon_concurrency", w, _const(4))
-                add("specmon_step_seconds", w, _const(0.0125))
-                add("specmon_time_per_output_token_seconds", w, _const(0.005))
-                add("specmon_mean_draft_length", w, _const(t.k))
-                bl = {**w, "baseline": f"{t.name}-twin"}
+                if "specmon_concurrency" not in absent:
+                    add("specmon_concurrency", w, _const(4))
+                    add("specmon_step_seconds", w, _const(0.0125))
+                    add("specmon_time_per_output_token_seconds", w, _const(0.005))
+                    add("specmon_mean_draft_length", w, _const(t.k))
+                for position in range(1, t.k + 1):
+                    p = {**w, "position": str(position)}
+                    add("specmon_position_survival_ratio", p, _const(0.8**position))
+                    add("specmon_position_conditional_ratio", p, _const(0.8))
+                if twin is None:
+                    continue
+                bl = {**w, "baseline": twin}
                 add("specmon_realized_speedup_ratio", bl, _const(1.8))
                 add("specmon_measured_breakeven_alpha_ratio", bl, _const(0.3))
                 add("specmon_measured_alpha_margin_ratio", bl, _const(0.3))
@@ -155,10 +181,21 @@ def fleet_series() -> list[dict[str, str]]:
                     add("specmon_bucket_draft_cost_ratio", bc, _const(0.1 if speedup > 1 else 0.6))
                     add("specmon_bucket_best_chain_length", bc, _const(t.k if speedup > 1 else 1))
                     add("specmon_bucket_best_speedup_ratio", bc, _const(max(speedup, 1.05)))
-                for position in range(1, t.k + 1):
-                    p = {**w, "position": str(position)}
-                    add("specmon_position_survival_ratio", p, _const(0.8**position))
-                    add("specmon_position_conditional_ratio", p, _const(0.8))
+    # The twins: up, without speculation, their load and speed only.
+    for t in _TARGETS:
+        if not BASELINES[t.name]:
+            continue
+        for instance in t.instances:
+            base = {"job": "specmon", "instance": instance, "target": f"{t.name}-twin"}
+            model = {**base, "engine": t.engine, "model": t.model}
+            add("specmon_up", base, _const(1))
+            add("specmon_speculation_enabled", {**base, "engine": t.engine}, _const(0))
+            add("specmon_requests_running", model, _const(3))
+            for window in WINDOWS:
+                w = {**model, "window": window}
+                add("specmon_concurrency", w, _const(4))
+                add("specmon_step_seconds", w, _const(0.008))
+                add("specmon_time_per_output_token_seconds", w, _const(0.009))
     return out
 
 

@@ -34,6 +34,8 @@ REQUIRED_ALERTS = {
     "SpecmonMarginThin",
     "SpecmonChainTooLong",
     "SpecmonAcceptanceDrop",
+    "SpecmonSlowerThanBaseline",
+    "SpecmonAboveCrossover",
     "SpecmonSpeculationMissing",
     "SpecmonTargetDown",
     "SpecmonReadingsRejected",
@@ -46,9 +48,20 @@ ACCEPTANCE_ALERTS = {
     "SpecmonChainTooLong",
     "SpecmonAcceptanceDrop",
 }
+#: Alerts on figures measured against a baseline: the same guard, and a `baseline` label.
+LOAD_ALERTS = {"SpecmonSlowerThanBaseline", "SpecmonAboveCrossover"}
 RUNBOOK_BASE = "https://github.com/specmon/specmon/blob/main/docs/runbook.md#"
 MIN_DRAFTS = 400
-CONTRACT_LABELS = {"target", "engine", "model", "window", "position", "source", "result"}
+CONTRACT_LABELS = {
+    "target",
+    "engine",
+    "model",
+    "window",
+    "position",
+    "source",
+    "result",
+    "baseline",
+}
 _RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")
 
 
@@ -123,7 +136,7 @@ def test_acceptance_alerts_have_the_traffic_guard_in_their_own_window(
     alerts: list[dict[str, Any]],
 ) -> None:
     for alert in alerts:
-        if alert["alert"] not in ACCEPTANCE_ALERTS:
+        if alert["alert"] not in ACCEPTANCE_ALERTS | LOAD_ALERTS:
             continue
         expr = alert["expr"]
         windows = set(re.findall(r'window="(\w+)"', expr))
@@ -148,6 +161,42 @@ def test_acceptance_descriptions_quote_the_live_values(alerts: list[dict[str, An
         ):
             assert needle in text, f"{alert['alert']}: description lacks {needle}"
         assert "alpha" in text and "margin" in text, alert["alert"]
+
+
+def test_load_alerts_join_the_guard_across_the_baseline_label(
+    alerts: list[dict[str, Any]],
+) -> None:
+    """The figures against a baseline carry a `baseline` label that specmon_window_drafts and
+    specmon_concurrency lack: without ignoring (baseline) the joins match nothing and the alerts
+    can never fire."""
+    load = [a for a in alerts if a["alert"] in LOAD_ALERTS]
+    assert {a["alert"] for a in load} == LOAD_ALERTS
+    for alert in load:
+        expr = alert["expr"]
+        assert "and ignoring (baseline)" in expr, alert["alert"]
+        text = alert["annotations"]["description"]
+        for needle in (
+            "$labels.target",
+            "$labels.model",
+            "$labels.window",
+            "$labels.baseline",
+            "$value",
+            "specmon_concurrency{",
+            "specmon_requests_running{",
+            "specmon recommend --from",
+        ):
+            assert needle in text, f"{alert['alert']}: description lacks {needle}"
+    crossover = next(a for a in load if a["alert"] == "SpecmonAboveCrossover")
+    # The value is the crossover (left side), compared with the same window's concurrency.
+    assert (
+        crossover["expr"].lstrip("( \n").startswith('specmon_crossover_concurrency{window="15m"}')
+    )
+    assert 'specmon_concurrency{window="15m"}' in crossover["expr"]
+
+
+def test_speculation_missing_leaves_baseline_twins_out(alerts: list[dict[str, Any]]) -> None:
+    (missing,) = [a for a in alerts if a["alert"] == "SpecmonSpeculationMissing"]
+    assert "specmon_baseline_info" in missing["expr"]
 
 
 def test_chain_too_long_names_the_better_chain_length(alerts: list[dict[str, Any]]) -> None:

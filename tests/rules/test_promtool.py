@@ -23,7 +23,7 @@ from tests.rules.alert_rules import (
 )
 from tests.rules.common import DASHBOARD_DIR, PROM_DIR, run_tool
 from tests.rules.engine_rules import load_engine_rules, with_window
-from tests.rules.fleet import ENGINES, STEP, fleet_series
+from tests.rules.fleet import BASELINES, ENGINES, STEP, fleet_series
 
 pytestmark = pytest.mark.prometheus
 
@@ -39,7 +39,7 @@ def _ok(result: Any) -> None:
 def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 12 rules found" in result.stdout
     assert "SUCCESS: 53 rules found" in result.stdout
 
 
@@ -428,6 +428,63 @@ MUTATIONS = [
         "the description quotes the configured draft cost",
         id="engine-cost-from-the-config",
     ),
+    # The load alerts (group specmon-load).
+    pytest.param(
+        r"< 0\.95\)",
+        "< 0.97)",
+        "slower than baseline fires after 30 minutes",
+        id="slower-noise-band",
+    ),
+    pytest.param(
+        r'and ignoring \(baseline\)\n(\s+)\(specmon_window_drafts\{window="15m"\} >= 400\)',
+        'and ignoring (baseline)\n\\g<1>(specmon_window_drafts{window="15m"} >= 0)',
+        "thin traffic stays silent",
+        id="load-traffic-guard",
+    ),
+    pytest.param(
+        r"(alert: SpecmonSlowerThanBaseline\n(?:.*\n)*?\s+for:) 30m",
+        "\\g<1> 5m",
+        "load swinging across the crossover stays silent",
+        id="slower-short-for",
+    ),
+    pytest.param(
+        r"(alert: SpecmonSlowerThanBaseline\n(?:.*\n)*?\s+keep_firing_for:) 15m",
+        "\\g<1> 0s",
+        "slower than baseline fires after 30 minutes and resolves 15 minutes later",
+        id="slower-no-keep-firing",
+    ),
+    pytest.param(
+        r"(alert: SpecmonAboveCrossover\n(?:.*\n)*?\s+for:) 15m",
+        "\\g<1> 5m",
+        "load swinging across the crossover stays silent",
+        id="crossover-short-for",
+    ),
+    pytest.param(
+        r"(alert: SpecmonAboveCrossover\n(?:.*\n)*?\s+keep_firing_for:) 15m",
+        "\\g<1> 0s",
+        "above crossover fires after 15 minutes",
+        id="crossover-no-keep-firing",
+    ),
+    # At or above, within 5 %: exactly at the lowest measured load must fire, 8 % below not.
+    pytest.param(
+        r"1\.05 \* specmon_concurrency",
+        "1.0 * specmon_concurrency",
+        "above crossover fires after 15 minutes",
+        id="crossover-no-tolerance",
+    ),
+    pytest.param(
+        r"1\.05 \* specmon_concurrency",
+        "1.1 * specmon_concurrency",
+        "above crossover fires after 15 minutes at or above it, not below it",
+        id="crossover-tolerance-too-wide",
+    ),
+    # A baseline twin runs without speculation on purpose.
+    pytest.param(
+        r"\n\s+unless on \(target\)\n\s+label_join\([^\n]*specmon_baseline_info[^\n]*",
+        "",
+        "a baseline twin stays silent",
+        id="twin-speculation-missing",
+    ),
 ]
 
 
@@ -527,7 +584,7 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     config = str(PROM_DIR / "alertmanager.example.yml")
     result = run_tool(["amtool", "check-config", config])
     _ok(result)
-    assert "2 inhibit rules" in result.stdout
+    assert "3 inhibit rules" in result.stdout
     inhibit = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     (tier,) = [r for r in inhibit["inhibit_rules"] if 'severity="critical"' in r["source_matchers"]]
     assert 'severity="warning"' in tier["target_matchers"]
@@ -544,6 +601,15 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     assert receiver("alertname=SpecmonBelowBreakEven", "severity=warning") == "tickets"
     assert receiver("alertname=SpecmonAbsent", "severity=warning") == "tickets"
     assert receiver("alertname=SpecmonReadingsRejected", "severity=info") == "tickets"
+    assert receiver("alertname=SpecmonSlowerThanBaseline", "severity=warning") == "tickets"
+    assert receiver("alertname=SpecmonAboveCrossover", "severity=warning") == "tickets"
+    (load,) = [
+        r
+        for r in inhibit["inhibit_rules"]
+        if r["target_matchers"] == ['alertname="SpecmonAboveCrossover"']
+    ]
+    assert load["source_matchers"] == ['alertname="SpecmonSlowerThanBaseline"']
+    assert set(load["equal"]) == {"target", "model"}
 
 
 # --------------------------------------------------------------------------- dashboards
@@ -569,12 +635,12 @@ DASHBOARD_VARIABLES: dict[str, list[Variables]] = {
 }
 
 
-def _engines(variables: dict[str, str | list[str]]) -> list[str]:
-    """The engines of the fleet targets a combination of variable values selects."""
+def _selected(variables: dict[str, str | list[str]]) -> list[str]:
+    """The fleet targets (with an engine) a combination of variable values selects."""
     chosen = variables.get("engine", ".+")
     targets = variables["target"]
     names = [targets] if isinstance(targets, str) else targets
-    return [ENGINES[t] for t in names if t in ENGINES and (chosen == ".+" or ENGINES[t] in chosen)]
+    return [t for t in names if t in ENGINES and (chosen == ".+" or ENGINES[t] in chosen)]
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARD_VARIABLES))
@@ -582,17 +648,24 @@ def test_every_dashboard_query_returns_data(tmp_path: Path, name: str) -> None:
     """Each panel query, substituted, is valid PromQL and returns data on a synthetic fleet."""
     board = load_dashboard(DASHBOARD_DIR / name)
     queries = []
-    allowed_empty = 0
+    allowed_empty: list[str] = []
     for variables in DASHBOARD_VARIABLES[name]:
+        selected = _selected(variables)
+        engines = [ENGINES[t] for t in selected]
+        baselines = [BASELINES[t] for t in selected]
         for q in panel_queries(board, variables, rate_interval="1m", interval="15s"):
-            # A family the contract says the selected engines lack (TGI: no draft tokens).
-            if may_be_empty(q.expr, _engines(variables)):
-                allowed_empty += 1
+            # A family the contract says the selected engines lack (TGI: no draft tokens;
+            # TensorRT-LLM, TGI: no load figures), or a figure against a baseline that none
+            # of the selected targets has.
+            if may_be_empty(q.expr, engines, baselines=baselines):
+                allowed_empty.append(f"{','.join(selected)}: {q.panel_title} [{q.ref_id}]")
                 continue
             queries.append(q)
     assert queries
     if name == "specmon-target.json":
-        assert allowed_empty == 1  # tgi1's draft tokens per second
+        # tgi1's draft tokens per second; the 12 load and baseline queries, for trt1 and tgi1.
+        assert len(allowed_empty) == 1 + 2 * 12, allowed_empty
+        assert all(entry.startswith(("trt1:", "tgi1:")) for entry in allowed_empty)
     rules = tmp_path / "none.rules.yml"
     rules.write_text("groups: []\n")
     spec = {
