@@ -56,6 +56,7 @@ def scenario_text() -> str:
 
 def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> None:
     truth = MODEL.crossover(K, 1 + sum(SURVIVAL))
+    assert truth is not None
     assert truth == pytest.approx(DEMO_LOAD_MODEL.crossover(K, 1 + sum(SURVIVAL)))
     assert truth == pytest.approx((3.4 * 0.9 - 0.1 - 0.24) / 0.25)  # 10.88, by hand
 
