@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost]``; results are recorded in
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|load]``; results are recorded in
 bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -25,12 +25,16 @@ def main(argv: list[str]) -> int:
         from bench import promsource
 
         return promsource.main(argv[1:])
+    if which == "load":
+        from bench import loadcost
+
+        return loadcost.main(argv[1:])
     if which == "cost":
         from bench import cost
 
         return cost.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource or cost",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost or load",
         file=sys.stderr,
     )
     return 2
