@@ -1,20 +1,44 @@
-"""The daemon's load-aware verdict on real vLLM 0.32.0 CPU (issue 13, "What it must show"): a
-vLLM server with n-gram speculation (k = 3) and its twin without speculation, both running at
-once, watched by ``specmon run`` (the speculative target configured ``baseline: vllm-base``),
-while ``specmon measure`` drives them at concurrency 1 and 4 (tests/realengines/daemon_ab.py).
+"""The daemon's load-aware verdict on real vLLM 0.32.0 CPU (issue 13, "What it must show"): the
+session's vLLM server with n-gram speculation (k = 3, conftest's ``vllm_single``) and a twin
+without speculation started beside it (same model, ``--max-num-seqs``, context length and
+flags), both running at once, watched by ``specmon run`` (the speculative target configured
+``baseline: vllm-base``), while ``specmon measure`` drives them at concurrency 1 and then 4
+(tests/realengines/daemon_ab.py). The daemon counts from its own first scrape, so what the
+session's server served before does not enter its windows.
 
-Per level, as on llama.cpp (``check_levels``): the daemon's bucket has figures, its realized
-speed-up is within 15 % of measure's tokens/s ratio, its c agrees with measure's step-time c
-(the same counters: ``STEP_RATIO_AGREEMENT``) and implied c (the c-equivalent of 15 %), and
-the exported crossover equals the hand computation. And what this CPU does with n-gram
-speculation, measured in docs/load-signals.md (c about 1.5: the speculative code path makes
-every step slower, and the few drafted tokens are charged for it): speculation does not pay
-at any measured concurrency, so every bucket's realized speed-up is below 1 and the crossover
-is the lowest measured concurrency, with nothing below it that paid.
+At concurrency 1, as on llama.cpp (``check_levels``): the daemon's bucket has figures, its
+realized speed-up is within 15 % of measure's tokens/s ratio, its c agrees with measure's
+step-time c (the same counters: ``STEP_RATIO_AGREEMENT``). measure's implied c is another
+quantity here (the n-gram proposer drafts in about one step in ten; see ``check_levels``),
+so only its verdict is compared.
 
-Two vLLM servers at once on the 2-core machine: each with ``VLLM_CPU_KVCACHE_SPACE=1`` (1 GiB
-of KV cache, tests/realengines/provision.py) and ``--max-num-seqs 4``; the test prints how long
-they took to start together and their resident memory (every process of each server).
+At concurrency 4 nothing is held to measure, because on this machine the two servers do not
+run at the same concurrency when the client keeps the same number of requests in flight:
+vLLM's API front end and engine core share the two cores with everything else, requests wait
+for their first token, and how many each engine decodes at once depends on how starved its
+front end is. Measured with 4 requests in flight: 1.78 requests per step on the baseline and
+2.61 with n-gram speculation in one run, 2.58 and 2.57 in another (and 2.99 against 1.96 at
+3); the tokens/s ratio then compares different batch sizes (1.18 against the counters' 0.78
+in that first run). The daemon compares like with like, bucket by bucket, and says "no
+matching baseline bucket yet" where the twin has not run at that concurrency: what it exports
+there is printed. (The client's own streamed timing is no better here: vLLM's API server
+delivers chunks in bursts when starved, and the client's time per output token came out
+0.35-0.45 of the baseline's where the engines' clocks said 0.60-0.68.)
+
+Whether n-gram speculation pays here is printed, not asserted. docs/load-signals.md measured
+a step-time c of 1.5 (realized 0.76 at concurrency 1: the speculative code path makes every
+step slower, and the few drafted tokens are charged for it), and most runs of this test agree
+(0.63 to 0.77 at concurrency 1, 0.44 to 0.65 at 4, crossover at the lowest measured
+concurrency); but in one run at concurrency 1 it paid 6 % (the two servers are measured one
+after the other, and other work on the machine comes and goes), and with 384-token
+completions the proposer drafts in a quarter of the steps and comes within a few per cent of
+paying. What is asserted is that the daemon, measure's step-time c and measure's implied c
+give the same verdict at concurrency 1, whichever it is (when it is more than 15 % from break
+even), and that the exported crossover is the hand computation from the bucket costs.
+
+Two vLLM servers at once on the 2-core machine, each with ``VLLM_CPU_KVCACHE_SPACE=1`` (1 GiB
+of KV cache, tests/realengines/provision.py): the test prints how long the twin took to start
+beside the running server and both servers' resident memory (every process of each).
 """
 
 from __future__ import annotations
@@ -22,7 +46,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -35,11 +58,12 @@ from tests.support.daemon import Exported, daemon
 
 pytestmark = pytest.mark.realengine
 
-#: (requests in flight, measure --repeats); four prompts per repeat, 64 tokens each. A vLLM
-#: engine step takes 5-10 ms here, so a level gives each server several hundred steps.
-LEVELS = ((1, 2), (4, 8))
-MAX_TOKENS = 64
-MAX_NUM_SEQS = 4
+#: (requests in flight, measure --repeats); four prompts per repeat, 128 tokens each. A vLLM
+#: engine step takes 3-8 ms here; the n-gram proposer drafts in about one step in ten, so
+#: concurrency 1 needs 16 requests for the 100 drafts the thresholds ask (8 requests of 64
+#: tokens gave 29).
+LEVELS = ((1, 4), (4, 4))
+MAX_TOKENS = 128
 #: vLLM's counters move at every engine step (no lumps, unlike llama.cpp): a short interval
 #: is fine.
 INTERVAL = 1.0
@@ -81,18 +105,14 @@ def write_prompts(directory: Path) -> Path:
 
 
 def test_daemon_buckets_agree_with_measure_on_vllm(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    vllm_single: servers.VllmServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     levels: list[ProfileLevel] = []
-    with ExitStack() as stack:
-        base = servers.vllm_server(k=None, max_num_seqs=MAX_NUM_SEQS)
-        spec = servers.vllm_server(max_num_seqs=MAX_NUM_SEQS)
-        began = time.monotonic()
-        for srv in (base, spec):
-            stack.callback(srv.close)
-            srv.start(wait=False)
-        for srv in (base, spec):
-            srv.wait_ready()
+    spec = vllm_single
+    began = time.monotonic()
+    # The twin: conftest's server without the speculative config (vllm_server's defaults;
+    # only its stats-log interval differs, which changes no step).
+    with servers.vllm_server(k=None) as base:
         started = time.monotonic() - began
         assert base.pid is not None and spec.pid is not None
         memory = (group_rss_mib(base.pid), group_rss_mib(spec.pid))
@@ -125,19 +145,12 @@ def test_daemon_buckets_agree_with_measure_on_vllm(
             api = d.targets()
 
     outcome = check_levels(
-        levels, api=api, metrics=m, target=SPEC, baseline=BASE, window="10m",
-        step_ratio_agreement=STEP_RATIO_AGREEMENT,
+        levels[:1], api=api, metrics=m, target=SPEC, baseline=BASE, window="10m",
+        step_ratio_agreement=STEP_RATIO_AGREEMENT, every_step_drafts=False,
     )  # fmt: skip
-    # n-gram speculation does not pay on this CPU at any measured concurrency.
-    for row in outcome.rows:
-        assert row.bucket["realized_speedup"] < 1.0, row
-    assert outcome.crossover is not None
-    lowest = min(n for n, _ in outcome.points)
-    at, paid_below = outcome.crossover
-    assert at == pytest.approx(lowest) and not paid_below
     with capsys.disabled():
         print(
-            f"\ntwo vLLM servers started together in {started:.0f} s; resident memory "
-            f"{memory[0]:.0f} MiB (baseline) + {memory[1]:.0f} MiB (n-gram)"
+            f"\nthe twin vLLM started in {started:.0f} s beside the running n-gram server; "
+            f"resident memory {memory[0]:.0f} MiB (twin) + {memory[1]:.0f} MiB (n-gram)"
         )
         report_table(outcome)
