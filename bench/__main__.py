@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|fleet]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|fleet|load]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ def main(argv: list[str]) -> int:
         from bench import promsource
 
         return promsource.main(argv[1:])
+    if which == "load":
+        from bench import loadcost
+
+        return loadcost.main(argv[1:])
     if which == "cost":
         from bench import cost
 
@@ -34,7 +38,7 @@ def main(argv: list[str]) -> int:
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost or fleet",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, fleet or load",
         file=sys.stderr,
     )
     return 2

@@ -52,6 +52,13 @@ What some figures mean:
 - the simulator's CPU (every simulator process, and the busiest one): a busiest process near
   100 % of a core would mean the simulator, not the daemon, set the pace.
 
+Issue 13's load-aware figures: ``--twins`` makes every odd target of the fleet a twin of the
+target before it without speculation (same traffic, no draft), and a revision given as
+``REV+baseline`` (``worktree+baseline``) runs with every speculating target configured with
+``baseline:`` its twin, so one run can compare the daemon before issue 13, with its load
+figures and with the bucket-by-bucket comparison against a twin:
+``--twins --rev 90ac6ae~1 --rev worktree --rev worktree+baseline``.
+
 Time: with the defaults (1m,5m) a run lasts the longest window + about 2 minutes (startup,
 60 s quiet period, 1 to 3 minutes of fetches); 200,1000,5000 targets with two revisions is
 about 45 minutes (printed up front), with 1m,5m,15m about 1 h 45 min.
@@ -97,6 +104,8 @@ from specmon.parsing import format_duration, parse_duration
 TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[1]
 WORKTREE = ("worktree", ".")
+#: A revision spec ending in this runs with every speculating target's ``baseline:`` set.
+BASELINE = "+baseline"
 #: fleet.py serves about 2,600 pages/s on a whole core here; keep each process well below.
 TARGETS_PER_SIM_PROCESS = 2500
 
@@ -264,6 +273,8 @@ class Rev:
     commit: str
     subject: str
     dirty: bool  # the working tree only: uncommitted changes
+    #: ``REV+baseline``: every speculating target gets ``baseline:`` its twin (``--twins``).
+    baseline: bool = False
 
     @property
     def label(self) -> str:
@@ -283,7 +294,8 @@ def daemon_env(tree: Path) -> dict[str, str]:
     return env
 
 
-def prepare_rev(spec: str, stack: ExitStack) -> Rev:
+def prepare_rev(given: str, stack: ExitStack) -> Rev:
+    spec, baseline = given.removesuffix(BASELINE), given.endswith(BASELINE)
     if spec in WORKTREE:
         tree = ROOT
         commit = git("rev-parse", "HEAD")
@@ -306,7 +318,9 @@ def prepare_rev(spec: str, stack: ExitStack) -> Rev:
     ).stdout.strip()
     if not Path(where).resolve().is_relative_to(tree.resolve()):
         raise RuntimeError(f"{spec}: specmon imported from {where}, not from {tree}")
-    return Rev(spec=spec, tree=tree, commit=commit, subject=subject, dirty=dirty)
+    return Rev(
+        spec=given, tree=tree, commit=commit, subject=subject, dirty=dirty, baseline=baseline
+    )
 
 
 def _remove_worktree(tree: Path) -> None:
@@ -338,7 +352,14 @@ class Fleet:
 
 
 def start_fleet(
-    n: int, *, kind: str, procs: int, work: Path, stack: ExitStack, deadline: float
+    n: int,
+    *,
+    kind: str,
+    procs: int,
+    work: Path,
+    stack: ExitStack,
+    deadline: float,
+    twins: bool = False,
 ) -> Fleet:
     began = time.monotonic()
     per = math.ceil(n / procs)
@@ -351,7 +372,8 @@ def start_fleet(
         port = free_port()
         if kind == "fleet":
             cmd = [sys.executable, "-m", "bench.light_fleet", "--targets", str(count),
-                   "--first", str(first), "--listen", f"127.0.0.1:{port}", "--seed", "1"]  # fmt: skip
+                   "--first", str(first), "--listen", f"127.0.0.1:{port}", "--seed", "1",
+                   *(["--twins"] if twins else [])]  # fmt: skip
         else:
             cmd = [sys.executable, "-m", "specmon", "simulate", "--engine", "vllm",
                    "--targets", str(count), "--shared-port", "--listen", f"127.0.0.1:{port}",
@@ -372,7 +394,16 @@ def start_fleet(
     return Fleet(procs=started, urls=urls, kind=kind, started_seconds=time.monotonic() - began)
 
 
-def write_config(path: Path, urls: list[str], *, interval: str, timeout: str, windows: str) -> None:
+def write_config(
+    path: Path,
+    urls: list[str],
+    *,
+    interval: str,
+    timeout: str,
+    windows: str,
+    baseline: bool = False,
+) -> None:
+    """``baseline``: target i (even) takes target i + 1 (its twin, ``--twins``) as baseline."""
     lines = [
         "global:",
         f"  scrape_interval: {interval}",
@@ -382,6 +413,8 @@ def write_config(path: Path, urls: list[str], *, interval: str, timeout: str, wi
     ]
     for i, url in enumerate(urls):
         lines += [f"  - name: t{i}", f"    url: {url}"]
+        if baseline and i % 2 == 0 and i + 1 < len(urls):
+            lines.append(f"    baseline: t{i + 1}")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -770,6 +803,10 @@ def main(argv: list[str]) -> int:
                    help="cap on each run (default: the longest window + the quiet period + "
                    "the fetch budget + 3 minutes)")  # fmt: skip
     p.add_argument("--sim", choices=("fleet", "specmon"), default="fleet")
+    p.add_argument("--twins", action="store_true",
+                   help="every odd target is a twin of the one before it without speculation "
+                   "(same model and traffic); with --rev REV+baseline the speculating target "
+                   "of each pair gets baseline: its twin (issue 13's load-aware figures)")  # fmt: skip
     p.add_argument("--sim-procs", type=int, default=0, help="0: one per 2,500 targets")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--markdown-out", type=Path, default=None)
@@ -803,6 +840,10 @@ def main(argv: list[str]) -> int:
         + 180,
     )
     specs = args.rev or ["worktree"]
+    if any(spec.endswith(BASELINE) for spec in specs) and not args.twins:
+        p.error(f"--rev REV{BASELINE} needs --twins")
+    if args.twins and args.sim != "fleet":
+        p.error("--twins needs --sim fleet")
     expected, at_most = plan_seconds(s, sizes, len(specs))
     print(
         f"bench cost: {len(specs)} revision(s) x sizes {sizes}, windows {s.windows}, interval "
@@ -835,13 +876,16 @@ def main(argv: list[str]) -> int:
                     procs = args.sim_procs or max(1, math.ceil(n / TARGETS_PER_SIM_PROCESS))
                     fleet = start_fleet(
                         n, kind=args.sim, procs=procs, work=work, stack=fleet_stack,
-                        deadline=time.monotonic() + 60 + n * 0.02,
+                        deadline=time.monotonic() + 60 + n * 0.02, twins=args.twins,
                     )  # fmt: skip
-                    config = work / "specmon.yml"
-                    write_config(
-                        config, fleet.urls, interval=args.interval,
-                        timeout=args.scrape_timeout, windows=s.windows,
-                    )  # fmt: skip
+                    configs = {}
+                    for with_baseline in (False, True):
+                        configs[with_baseline] = work / f"specmon-{int(with_baseline)}.yml"
+                        write_config(
+                            configs[with_baseline], fleet.urls, interval=args.interval,
+                            timeout=args.scrape_timeout, windows=s.windows,
+                            baseline=with_baseline,
+                        )  # fmt: skip
                     order = revs if index % 2 == 0 else revs[::-1]
                     for rev in order:
                         done = len(results)
@@ -851,7 +895,8 @@ def main(argv: list[str]) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-                        result = run_one(rev, fleet, config, work, s)
+                        result = run_one(rev, fleet, configs[rev.baseline], work, s)
+                        result["twins"] = args.twins
                         result["simulator_start_seconds"] = round(fleet.started_seconds, 1)
                         result["machine"] = info
                         result["argv"] = argv

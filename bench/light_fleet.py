@@ -1,6 +1,7 @@
 """A light fleet server for ``python -m bench cost``: N simulated vLLM engines on one port.
 
 Run: python -m bench.light_fleet --targets N [--first I] [--listen 127.0.0.1:PORT] [--gzip-level 1]
+     [--twins]
 
 Why not ``specmon simulate --shared-port``: measured on this 2-core machine (2026-12-01), the
 stock simulator costs about 1.06 ms of CPU per page served, 0.77 ms of it compressing the
@@ -27,6 +28,7 @@ import json
 import signal
 import sys
 import zlib
+from dataclasses import replace
 
 from aiohttp import web
 
@@ -72,11 +74,21 @@ class FleetServer:
         )
 
 
-def build(*, first: int, count: int, drafts_per_second: float, seed: int) -> list[VirtualTarget]:
+def build(
+    *, first: int, count: int, drafts_per_second: float, seed: int, twins: bool = False
+) -> list[VirtualTarget]:
+    """``twins``: every odd target (by its index in the whole fleet) does not speculate: the
+    twin of the target before it, serving the same traffic without a draft."""
     settings = SimSettings(survival=(0.8, 0.6, 0.4), drafts_per_second=drafts_per_second)
     settings.validate()
+    plain = replace(settings, speculation=False)
     return [
-        make_target(name=f"vllm-{i}", kind=PageKind.VLLM, settings=settings, seed=seed + i)
+        make_target(
+            name=f"vllm-{i}",
+            kind=PageKind.VLLM,
+            settings=plain if twins and i % 2 else settings,
+            seed=seed + i,
+        )
         for i in range(first, first + count)
     ]
 
@@ -97,13 +109,14 @@ async def serve(server: FleetServer, host: str, port: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fleet")
+    p = argparse.ArgumentParser(prog="python -m bench.light_fleet")
     p.add_argument("--targets", type=int, required=True)
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--listen", default="127.0.0.1:0")
     p.add_argument("--gzip-level", type=int, default=1, choices=range(1, 10))
     p.add_argument("--drafts-per-second", type=float, default=20.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--twins", action="store_true", help="every odd target does not speculate")
     args = p.parse_args(argv)
     host, port = parse_listen_address(args.listen)
     targets = build(
@@ -111,6 +124,7 @@ def main(argv: list[str]) -> int:
         count=args.targets,
         drafts_per_second=args.drafts_per_second,
         seed=args.seed,
+        twins=args.twins,
     )
     server = FleetServer(targets, gzip_level=args.gzip_level)
     asyncio.run(serve(server, host or "127.0.0.1", port))

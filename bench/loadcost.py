@@ -1,0 +1,215 @@
+"""What the load signals (issue 13) add to the daemon's CPU per scrape, in-process.
+
+Run: ./dev.sh bench load [--scrapes 720] [--rounds 5] [--interval 5] [--windows 1m,5m,15m]
+
+The daemon's per-scrape path without the network: ``read_page`` of the page text,
+``TargetState.observe`` (windows, reports, load history and load figures) and the exposition's
+``update`` (the target's series rendered to text), exactly as ``specmon run`` wires them
+(``on_view``, and ``baseline_window`` looking the twin up). The pages are the simulator's
+(:class:`specmon.sim.server.VirtualTarget`, the real vLLM 0.32.0 page format, about 56 KB),
+rendered beforehand at simulated times ``--interval`` apart under the demo's load model with
+``requests_running`` cycling through 1, 2, 4, 8, 16 and 4 (a minute each), so the load
+history fills several concurrency buckets, the windows fill up, and the speculative target's
+bucket comparisons have data: one simulated hour at 5 s is 720 scrapes.
+
+Variants, each fed the same pages in order with fresh state (the CPU time of every scrape,
+``time.process_time``, summed over the run, divided by the scrapes):
+
+- ``one target, load on``: a speculating vLLM target, no baseline (load figures per window);
+- ``one target, load off``: the same pages with ``specmon.daemon.target.load_counters``
+  replaced by a function returning None, so the target keeps no load history and exports no
+  load figures, as before issue 13 (the adapter still reads the load series);
+- ``one target, load series stripped``: the pages without the load series' lines
+  (inter-token latency, TTFT, iteration tokens, per-request TPOT, waiting requests): the
+  adapter's reading of them is out too;
+- ``twin pair, baseline``: the speculating target with ``baseline:`` its twin (same load
+  model, no speculation), both fed, per scrape = both targets' CPU / (2 x scrapes);
+- ``twin pair, load off``: the same pair with ``load_counters`` replaced (no history, no
+  figures; the twin's plain model then has no view, as before issue 13).
+
+The variants run ``--rounds`` times in rotating order (drift on a shared machine hits all
+alike); the table gives the median and the best round, and the load signals' share as
+(on - off) / off from the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import specmon.daemon.target as target_module
+from specmon.daemon.config import TargetConfig
+from specmon.daemon.render import Exposition
+from specmon.daemon.target import TargetState
+from specmon.engines import read_page
+from specmon.load import LoadWindow
+from specmon.parsing import parse_duration
+from specmon.sim.engine import SimSettings
+from specmon.sim.load_model import DEMO_LOAD_MODEL
+from specmon.sim.pages import PageKind
+from specmon.sim.scenario import parse_scenario
+from specmon.sim.server import VirtualTarget, make_target
+
+SURVIVAL = (0.9, 0.7, 0.5)
+#: requests_running, one minute each, then again.
+CYCLE = (1, 2, 4, 8, 16, 4)
+#: The load series of a vLLM page: every line of these families goes in the stripped pages.
+LOAD_FAMILIES = (
+    "vllm:inter_token_latency_seconds",
+    "vllm:time_to_first_token_seconds",
+    "vllm:iteration_tokens_total",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:num_requests_waiting",
+)
+_LOAD_LINE = re.compile(r"^(# (HELP|TYPE) )?(" + "|".join(map(re.escape, LOAD_FAMILIES)) + r")")
+
+
+def strip_load(page: str) -> str:
+    return "\n".join(line for line in page.split("\n") if not _LOAD_LINE.match(line))
+
+
+def scenario_text() -> str:
+    phases = "\n".join(f"  - at: {i * 60}s\n    requests_running: {n}" for i, n in enumerate(CYCLE))
+    return f"phases:\n{phases}\nrepeat: true\nperiod: {60 * len(CYCLE)}s\n"
+
+
+def simulated_pages(*, speculation: bool, scrapes: int, interval: float, seed: int) -> list[str]:
+    settings = SimSettings(
+        survival=SURVIVAL, requests_running=CYCLE[0], speculation=speculation,
+        load_model=DEMO_LOAD_MODEL,
+    )  # fmt: skip
+    target: VirtualTarget = make_target(
+        name="t", kind=PageKind.VLLM, settings=settings, model="qwen",
+        scenario=parse_scenario(scenario_text()), seed=seed,
+    )  # fmt: skip
+    pages = []
+    for i in range(scrapes):
+        target.tick(target.started + i * interval)
+        pages.append(target.page())
+    return pages
+
+
+@contextmanager
+def load_off() -> Iterator[None]:
+    """The daemon without its load processing: no reading yields load counters."""
+    original = target_module.load_counters  # type: ignore[attr-defined]
+
+    def none(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    target_module.load_counters = none  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        target_module.load_counters = original  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    #: (target name, baseline name or None, pages) per target, fed in this order each scrape.
+    feeds: tuple[tuple[str, str | None, Sequence[str]], ...]
+    load: bool = True
+
+
+def run_variant(variant: Variant, *, windows: tuple[float, ...], interval: float) -> float:
+    """CPU seconds per target scrape over the whole run of ``variant``."""
+    exposition = Exposition()
+    states: dict[str, TargetState] = {}
+
+    def twin(name: str, model: str, seconds: float) -> LoadWindow | None:
+        state = states.get(name)
+        return state.load_window(model, seconds) if state is not None else None
+
+    retention = max(windows) + 2 * interval
+    for name, baseline, _ in variant.feeds:
+        states[name] = TargetState(
+            TargetConfig(name=name, url=f"http://127.0.0.1:1/{name}", baseline=baseline),
+            windows=windows,
+            retention=retention,
+            on_view=exposition.update,
+            baseline_window=twin,
+        )
+    scrapes = len(variant.feeds[0][2])
+    gc.collect()
+    total = 0.0
+    with load_off() if not variant.load else _nothing():
+        for i in range(scrapes):
+            at = i * interval
+            for name, _, pages in variant.feeds:
+                start = time.process_time()
+                states[name].observe(read_page(pages[i]), mono=at, wall=at, duration=0.005)
+                total += time.process_time() - start
+    return total / (scrapes * len(variant.feeds))
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench load")
+    parser.add_argument("--scrapes", type=int, default=720)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--windows", default="1m,5m,15m")
+    args = parser.parse_args(argv)
+    windows = tuple(parse_duration(w) for w in args.windows.split(","))
+    spec = simulated_pages(speculation=True, scrapes=args.scrapes, interval=args.interval, seed=1)
+    base = simulated_pages(speculation=False, scrapes=args.scrapes, interval=args.interval, seed=2)
+    stripped = [strip_load(p) for p in spec]
+    variants = [
+        Variant("one target, load on", (("spec", None, spec),)),
+        Variant("one target, load off", (("spec", None, spec),), load=False),
+        Variant("one target, load series stripped", (("spec", None, stripped),)),
+        Variant("twin pair, baseline", (("twin", None, base), ("spec", "twin", spec))),
+        Variant("twin pair, load off", (("twin", None, base), ("spec", "twin", spec)), load=False),
+    ]
+    print(
+        f"Python {platform.python_version()}, {platform.machine()}; {args.scrapes} scrapes "
+        f"{args.interval:g} s apart (simulated), windows {args.windows}; page "
+        f"{len(spec[-1].encode())} bytes ({len(stripped[-1].encode())} stripped); "
+        f"{args.rounds} rounds",
+        flush=True,
+    )
+    results: dict[str, list[float]] = {v.name: [] for v in variants}
+    for r in range(args.rounds):
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
+        for variant in order:
+            results[variant.name].append(
+                run_variant(variant, windows=windows, interval=args.interval)
+            )
+        print(f"round {r + 1}: " + ", ".join(
+            f"{name} {values[-1] * 1e3:.3f}" for name, values in results.items()
+        ), flush=True)  # fmt: skip
+    print()
+    print("| variant | CPU per target scrape, ms (median / best of rounds) |")
+    print("|---|---|")
+    median = {name: statistics.median(values) for name, values in results.items()}
+    for name, values in results.items():
+        print(f"| {name} | {median[name] * 1e3:.3f} / {min(values) * 1e3:.3f} |")
+    print()
+    share: Callable[[str, str], float] = lambda on, off: (median[on] / median[off] - 1) * 100  # noqa: E731
+    print(
+        "load signals' share of the CPU per scrape (medians): one target "
+        f"{share('one target, load on', 'one target, load off'):+.1f} % "
+        "(against load off), "
+        f"{share('one target, load on', 'one target, load series stripped'):+.1f} % "
+        "(against the stripped pages); twin pair with baseline "
+        f"{share('twin pair, baseline', 'twin pair, load off'):+.1f} %"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""The daemon finds a crossover known by construction (issue 13, "What it must show"): two
+simulated vLLM engines under the same load model (specmon.sim.load_model) and the same
+scenario of rising ``requests_running``, one speculating (k = 4, survival 0.9/0.7/0.5/0.3) and
+its twin without speculation, watched by ``specmon run`` (a subprocess, real HTTP) with
+``baseline:`` the twin.
+
+The load model is the demo's with every time divided by ten (0.8 ms to stream the weights,
+0.05 ms of arithmetic per row, 0.1 ms fixed, 0.06 ms per draft step), so that a few seconds
+hold hundreds of engine steps per level; the crossover does not change (every step time
+scales alike): speculation pays while 3.4 T(n, 0) > T(n, 4), i.e. below n = 10.88. The
+daemon sees the engines only through their pages, buckets its scrape intervals by the
+concurrency the counters give, compares bucket with bucket, and must put the crossover within
+one bucket of the truth; each bucket's measured c must be the model's c at that concurrency.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmon.load import DEFAULT_SCHEME
+from specmon.sim.engine import SimSettings
+from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
+from specmon.sim.pages import PageKind
+from specmon.sim.scenario import parse_scenario
+from specmon.sim.server import make_target
+from tests.support.daemon import daemon
+from tests.support.fake_engines import running
+
+SURVIVAL = (0.9, 0.7, 0.5, 0.3)
+K = len(SURVIVAL)
+MODEL = LoadModel(
+    weights_seconds=DEMO_LOAD_MODEL.weights_seconds / 10,
+    token_seconds=DEMO_LOAD_MODEL.token_seconds / 10,
+    fixed_seconds=DEMO_LOAD_MODEL.fixed_seconds / 10,
+    draft_fixed_seconds=DEMO_LOAD_MODEL.draft_fixed_seconds / 10,
+)
+LEVELS = (1, 2, 4, 8, 16, 32)
+#: Seconds per level. At 32 sequences the speculative step takes T(32, 4) = 8.34 ms: 3 s give
+#: 360 engine steps (the thresholds ask 200 per bucket).
+PHASE = 3.0
+#: Scrapes per level: 30, of which one straddles the change of level: its concurrency is a
+#: mixture of the two levels', and it lands in one of their buckets with up to one interval of
+#: the other level's steps (at most about 1/30 of the bucket's steps, see the tolerances).
+INTERVAL = 0.1
+
+
+def scenario_text() -> str:
+    phases = "\n".join(
+        f"  - at: {i * PHASE:g}s\n    requests_running: {n}" for i, n in enumerate(LEVELS)
+    )
+    return f"phases:\n{phases}\n"
+
+
+def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> None:
+    truth = MODEL.crossover(K, 1 + sum(SURVIVAL))
+    assert truth is not None
+    assert truth == pytest.approx(DEMO_LOAD_MODEL.crossover(K, 1 + sum(SURVIVAL)))
+    assert truth == pytest.approx((3.4 * 0.9 - 0.1 - 0.24) / 0.25)  # 10.88, by hand
+
+    def target(name: str, speculation: bool) -> Any:
+        settings = SimSettings(
+            survival=SURVIVAL, requests_running=LEVELS[0], speculation=speculation,
+            load_model=MODEL,
+        )  # fmt: skip
+        return make_target(
+            name=name, kind=PageKind.VLLM, settings=settings, model="m",
+            scenario=parse_scenario(scenario_text()), seed=7 if speculation else 8,
+        )  # fmt: skip
+
+    pair = [target("spec", True), target("twin", False)]
+    with running(pair) as engines:
+        config = tmp_path / "specmon.yml"
+        config.write_text(
+            "global:\n"
+            f"  scrape_interval: {INTERVAL * 1000:g}ms\n"
+            f"  scrape_timeout: {INTERVAL * 1000:g}ms\n"
+            "  windows: [1m]\n"
+            "targets:\n"
+            f"  - {{name: twin, url: '{engines.url('twin')}'}}\n"
+            f"  - {{name: spec, url: '{engines.url('spec')}', baseline: twin}}\n"
+        )
+        with daemon(config, tmp_path) as d:
+
+            def finished() -> dict[str, Any] | None:
+                window = d.targets()["spec"]["models"][0]["windows"][0]
+                load = window["load"]
+                if load is None:
+                    return None
+                measured = [b for b in load["buckets"] if b["draft_cost"] is not None]
+                return window if len(measured) == len(LEVELS) else None
+
+            window = d.wait_for(finished, timeout=PHASE * len(LEVELS) + 15, interval=0.5)
+            metrics = d.metrics()
+
+    load, report = window["load"], window["report"]
+    assert load["baseline"] == "twin"
+    buckets = {b["label"]: b for b in load["buckets"] if b["draft_cost"] is not None}
+    assert sorted(buckets, key=int) == [str(n) for n in LEVELS]
+    tokens_per_step = 1 + report["accepted_tokens"] / report["drafts"]
+    assert tokens_per_step == pytest.approx(1 + sum(SURVIVAL), abs=0.05)
+    for n in LEVELS:
+        bucket = buckets[str(n)]
+        # The bucket's concurrency is the level's, but for the interval that straddled the
+        # change into or out of it.
+        assert bucket["concurrency"] == pytest.approx(n, rel=0.12)
+        # c and the realized speed-up are the model's at that concurrency. A straddling
+        # interval mixes up to 1/30 of a neighbouring level's steps into the bucket; between
+        # 4 (c = 0.12) and 8 (c = 0.40) that moves c by up to about 0.01 (measured with 12
+        # scrapes per level: 0.135 instead of 0.122).
+        assert bucket["draft_cost"] == pytest.approx(MODEL.draft_cost(n, K), rel=0.08, abs=0.015)
+        assert bucket["realized_speedup"] == pytest.approx(
+            MODEL.speedup(n, K, tokens_per_step), rel=0.08
+        )
+        pays = MODEL.speedup(n, K, 1 + sum(SURVIVAL)) > 1
+        assert (bucket["realized_speedup"] > 1) is pays, (n, bucket)
+
+    found = load["crossover"]
+    assert found is not None
+    exported = metrics.value(
+        "specmon_crossover_concurrency", target="spec", window="1m", baseline="twin"
+    )
+    assert exported == pytest.approx(found["concurrency"])
+    # Between the last bucket that paid (8) and the first that did not (16), and within one
+    # bucket of the truth (10.88, in bucket "8" = [6, 12)).
+    assert found["pays_up_to"] == pytest.approx(buckets["8"]["concurrency"])
+    assert found["costs_from"] == pytest.approx(buckets["16"]["concurrency"])
+    true_bucket = DEFAULT_SCHEME.bucket_of(truth).index
+    assert abs(DEFAULT_SCHEME.bucket_of(found["concurrency"]).index - true_bucket) <= 1
+    # The daemon's crossover is the linear interpolation of the model's speed-ups at the
+    # buckets' concurrencies (8: 1.31x, 16: 0.71x): about 12.1.
+    s8, s16 = MODEL.speedup(8, K, tokens_per_step), MODEL.speedup(16, K, tokens_per_step)
+    assert found["concurrency"] == pytest.approx(8 + (s8 - 1) * 8 / (s8 - s16), abs=0.6)

@@ -1,0 +1,253 @@
+"""The daemon's load-aware figures against ``specmon measure`` on the same traffic (issue 13):
+shared by the real llama.cpp and vLLM tests (test_load_daemon.py, test_vllm_load_daemon.py).
+
+``specmon measure`` drives a speculating server and its twin without speculation, one level
+at a time (per level, the same requests through the baseline and then the speculative
+server); ``specmon run`` watches both, the speculative target configured with ``baseline:``
+the twin. For every level there are then two measurements of the same requests: measure's
+(the client's tokens/s ratio, an independent clock; the step-time draft cost from both
+servers' counters around each run; the draft cost the tokens/s ratio implies) and the
+daemon's (its scrape intervals bucketed by the engine's own concurrency, bucket against the
+twin's bucket). :func:`check_levels` holds one to the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmon.cli.main import main
+from specmon.load import DEFAULT_SCHEME, ProfileLevel, profile_from_json
+from tests.support.daemon import Daemon, Exported
+
+#: The issue's tolerance for the realized speed-up against an independent A/B measurement.
+SPEEDUP_AGREEMENT = 0.15
+
+
+def c_tolerance(level: ProfileLevel, ratio_agreement: float) -> float:
+    """The draft cost c that a relative error ``ratio_agreement`` in a speed (or step-time)
+    ratio amounts to. c = (r - 1) / k̄ with r = 1 + k̄ c the step-time ratio (or K / R for the
+    implied c, R the speed ratio), so an error e in r is e r / k̄ in c."""
+    drafted = level.drafted_per_step
+    cost = level.draft_cost_from_steps
+    assert drafted is not None and drafted > 0 and cost is not None
+    return ratio_agreement * (1.0 + drafted * cost) / drafted
+
+
+def hand_crossover(points: Sequence[tuple[float, float]]) -> tuple[float, bool] | None:
+    """(concurrency, paid below it) where the speed-up first falls to 1, linear between
+    measured points, never outside them (written out here, independently of specmon.load);
+    None when it pays at every point."""
+    ordered = sorted(points)
+    for i, (n, s) in enumerate(ordered):
+        if s <= 1.0:
+            if i == 0:
+                return n, False
+            n0, s0 = ordered[i - 1]
+            return n0 + (s0 - 1.0) * (n - n0) / (s0 - s), True
+    return None
+
+
+def run_measure_level(argv: list[str], profile_out: Path) -> ProfileLevel:
+    """``specmon measure`` (in-process) at one level; its profile's level."""
+    assert main([*argv, "--no-progress", "--profile-out", str(profile_out)]) == 0
+    profile = profile_from_json(json.loads(profile_out.read_text()))
+    assert len(profile.levels) == 1
+    return profile.levels[0]
+
+
+def scraped_after(d: Daemon, targets: Sequence[str], wall: float) -> Exported | None:
+    """The daemon's /metrics once every target has been scraped after ``wall``."""
+    m = d.metrics()
+    for name in targets:
+        last = m.value("specmon_last_success_timestamp_seconds", target=name)
+        if last is None or last <= wall:
+            return None
+    return m
+
+
+@dataclass(frozen=True)
+class Row:
+    level: ProfileLevel
+    label: str
+    bucket: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    rows: tuple[Row, ...]
+    #: Accepted / drafted tokens over the daemon's window.
+    acceptance: float
+    #: The crossover computed by hand (and equal to the daemon's), None when it pays.
+    crossover: tuple[float, bool] | None
+    #: (concurrency, speed-up at the window's acceptance) per bucket with a cost.
+    points: tuple[tuple[float, float], ...]
+    #: Every bucket of the window, as /api/v1/targets gives it.
+    buckets: tuple[dict[str, Any], ...] = ()
+
+
+def check_levels(
+    levels: Sequence[ProfileLevel],
+    *,
+    api: dict[str, Any],
+    metrics: Exported,
+    target: str,
+    baseline: str,
+    window: str,
+    step_ratio_agreement: float,
+    speedup_agreement: float = SPEEDUP_AGREEMENT,
+    every_step_drafts: bool = True,
+) -> Outcome:
+    """Per level, the daemon's bucket of that level (by the speculative engine's concurrency
+    over the level) against measure's figures:
+
+    - the bucket has figures: each side passed specmon.load.Thresholds;
+    - /metrics says what /api/v1/targets says;
+    - realized speed-up within ``speedup_agreement`` of measure's tokens/s ratio;
+    - c within the c that ``step_ratio_agreement`` on the step-time ratio amounts to of
+      measure's step-time c (the same counters, aggregated differently), and within the c
+      that ``speedup_agreement`` amounts to of the c measure's tokens/s ratio implies;
+    - ``every_step_drafts=False`` (an n-gram proposer, which drafts only where it finds a
+      match): the two c are not the same quantity, so only their verdicts are compared. The
+      step-time c divides the step-time excess by the tokens drafted per step over *all*
+      steps; measure's implied c solves R = K / (1 + k̄ c) with K and k̄ per *draft*, as if
+      every step drafted. With a share f of steps drafting, the first is about 1 / f times
+      the second. Both put the break-even at the same place, c = accepted / drafted tokens
+      ((S + A) / (S + c T) > 1 and (D + A) / (D + c T) > 1 both mean A > c T), so each must
+      say "pays" exactly when the other does, and when the realized speed-up exceeds 1
+      (unless the realized speed-up is within ``speedup_agreement`` of 1, where the verdict
+      is the noise's);
+
+    and the exported crossover equals a hand computation from the exported bucket costs at
+    the window's acceptance."""
+    model = api[target]["models"][0]
+    found = next(w for w in model["windows"] if w["window"] == window)
+    load, report = found["load"], found["report"]
+    assert load is not None and load["baseline"] == baseline, load
+    buckets = {b["label"]: b for b in load["buckets"]}
+    labels = {"target": target, "window": window, "baseline": baseline}
+    rows = []
+    for level in levels:
+        concurrency = level.speculative.concurrency
+        assert concurrency is not None, level
+        label = DEFAULT_SCHEME.bucket_of(concurrency).label
+        bucket = buckets.get(label)
+        assert bucket is not None and bucket["reason"] is None, (level.concurrency, buckets)
+        realized, cost = bucket["realized_speedup"], bucket["draft_cost"]
+        assert metrics.value(
+            "specmon_bucket_realized_speedup_ratio", concurrency=label, **labels
+        ) == pytest.approx(realized, rel=1e-9)
+        assert metrics.value(
+            "specmon_bucket_draft_cost_ratio", concurrency=label, **labels
+        ) == pytest.approx(cost, rel=1e-9)
+        assert level.speed_ratio is not None
+        assert realized == pytest.approx(level.speed_ratio, rel=speedup_agreement), (
+            level.concurrency, realized, level.speed_ratio,
+        )  # fmt: skip
+        assert level.draft_cost_from_steps is not None
+        assert level.draft_cost_from_speed is not None
+        assert cost == pytest.approx(
+            level.draft_cost_from_steps, abs=c_tolerance(level, step_ratio_agreement)
+        ), (level.concurrency, cost, level.draft_cost_from_steps)
+        if every_step_drafts:
+            assert cost == pytest.approx(
+                level.draft_cost_from_speed, abs=c_tolerance(level, speedup_agreement)
+            ), (level.concurrency, cost, level.draft_cost_from_speed)
+        else:
+            acc = level.acceptance
+            assert acc is not None and acc.draft_tokens > 0
+            ratio = acc.accepted_tokens / acc.draft_tokens
+            verdicts = (cost < ratio, level.draft_cost_from_speed < ratio, realized > 1.0)
+            # Within the speed-up tolerance of break-even the verdict is the noise's.
+            if abs(realized - 1.0) > speedup_agreement:
+                assert len(set(verdicts)) == 1, (level.concurrency, cost, ratio, verdicts)
+        rows.append(Row(level, label, bucket))
+
+    a, d, t = report["accepted_tokens"], report["drafts"], report["draft_tokens"]
+    points = tuple(
+        sorted(
+            (b["concurrency"], (1 + a / d) / (1 + max(b["draft_cost"], 0.0) * t / d))
+            for b in buckets.values()
+            if b["draft_cost"] is not None
+        )
+    )
+    expected = hand_crossover(points)
+    exported = metrics.value("specmon_crossover_concurrency", **labels)
+    if expected is None:
+        assert exported is None and load["crossover"] is None, load["crossover"]
+    else:
+        assert exported == pytest.approx(expected[0], rel=1e-9)
+        assert load["crossover"]["concurrency"] == pytest.approx(expected[0], rel=1e-9)
+        assert (load["crossover"]["pays_up_to"] is not None) is expected[1]
+    return Outcome(tuple(rows), a / t, expected, points, tuple(buckets.values()))
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def report_table(outcome: Outcome, write: Callable[[str], object] = print) -> None:
+    """The figures side by side (shown with ``pytest -s``, and in the JSON file named by
+    ``SPECMON_LOAD_REPORT`` when set)."""
+    write(
+        "\nlevel  bucket  engine conc.  daemon realized  measure tok/s ratio  daemon c  "
+        "measure c (steps)  c (implied)"
+    )
+    for row in outcome.rows:
+        lv, b = row.level, row.bucket
+        write(
+            f"{lv.concurrency:>5}  {row.label:>6}  {b['concurrency']:>12.2f}  "
+            f"{b['realized_speedup']:>15.3f}  {lv.speed_ratio:>19.3f}  {b['draft_cost']:>8.3f}  "
+            f"{lv.draft_cost_from_steps:>17.3f}  {lv.draft_cost_from_speed:>11.3f}"
+        )
+    crossing = outcome.crossover
+    where = "none (pays at every measured concurrency)"
+    if crossing is not None:
+        where = f"at concurrency {crossing[0]:.2f}" + (
+            "" if crossing[1] else " (the lowest measured: it never pays)"
+        )
+    for b in outcome.buckets:
+        figures = (
+            f"concurrency {_num(b['concurrency'])}, realized {_num(b['realized_speedup'])}, "
+            f"c {_num(b['draft_cost'])}"
+            if b["reason"] is None
+            else b["reason"]
+        )
+        write(f"  daemon bucket {b['label']}: {figures}")
+    write(
+        f"acceptance (accepted / drafted) {outcome.acceptance:.3f}; crossover {where}; "
+        "speed-up at the window's acceptance by bucket: "
+        + ", ".join(f"{n:.2f}: {s:.2f}x" for n, s in outcome.points)
+    )
+    path = os.environ.get("SPECMON_LOAD_REPORT")
+    if path:
+        record = {
+            "levels": [
+                {
+                    "level": r.level.concurrency,
+                    "bucket": r.label,
+                    "daemon": r.bucket,
+                    "measure": {
+                        "speed_ratio": r.level.speed_ratio,
+                        "realized_speedup": r.level.realized_speedup,
+                        "c_steps": r.level.draft_cost_from_steps,
+                        "c_implied": r.level.draft_cost_from_speed,
+                        "speculative_concurrency": r.level.speculative.concurrency,
+                        "baseline_concurrency": r.level.baseline.concurrency,
+                    },
+                }
+                for r in outcome.rows
+            ],
+            "acceptance": outcome.acceptance,
+            "crossover": outcome.crossover,
+            "points": outcome.points,
+            "buckets": outcome.buckets,
+        }
+        with open(path, "a") as out:
+            out.write(json.dumps(record) + "\n")
