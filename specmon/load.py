@@ -26,6 +26,7 @@ Figures that rest on too little data are None ("no value"), with the reason; see
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from collections import deque
@@ -419,6 +420,17 @@ class Bucket:
         return first, max(first, last)
 
 
+@functools.lru_cache(maxsize=64)
+def _buckets(edges: tuple[float, ...], labels: tuple[str, ...]) -> tuple[Bucket, ...]:
+    """A scheme's buckets, built once per scheme (every scrape asks for them)."""
+    lows = (0.0, *edges)
+    highs = (*edges, math.inf)
+    return tuple(
+        Bucket(i, lo, hi, label)
+        for i, (lo, hi, label) in enumerate(zip(lows, highs, labels, strict=True))
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class BucketScheme:
     """Concurrency buckets from increasing upper edges; the last bucket is unbounded.
@@ -459,12 +471,7 @@ class BucketScheme:
 
     @property
     def buckets(self) -> tuple[Bucket, ...]:
-        lows = (0.0, *self.edges)
-        highs = (*self.edges, math.inf)
-        return tuple(
-            Bucket(i, lo, hi, label)
-            for i, (lo, hi, label) in enumerate(zip(lows, highs, self.labels, strict=True))
-        )
+        return _buckets(self.edges, self.labels)
 
     def index_of(self, concurrency: float) -> int:
         """The index of the bucket holding ``concurrency``."""
@@ -826,15 +833,28 @@ class BaselinePoint:
 
 def speedup_at_cost(counters: SpecCounters, cost: float) -> float | None:
     """The expected speed-up (1 + A/D) / (1 + c T/D) of ``counters``' acceptance at draft cost
-    ``cost`` (negative costs count as 0), via :func:`specmon.report.report_from_counters`."""
+    ``cost`` (negative costs count as 0): the closed form when the engine counts drafts and
+    draft tokens, else :func:`specmon.report.report_from_counters` (which knows what to assume
+    for the counter an engine lacks)."""
     if counters.drafts <= 0:
         return None
-    return report_from_counters(counters, draft_cost=max(cost, 0.0)).expected_speedup
+    cost = max(cost, 0.0)
+    if counters.knows("drafts") and counters.knows("draft_tokens"):
+        return arithmetic.measured_speedup(
+            counters.accepted_tokens / counters.drafts,
+            cost,
+            counters.draft_tokens / counters.drafts,
+        )
+    return report_from_counters(counters, draft_cost=cost).expected_speedup
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class BucketComparison:
-    """The target against its baseline in one bucket."""
+    """The target against its baseline in one bucket.
+
+    :attr:`report` (every acceptance figure at the bucket's c) is computed when first read:
+    a daemon compares every bucket of every window on every scrape and reads the report of
+    the current bucket only."""
 
     bucket: Bucket
     concurrency: float
@@ -849,9 +869,22 @@ class BucketComparison:
     drafted_per_step: float
     #: c = (step_ratio - 1) / k̄; None without drafted tokens.
     draft_cost: float | None
-    #: Every acceptance figure at max(c, 0): break-even alpha, margin, best chain length.
-    report: AcceptanceReport | None
     notes: tuple[str, ...] = ()
+    #: The bucket's speculative counters and the configured chain length, for :attr:`report`.
+    counters: SpecCounters | None = field(default=None, repr=False, compare=False)
+    chain_length: int | None = None
+
+    @functools.cached_property
+    def report(self) -> AcceptanceReport | None:
+        """Every acceptance figure at max(c, 0): break-even alpha, margin, best chain length;
+        None without a draft cost or drafts."""
+        if self.draft_cost is None or self.counters is None or self.counters.drafts <= 0:
+            return None
+        return report_from_counters(
+            self.counters,
+            draft_cost=max(self.draft_cost, 0.0),
+            configured_chain_length=self.chain_length,
+        )
 
 
 def compare(
@@ -876,16 +909,12 @@ def compare(
     notes: list[str] = []
     ratio = step / baseline.step_seconds
     cost = (ratio - 1.0) / drafted if drafted > 0 else None
-    report = None
     if cost is not None and target.drafts > 0:
         if cost < 0:
             notes.append(
                 f"the speculative step is faster than the baseline's (c = {cost:.3f}): noise or "
                 "a difference between the servers beyond the draft; figures use c = 0"
             )
-        report = report_from_counters(
-            target.counters, draft_cost=max(cost, 0.0), configured_chain_length=chain_length
-        )
     elif cost is None:
         notes.append("no drafted tokens in this bucket: no draft cost")
     return BucketComparison(
@@ -899,8 +928,9 @@ def compare(
         tokens_per_step=per_step,
         drafted_per_step=drafted,
         draft_cost=cost,
-        report=report,
         notes=tuple(notes),
+        counters=target.counters if target.drafts > 0 else None,
+        chain_length=chain_length,
     )
 
 

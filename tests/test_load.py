@@ -30,6 +30,7 @@ from specmon.load import (
     profile_to_json,
     speedup_at_cost,
 )
+from specmon.report import ChainLengthSource, report_from_counters
 
 
 def lc(
@@ -406,6 +407,45 @@ def test_crossover_at_current_acceptance() -> None:
     # Speculation pays while c < accepted / draft tokens = 2/3: every c below it pays.
     assert crossover_at_acceptance([(1, 0.1), (8, 0.66)], SPEC) is None
     assert crossover_at_acceptance([(1, 0.1), (8, 0.67)], SPEC) is not None
+
+
+@pytest.mark.parametrize(
+    "counters",
+    [
+        SPEC,
+        # TGI/SGLang: no draft-token counter, k = 4 from the position series (T = 4 D).
+        SpecCounters(1000, 0, 2400, (900, 700, 500, 300), unknown=("draft_tokens",)),
+        # TensorRT-LLM without drafts: D = T / k.
+        SpecCounters(0, 3600, 2400, (900, 700, 500, 300), unknown=("drafts",)),
+        SpecCounters(1000, 3600, 0, (0, 0, 0, 0)),
+    ],
+)
+@pytest.mark.parametrize("cost", [-0.2, 0.0, 0.05, 0.5, 2.0])
+def test_speedup_at_cost_is_the_reports(counters: SpecCounters, cost: float) -> None:
+    """The closed form (both counters known) and the report's path (one assumed) agree with
+    the full acceptance report at max(c, 0)."""
+    got = speedup_at_cost(counters, cost)
+    if counters.drafts <= 0:
+        assert got is None
+        return
+    want = report_from_counters(counters, draft_cost=max(cost, 0.0)).expected_speedup
+    assert want is not None and got == pytest.approx(want, rel=1e-12)
+
+
+def test_comparison_report_is_computed_once_when_read() -> None:
+    base = BaselinePoint(4.0, 0.010, 0.010, "twin")
+    got = compare(target_totals(0.015), base, bucket=DEFAULT_SCHEME.bucket_of(4.0), chain_length=4)
+    assert got is not None
+    assert "report" not in vars(got)  # not computed by compare itself
+    first = got.report
+    assert first is not None and first is got.report
+    assert first.chain_length == 4
+    assert first.chain_length_source is ChainLengthSource.CONFIGURED
+
+
+def test_bucket_scheme_builds_its_buckets_once() -> None:
+    assert DEFAULT_SCHEME.buckets is DEFAULT_SCHEME.buckets
+    assert BucketScheme.from_edges([2, 4]).buckets == BucketScheme.from_edges([2, 4]).buckets
 
 
 # --------------------------------------------------------------------------------------------
