@@ -418,6 +418,45 @@ UP_MAPPINGS: list[Json] = [
 ]
 
 
+def _table_body(
+    columns: list[tuple[str, str, str]], overrides: list[Json], *, sort_by: str
+) -> Json:
+    """What the fleet tables share: one instant query per column (ref, name, expr), merged
+    into one row per target and model, Time hidden, columns in order and renamed,
+    filterable, sorted by ``sort_by`` ascending."""
+    rename = {f"Value #{ref}": name for ref, name, _ in columns}
+    order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
+    return {
+        "datasource": DS,
+        "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
+        "transformations": [
+            {"id": "merge", "options": {}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "indexByName": order,
+                    "renameByName": rename,
+                },
+            },
+        ],
+        "fieldConfig": {
+            "defaults": {
+                "custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True},
+                "thresholds": thresholds((None, "green")),
+                "unit": "none",
+            },
+            "overrides": overrides,
+        },
+        "options": {
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
+            "showHeader": True,
+            "sortBy": [{"displayName": sort_by, "desc": False}],
+        },
+    }
+
+
 def _overview_table() -> Json:
     # Every query yields the labels (target, model) so the "merge" transformation joins them
     # into one row per target and model. specmon_up has only `target`: it is spread over the
@@ -453,8 +492,6 @@ def _overview_table() -> Json:
         ("I", "drafts in window", f"max by (target, model) (specmon_window_drafts{{{TW}}})"),
         ("J", "requests running", f"max by (target, model) (specmon_requests_running{{{TE}}})"),
     ]
-    rename = {f"Value #{ref}": name for ref, name, _ in columns}
-    order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
 
     def by_name(name: str, *properties: Json) -> Json:
         return {"matcher": {"id": "byName", "options": name}, "properties": list(properties)}
@@ -513,33 +550,7 @@ def _overview_table() -> Json:
             "counts no drafts (TensorRT-LLM without its per-position counters, SGLang without "
             "its verify counter: docs/engines.md); empty drafts/s: an engine that counts none."
         ),
-        "datasource": DS,
-        "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
-        "transformations": [
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True},
-                    "indexByName": order,
-                    "renameByName": rename,
-                },
-            },
-        ],
-        "fieldConfig": {
-            "defaults": {
-                "custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True},
-                "thresholds": thresholds((None, "green")),
-                "unit": "none",
-            },
-            "overrides": overrides,
-        },
-        "options": {
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-            "showHeader": True,
-            "sortBy": [{"displayName": "margin", "desc": False}],
-        },
+        **_table_body(columns, overrides, sort_by="margin"),
     }
 
 
@@ -613,8 +624,6 @@ def _load_table() -> Json:
         ),
     ]
     columns = [(ref, name, selected_engines(expr)) for ref, name, expr in columns]
-    rename = {f"Value #{ref}": name for ref, name, _ in columns}
-    order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
 
     def by_name(name: str, *properties: Json) -> Json:
         return {"matcher": {"id": "byName", "options": name}, "properties": list(properties)}
@@ -659,33 +668,7 @@ def _load_table() -> Json:
             "window), next to the configured one. Empty realized speed-up: the bucket of the "
             "current load has too little data on one side yet (200 engine steps, 100 drafts)."
         ),
-        "datasource": DS,
-        "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
-        "transformations": [
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True},
-                    "indexByName": order,
-                    "renameByName": rename,
-                },
-            },
-        ],
-        "fieldConfig": {
-            "defaults": {
-                "custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True},
-                "thresholds": thresholds((None, "green")),
-                "unit": "none",
-            },
-            "overrides": overrides,
-        },
-        "options": {
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-            "showHeader": True,
-            "sortBy": [{"displayName": "realized speed-up", "desc": False}],
-        },
+        **_table_body(columns, overrides, sort_by="realized speed-up"),
     }
 
 
