@@ -419,7 +419,11 @@ MUTATIONS = [
     pytest.param(
         r',source=\\"configured\\"\}',
         "}",
-        "the description quotes the configured draft cost",
+        # Both alerts quote the configured c; whichever series comes first decides which fails.
+        (
+            "the description quotes the configured draft cost",
+            "slower than baseline fires after 30 minutes",
+        ),
         id="draft-cost-any-source",
     ),
     pytest.param(
@@ -500,8 +504,10 @@ def test_unit_tests_catch_weakened_rules(
     tmp_path: Path,
     pattern: str,
     replacement: str,
-    failing_test: str,
+    failing_test: str | tuple[str, ...],
 ) -> None:
+    """``failing_test``: the promtool test (or one of the tests) that must fail."""
+    expected = (failing_test,) if isinstance(failing_test, str) else failing_test
     original = ALERTS_FILE.read_text("utf-8")
     mutated, count = re.subn(pattern, replacement, original)
     assert count, f"mutation {pattern!r} no longer applies"
@@ -512,11 +518,11 @@ def test_unit_tests_catch_weakened_rules(
     runs = ORDER_DEPENDENT.get(request.node.callspec.id, 1)
     for _ in range(runs):
         result = run_tool(["promtool", "test", "rules", str(tmp_path / "tests" / ALERT_TESTS.name)])
-        if result.returncode != 0:
+        output = result.stdout + result.stderr
+        if result.returncode != 0 and any(name in output for name in expected):
             break
-    output = result.stdout + result.stderr
     assert result.returncode != 0, f"the unit tests accepted the mutation {pattern!r}"
-    assert failing_test in output, output[-3000:]
+    assert any(name in output for name in expected), output[-3000:]
 
 
 def test_shortened_rules_fire_fast(tmp_path: Path) -> None:
