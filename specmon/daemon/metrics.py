@@ -114,10 +114,12 @@ def _g(
     doc: str = "",
     optional: tuple[str, ...] = (),
     *,
-    against_baseline: bool = False,
+    note: str = "",
 ) -> MetricDef:
-    if against_baseline:  # docs/metrics.md says which targets and engines have it
-        doc = f"{doc or help_} {_AGAINST_BASELINE}"
+    """``note``: appended to the help text (or ``doc``) in docs/metrics.md only, such as
+    which targets and engines have the family."""
+    if note:
+        doc = f"{doc or help_} {note}"
     return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc, optional)
 
 
@@ -359,10 +361,7 @@ CONCURRENCY = _g(
     "else the mean of requests running over the window's scrapes.",
     _W,
     Scope.WINDOW,
-    "Mean requests the engine ran per decoding step in the window, from the engine's own "
-    "counters over the window (docs/load-signals.md): vLLM (ITL count + TTFT count) / "
-    "iterations, llama.cpp busy slots per decode; else the mean of requests running over the "
-    f"window's scrapes. {_ONLY_LOAD_ENGINES}",
+    note=_ONLY_LOAD_ENGINES,
 )
 STEP_SECONDS = _g(
     "specmon_step_seconds",
@@ -370,16 +369,14 @@ STEP_SECONDS = _g(
     "count, llama.cpp predicted seconds / (tokens - accepted).",
     _W,
     Scope.WINDOW,
-    f"Mean decoding step as a request sees it in the window, from {_LOAD}: vLLM ITL sum / "
-    f"count, llama.cpp predicted seconds / (tokens - accepted). {_ONLY_LOAD_ENGINES}",
+    note=_ONLY_LOAD_ENGINES,
 )
 TPOT = _g(
     "specmon_time_per_output_token_seconds",
     f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode tokens.",
     _W,
     Scope.WINDOW,
-    f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode "
-    f"tokens. {_ONLY_LOAD_ENGINES}",
+    note=_ONLY_LOAD_ENGINES,
 )
 MEAN_DRAFT_LENGTH = _g(
     "specmon_mean_draft_length",
@@ -387,9 +384,7 @@ MEAN_DRAFT_LENGTH = _g(
     "specmon_chain_length when the engine varies its draft length.",
     _W,
     Scope.WINDOW,
-    "Drafted tokens per draft in the window (num_draft_tokens / num_drafts increases); below "
-    "specmon_chain_length when the engine varies its draft length. Computed with the load "
-    f"figures: {_ONLY_LOAD_ENGINES}",
+    note=f"Computed with the load figures: {_ONLY_LOAD_ENGINES}",
 )
 REALIZED_SPEEDUP = _g(
     "specmon_realized_speedup_ratio",
@@ -397,7 +392,7 @@ REALIZED_SPEEDUP = _g(
     "this target's, in the same concurrency bucket (baseline: the twin target, or profile).",
     _B,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 MEASURED_BREAKEVEN = _g(
     "specmon_measured_breakeven_alpha_ratio",
@@ -405,7 +400,7 @@ MEASURED_BREAKEVEN = _g(
     'concurrency (specmon_draft_cost_ratio{source="measured"}).',
     _B,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 MEASURED_MARGIN = _g(
     "specmon_measured_alpha_margin_ratio",
@@ -413,7 +408,7 @@ MEASURED_MARGIN = _g(
     "concurrency; negative means speculation costs time at this load.",
     _B,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 CROSSOVER = _g(
     "specmon_crossover_concurrency",
@@ -422,7 +417,7 @@ CROSSOVER = _g(
     "when it pays over the whole measured range (never extrapolated).",
     _B,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 BUCKET_SPEEDUP = _g(
     "specmon_bucket_realized_speedup_ratio",
@@ -430,14 +425,14 @@ BUCKET_SPEEDUP = _g(
     "bucket, 1 = below 1.5, 2 = [1.5, 3), 4 = [3, 6), ...) against the baseline.",
     _BC,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 BUCKET_DRAFT_COST = _g(
     "specmon_bucket_draft_cost_ratio",
     "Draft cost c measured against the baseline in one concurrency bucket of the window.",
     _BC,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 BUCKET_BEST_CHAIN = _g(
     "specmon_bucket_best_chain_length",
@@ -445,14 +440,14 @@ BUCKET_BEST_CHAIN = _g(
     "draft cost measured there and the window's per-position survival.",
     _BC,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 BUCKET_BEST_SPEEDUP = _g(
     "specmon_bucket_best_speedup_ratio",
     "Expected speed-up at the best chain length in one concurrency bucket of the window.",
     _BC,
     Scope.WINDOW,
-    against_baseline=True,
+    note=_AGAINST_BASELINE,
 )
 SCRAPES = _c(
     "specmon_scrapes",
