@@ -29,6 +29,7 @@ import bisect
 import functools
 import itertools
 import math
+from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -559,8 +560,46 @@ class LoadWindow:
     latest: LoadInterval | None = None
 
 
-def _start_of(end: float, item: LoadInterval) -> float:
-    return end - (item.seconds or 0.0)
+# One interval as a row of doubles (an ``array('d')``: about a quarter of the memory of the
+# LoadInterval object and its floats, issue 15): end time, bucket (-1: none), the increases,
+# None as NaN, then the accepted drafts per position. Counts are exact: a reading's counters
+# are at most 2**53 (``engines._common.MAX_COUNT``), so their increases are too.
+_END, _BUCKET, _REQUEST_STEPS, _DECODE_SECONDS, _DECODE_TOKENS = 0, 1, 2, 3, 4
+_ENGINE_STEPS, _SLOT_STEPS, _DRAFTS, _DRAFT_TOKENS, _ACCEPTED = 5, 6, 7, 8, 9
+_SECONDS, _RESETS, _ERRORS, _INTERVALS, _POSITIONS = 10, 11, 12, 17, 18
+_NAN = math.nan
+
+
+def _opt(value: float | None) -> float:
+    return _NAN if value is None else value
+
+
+def _row(end: float, item: LoadInterval, bucket: int | None) -> array[float]:
+    return array(
+        "d",
+        (
+            end,
+            -1.0 if bucket is None else float(bucket),
+            item.request_steps,
+            item.decode_seconds,
+            item.decode_tokens,
+            _opt(item.engine_steps),
+            _opt(item.slot_steps),
+            float(item.drafts),
+            float(item.draft_tokens),
+            float(item.accepted_tokens),
+            _opt(item.seconds),
+            float(item.resets),
+            *item.errors,
+            float(item.intervals),
+            *map(float, item.accepted_per_position),
+        ),
+    )
+
+
+def _start_of(row: array[float]) -> float:
+    seconds = row[_SECONDS]
+    return row[_END] - (0.0 if seconds != seconds else seconds)
 
 
 class _Sum:
@@ -594,34 +633,39 @@ class _Sum:
         self.per_pos: list[int] = []
         self.errors = [0.0, 0.0, 0.0, 0.0, 0.0]
 
-    def add(self, item: LoadInterval, sign: int) -> None:
-        self.request_steps += sign * item.request_steps
-        self.decode_seconds += sign * item.decode_seconds
-        self.decode_tokens += sign * item.decode_tokens
-        if item.engine_steps is None:
+    def add(self, row: array[float], sign: int) -> None:
+        self.request_steps += sign * row[_REQUEST_STEPS]
+        self.decode_seconds += sign * row[_DECODE_SECONDS]
+        self.decode_tokens += sign * row[_DECODE_TOKENS]
+        value = row[_ENGINE_STEPS]
+        if value != value:  # NaN: the interval has none
             self.engine_missing += sign
         else:
-            self.engine_steps += sign * item.engine_steps
-        if item.slot_steps is None:
+            self.engine_steps += sign * value
+        value = row[_SLOT_STEPS]
+        if value != value:
             self.slot_missing += sign
         else:
-            self.slot_steps += sign * item.slot_steps
-        if item.seconds is None:
+            self.slot_steps += sign * value
+        value = row[_SECONDS]
+        if value != value:
             self.seconds_missing += sign
         else:
-            self.seconds += sign * item.seconds
-        self.drafts += sign * item.drafts
-        self.draft_tokens += sign * item.draft_tokens
-        self.accepted += sign * item.accepted_tokens
-        self.resets += sign * item.resets
-        self.intervals += sign * item.intervals
-        per_pos = item.accepted_per_position
-        if len(per_pos) > len(self.per_pos):
-            self.per_pos.extend([0] * (len(per_pos) - len(self.per_pos)))
-        for i, count in enumerate(per_pos):
-            self.per_pos[i] += sign * count
-        for i, error in enumerate(item.errors):
-            self.errors[i] += sign * error
+            self.seconds += sign * value
+        self.drafts += sign * int(row[_DRAFTS])
+        self.draft_tokens += sign * int(row[_DRAFT_TOKENS])
+        self.accepted += sign * int(row[_ACCEPTED])
+        self.resets += sign * int(row[_RESETS])
+        self.intervals += sign * int(row[_INTERVALS])
+        width = len(row) - _POSITIONS
+        per_pos = self.per_pos
+        if width > len(per_pos):
+            per_pos.extend([0] * (width - len(per_pos)))
+        for i in range(width):
+            per_pos[i] += sign * int(row[_POSITIONS + i])
+        errors = self.errors
+        for i in range(5):
+            errors[i] += sign * row[_ERRORS + i]
 
     def interval(self) -> LoadInterval | None:
         if self.intervals <= 0:
@@ -670,16 +714,50 @@ class _Slide:
         self.running_count = 0
         self.changes = 0
 
-    def put(self, item: LoadInterval, bucket: int | None, sign: int) -> None:
-        self.total.add(item, sign)
-        if bucket is not None:
+    def put(self, row: array[float], sign: int) -> None:
+        self.total.add(row, sign)
+        bucket = int(row[_BUCKET])
+        if bucket >= 0:
             sums = self.buckets.get(bucket)
             if sums is None:
                 sums = self.buckets[bucket] = _Sum()
-            sums.add(item, sign)
+            sums.add(row, sign)
             if sums.intervals <= 0:
                 del self.buckets[bucket]
         self.changes += 1
+
+
+class _Pairs:
+    """A queue of (time, value) pairs of doubles in one array: 16 bytes a pair, not a tuple
+    and two float objects."""
+
+    __slots__ = ("_data", "_start")
+
+    def __init__(self) -> None:
+        self._data = array("d")
+        self._start = 0  # index in _data of the first pair's time
+
+    def __len__(self) -> int:
+        return (len(self._data) - self._start) // 2
+
+    def append(self, time: float, value: float) -> None:
+        self._data.append(time)
+        self._data.append(value)
+
+    def time(self, index: int) -> float:
+        return self._data[self._start + 2 * index]
+
+    def value(self, index: int) -> float:
+        return self._data[self._start + 2 * index + 1]
+
+    def popleft(self) -> float:
+        """Drop the first pair; its value."""
+        value = self._data[self._start + 1]
+        self._start += 2
+        if self._start >= 256 and 2 * self._start >= len(self._data):
+            del self._data[: self._start]
+            self._start = 0
+        return value
 
 
 class LoadHistory:
@@ -693,10 +771,12 @@ class LoadHistory:
         self._retention = retention
         self._scheme = scheme
         self._last: tuple[float, LoadCounters] | None = None
-        #: (end time, interval, bucket index or None), oldest first.
-        self._intervals: deque[tuple[float, LoadInterval, int | None]] = deque()
+        #: One row per interval (see _row), oldest first.
+        self._intervals: deque[array[float]] = deque()
+        self._latest: LoadInterval | None = None
         self._dropped = 0  # absolute index of _intervals[0]
-        self._running: deque[tuple[float, float]] = deque()
+        #: (time, requests running) per reading that had the gauge.
+        self._running = _Pairs()
         self._running_dropped = 0
         self._slides: dict[float, _Slide] = {}
 
@@ -719,11 +799,13 @@ class LoadHistory:
                 if concurrency is not None and result.request_steps > 0
                 else None
             )
-            self._intervals.append((time, result, bucket))
+            row = _row(time, result, bucket)
+            self._intervals.append(row)
+            self._latest = result
             for slide in self._slides.values():
-                slide.put(result, bucket, 1)
+                slide.put(row, 1)
         if counters.requests_running is not None:
-            self._running.append((time, counters.requests_running))
+            self._running.append(time, counters.requests_running)
             for slide in self._slides.values():
                 slide.running_sum += counters.requests_running
                 slide.running_count += 1
@@ -731,15 +813,16 @@ class LoadHistory:
         for slide in self._slides.values():
             self._advance(slide, time)
         cutoff = time - self._retention
-        while self._intervals and _start_of(self._intervals[0][0], self._intervals[0][1]) < cutoff:
-            _, item, bucket = self._intervals.popleft()
+        while self._intervals and _start_of(self._intervals[0]) < cutoff:
+            row = self._intervals.popleft()
             for slide in self._slides.values():
                 if slide.first <= self._dropped:  # still inside a window longer than retention
-                    slide.put(item, bucket, -1)
+                    slide.put(row, -1)
                     slide.first = self._dropped + 1
             self._dropped += 1
-        while self._running and self._running[0][0] < cutoff:
-            _, value = self._running.popleft()
+        running = self._running
+        while len(running) and running.time(0) < cutoff:
+            value = running.popleft()
             for slide in self._slides.values():
                 if slide.running_first <= self._running_dropped:
                     slide.running_sum -= value
@@ -751,17 +834,19 @@ class LoadHistory:
     def _advance(self, slide: _Slide, now: float) -> None:
         """Take out of ``slide`` what no longer lies inside it."""
         start = now - slide.seconds - 1e-9
-        while slide.first - self._dropped < len(self._intervals):
-            end, item, bucket = self._intervals[slide.first - self._dropped]
-            if _start_of(end, item) >= start:
+        intervals = self._intervals
+        while slide.first - self._dropped < len(intervals):
+            row = intervals[slide.first - self._dropped]
+            if _start_of(row) >= start:
                 break
-            slide.put(item, bucket, -1)
+            slide.put(row, -1)
             slide.first += 1
-        while slide.running_first - self._running_dropped < len(self._running):
-            at, value = self._running[slide.running_first - self._running_dropped]
-            if at >= start:
+        running = self._running
+        while slide.running_first - self._running_dropped < len(running):
+            index = slide.running_first - self._running_dropped
+            if running.time(index) >= start:
                 break
-            slide.running_sum -= value
+            slide.running_sum -= running.value(index)
             slide.running_count -= 1
             slide.running_first += 1
         if slide.changes > _RESUM_EVERY:
@@ -773,10 +858,10 @@ class LoadHistory:
         fresh.first = slide.first
         fresh.running_first = slide.running_first
         for index in range(slide.first - self._dropped, len(self._intervals)):
-            _, item, bucket = self._intervals[index]
-            fresh.put(item, bucket, 1)
-        for index in range(slide.running_first - self._running_dropped, len(self._running)):
-            fresh.running_sum += self._running[index][1]
+            fresh.put(self._intervals[index], 1)
+        running = self._running
+        for index in range(slide.running_first - self._running_dropped, len(running)):
+            fresh.running_sum += running.value(index)
             fresh.running_count += 1
         fresh.changes = 0
         slide.total, slide.buckets, slide.changes = fresh.total, fresh.buckets, 0
@@ -792,19 +877,20 @@ class LoadHistory:
             self._resum(slide)
         return slide
 
-    def window(self, seconds: float) -> LoadWindow:
-        """The intervals that lie wholly inside the last ``seconds``."""
+    def window(self, seconds: float, *, buckets: bool = True) -> LoadWindow:
+        """The intervals that lie wholly inside the last ``seconds``; ``buckets=False``
+        leaves the per-bucket sums out (only a comparison with a baseline reads them)."""
         if self._last is None:
             return LoadWindow(None, (), None)
         slide = self._slide(seconds)
         total = slide.total.interval()
-        buckets = self._scheme.buckets
+        scheme = self._scheme.buckets
         found = []
-        for index in sorted(slide.buckets):
+        for index in sorted(slide.buckets) if buckets else ():
             summed = slide.buckets[index].interval()
             if summed is not None:
-                found.append(BucketTotals(buckets[index], summed))
-        latest = self._intervals[-1][1] if total is not None and self._intervals else None
+                found.append(BucketTotals(scheme[index], summed))
+        latest = self._latest if total is not None and self._intervals else None
         return LoadWindow(
             totals=total,
             buckets=tuple(found),

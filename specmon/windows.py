@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -101,6 +102,14 @@ def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     return values + (0,) * (size - len(values)) if len(values) < size else values
 
 
+#: Running totals are kept as 64-bit integers (an ``array('q')`` a reading: under half the
+#: memory of a tuple of ints, issue 15). A reading's counters are at most 2**53
+#: (``engines._common.MAX_COUNT``), so a total passes this only after hundreds of restarts at
+#: that size; the retained totals are then rebased (windows are differences) and the offset
+#: kept as Python integers for :meth:`CounterHistory.totals`.
+_REBASE_AT = 2**62
+
+
 class CounterHistory:
     """One model's counter readings, kept for ``retention`` seconds."""
 
@@ -110,7 +119,9 @@ class CounterHistory:
         self._retention = retention
         self._times: deque[float] = deque()
         # Running totals of increases: drafts, draft tokens, accepted, then per position.
-        self._totals: deque[tuple[int, ...]] = deque()
+        self._totals: deque[array[int]] = deque()
+        #: Added to the last total by totals(): what rebasing took off (see _REBASE_AT).
+        self._offset: tuple[int, ...] = ()
         self._resets: deque[int] = deque()  # cumulative reset count at each reading
         self._positions: deque[int] = deque()  # position series live at each reading
         self._last_raw: tuple[int, ...] | None = None
@@ -145,7 +156,12 @@ class CounterHistory:
         """Increases seen since this history began (monotonic; survives engine restarts)."""
         if not self._totals:
             return None
-        last = self._totals[-1]
+        last = tuple(self._totals[-1])
+        if self._offset:
+            size = max(len(last), len(self._offset))
+            last = tuple(
+                a + b for a, b in zip(_pad(last, size), _pad(self._offset, size), strict=True)
+            )
         unknown, derived = self._kind or ((), ())
         return SpecCounters(
             drafts=last[0],
@@ -177,6 +193,7 @@ class CounterHistory:
             self._resets.clear()
             self._positions.clear()
             self._last_raw = None
+            self._offset = ()
             self._generated_seen = False
             self.source_changes += 1
         self._kind = kind
@@ -197,7 +214,7 @@ class CounterHistory:
             reset = False
         else:
             previous = self._last_raw
-            base = self._totals[-1]
+            base = tuple(self._totals[-1])
             size = max(len(raw), len(previous), len(base))
             new_p, old_p = _pad(raw, size), _pad(previous, size)
             common = min(len(raw), len(previous))
@@ -237,13 +254,27 @@ class CounterHistory:
             self._reset_count += 1
         self._last_raw = raw
         self._times.append(time)
-        self._totals.append(total)
+        if max(total) > _REBASE_AT:
+            total = self._rebase(total)
+        self._totals.append(array("q", total))
         self._resets.append(self._reset_count)
         self._positions.append(len(raw) - _SCALARS)
         self._prune(time)
         if restarted:
             return Observation(True, reason="the engine's counter set changed; windows restart")
         return Observation(True, reset=reset)
+
+    def _rebase(self, total: tuple[int, ...]) -> tuple[int, ...]:
+        """Take the oldest retained total off every retained total and ``total`` (windows
+        are differences, so none changes); add it to the offset totals() reports."""
+        oldest = tuple(self._totals[0]) if self._totals else total
+        size = max(len(total), len(oldest), len(self._offset))
+        oldest = _pad(oldest, size)
+        self._offset = tuple(a + b for a, b in zip(_pad(self._offset, size), oldest, strict=True))
+        for index, row in enumerate(self._totals):
+            padded = _pad(tuple(row), size)
+            self._totals[index] = array("q", (a - b for a, b in zip(padded, oldest, strict=True)))
+        return tuple(a - b for a, b in zip(_pad(total, size), oldest, strict=True))
 
     def _prune(self, now: float) -> None:
         cutoff = now - self._retention
@@ -263,8 +294,8 @@ class CounterHistory:
         end_index = len(self._times) - 1
         if start_index >= end_index:
             return None
-        start = self._totals[start_index]
-        end = self._totals[end_index]
+        start = tuple(self._totals[start_index])
+        end = tuple(self._totals[end_index])
         size = max(len(start), len(end))
         start, end = _pad(start, size), _pad(end, size)
         delta = tuple(e - s for s, e in zip(start, end, strict=True))

@@ -474,6 +474,23 @@ def test_history_windows_and_buckets() -> None:
     assert kept is not None and kept.request_steps == 1000 - 100 and kept.intervals == 3
 
 
+def test_a_window_without_buckets_has_the_same_totals() -> None:
+    """``buckets=False`` (no baseline reads them) leaves out only the per-bucket sums; the
+    history keeps one row of doubles per interval (memory, issue 15)."""
+    h = LoadHistory(retention=100)
+    h.add(0.0, lc(0, 0.0, 0, 0, 0, running=1))
+    h.add(10.0, lc(100, 1.0, 100, 100, 100, running=1))
+    h.add(20.0, lc(500, 5.4, 500, 200, 500, running=4))
+    full, lean = h.window(60), h.window(60, buckets=False)
+    assert len(full.buckets) == 2 and lean.buckets == ()
+    assert (lean.totals, lean.requests_running_mean, lean.latest) == (
+        full.totals,
+        full.requests_running_mean,
+        full.latest,
+    )
+    assert [row.typecode for row in h._intervals] == ["d", "d"]
+
+
 def test_history_ignores_a_reading_that_is_not_newer() -> None:
     h = LoadHistory(retention=100)
     h.add(10.0, lc(0, 0, 0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -182,3 +184,34 @@ def test_idle_restart_without_position_series_keeps_the_window() -> None:
     assert w.drafts == 105
     assert w.accepted_per_position == (63, 42, 31, 20)
     assert h.max_positions() == 4
+
+
+def test_totals_past_64_bits_are_rebased_without_changing_any_figure() -> None:
+    """A page restarting at the largest count it may publish (2**53) again and again pushes
+    the running totals toward 2**63; they are rebased (windows are differences), and every
+    window and the lifetime totals equal exact integer arithmetic."""
+    big = 2**53
+    h = CounterHistory(retention=50)
+    expected_total = 0
+    readings: list[tuple[float, int]] = []
+    for i in range(1100):  # 550 restarts of 2**53 each: about 2**62.1 in all
+        drafts = big if i % 2 == 0 else big - 1 - (i % 7)
+        h.add(float(i), c(drafts, drafts, drafts // 2, drafts // 2, drafts // 4))
+        readings.append((float(i), drafts))
+    # The true increases: a drop is a restart (the new value is the increase).
+    increases = [0] + [b if b < a else b - a for (_, a), (_, b) in itertools.pairwise(readings)]
+    expected_total = sum(increases)
+    assert expected_total > 2**62  # the rebase really happened
+    totals = h.totals()
+    assert totals is not None and totals.drafts == expected_total
+    w = h.window(10)
+    assert w is not None and w.drafts == sum(increases[-10:])
+    assert w.readings == 11 and w.resets == 5
+
+
+def test_totals_are_64_bit_rows() -> None:
+    """Memory (issue 15): a reading's totals are stored as 64-bit integers."""
+    h = CounterHistory(retention=50)
+    h.add(0.0, c(1, 2, 1, 1))
+    h.add(1.0, c(3, 6, 2, 2))
+    assert [row.typecode for row in h._totals] == ["q", "q"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from specmon.daemon import metrics as m
 from specmon.daemon.load_view import LoadFigures
@@ -23,8 +23,9 @@ from specmon.report import AcceptanceReport
 __all__ = ["Sample", "health_samples", "target_samples"]
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
+    """One series' value (a tuple: thousands are built per second at fleet size)."""
+
     family: MetricDef
     #: Values of the family's declared labels then its optional ones, in their order (None:
     #: an optional label this series does not carry).
@@ -56,9 +57,13 @@ _WINDOW_FIGURES: tuple[tuple[MetricDef, Callable[[AcceptanceReport], float | int
 class _Out:
     """Samples of one target; a value that is not a finite number is never exported."""
 
+    __slots__ = ("_checked", "_constant", "samples")
+
     def __init__(self, constant: Mapping[str, str]) -> None:
         self.samples: list[Sample] = []
         self._constant = constant
+        #: (family, label count) pairs whose count is known to be right.
+        self._checked: set[tuple[str, int]] = set()
 
     def add(
         self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
@@ -68,9 +73,12 @@ class _Out:
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
         if not math.isfinite(number):
             return
-        if not len(family.labels) <= len(values) <= len(family.labels) + len(family.optional):
-            raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
-        if any(v is None for v in values[: len(family.labels)]):
+        key = (family.name, len(values))
+        if key not in self._checked:
+            if not len(family.labels) <= len(values) <= len(family.labels) + len(family.optional):
+                raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
+            self._checked.add(key)
+        if None in values[: len(family.labels)]:
             raise ValueError(f"{family.name}: a required label has no value")
         self.samples.append(Sample(family, values, number, self._constant))
 

@@ -65,6 +65,17 @@ def _prefix(sample: Sample) -> str:
     return f"{sample.family.sample_name}{{{body}}} "
 
 
+def _go_float(value: float) -> str:
+    """``prometheus_client.utils.floatToGoString`` for the finite values specmon exports
+    (the collector drops the others): Python's shortest repr, handed to prometheus_client
+    only where Go writes an exponent and Python does not (positive values with seven or
+    more digits before the point), so the text is byte-for-byte what its encoders write."""
+    text = repr(value)
+    if value > 0 and text.find(".") > 6:
+        return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+    return text
+
+
 def _lines(samples: list[Sample], prefixes: Prefixes) -> dict[str, str]:
     if len(prefixes) > _MAX_PREFIXES:
         prefixes.clear()
@@ -74,9 +85,7 @@ def _lines(samples: list[Sample], prefixes: Prefixes) -> dict[str, str]:
         prefix = prefixes.get(key)
         if prefix is None:
             prefix = prefixes[key] = _prefix(sample)
-        lines.setdefault(sample.family.name, []).append(
-            prefix + floatToGoString(sample.value) + "\n"  # type: ignore[no-untyped-call]
-        )
+        lines.setdefault(sample.family.name, []).append(prefix + _go_float(sample.value) + "\n")
     return {name: "".join(found) for name, found in lines.items()}
 
 

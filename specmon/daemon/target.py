@@ -374,8 +374,10 @@ class TargetState:
         twin = None
         if acceptance is not None and cfg.baseline is not None and self.baseline_window:
             twin = self.baseline_window(cfg.baseline, model, seconds)
+        # Only a comparison with a baseline reads the window's concurrency buckets.
+        compared = acceptance is not None and (twin is not None or cfg.cost_profile is not None)
         return load_figures(
-            history.window(seconds),
+            history.window(seconds, buckets=compared),
             acceptance=acceptance,
             chain_length=k,
             baseline=cfg.baseline,

@@ -15,12 +15,15 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from specmon.daemon import metrics
-from specmon.daemon.render import Exposition
+from specmon.daemon.render import Exposition, _go_float
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
@@ -141,3 +144,15 @@ def test_names_follow_the_conventions(definition: metrics.MetricDef) -> None:
     if definition.kind is metrics.Kind.GAUGE:
         assert definition.help.endswith(".")
     assert len(definition.help) >= 20
+
+
+@given(
+    st.one_of(
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.integers(min_value=0, max_value=2**60).map(float),
+        st.sampled_from([0.0, -0.0, 1e7, 9999999.0, 12345678.9, 1e16, 1.5e300, 5e-324]),
+    )
+)
+def test_value_text_is_what_prometheus_client_writes(value: float) -> None:
+    """The renderer's own float formatting (a fast path) equals prometheus_client's."""
+    assert _go_float(value) == floatToGoString(value)  # type: ignore[no-untyped-call]
