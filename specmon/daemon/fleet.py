@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import aiohttp
@@ -195,8 +195,7 @@ class SourceRunner:
         while True:
             started = loop.time()
             try:
-                result = await self.source.read()
-                await self.apply(result)
+                await self.apply(await self.source.read())  # not held over the next read
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug must cost one read, never the source or the daemon
@@ -209,7 +208,9 @@ class SourceRunner:
 
     async def apply(self, result: ReadResult) -> None:
         """Turn one read into the instances' states (see the module docstring)."""
-        self.last = result
+        # Kept for its figures (duration, bytes); its instances' samples (about 5 KiB an
+        # instance) are let go once applied, not held until the next read.
+        self.last = replace(result, instances=())
         self.reads[result.status] = self.reads.get(result.status, 0) + 1
         self.queries += result.queries
         if not result.usable:
