@@ -375,12 +375,22 @@ def _float(token: str) -> float:
         raise _LineError(f"invalid number {token[:40]!r}") from None
 
 
+#: Label sets parsed before (the same series recur on every page of every target), by
+#: their text; bounded in count and length (a hostile page cannot grow it), cleared when full.
+_LABEL_CACHE: dict[str, tuple[tuple[str, str], ...]] = {}
+_LABEL_CACHE_MAX = 4096
+_LABEL_CACHE_BODY = 256
+
+
 def _labels(line: str, pos: int) -> tuple[dict[str, str], int]:
     """Parse ``name="value",...}`` starting just after ``{``; return labels and end position."""
     close = line.find("}", pos)
     if close < 0:
         raise _LineError("unterminated label set")
     body = line[pos:close]
+    cached = _LABEL_CACHE.get(body)
+    if cached is not None:
+        return dict(cached), close + 1
     if "\\" not in body and body.count('"') % 2 == 0:
         # Fast path: no escapes, and the first "}" is not inside a quoted value.
         labels: dict[str, str] = {}
@@ -392,6 +402,10 @@ def _labels(line: str, pos: int) -> tuple[dict[str, str], int]:
             consumed = m.end()
         else:
             if not body[consumed:].strip():
+                if len(body) <= _LABEL_CACHE_BODY:
+                    if len(_LABEL_CACHE) >= _LABEL_CACHE_MAX:
+                        _LABEL_CACHE.clear()
+                    _LABEL_CACHE[body] = tuple(labels.items())
                 return labels, close + 1
     # Escapes, or something wrong: the careful parser says exactly what.
     return _labels_slow(line, pos)

@@ -608,6 +608,7 @@ class _Sum:
 
     __slots__ = (
         "accepted",
+        "cached",
         "decode_seconds",
         "decode_tokens",
         "draft_tokens",
@@ -632,8 +633,12 @@ class _Sum:
         self.drafts = self.draft_tokens = self.accepted = self.resets = self.intervals = 0
         self.per_pos: list[int] = []
         self.errors = [0.0, 0.0, 0.0, 0.0, 0.0]
+        #: interval() until the next add: a bucket no interval entered or left since the
+        #: last scrape gives the same object again (its comparisons are not redone).
+        self.cached: LoadInterval | None = None
 
     def add(self, row: array[float], sign: int) -> None:
+        self.cached = None
         self.request_steps += sign * row[_REQUEST_STEPS]
         self.decode_seconds += sign * row[_DECODE_SECONDS]
         self.decode_tokens += sign * row[_DECODE_TOKENS]
@@ -668,8 +673,14 @@ class _Sum:
             errors[i] += sign * row[_ERRORS + i]
 
     def interval(self) -> LoadInterval | None:
+        if self.cached is not None:
+            return self.cached
         if self.intervals <= 0:
             return None
+        self.cached = self._interval()
+        return self.cached
+
+    def _interval(self) -> LoadInterval:
         per_pos = list(self.per_pos)
         while per_pos and per_pos[-1] == 0:  # positions no interval of the window had
             per_pos.pop()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specmon import arithmetic
-from specmon.engines import Engine, detect_engine, read_page
+from specmon.engines import ADAPTERS, MARKER_STEMS, Engine, detect_engine, read_page
 from specmon.report import (
     detected_chain_length,
     engine_draft_cost,
@@ -93,6 +93,14 @@ def test_detection_never_confuses_engines(key: str) -> None:
     for engine in Engine:
         if engine is not expected:
             assert read_page(text, engine=engine).models == (), engine
+
+
+def test_every_marker_has_a_stem() -> None:
+    """detect_engine skips the per-marker scan of a page with none of MARKER_STEMS: every
+    adapter's marker must contain one, or its pages would go undetected."""
+    for engine, adapter in ADAPTERS.items():
+        for marker in adapter.markers:
+            assert any(stem in marker for stem in MARKER_STEMS), (engine, marker)
 
 
 # -- TensorRT-LLM ------------------------------------------------------------------------------

@@ -224,3 +224,21 @@ def test_the_daemons_fast_path_reads_what_the_line_loop_reads() -> None:
             assert {k: v for k, v in slow.types.items() if k in fast.types} == fast.types
             checked += bool(fast.samples)
     assert checked >= 20
+
+
+def test_label_sets_parsed_before_come_back_equal_and_independent() -> None:
+    """The parse keeps label sets it has seen (the same series recur on every page): a
+    second page gets equal labels in dicts of its own, and the cache stays bounded."""
+    from specmon import exposition
+
+    page = 'm_total{a="1",b="x y"} 3\n'
+    first = parse(page).samples["m_total"][0]
+    second = parse(page).samples["m_total"][0]
+    assert first.labels == second.labels == {"a": "1", "b": "x y"}
+    assert first.labels is not second.labels  # each page's samples own their labels
+    many = "".join(f'm_total{{i="{i}"}} 1\n' for i in range(exposition._LABEL_CACHE_MAX + 10))
+    assert len(parse(many).samples["m_total"]) == exposition._LABEL_CACHE_MAX + 10
+    assert len(exposition._LABEL_CACHE) <= exposition._LABEL_CACHE_MAX
+    long_value = "v" * (exposition._LABEL_CACHE_BODY + 1)
+    parse(f'm_total{{a="{long_value}"}} 1\n')
+    assert all(len(body) <= exposition._LABEL_CACHE_BODY for body in exposition._LABEL_CACHE)

@@ -129,9 +129,12 @@ def _headers(openmetrics: bool) -> dict[str, str]:
 
 @dataclass(slots=True)
 class _Built:
-    text: bytes
+    #: None when only the compressed page was asked for (Prometheus asks for gzip): the
+    #: plain text is not kept beside it (15 MB at 2,000 targets).
+    text: bytes | None
     deflated: bytes
     crc: int
+    size: int
 
 
 @dataclass(slots=True)
@@ -181,27 +184,32 @@ class Exposition:
 
     def text(self, *, openmetrics: bool = False) -> bytes:
         """The target families, joined (without OpenMetrics' ``# EOF``)."""
-        return self._build(openmetrics).text
+        text = self._build(openmetrics, text=True).text
+        assert text is not None
+        return text
 
     def page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
         """The whole page: the target families, then ``own`` (the registry's encoding of
         specmon's own instruments, ending in ``# EOF`` for OpenMetrics)."""
-        return self._build(openmetrics).text + own
+        return self.text(openmetrics=openmetrics) + own
 
     def gzip_page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
         """:meth:`page` as one gzip member, the cached target half compressed only once."""
-        built = self._build(openmetrics)
+        built = self._build(openmetrics, text=False)
         tail = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
         deflated_own = tail.compress(own) + tail.flush(zlib.Z_FINISH)
         crc = zlib.crc32(own, built.crc)
-        size = len(built.text) + len(own)
+        size = built.size + len(own)
         header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
         trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
         return header + built.deflated + deflated_own + trailer
 
-    def _build(self, openmetrics: bool) -> _Built:
+    def _build(self, openmetrics: bool, *, text: bool) -> _Built:
+        """The joined target families of the current generation; ``text``: the plain text
+        is wanted too (else only the compressed form is kept)."""
         cached = self._built.get(openmetrics)
-        if cached is not None and cached[0] == self._generation:
+        fresh = cached is not None and cached[0] == self._generation
+        if cached is not None and fresh and (cached[1].text is not None or not text):
             return cached[1]
         headers = _headers(openmetrics)
         fragments = [self._fragments[name] for name in sorted(self._fragments)]
@@ -212,9 +220,10 @@ class Exposition:
             if lines:
                 pieces.append(headers[name])
                 pieces.extend(lines)
-        text = "".join(pieces).encode("utf-8")
+        data = "".join(pieces).encode("utf-8")
+        del pieces
         head = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-        deflated = head.compress(text) + head.flush(zlib.Z_FULL_FLUSH)
-        built = _Built(text, deflated, zlib.crc32(text))
+        deflated = head.compress(data) + head.flush(zlib.Z_FULL_FLUSH)
+        built = _Built(data if text else None, deflated, zlib.crc32(data), len(data))
         self._built[openmetrics] = (self._generation, built)
         return built

@@ -36,6 +36,7 @@ from specmon.exposition import Page, parse
 
 __all__ = [
     "ENGINE_CHOICES",
+    "MARKER_STEMS",
     "AdapterError",
     "Context",
     "Engine",
@@ -99,12 +100,18 @@ def check_engine(value: Any) -> Engine | None:
     return None if value == "auto" else Engine(value)
 
 
+#: Every engine's speculative markers contain one of these (a test holds it): a page with
+#: none of them (a server without speculation) skips the scan for each marker.
+MARKER_STEMS = ("spec_", "tgi_request_skipped")
+
+
 def detect_engine(text: str) -> Engine | None:
     """The engine whose speculative-decoding series appear on the page, else the engine whose
     other families appear, else None. Substring checks only: no parsing."""
-    for engine, adapter in ADAPTERS.items():
-        if any(marker in text for marker in adapter.markers):
-            return engine
+    if any(stem in text for stem in MARKER_STEMS):
+        for engine, adapter in ADAPTERS.items():
+            if any(marker in text for marker in adapter.markers):
+                return engine
     framed = "\n" + text
     for hint, engine in _FAMILY_HINTS:
         if hint in framed:

@@ -85,6 +85,17 @@ def test_the_gzip_page_is_one_valid_member() -> None:
         assert reader.eof and reader.unused_data == b""
 
 
+def test_a_gzip_only_consumer_does_not_keep_the_plain_page() -> None:
+    """Prometheus asks for gzip: the joined plain text (megabytes at fleet size) is not
+    kept beside its compressed form; a plain request after it still gets the same bytes."""
+    exposition = _exposition(fleet_views())
+    body = exposition.gzip_page(b"")
+    assert exposition._built[False][1].text is None
+    assert exposition.page(b"") == gzip.decompress(body)
+    assert exposition._built[False][1].text is not None  # asked for: kept for this generation
+    assert gzip.decompress(exposition.gzip_page(b"")) == exposition.page(b"")
+
+
 def test_a_change_renders_again_and_nothing_else_does() -> None:
     views = fleet_views()
     exposition = _exposition(views)
