@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|fleet|load]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|fleet|load|memory]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ def main(argv: list[str]) -> int:
         from bench import loadcost
 
         return loadcost.main(argv[1:])
+    if which == "memory":
+        from bench import memory
+
+        return memory.main(argv[1:])
     if which == "cost":
         from bench import cost
 
@@ -38,7 +42,7 @@ def main(argv: list[str]) -> int:
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, fleet or load",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, fleet, load or memory",
         file=sys.stderr,
     )
     return 2

@@ -505,16 +505,19 @@ class _LabelCheck:
 
 
 def build_instances(
-    answers: Iterable[Sequence[Any]],
+    answers: Iterable[list[Any]],
     freshness: Sequence[Any] | None,
     *,
     config: PrometheusSourceConfig,
     at: float,
+    consume: bool = False,
 ) -> tuple[list[InstanceRead], list[str], int]:
     """Group value-query results into instances (pure; no I/O).
 
     Returns the instances sorted by name, the read-level problems and the number of series.
     Raises :class:`_Failure` (TOO_LARGE) when the series or instances exceed the caps.
+    ``consume``: each result element is replaced by None once grouped, so the decoded answer
+    is let go while the instances are built (the read's peak memory at fleet size).
     """
     wanted = frozenset(wanted_names(config.engine))
     inst_labels = config.instance_labels
@@ -532,7 +535,9 @@ def build_instances(
                 f"more than max_series ({config.max_series}) series; narrow the selector "
                 "or raise max_series",
             )
-        for item in result:
+        for index, item in enumerate(result):
+            if consume:
+                result[index] = None
             metric = item.get("metric") if isinstance(item, dict) else None
             value = item.get("value") if isinstance(item, dict) else None
             if not isinstance(metric, dict):
@@ -818,9 +823,14 @@ class PrometheusSource:
             # (measured at 2,000 instances). No other task runs during this synchronous block.
             with _collector_paused():
                 answers = [parse_answer(body) for body in bodies]
+                del bodies  # decoded: the bodies' megabytes go before the grouping
                 values, freshness = answers[:-1], answers[-1]
                 instances, problems, series = build_instances(
-                    (a.result for a in values), freshness.result, config=config, at=at
+                    (a.result for a in values),
+                    freshness.result,
+                    config=config,
+                    at=at,
+                    consume=True,
                 )
         except _Failure as failure:
             return self._failed(

@@ -22,6 +22,7 @@ from specmon.sources.prometheus import (
     QueryStrategy,
     ReadResult,
     ReadStatus,
+    build_instances,
     freshness_query,
     instance_name,
     value_queries,
@@ -104,6 +105,28 @@ def test_fleet_one_instance_per_instance_label() -> None:
         assert instance.newest_sample is not None and instance.oldest_sample is not None
         assert 0 <= FLEET["at"] - instance.newest_sample < 1.5  # scraped every second
         assert instance.age_seconds == pytest.approx(FLEET["at"] - instance.newest_sample)
+
+
+def test_a_consumed_answer_builds_the_same_instances() -> None:
+    """The daemon's read lets each decoded result element go once grouped (its peak memory
+    at fleet size): the instances are the same as from an answer left intact."""
+    config = source_for(FLEET, "http://prometheus.invalid:9090")
+    (query,) = value_queries(config)
+    (values,) = [a for a in FLEET["answers"] if a["query"] == query]
+    (fresh,) = [a for a in FLEET["answers"] if a["query"] == freshness_query(config)]
+
+    def build(consume: bool) -> tuple[Any, list[Any]]:
+        result = json.loads(values["body"])["data"]["result"]
+        freshness = json.loads(fresh["body"])["data"]["result"]
+        built = build_instances([result], freshness, config=config, at=FLEET["at"],
+                                consume=consume)  # fmt: skip
+        return built, result
+
+    (kept, _, series), intact = build(False)
+    (consumed, _, same_series), released = build(True)
+    assert consumed == kept and same_series == series > 0
+    assert all(item is not None for item in intact)
+    assert released == [None] * len(intact)
 
 
 def test_pages_carry_the_engine_labels_and_drop_the_grouping_ones() -> None:
