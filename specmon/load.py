@@ -29,9 +29,10 @@ import bisect
 import functools
 import itertools
 import math
+import operator
 from array import array
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ __all__ = [
     "BucketScheme",
     "BucketTotals",
     "BucketVerdict",
+    "CompareMemo",
     "Crossover",
     "LoadCounters",
     "LoadHistory",
@@ -561,20 +563,24 @@ class LoadWindow:
 
 
 # One interval as a row of doubles (an ``array('d')``: about a quarter of the memory of the
-# LoadInterval object and its floats, issue 15): end time, bucket (-1: none), the increases,
-# None as NaN, then the accepted drafts per position. Counts are exact: a reading's counters
-# are at most 2**53 (``engines._common.MAX_COUNT``), so their increases are too.
+# LoadInterval object and its floats, issue 15): end time, bucket (-1: none), the increases
+# (an optional figure the interval lacks as 0 plus a 1 in its "missing" column, so that rows
+# add up column by column), whether a count is big (below), then the accepted drafts per
+# position. A reading's counters are at most 2**53 (``engines._common.MAX_COUNT``), so the
+# increases are exact; their sums stay exact as long as they stay below 2**53, which every
+# real engine's do by many orders of magnitude. A row with a count of 2**32 or more (only a
+# hostile or broken page) is "big": a sliding sum it leaves is summed again from scratch.
 _END, _BUCKET, _REQUEST_STEPS, _DECODE_SECONDS, _DECODE_TOKENS = 0, 1, 2, 3, 4
 _ENGINE_STEPS, _SLOT_STEPS, _DRAFTS, _DRAFT_TOKENS, _ACCEPTED = 5, 6, 7, 8, 9
-_SECONDS, _RESETS, _ERRORS, _INTERVALS, _POSITIONS = 10, 11, 12, 17, 18
-_NAN = math.nan
-
-
-def _opt(value: float | None) -> float:
-    return _NAN if value is None else value
+_SECONDS, _RESETS, _ERRORS, _INTERVALS = 10, 11, 12, 17
+_ENGINE_MISSING, _SLOT_MISSING, _SECONDS_MISSING, _BIG, _POSITIONS = 18, 19, 20, 21, 22
+_BIG_COUNT = float(2**32)
+_ADD, _SUB = operator.add, operator.sub
 
 
 def _row(end: float, item: LoadInterval, bucket: int | None) -> array[float]:
+    big = max(item.drafts, item.draft_tokens, item.accepted_tokens, item.resets,
+              item.intervals, *item.accepted_per_position) >= _BIG_COUNT  # fmt: skip
     return array(
         "d",
         (
@@ -583,122 +589,87 @@ def _row(end: float, item: LoadInterval, bucket: int | None) -> array[float]:
             item.request_steps,
             item.decode_seconds,
             item.decode_tokens,
-            _opt(item.engine_steps),
-            _opt(item.slot_steps),
+            item.engine_steps or 0.0,
+            item.slot_steps or 0.0,
             float(item.drafts),
             float(item.draft_tokens),
             float(item.accepted_tokens),
-            _opt(item.seconds),
+            item.seconds or 0.0,
             float(item.resets),
             *item.errors,
             float(item.intervals),
+            1.0 if item.engine_steps is None else 0.0,
+            1.0 if item.slot_steps is None else 0.0,
+            1.0 if item.seconds is None else 0.0,
+            1.0 if big else 0.0,
             *map(float, item.accepted_per_position),
         ),
     )
 
 
 def _start_of(row: array[float]) -> float:
-    seconds = row[_SECONDS]
-    return row[_END] - (0.0 if seconds != seconds else seconds)
+    return row[_END] - row[_SECONDS]
+
+
+def _count(value: float) -> int:
+    return max(round(value), 0)
 
 
 class _Sum:
-    """A running sum of intervals that intervals can also be taken out of (a sliding window),
-    with optional figures summed as value and missing count (None while any is missing)."""
+    """A running sum of intervals that intervals can also be taken out of (a sliding window):
+    the rows' columns summed in one pass (``map`` over two sequences of doubles, a few
+    microseconds, issue 13's cost per scrape); an optional figure is None while any interval
+    inside lacks it."""
 
-    __slots__ = (
-        "accepted",
-        "cached",
-        "decode_seconds",
-        "decode_tokens",
-        "draft_tokens",
-        "drafts",
-        "engine_missing",
-        "engine_steps",
-        "errors",
-        "intervals",
-        "per_pos",
-        "request_steps",
-        "resets",
-        "seconds",
-        "seconds_missing",
-        "slot_missing",
-        "slot_steps",
-    )
+    __slots__ = ("cached", "values")
 
     def __init__(self) -> None:
-        self.request_steps = self.decode_seconds = self.decode_tokens = 0.0
-        self.engine_steps = self.slot_steps = self.seconds = 0.0
-        self.engine_missing = self.slot_missing = self.seconds_missing = 0
-        self.drafts = self.draft_tokens = self.accepted = self.resets = self.intervals = 0
-        self.per_pos: list[int] = []
-        self.errors = [0.0, 0.0, 0.0, 0.0, 0.0]
+        self.values: list[float] = [0.0] * _POSITIONS
         #: interval() until the next add: a bucket no interval entered or left since the
         #: last scrape gives the same object again (its comparisons are not redone).
         self.cached: LoadInterval | None = None
 
+    @property
+    def intervals(self) -> int:
+        return _count(self.values[_INTERVALS])
+
     def add(self, row: array[float], sign: int) -> None:
         self.cached = None
-        self.request_steps += sign * row[_REQUEST_STEPS]
-        self.decode_seconds += sign * row[_DECODE_SECONDS]
-        self.decode_tokens += sign * row[_DECODE_TOKENS]
-        value = row[_ENGINE_STEPS]
-        if value != value:  # NaN: the interval has none
-            self.engine_missing += sign
-        else:
-            self.engine_steps += sign * value
-        value = row[_SLOT_STEPS]
-        if value != value:
-            self.slot_missing += sign
-        else:
-            self.slot_steps += sign * value
-        value = row[_SECONDS]
-        if value != value:
-            self.seconds_missing += sign
-        else:
-            self.seconds += sign * value
-        self.drafts += sign * int(row[_DRAFTS])
-        self.draft_tokens += sign * int(row[_DRAFT_TOKENS])
-        self.accepted += sign * int(row[_ACCEPTED])
-        self.resets += sign * int(row[_RESETS])
-        self.intervals += sign * int(row[_INTERVALS])
-        width = len(row) - _POSITIONS
-        per_pos = self.per_pos
-        if width > len(per_pos):
-            per_pos.extend([0] * (width - len(per_pos)))
-        for i in range(width):
-            per_pos[i] += sign * int(row[_POSITIONS + i])
-        errors = self.errors
-        for i in range(5):
-            errors[i] += sign * row[_ERRORS + i]
+        values = self.values
+        if len(row) != len(values):  # more or fewer positions than the sum has seen
+            if len(row) > len(values):
+                values.extend([0.0] * (len(row) - len(values)))
+            else:
+                row = row + array("d", [0.0] * (len(values) - len(row)))
+        self.values = list(map(_ADD if sign > 0 else _SUB, values, row))
 
     def interval(self) -> LoadInterval | None:
         if self.cached is not None:
             return self.cached
-        if self.intervals <= 0:
+        if self.values[_INTERVALS] < 0.5:
             return None
         self.cached = self._interval()
         return self.cached
 
     def _interval(self) -> LoadInterval:
-        per_pos = list(self.per_pos)
+        v = self.values
+        per_pos = [*map(round, v[_POSITIONS:])]  # rounding drift is far below 0.5
         while per_pos and per_pos[-1] == 0:  # positions no interval of the window had
             per_pos.pop()
-        e = self.errors
         return LoadInterval(
-            request_steps=max(self.request_steps, 0.0),
-            decode_seconds=max(self.decode_seconds, 0.0),
-            decode_tokens=max(self.decode_tokens, 0.0),
-            engine_steps=None if self.engine_missing else max(self.engine_steps, 0.0),
-            slot_steps=None if self.slot_missing else max(self.slot_steps, 0.0),
-            drafts=self.drafts,
-            draft_tokens=self.draft_tokens,
-            accepted_tokens=self.accepted,
+            request_steps=max(v[_REQUEST_STEPS], 0.0),
+            decode_seconds=max(v[_DECODE_SECONDS], 0.0),
+            decode_tokens=max(v[_DECODE_TOKENS], 0.0),
+            engine_steps=None if v[_ENGINE_MISSING] >= 0.5 else max(v[_ENGINE_STEPS], 0.0),
+            slot_steps=None if v[_SLOT_MISSING] >= 0.5 else max(v[_SLOT_STEPS], 0.0),
+            drafts=_count(v[_DRAFTS]),
+            draft_tokens=_count(v[_DRAFT_TOKENS]),
+            accepted_tokens=_count(v[_ACCEPTED]),
             accepted_per_position=tuple(per_pos),
-            seconds=None if self.seconds_missing else self.seconds,
-            resets=self.resets,
-            errors=(e[0], e[1], e[2], e[3], e[4]),
-            intervals=self.intervals,
+            seconds=None if v[_SECONDS_MISSING] >= 0.5 else v[_SECONDS],
+            resets=_count(v[_RESETS]),
+            errors=(v[_ERRORS], v[_ERRORS + 1], v[_ERRORS + 2], v[_ERRORS + 3], v[_ERRORS + 4]),
+            intervals=_count(v[_INTERVALS]),
         )
 
 
@@ -711,12 +682,15 @@ class _Slide:
     """One window length's sums (total, per bucket, requests running), kept up to date as
     intervals arrive and leave: a window costs the same whatever its length."""
 
-    __slots__ = ("buckets", "changes", "first", "running_count", "running_first", "running_sum",
-                 "seconds", "total")  # fmt: skip
+    __slots__ = ("bucketed", "buckets", "changes", "first", "running_count", "running_first",
+                 "running_sum", "seconds", "total")  # fmt: skip
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, bucketed: bool = False) -> None:
         self.seconds = seconds
         self.total = _Sum()
+        #: Per-bucket sums are kept only once a window was asked for them (a comparison with
+        #: a baseline): a target without one never pays for them.
+        self.bucketed = bucketed
         self.buckets: dict[int, _Sum] = {}
         #: Absolute index of the oldest interval (reading) inside the window.
         self.first = 0
@@ -726,9 +700,11 @@ class _Slide:
         self.changes = 0
 
     def put(self, row: array[float], sign: int) -> None:
+        if sign < 0 and row[_BIG]:  # its leaving may round the sums: sum them again
+            self.changes = _RESUM_EVERY
         self.total.add(row, sign)
         bucket = int(row[_BUCKET])
-        if bucket >= 0:
+        if bucket >= 0 and self.bucketed:
             sums = self.buckets.get(bucket)
             if sums is None:
                 sums = self.buckets[bucket] = _Sum()
@@ -790,6 +766,14 @@ class LoadHistory:
         self._running = _Pairs()
         self._running_dropped = 0
         self._slides: dict[float, _Slide] = {}
+        self._memos: dict[float, CompareMemo] = {}
+
+    def memo(self, seconds: float) -> CompareMemo:
+        """The comparison memo of the window of ``seconds`` (see :class:`CompareMemo`)."""
+        memo = self._memos.get(seconds)
+        if memo is None:
+            memo = self._memos[seconds] = CompareMemo()
+        return memo
 
     def set_retention(self, retention: float) -> None:
         if retention <= 0:
@@ -865,7 +849,7 @@ class LoadHistory:
 
     def _resum(self, slide: _Slide) -> None:
         """Sum ``slide`` again from the intervals inside it."""
-        fresh = _Slide(slide.seconds)
+        fresh = _Slide(slide.seconds, bucketed=slide.bucketed)
         fresh.first = slide.first
         fresh.running_first = slide.running_first
         for index in range(slide.first - self._dropped, len(self._intervals)):
@@ -894,6 +878,9 @@ class LoadHistory:
         if self._last is None:
             return LoadWindow(None, (), None)
         slide = self._slide(seconds)
+        if (buckets and not slide.bucketed) or slide.changes > _RESUM_EVERY:
+            slide.bucketed = slide.bucketed or buckets
+            self._resum(slide)
         total = slide.total.interval()
         scheme = self._scheme.buckets
         found = []
@@ -1052,35 +1039,76 @@ class BucketVerdict:
     reason: str | None = None
 
 
+class CompareMemo:
+    """The verdicts of one window's last comparison, by the identity of the sums they came
+    from: a bucket no interval entered or left since the previous scrape keeps its sums
+    object (:meth:`LoadHistory.window`), so its comparison (and its report, computed when
+    first read) is not made again. Holds only the entries the last call used."""
+
+    __slots__ = ("_entries", "_key")
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, int], tuple[object, object, BucketVerdict]] = {}
+        self._key: tuple[int | None, Thresholds] | None = None
+
+    def verdicts(
+        self,
+        items: Iterable[tuple[BucketTotals, object]],
+        make: Callable[[BucketTotals, Any], BucketVerdict],
+        *,
+        chain_length: int | None,
+        thresholds: Thresholds,
+    ) -> tuple[BucketVerdict, ...]:
+        """``make(item, other)`` for each (target bucket, what it is compared with), or the
+        verdict made last time from the very same two objects."""
+        if self._key != (chain_length, thresholds):
+            self._key = (chain_length, thresholds)
+            self._entries = {}
+        previous = self._entries
+        entries: dict[tuple[int, int], tuple[object, object, BucketVerdict]] = {}
+        out = []
+        for item, other in items:
+            key = (id(item.totals), id(other))
+            entry = previous.get(key)
+            if entry is None or entry[0] is not item.totals or entry[1] is not other:
+                entry = (item.totals, other, make(item, other))
+            entries[key] = entry
+            out.append(entry[2])
+        self._entries = entries
+        return tuple(out)
+
+
 def compare_with_twin(
     target: Sequence[BucketTotals],
     baseline: Sequence[BucketTotals],
     *,
     chain_length: int | None = None,
     thresholds: Thresholds = Thresholds(),
+    memo: CompareMemo | None = None,
 ) -> tuple[BucketVerdict, ...]:
     """Each target bucket against the twin's bucket of the same concurrency (like with
-    like). A bucket short of data on either side gets a reason instead of figures."""
-    by_index = {b.bucket.index: b for b in baseline}
-    out: list[BucketVerdict] = []
-    for item in target:
+    like). A bucket short of data on either side gets a reason instead of figures.
+    ``memo``: the window's :class:`CompareMemo` (the same answers, made once per change)."""
+    by_index = {b.bucket.index: b.totals for b in baseline}
+
+    def make(item: BucketTotals, twin: LoadInterval | None) -> BucketVerdict:
         short = thresholds.short_of(item.totals, speculative=True)
         if short is not None:
-            out.append(BucketVerdict(item.bucket, None, f"too little data: {short}"))
-            continue
-        twin = by_index.get(item.bucket.index)
+            return BucketVerdict(item.bucket, None, f"too little data: {short}")
         if twin is None:
-            out.append(BucketVerdict(item.bucket, None, "no matching baseline bucket yet"))
-            continue
-        twin_short = thresholds.short_of(twin.totals, speculative=False)
-        point = twin_point(twin) if twin_short is None else None
+            return BucketVerdict(item.bucket, None, "no matching baseline bucket yet")
+        twin_short = thresholds.short_of(twin, speculative=False)
+        point = twin_point(BucketTotals(item.bucket, twin)) if twin_short is None else None
         if point is None:
             why = twin_short or "no step time"
-            out.append(BucketVerdict(item.bucket, None, f"baseline bucket: too little data: {why}"))
-            continue
+            return BucketVerdict(item.bucket, None, f"baseline bucket: too little data: {why}")
         result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
-        out.append(BucketVerdict(item.bucket, result, None if result else "no step time"))
-    return tuple(out)
+        return BucketVerdict(item.bucket, result, None if result else "no step time")
+
+    pairs = [(item, by_index.get(item.bucket.index)) for item in target]
+    if memo is None:
+        return tuple(make(item, twin) for item, twin in pairs)
+    return memo.verdicts(pairs, make, chain_length=chain_length, thresholds=thresholds)
 
 
 def compare_with_profile(
@@ -1089,26 +1117,27 @@ def compare_with_profile(
     *,
     chain_length: int | None = None,
     thresholds: Thresholds = Thresholds(),
+    memo: CompareMemo | None = None,
 ) -> tuple[BucketVerdict, ...]:
     """Each target bucket against the profile's baseline at the bucket's measured
     concurrency (interpolated between levels; none outside the profile's range)."""
-    out: list[BucketVerdict] = []
-    for item in target:
+
+    def make(item: BucketTotals, _: object) -> BucketVerdict:
         short = thresholds.short_of(item.totals, speculative=True)
         concurrency = item.concurrency
         if short is not None or concurrency is None:
             why = short or "no concurrency"
-            out.append(BucketVerdict(item.bucket, None, f"too little data: {why}"))
-            continue
+            return BucketVerdict(item.bucket, None, f"too little data: {why}")
         point = profile.baseline_at(concurrency)
         if point is None:
-            out.append(
-                BucketVerdict(item.bucket, None, "outside the profile's measured concurrencies")
-            )
-            continue
+            return BucketVerdict(item.bucket, None, "outside the profile's measured concurrencies")
         result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
-        out.append(BucketVerdict(item.bucket, result, None if result else "no step time"))
-    return tuple(out)
+        return BucketVerdict(item.bucket, result, None if result else "no step time")
+
+    pairs = [(item, profile) for item in target]
+    if memo is None:
+        return tuple(make(item, profile) for item, _ in pairs)
+    return memo.verdicts(pairs, make, chain_length=chain_length, thresholds=thresholds)
 
 
 def measured_costs(verdicts: Iterable[BucketVerdict]) -> list[tuple[float, float]]:

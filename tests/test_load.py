@@ -491,6 +491,31 @@ def test_a_window_without_buckets_has_the_same_totals() -> None:
     assert [row.typecode for row in h._intervals] == ["d", "d"]
 
 
+def test_a_hostile_count_leaving_a_window_leaves_exact_sums() -> None:
+    """Counts near 2**53 (the most a page may publish) make a window's sums of doubles round
+    while they are inside it; once that interval has left, the window is exact again (summed
+    afresh), not off by what the rounding left behind. Every window length, with and without
+    buckets."""
+    big = 2**53 - 7
+    h = LoadHistory(retention=1000)
+    steps = 0.0
+    drafts = 0
+    for t, new in ((0, 0), (10, big), (20, 3), (30, 5), (40, 6), (50, 9)):
+        drafts += new
+        steps += 100.0
+        h.add(float(t), lc(steps, steps / 100, steps, steps, steps, drafts, drafts, drafts,
+                           (drafts,), running=1.0))  # fmt: skip
+        for seconds in (25.0, 35.0):
+            for buckets in (False, True):
+                h.window(seconds, buckets=buckets)  # the sums follow every reading
+    for seconds, want in ((25.0, 6 + 9), (35.0, 5 + 6 + 9)):
+        for buckets in (False, True):
+            w = h.window(seconds, buckets=buckets).totals
+            assert w is not None
+            assert (w.drafts, w.draft_tokens, w.accepted_tokens) == (want, want, want)
+            assert w.accepted_per_position == (want,)
+
+
 def test_history_ignores_a_reading_that_is_not_newer() -> None:
     h = LoadHistory(retention=100)
     h.add(10.0, lc(0, 0, 0))
@@ -667,6 +692,80 @@ def test_compare_with_twin_like_with_like() -> None:
     assert got[2].reason == "too little data: 50 engine steps (needs 200)"
     assert got[3].reason == "baseline bucket: too little data: 62 engine steps (needs 200)"
     assert measured_costs(got) == [(pytest.approx(1.0), pytest.approx(0.05))]  # type: ignore[comparison-overlap]
+
+
+def test_a_compare_memo_gives_the_same_verdicts_and_reuses_unchanged_buckets() -> None:
+    """With a CompareMemo, a window's comparison with its twin is the one made without it,
+    scrape after scrape; a bucket whose sums did not change on either side keeps its verdict
+    object (its comparison and report are not made again); the memo holds only the buckets
+    of the last call, and a new chain length starts afresh."""
+    import random
+
+    from specmon.load import CompareMemo, compare_with_twin
+
+    rng = random.Random(3)
+    histories = {True: LoadHistory(retention=600.0), False: LoadHistory(retention=600.0)}
+    totals = {spec: [0.0] * 7 for spec in histories}
+    memo = CompareMemo()
+    previous: tuple[object, ...] = ()
+    reused = compared = 0
+    concurrency = 1.0
+    for tick in range(240):
+        if tick % 6 == 0:
+            concurrency = rng.choice((1.0, 4.0, 16.0))
+        for spec, history in histories.items():
+            t = totals[spec]
+            engine = 200.0
+            slots = engine * concurrency
+            t[0] += slots  # request-steps
+            t[1] += slots * 0.01 * (1.0 + 0.02 * concurrency if spec else 1.0)
+            t[2] += slots * (2.0 if spec else 1.0)
+            t[3] += engine
+            t[4] += slots
+            t[5] += slots if spec else 0.0  # drafts; accepted = drafts (one each)
+            drafts = int(t[5])
+            history.add(
+                5.0 * tick,
+                lc(t[0], t[1], t[2], t[3], t[4], drafts, 3 * drafts, drafts,
+                   (drafts,) if spec else (), running=concurrency),
+            )  # fmt: skip
+        w, tw = histories[True].window(300.0), histories[False].window(300.0)
+        plain = compare_with_twin(w.buckets, tw.buckets, chain_length=3)
+        memoed = compare_with_twin(w.buckets, tw.buckets, chain_length=3, memo=memo)
+        assert memoed == plain
+        assert [v.comparison.report if v.comparison else None for v in memoed] == [
+            v.comparison.report if v.comparison else None for v in plain
+        ]
+        assert len(memo._entries) == len(w.buckets)
+        reused += sum(1 for v in memoed if any(v is p for p in previous))
+        compared += len(memoed)
+        previous = memoed
+    assert compared > 0 and 0.3 < reused / compared < 1.0  # most buckets sit still
+    w, tw = histories[True].window(300.0), histories[False].window(300.0)
+    again = compare_with_twin(w.buckets, tw.buckets, chain_length=4, memo=memo)
+    assert again == compare_with_twin(w.buckets, tw.buckets, chain_length=4)
+    assert not any(v is p for v in again for p in previous)
+
+
+def test_buckets_asked_for_late_are_summed_from_the_whole_window() -> None:
+    """A window read without buckets (no baseline) keeps no per-bucket sums; asked for them
+    later (a baseline configured), it has them for every interval inside, as accumulate()."""
+    h = LoadHistory(retention=500.0)
+    seen = []
+    for tick in range(60):
+        running = (1.0, 4.0, 8.0)[tick // 10 % 3]
+        steps = 100.0 * tick * running
+        got = h.add(5.0 * tick, lc(steps, steps / 100, steps, 100.0 * tick, steps,
+                                   running=running))  # fmt: skip
+        if got is not None:
+            seen.append((5.0 * tick, got))
+        assert h.window(120.0, buckets=False).buckets == ()
+    late = h.window(120.0)
+    expected = accumulate([i for end, i in seen if end - (i.seconds or 0) >= 295.0 - 120.0])
+    assert [(b.bucket.label, b.totals) for b in late.buckets] == [
+        (b.bucket.label, b.totals) for b in expected
+    ]
+    assert len(late.buckets) >= 2
 
 
 def test_compare_with_profile_inside_its_range_only() -> None:

@@ -16,6 +16,7 @@ from specmon.engines import SpecCounters
 from specmon.load import (
     DEFAULT_SCHEME,
     BucketVerdict,
+    CompareMemo,
     Crossover,
     LoadWindow,
     Profile,
@@ -83,12 +84,14 @@ def load_figures(
     baseline: str | None = None,
     twin: LoadWindow | None = None,
     profile: Profile | None = None,
+    memo: CompareMemo | None = None,
 ) -> LoadFigures | None:
     """The figures of one window (None when the window has no load data at all).
 
     ``acceptance``: the window's speculative counters (None for a server that does not
     speculate: a baseline shows its load and speed only). ``twin``: the baseline target's
-    same window; ``profile``: the cost profile.
+    same window; ``profile``: the cost profile; ``memo``: the window's comparison memo
+    (the same figures, each bucket compared once per change of its sums).
     """
     totals = window.totals
     if totals is None:
@@ -121,10 +124,14 @@ def load_figures(
         return figures
     name = baseline if twin is not None else PROFILE
     if twin is not None:
-        verdicts = compare_with_twin(window.buckets, twin.buckets, chain_length=chain_length)
+        verdicts = compare_with_twin(
+            window.buckets, twin.buckets, chain_length=chain_length, memo=memo
+        )
     else:
         assert profile is not None
-        verdicts = compare_with_profile(window.buckets, profile, chain_length=chain_length)
+        verdicts = compare_with_profile(
+            window.buckets, profile, chain_length=chain_length, memo=memo
+        )
     # "At this load": the bucket of the latest interval (the window's mean concurrency can
     # fall between the loads the window saw).
     now = window.latest.concurrency if window.latest is not None else None

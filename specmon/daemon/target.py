@@ -383,6 +383,7 @@ class TargetState:
             baseline=cfg.baseline,
             twin=twin,
             profile=cfg.cost_profile,
+            memo=history.memo(seconds) if compared else None,
         )
 
     def _plain_view(self, model: ModelReading) -> ModelView:
