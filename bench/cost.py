@@ -57,7 +57,11 @@ target before it without speculation (same traffic, no draft), and a revision gi
 ``REV+baseline`` (``worktree+baseline``) runs with every speculating target configured with
 ``baseline:`` its twin, so one run can compare the daemon before issue 13, with its load
 figures and with the bucket-by-bucket comparison against a twin:
-``--twins --rev 90ac6ae~1 --rev worktree --rev worktree+baseline``.
+``--twins --rev 90ac6ae~1 --rev worktree --rev worktree+baseline``. ``REV+noload`` (also
+after ``+baseline``) runs the same tree without its load processing (``load_counters``
+replaced by a function returning None, as ``bench load``'s "load off"), so the load signals'
+share of the daemon's CPU per scrape is measured on one tree:
+``--twins --rev worktree+noload --rev worktree --rev worktree+baseline``.
 
 Time: with the defaults (1m,5m) a run lasts the longest window + about 2 minutes (startup,
 60 s quiet period, 1 to 3 minutes of fetches); 200,1000,5000 targets with two revisions is
@@ -106,6 +110,15 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKTREE = ("worktree", ".")
 #: A revision spec ending in this runs with every speculating target's ``baseline:`` set.
 BASELINE = "+baseline"
+#: A revision spec ending in this runs the daemon without its load processing (issue 13's
+#: "load off"): ``specmon.daemon.target.load_counters`` replaced by a function returning None
+#: before ``specmon run`` starts, so no reading yields load counters (no load history, no load
+#: figures; the adapters still read the series), exactly as ``bench load``'s "load off".
+NOLOAD = "+noload"
+_NOLOAD_MAIN = (
+    "import runpy, specmon.daemon.target as t; t.load_counters = lambda *a, **k: None; "
+    "runpy.run_module('specmon', run_name='__main__', alter_sys=True)"
+)
 #: fleet.py serves about 2,600 pages/s on a whole core here; keep each process well below.
 TARGETS_PER_SIM_PROCESS = 2500
 
@@ -275,6 +288,8 @@ class Rev:
     dirty: bool  # the working tree only: uncommitted changes
     #: ``REV+baseline``: every speculating target gets ``baseline:`` its twin (``--twins``).
     baseline: bool = False
+    #: ``REV+noload``: the daemon without its load processing (:data:`NOLOAD`).
+    noload: bool = False
 
     @property
     def label(self) -> str:
@@ -295,7 +310,9 @@ def daemon_env(tree: Path) -> dict[str, str]:
 
 
 def prepare_rev(given: str, stack: ExitStack) -> Rev:
-    spec, baseline = given.removesuffix(BASELINE), given.endswith(BASELINE)
+    noload = given.endswith(NOLOAD)
+    spec = given.removesuffix(NOLOAD)
+    spec, baseline = spec.removesuffix(BASELINE), spec.endswith(BASELINE)
     if spec in WORKTREE:
         tree = ROOT
         commit = git("rev-parse", "HEAD")
@@ -319,7 +336,13 @@ def prepare_rev(given: str, stack: ExitStack) -> Rev:
     if not Path(where).resolve().is_relative_to(tree.resolve()):
         raise RuntimeError(f"{spec}: specmon imported from {where}, not from {tree}")
     return Rev(
-        spec=given, tree=tree, commit=commit, subject=subject, dirty=dirty, baseline=baseline
+        spec=given,
+        tree=tree,
+        commit=commit,
+        subject=subject,
+        dirty=dirty,
+        baseline=baseline,
+        noload=noload,
     )
 
 
@@ -542,7 +565,8 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
     }
     log = work / f"daemon-{rev.commit[:9]}-{n}.log"
     daemon = start(
-        [sys.executable, "-m", "specmon", "run", "--config.file", str(config),
+        [sys.executable, *(["-c", _NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]),
+         "run", "--config.file", str(config),
          "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
         cwd=rev.tree, env=daemon_env(rev.tree), log=log,
     )  # fmt: skip
