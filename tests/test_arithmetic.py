@@ -169,3 +169,43 @@ def test_best_chain_never_worse_than_full_chain(survival: list[float], c: float)
     assert best.speedup >= 1.0
     prefix = survival[: best.chain_length]
     assert best.speedup == pytest.approx((1 + math.fsum(prefix)) / (1 + len(prefix) * c))
+
+
+# The solver every window's alpha and break-even uses: Newton plus one-ulp steps, held to the
+# bisection (its definition) bit for bit.
+
+
+@given(
+    k=st.integers(min_value=1, max_value=64),
+    share=st.floats(min_value=0.0, max_value=1.0, exclude_min=True, exclude_max=True),
+)
+def test_the_solver_answers_the_bisection_bit_for_bit(k: int, share: float) -> None:
+    from specmon.arithmetic import _bisect, _solve_increasing
+
+    target = share * k
+    assume(0.0 < target < k)
+    assert _solve_increasing(target, k) == _bisect(target, k)
+
+
+def test_the_solver_answers_the_bisection_over_what_engines_give() -> None:
+    """Targets as the daemon makes them: accepted / drafts of integer counts (every k an
+    engine runs), tiny and near-k targets, and break-even targets k c."""
+    import random
+
+    from specmon.arithmetic import _bisect, _solve_increasing
+
+    rng = random.Random(11)
+    cases = []
+    for _ in range(20_000):
+        k = rng.choice((1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 32, 64))
+        drafts = rng.randint(1, 2 ** rng.randint(1, 53))
+        cases.append((rng.randint(0, k * drafts) / drafts, k))  # accepted / drafts
+        cases.append((k * rng.random(), k))  # k c
+        cases.append((k * (1.0 - 10 ** rng.uniform(-16, -1)), k))  # near k
+        cases.append((10 ** rng.uniform(-60, 0), k))  # near 0 (tiny costs)
+    checked = 0
+    for target, k in cases:
+        if 0.0 < target < k:
+            assert _solve_increasing(target, k) == _bisect(target, k), (target, k)
+            checked += 1
+    assert checked > 70_000
