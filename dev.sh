@@ -5,7 +5,7 @@
 #   ./dev.sh test          the whole test suite, as CI runs it: lint, types, fast tier, real engines
 #   ./dev.sh test-fast     lint, types and the fast tier only (no real engines, no downloads)
 #   ./dev.sh provision     build/install the real engines and Debian tools the slow tier needs
-#   ./dev.sh bench [NAME]  run a benchmark in bench/ (parser, scale, rules, promsource, cost, fleet, load, memory)
+#   ./dev.sh bench [NAME]  run a benchmark in bench/ (parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

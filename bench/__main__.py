@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|fleet|load|memory]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ def main(argv: list[str]) -> int:
         from bench import memory
 
         return memory.main(argv[1:])
+    if which == "sidebyside":
+        from bench import sidebyside
+
+        return sidebyside.main(argv[1:])
     if which == "cost":
         from bench import cost
 

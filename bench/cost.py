@@ -115,7 +115,7 @@ BASELINE = "+baseline"
 #: before ``specmon run`` starts, so no reading yields load counters (no load history, no load
 #: figures; the adapters still read the series), exactly as ``bench load``'s "load off".
 NOLOAD = "+noload"
-_NOLOAD_MAIN = (
+NOLOAD_MAIN = (
     "import runpy, specmon.daemon.target as t; t.load_counters = lambda *a, **k: None; "
     "runpy.run_module('specmon', run_name='__main__', alter_sys=True)"
 )
@@ -565,7 +565,7 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
     }
     log = work / f"daemon-{rev.commit[:9]}-{n}.log"
     daemon = start(
-        [sys.executable, *(["-c", _NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]),
+        [sys.executable, *(["-c", NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]),
          "run", "--config.file", str(config),
          "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
         cwd=rev.tree, env=daemon_env(rev.tree), log=log,

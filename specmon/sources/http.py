@@ -10,6 +10,7 @@ it, and configured headers never follow a redirect to another origin.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -119,7 +120,9 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:_ERROR_SNIPPET]}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``: asked twice a scrape for the same few URLs."""
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), port
