@@ -309,6 +309,13 @@ def daemon_env(tree: Path) -> dict[str, str]:
     return env
 
 
+def daemon_command(rev: Rev, config: Path, port: int) -> list[str]:
+    """``specmon run`` of ``rev`` (without its load processing for ``REV+noload``)."""
+    main = ["-c", NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]
+    return [sys.executable, *main, "run", "--config.file", str(config),
+            "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"]  # fmt: skip
+
+
 def prepare_rev(given: str, stack: ExitStack) -> Rev:
     noload = given.endswith(NOLOAD)
     spec = given.removesuffix(NOLOAD)
@@ -565,11 +572,8 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
     }
     log = work / f"daemon-{rev.commit[:9]}-{n}.log"
     daemon = start(
-        [sys.executable, *(["-c", NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]),
-         "run", "--config.file", str(config),
-         "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
-        cwd=rev.tree, env=daemon_env(rev.tree), log=log,
-    )  # fmt: skip
+        daemon_command(rev, config, port), cwd=rev.tree, env=daemon_env(rev.tree), log=log
+    )
     trace = MemoryTrace(daemon.pid)
     trace.start()
     try:

@@ -36,9 +36,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench.cost import (
-    NOLOAD_MAIN,
     Rev,
     cpu_seconds,
+    daemon_command,
     daemon_env,
     free_port,
     http_get,
@@ -105,11 +105,9 @@ def main(argv: list[str]) -> int:
                 windows=args.windows, baseline=rev.baseline,
             )  # fmt: skip
             port = free_port()
-            main_args = ["-c", NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]
             proc = start(
-                [sys.executable, *main_args, "run", "--config.file", str(config),
-                 "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"],
-                cwd=rev.tree, env=daemon_env(rev.tree), log=work / f"daemon-{index}.log",
+                daemon_command(rev, config, port), cwd=rev.tree, env=daemon_env(rev.tree),
+                log=work / f"daemon-{index}.log",
             )  # fmt: skip
             stack.enter_context(stopping(proc))
             wait_http(f"http://127.0.0.1:{port}/readyz", deadline, proc)

@@ -120,12 +120,16 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:_ERROR_SNIPPET]}"
 
 
-@functools.lru_cache(maxsize=4096)
 def _origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of ``url``: asked twice a scrape for the same few URLs."""
+    """(scheme, host, port) of ``url``."""
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), port
+
+
+#: :func:`_origin` of configured URLs (asked every scrape); redirect targets, which a
+#: hostile server chooses, are parsed each time and never kept.
+_configured_origin = functools.lru_cache(maxsize=4096)(_origin)
 
 
 async def fetch_page(
@@ -145,13 +149,13 @@ async def fetch_page(
     started = time.perf_counter()
     configured = dict(headers or {})
     hidden = [*secrets, *configured.values()]
-    origin = _origin(url)
+    origin = _configured_origin(url)
     try:
         async with asyncio.timeout(timeout):
             current = url
             for _ in range(MAX_REDIRECTS + 1):
                 request_headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
-                if _origin(current) == origin:
+                if current == url or _origin(current) == origin:
                     request_headers.update(configured)
                 async with session.get(
                     current, headers=request_headers, allow_redirects=False
