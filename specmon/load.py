@@ -497,11 +497,18 @@ class Thresholds:
       standard error of the mean step time near 2 %, and of c near 0.01-0.02 at k̄ = 3-4.
       Engines without a step counter need ``min_request_steps`` instead.
     - ``min_drafts`` on the speculative side: the acceptance the verdict uses.
+    - ``min_intervals`` per side and bucket: scrape intervals. An interval is bucketed by its
+      mean concurrency, so the one that straddles a change of load (2 requests, then 16) lands
+      in a bucket between the two with a mixture the other side's interval does not share
+      (its change fell elsewhere in its own interval); alone, such an interval passes the
+      step count and gives a draft cost and a crossover that are the mixture's, not the
+      load's. Three intervals make a bucket a load that lasted, not a passage.
     """
 
     min_engine_steps: int = 200
     min_request_steps: int = 500
     min_drafts: int = 100
+    min_intervals: int = 3
 
     def short_of(self, totals: LoadInterval, *, speculative: bool) -> str | None:
         """Why ``totals`` is not enough, or None when it is."""
@@ -512,6 +519,8 @@ class Thresholds:
             return f"{totals.request_steps:.0f} request-steps (needs {self.min_request_steps})"
         if speculative and totals.drafts < self.min_drafts:
             return f"{totals.drafts} drafts (needs {self.min_drafts})"
+        if totals.intervals < self.min_intervals:
+            return f"{totals.intervals} scrape intervals (needs {self.min_intervals})"
         if totals.step_seconds is None or totals.time_per_output_token_seconds is None:
             return "no step time (no decoding, or printed precision too coarse)"
         return None

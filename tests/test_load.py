@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
+import operator
 
 import pytest
 
@@ -14,6 +17,7 @@ from specmon.load import (
     BaselinePoint,
     BucketScheme,
     BucketTotals,
+    Crossover,
     LoadCounters,
     LoadHistory,
     LoadInterval,
@@ -22,15 +26,18 @@ from specmon.load import (
     _rounding,
     accumulate,
     compare,
+    compare_with_twin,
     crossover,
     crossover_at_acceptance,
     interval,
     load_counters,
+    measured_costs,
     profile_from_json,
     profile_to_json,
     speedup_at_cost,
 )
 from specmon.report import ChainLengthSource, report_from_counters
+from specmon.sim.load_model import LoadModel
 
 
 def lc(
@@ -287,14 +294,19 @@ def test_accumulate_sums_intervals_per_bucket() -> None:
 
 def test_thresholds() -> None:
     t = Thresholds(min_engine_steps=200, min_request_steps=500, min_drafts=100)
-    ok = LoadInterval(800, 8.0, 2400, 200, 800, drafts=150, draft_tokens=600, accepted_tokens=400)
+    ok = LoadInterval(
+        800, 8.0, 2400, 200, 800, drafts=150, draft_tokens=600, accepted_tokens=400, intervals=3
+    )
     assert t.short_of(ok, speculative=True) is None
-    few_steps = LoadInterval(800, 8.0, 2400, 199, 800, drafts=150)
+    few_steps = LoadInterval(800, 8.0, 2400, 199, 800, drafts=150, intervals=3)
     assert "199 engine steps" in (t.short_of(few_steps, speculative=False) or "")
-    few_drafts = LoadInterval(800, 8.0, 2400, 200, 800, drafts=99)
+    few_drafts = LoadInterval(800, 8.0, 2400, 200, 800, drafts=99, intervals=3)
     assert t.short_of(few_drafts, speculative=False) is None
     assert "99 drafts" in (t.short_of(few_drafts, speculative=True) or "")
-    no_counter = LoadInterval(499, 5.0, 499, None, None)
+    few_intervals = LoadInterval(800, 8.0, 2400, 200, 800, drafts=150, intervals=2)
+    assert t.short_of(few_intervals, speculative=True) == "2 scrape intervals (needs 3)"
+    assert t.short_of(few_intervals, speculative=False) == "2 scrape intervals (needs 3)"
+    no_counter = LoadInterval(499, 5.0, 499, None, None, intervals=3)
     assert "499 request-steps" in (t.short_of(no_counter, speculative=False) or "")
 
 
@@ -650,7 +662,7 @@ def test_a_broken_load_series_does_not_hide_acceptance() -> None:
 
 
 def bucket_totals(
-    concurrency: float, step: float, *, spec: bool, steps: float = 1000
+    concurrency: float, step: float, *, spec: bool, steps: float = 1000, intervals: int = 3
 ) -> BucketTotals:
     totals = LoadInterval(
         request_steps=steps,
@@ -664,6 +676,7 @@ def bucket_totals(
         accepted_per_position=(
             (int(0.9 * steps), int(0.7 * steps), int(0.5 * steps), int(0.3 * steps)) if spec else ()
         ),
+        intervals=intervals,
     )
     return BucketTotals(DEFAULT_SCHEME.bucket_of(concurrency), totals)
 
@@ -692,6 +705,78 @@ def test_compare_with_twin_like_with_like() -> None:
     assert got[2].reason == "too little data: 50 engine steps (needs 200)"
     assert got[3].reason == "baseline bucket: too little data: 62 engine steps (needs 200)"
     assert measured_costs(got) == [(pytest.approx(1.0), pytest.approx(0.05))]  # type: ignore[comparison-overlap]
+
+
+#: The e2e test's load model (specmon.sim.load_model): 2 requests per step, then 16.
+STRADDLE_MODEL = LoadModel(
+    weights_seconds=0.0008,
+    token_seconds=0.00005,
+    fixed_seconds=0.0001,
+    draft_fixed_seconds=0.00006,
+)
+
+
+def _modelled(start: float, end: float, rise: float, *, k: int) -> LoadInterval:
+    """One scrape interval of a simulated engine running 2 requests per step until ``rise``
+    and 16 after it (k = 4 with K = 3.4, or k = 0)."""
+    total: LoadInterval | None = None
+    for n, seconds in ((2, min(end, rise) - start), (16, end - max(start, rise))):
+        if seconds <= 0:
+            continue
+        step = STRADDLE_MODEL.step_seconds(n, k)
+        rs = n * seconds / step
+        part = LoadInterval(
+            request_steps=rs,
+            decode_seconds=rs * step,
+            decode_tokens=rs * (3.4 if k else 1.0),
+            engine_steps=seconds / step,
+            slot_steps=rs,
+            drafts=round(rs) if k else 0,
+            draft_tokens=round(4 * rs) if k else 0,
+            accepted_tokens=round(2.4 * rs) if k else 0,
+            accepted_per_position=tuple(round(p * rs) for p in SURVIVAL) if k else (),
+        )
+        total = part if total is None else total + part
+    assert total is not None
+    return dataclasses.replace(total, intervals=1)  # one scrape interval, however mixed
+
+
+def test_the_interval_that_straddles_a_load_rise_forms_no_bucket() -> None:
+    """The e2e flake of 2026-12-01, in-process: load rises from 2 to 16 requests per step on
+    both servers (the twin's rise 0.6 s before the target's, their scrapes 0.2 s apart). Each
+    side's 0.5 s interval across the rise lands in bucket "4" with its own mixture; alone, the
+    target's against the twin's gave c for a bucket no load ever ran at, and a crossover of 4.75
+    that the window's mean concurrency (5.2) passed 16 s after the rise, 12 s before the high
+    load dominated the window: a false SpecmonAboveCrossover. Three intervals per bucket and
+    side keep the passage out; the crossover is then the loads' own (2 pays, 16 does not)."""
+    rise, now = 100.0, 116.0
+
+    def window(phase: float, rise: float, k: int) -> list[LoadInterval]:
+        starts = [phase + 0.5 * i for i in range(int((now - phase) / 0.5))]
+        return [_modelled(t, t + 0.5, rise, k=k) for t in starts if t >= now - 30]
+
+    target = window(0.2, rise, 4)
+    twin = window(0.0, rise - 0.6, 0)
+    mean = functools.reduce(operator.add, target).concurrency
+    assert mean is not None and 5.0 < mean < 5.5
+    acceptance = SpecCounters(1000, 4000, 2400, (900, 700, 500, 300))
+
+    def crossing(thresholds: Thresholds) -> Crossover | None:
+        verdicts = compare_with_twin(
+            accumulate(target), accumulate(twin), chain_length=4, thresholds=thresholds
+        )
+        return crossover_at_acceptance(measured_costs(verdicts), acceptance)
+
+    loose = crossing(Thresholds(min_intervals=1))
+    assert loose is not None and loose.concurrency < mean  # the false page
+    assert loose.pays_up_to is not None and 4.0 <= loose.pays_up_to < 4.2
+    guarded = crossing(Thresholds())
+    assert guarded is not None
+    assert (guarded.pays_up_to, guarded.costs_from) == (2.0, 16.0)
+    assert guarded.concurrency > 13.0 > mean
+    assert [b.bucket.label for b in accumulate(target)] == ["2", "4", "16"]
+    (four,) = (b for b in accumulate(target) if b.bucket.label == "4")
+    assert four.totals.intervals == 1
 
 
 def test_a_compare_memo_gives_the_same_verdicts_and_reuses_unchanged_buckets() -> None:
