@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from specmon.daemon import metrics as m
 from specmon.daemon.load_view import LoadFigures
@@ -20,7 +20,7 @@ from specmon.daemon.metrics import MetricDef
 from specmon.daemon.target import ModelView, TargetView
 from specmon.report import AcceptanceReport
 
-__all__ = ["Sample", "health_samples", "target_samples"]
+__all__ = ["Sample", "Sink", "emit_target", "health_samples", "target_samples"]
 
 
 class Sample(NamedTuple):
@@ -54,16 +54,32 @@ _WINDOW_FIGURES: tuple[tuple[MetricDef, Callable[[AcceptanceReport], float | int
 )
 
 
+class Sink(Protocol):
+    """Where a target's series go: :class:`_Out` keeps them as :class:`Sample` tuples,
+    :mod:`specmon.daemon.render` writes them straight to text. Either drops a value that is
+    not a finite number and raises ValueError on label values that do not fit the family."""
+
+    def add(
+        self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
+    ) -> None: ...
+
+
+def check_labels(family: MetricDef, values: tuple[str | None, ...]) -> None:
+    """Raise ValueError unless ``values`` fit ``family``'s declared and optional labels."""
+    if not len(family.labels) <= len(values) <= len(family.labels) + len(family.optional):
+        raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
+    if None in values[: len(family.labels)]:
+        raise ValueError(f"{family.name}: a required label has no value")
+
+
 class _Out:
     """Samples of one target; a value that is not a finite number is never exported."""
 
-    __slots__ = ("_checked", "_constant", "samples")
+    __slots__ = ("_constant", "samples")
 
     def __init__(self, constant: Mapping[str, str]) -> None:
         self.samples: list[Sample] = []
         self._constant = constant
-        #: (family, label count) pairs whose count is known to be right.
-        self._checked: set[tuple[str, int]] = set()
 
     def add(
         self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
@@ -73,13 +89,7 @@ class _Out:
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
         if not math.isfinite(number):
             return
-        key = (family.name, len(values))
-        if key not in self._checked:
-            if not len(family.labels) <= len(values) <= len(family.labels) + len(family.optional):
-                raise ValueError(f"{family.name}: {len(values)} label values for {family.labels}")
-            self._checked.add(key)
-        if None in values[: len(family.labels)]:
-            raise ValueError(f"{family.name}: a required label has no value")
+        check_labels(family, values)
         self.samples.append(Sample(family, values, number, self._constant))
 
 
@@ -87,8 +97,15 @@ def target_samples(view: TargetView) -> list[Sample]:
     """Every series one target exports, in no particular order. May raise on a view that
     cannot be exported (the caller drops the target's samples whole)."""
     out = _Out(view.labels)
+    emit_target(view, out)
+    return out.samples
+
+
+def emit_target(view: TargetView, out: Sink) -> None:
+    """Every series one target exports, into ``out``, in no particular order. May raise on a
+    view that cannot be exported (the caller drops the target's series whole)."""
     if not view.scraped:
-        return []
+        return
     t = (view.name,)
     out.add(m.UP, t, 1.0 if view.up else 0.0)
     out.add(m.SCRAPE_DURATION, t, view.last_duration)
@@ -96,16 +113,15 @@ def target_samples(view: TargetView) -> list[Sample]:
     if view.baseline is not None:  # configuration: also while the target is down
         out.add(m.BASELINE_INFO, (view.name, view.baseline), 1.0)
     if not view.up:
-        return out.samples
+        return
     engine = view.engine.value if view.engine else "unknown"
     out.add(m.MALFORMED_LINES, t, view.malformed)
     out.add(m.SPECULATION_ENABLED, (view.name, engine), 1.0 if view.speculation else 0.0)
     for model in view.models:
         _model_samples(out, (view.name, engine, model.model), model)
-    return out.samples
 
 
-def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) -> None:
+def _model_samples(out: Sink, labels: tuple[str, str, str], model: ModelView) -> None:
     out.add(m.REQUESTS_RUNNING, labels, model.requests_running)
     if not model.speculating:  # a baseline server: its load and speed only
         for window in model.windows:
@@ -147,7 +163,7 @@ def _model_samples(out: _Out, labels: tuple[str, str, str], model: ModelView) ->
             out.add(m.POSITION_CONDITIONAL, pl, pos.conditional)
 
 
-def _load_samples(out: _Out, wl: tuple[str, ...], load: LoadFigures) -> None:
+def _load_samples(out: Sink, wl: tuple[str, ...], load: LoadFigures) -> None:
     out.add(m.CONCURRENCY, wl, load.concurrency)
     out.add(m.STEP_SECONDS, wl, load.step_seconds)
     out.add(m.TPOT, wl, load.time_per_output_token_seconds)

@@ -18,6 +18,7 @@ cached half's. One gzip member, valid for every decoder.
 
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 from collections.abc import Callable, Mapping
@@ -29,8 +30,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.utils import floatToGoString
 
-from specmon.daemon.collector import Sample, health_samples, target_samples
-from specmon.daemon.metrics import FAMILIES, Kind
+from specmon.daemon.collector import Sample, check_labels, emit_target, health_samples
+from specmon.daemon.metrics import FAMILIES, Kind, MetricDef
 from specmon.daemon.target import TargetView
 
 __all__ = ["GZIP_LEVEL", "Exposition", "render_target"]
@@ -89,11 +90,50 @@ def _lines(samples: list[Sample], prefixes: Prefixes) -> dict[str, str]:
     return {name: "".join(found) for name, found in lines.items()}
 
 
+class _Text:
+    """A :class:`~specmon.daemon.collector.Sink` that writes each series straight to its
+    line, with no :class:`Sample` in between (a target scrape's 70-150 series). The label
+    check runs when a series' prefix is first made: the prefix cache is keyed by the exact
+    label values, so a cached prefix is one that passed it."""
+
+    __slots__ = ("_constant", "_prefixes", "lines")
+
+    def __init__(self, constant: Mapping[str, str], prefixes: Prefixes) -> None:
+        self._constant = constant
+        self._prefixes = prefixes
+        self.lines: dict[str, list[str]] = {}
+
+    def add(
+        self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
+    ) -> None:
+        if value is None:
+            return
+        number = float(value)  # OverflowError for an int beyond a double: the caller drops all
+        if not math.isfinite(number):
+            return
+        name = family.name
+        key = (name, values)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            check_labels(family, values)
+            prefix = self._prefixes[key] = _prefix(Sample(family, values, number, self._constant))
+        found = self.lines.get(name)
+        if found is None:
+            found = self.lines[name] = []
+        found.append(prefix + _go_float(number) + "\n")
+
+
 def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[str, str]:
     """Every family's sample lines for one target (raises on a view that cannot be
     exported; the caller keeps the target's health lines only). ``prefixes``: the target's
     cache of rendered series names (keep one per target; its constant labels are fixed)."""
-    return _lines(target_samples(view), {} if prefixes is None else prefixes)
+    if prefixes is None:
+        prefixes = {}
+    elif len(prefixes) > _MAX_PREFIXES:
+        prefixes.clear()
+    out = _Text(view.labels, prefixes)
+    emit_target(view, out)
+    return {name: "".join(found) for name, found in out.lines.items()}
 
 
 def _health_fragment(view: TargetView) -> dict[str, str]:
