@@ -30,7 +30,7 @@ import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from aiohttp import web
@@ -388,8 +388,9 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol, forwarded to aiohttp -------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (uvloop's do not subclass asyncio.Transport, but are one).
+        self._transport = cast(asyncio.Transport, transport)
+        transport = self._transport
         if not self._owner.admit(self, self._inner):
             transport.abort()
             return

@@ -26,7 +26,7 @@ from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import parse_scenario
 from specmon.sim.server import make_target
-from tests.support.daemon import daemon
+from tests.support.daemon import Exported, daemon
 from tests.support.fake_engines import running
 
 SURVIVAL = (0.9, 0.7, 0.5, 0.3)
@@ -92,8 +92,16 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
                 measured = [b for b in load["buckets"] if b["draft_cost"] is not None]
                 return window if len(measured) == len(LEVELS) else None
 
-            window = d.wait_for(finished, timeout=PHASE * len(LEVELS) + 15, interval=0.5)
-            metrics = d.metrics()
+            def settled() -> tuple[dict[str, Any], Exported] | None:
+                """The window and /metrics of one state: the API the same before and after
+                the page (a scrape in between changes both; ask again)."""
+                before = finished()
+                if before is None:
+                    return None
+                page = d.metrics()
+                return (before, page) if finished() == before else None
+
+            window, metrics = d.wait_for(settled, timeout=PHASE * len(LEVELS) + 15, interval=0.5)
 
     load, report = window["load"], window["report"]
     assert load["baseline"] == "twin"
