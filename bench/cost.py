@@ -119,10 +119,6 @@ NOLOAD_MAIN = (
     "import runpy, specmon.daemon.target as t; t.load_counters = lambda *a, **k: None; "
     "runpy.run_module('specmon', run_name='__main__', alter_sys=True)"
 )
-#: A revision spec ending in this runs the daemon on asyncio's own event loop
-#: (``--event-loop asyncio``); without it, a tree that has the flag runs on its default (uvloop
-#: where installed) and an older tree on asyncio's.
-ASYNCIO = "+asyncio"
 #: fleet.py serves about 2,600 pages/s on a whole core here; keep each process well below.
 TARGETS_PER_SIM_PROCESS = 2500
 
@@ -294,8 +290,6 @@ class Rev:
     baseline: bool = False
     #: ``REV+noload``: the daemon without its load processing (:data:`NOLOAD`).
     noload: bool = False
-    #: ``REV+asyncio``: ``--event-loop asyncio`` (:data:`ASYNCIO`).
-    asyncio_loop: bool = False
 
     @property
     def label(self) -> str:
@@ -318,16 +312,13 @@ def daemon_env(tree: Path) -> dict[str, str]:
 def daemon_command(rev: Rev, config: Path, port: int) -> list[str]:
     """``specmon run`` of ``rev`` (without its load processing for ``REV+noload``)."""
     main = ["-c", NOLOAD_MAIN] if rev.noload else ["-m", "specmon"]
-    loop = ["--event-loop", "asyncio"] if rev.asyncio_loop else []
     return [sys.executable, *main, "run", "--config.file", str(config),
-            "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning",
-            *loop]  # fmt: skip
+            "--web.listen-address", f"127.0.0.1:{port}", "--log.level", "warning"]  # fmt: skip
 
 
 def prepare_rev(given: str, stack: ExitStack) -> Rev:
-    spec, asyncio_loop = given.removesuffix(ASYNCIO), given.endswith(ASYNCIO)
-    noload = spec.endswith(NOLOAD)
-    spec = spec.removesuffix(NOLOAD)
+    noload = given.endswith(NOLOAD)
+    spec = given.removesuffix(NOLOAD)
     spec, baseline = spec.removesuffix(BASELINE), spec.endswith(BASELINE)
     if spec in WORKTREE:
         tree = ROOT
@@ -359,7 +350,6 @@ def prepare_rev(given: str, stack: ExitStack) -> Rev:
         dirty=dirty,
         baseline=baseline,
         noload=noload,
-        asyncio_loop=asyncio_loop,
     )
 
 

@@ -12,9 +12,8 @@ over rounds is the measurement's own error (about 1 % in the runs recorded).
 
 ``--rev`` takes what ``bench cost`` takes: a git revision (checked out into a temporary
 worktree, removed at the end), ``worktree``, and the suffixes ``+baseline`` (with
-``--twins``: every speculating target compared with its twin), ``+noload`` (the load
-processing switched off: bench/cost.py) and, last, ``+asyncio`` (``--event-loop asyncio``:
-asyncio's own loop instead of uvloop). The first ``--rev`` is the reference of the ratios.
+``--twins``: every speculating target compared with its twin) and ``+noload`` (the load
+processing switched off: bench/cost.py). The first ``--rev`` is the reference of the ratios.
 
 Per round (after ``--warm`` seconds, for the windows to fill), per daemon: its CPU seconds
 (utime + stime from /proc) over ``--measure`` seconds divided by the scrapes its own

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import glob
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specmon import eventloop
 from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
@@ -51,14 +51,6 @@ def add_parsers(sub: Any) -> None:
         "by the hash of their names as Prometheus's hashmod: N replicas with --shard 0/N .. "
         "N-1/N split them with no coordination (docs/fleet.md)",
     )
-    run.add_argument(
-        "--event-loop",
-        dest="event_loop",
-        choices=eventloop.CHOICES,
-        default="auto",
-        help="auto (default): uvloop when installed, else asyncio's own loop "
-        "(what each costs per scrape: bench/RESULTS.md)",
-    )
     run.add_argument("--log.level", dest="log_level", choices=LEVELS, default="info")
     run.add_argument(
         "--log.format",
@@ -89,11 +81,6 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"specmon run: --shard: {exc}\n")
         return 2
-    try:
-        eventloop.loop_factory(args.event_loop)
-    except ValueError as exc:
-        sys.stderr.write(f"specmon run: --event-loop: {exc}\n")
-        return 2
     tune_malloc()  # freed megabyte buffers go back to the system (specmon/daemon/malloc.py)
     daemon = Daemon(
         config_path=args.config_file,
@@ -101,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         web_options=web_cli.web_options(args),  # security: specmon/web
         shard=shard,
     )
-    return eventloop.run(daemon.serve(), choice=args.event_loop)
+    return asyncio.run(daemon.serve())
 
 
 def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:

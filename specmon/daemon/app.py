@@ -41,7 +41,6 @@ from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import StatusCache, render_status
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
-from specmon.eventloop import loop_name
 from specmon.load import LoadWindow
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
@@ -466,7 +465,6 @@ class Daemon:
             sources=len(config.sources),
             shard=str(self.shard),
             windows=[format_duration(w) for w in config.global_.windows],
-            event_loop=loop_name(asyncio.get_running_loop()),
         )
 
     def request_stop(self) -> None:
