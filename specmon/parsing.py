@@ -139,6 +139,13 @@ def check_unit_float(value: Any) -> float:
     return float(value)
 
 
+def check_bool(value: Any) -> bool:
+    """``true`` or ``false`` (YAML booleans only: not 1, 0 or "yes")."""
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, not {kind_of(value)}")
+    return value
+
+
 def check_chain_length(value: Any) -> int:
     """A chain length k: an integer between 1 and 64."""
     if isinstance(value, bool) or not isinstance(value, int):

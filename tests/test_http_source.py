@@ -1,9 +1,11 @@
 """The HTTP page source against small hostile servers on loopback: secrets never come back in
-a message, and configured headers never follow a redirect to another origin."""
+a message, configured headers never follow a redirect to another origin, and gzip is asked
+for only when configured."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -133,3 +135,49 @@ def test_a_redirect_loop_ends_with_a_clear_error() -> None:
 
     error = asyncio.run(scenario())
     assert str(error) == "more than 5 redirects"
+
+
+def test_gzip_is_asked_for_only_when_configured_and_read_either_way() -> None:
+    """``enable_compression``: the daemon's source asks for ``identity`` by default and
+    ``gzip`` when configured; a server that compresses anyway is still read, and the size
+    cap counts the decompressed bytes (a small gzip body of a large page is refused)."""
+    seen: list[str | None] = []
+    body = PAGE * 200  # 13 KB, compresses to a few hundred bytes
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Accept-Encoding"))
+        if request.query.get("force") == "1":  # gzip, asked for or not
+            return web.Response(
+                body=gzip.compress(body.encode()),
+                headers={"Content-Encoding": "gzip", "Content-Type": "text/plain"},
+            )
+        response = web.Response(text=body, content_type="text/plain")
+        response.enable_compression()  # only when the request accepts gzip
+        return response
+
+    async def scenario() -> list[tuple[int, str] | str]:
+        out: list[tuple[int, str] | str] = []
+        async with server(handler) as base, open_session() as session:
+            for compression, query, cap in (
+                (False, "", 1 << 20),
+                (True, "", 1 << 20),
+                (False, "?force=1", 1 << 20),
+                (True, "", 4096),
+            ):
+                source = HttpPageSource(
+                    url=base + "/metrics" + query,
+                    session=lambda: session,
+                    timeout=5.0,
+                    max_bytes=cap,
+                    compression=compression,
+                )
+                try:
+                    reading = await source.read()
+                    out.append((reading.size, str(reading.page.is_exposition)))
+                except FetchError as exc:
+                    out.append(exc.kind.value)
+        return out
+
+    results = asyncio.run(scenario())
+    assert seen == ["identity", "gzip", "identity", "gzip"]
+    assert results == [(len(body), "True")] * 3 + ["too_large"]

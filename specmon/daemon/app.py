@@ -345,6 +345,11 @@ class Daemon:
             session=self._get_session,
             timeout=target.scrape_timeout,
             max_bytes=glob.max_response_bytes,
+            compression=(
+                glob.enable_compression
+                if target.enable_compression is None
+                else target.enable_compression
+            ),
             headers=target.request_headers(),
             secrets=target.secrets(),
             engine=target.engine,

@@ -138,6 +138,7 @@ async def fetch_page(
     *,
     timeout: float,
     max_bytes: int,
+    compression: bool = True,
     headers: Mapping[str, str] | None = None,
     secrets: Iterable[Secret | str] = (),
 ) -> FetchResult:
@@ -145,7 +146,10 @@ async def fetch_page(
 
     ``headers`` (tokens, tenant or API-key headers) go to ``url``'s origin only: a redirect
     to another origin is followed without them. ``secrets`` are redacted from every message.
+    ``compression``: ask for gzip (else ``identity``; a server that compresses anyway is
+    still read, and the cap counts the decompressed bytes either way).
     """
+    encoding = "gzip" if compression else "identity"
     started = time.perf_counter()
     configured = dict(headers or {})
     hidden = [*secrets, *configured.values()]
@@ -154,7 +158,7 @@ async def fetch_page(
         async with asyncio.timeout(timeout):
             current = url
             for _ in range(MAX_REDIRECTS + 1):
-                request_headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip"}
+                request_headers = {"Accept": ACCEPT, "Accept-Encoding": encoding}
                 if current == url or _origin(current) == origin:
                     request_headers.update(configured)
                 async with session.get(

@@ -37,6 +37,7 @@ class HttpPageSource:
         session: Callable[[], aiohttp.ClientSession],
         timeout: float,
         max_bytes: int,
+        compression: bool = False,
         headers: Mapping[str, str] | None = None,
         secrets: Iterable[Secret] = (),
         engine: Engine | None = None,
@@ -47,6 +48,7 @@ class HttpPageSource:
         self._session = session
         self._timeout = timeout
         self._max_bytes = max_bytes
+        self._compression = compression
         self._headers = dict(headers or {})
         self._secrets = tuple(secrets)
         self._engine = engine
@@ -60,6 +62,7 @@ class HttpPageSource:
             self.url,
             timeout=self._timeout,
             max_bytes=self._max_bytes,
+            compression=self._compression,
             headers=self._headers,
             secrets=self._secrets,
         )

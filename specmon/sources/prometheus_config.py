@@ -53,6 +53,7 @@ from urllib.parse import urlsplit
 from specmon.engines import Engine, check_engine
 from specmon.parsing import (
     Checker,
+    check_bool,
     check_chain_length,
     check_unit_float,
     join_path,
@@ -461,12 +462,6 @@ def _nonempty_str(value: Any) -> str:
     return value
 
 
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, not {kind_of(value)}")
-    return value
-
-
 def _count(low: int, high: int) -> Callable[[Any], int]:
     def convert(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -626,7 +621,7 @@ def _check_tls(checker: _Checker, value: Any, path: str) -> TLSConfig | None:
         ca_file=files["ca_file"],
         cert_file=files["cert_file"],
         key_file=files["key_file"],
-        insecure_skip_verify=checker.get(data, "insecure_skip_verify", path, _bool, False),
+        insecure_skip_verify=checker.get(data, "insecure_skip_verify", path, check_bool, False),
     )
     if len(checker.problems) != before:
         return None
@@ -810,7 +805,7 @@ def _check_prometheus(
         interval=interval,
         timeout=timeout,
         stale_after=get(data, "stale_after", path, _duration, 120.0),
-        accept_partial=get(data, "accept_partial", path, _bool, False),
+        accept_partial=get(data, "accept_partial", path, check_bool, False),
         max_response_bytes=get(data, "max_response_bytes", path, _size, 64 * 2**20),
         max_series=get(data, "max_series", path, _count(1, 10_000_000), 200_000),
         max_instances=get(data, "max_instances", path, _count(1, 1_000_000), 10_000),

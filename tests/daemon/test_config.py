@@ -51,8 +51,28 @@ def test_defaults() -> None:
         0.1,
     )
     assert g.max_response_bytes == 10 * 2**20
+    assert g.enable_compression is False
     assert config.targets[0].engine is Engine.SGLANG
     assert config.targets[0].chain_length is None
+    assert config.targets[0].enable_compression is None  # the global's
+
+
+def test_enable_compression_global_and_per_target() -> None:
+    config = parse_config(
+        "global: {enable_compression: true}\n"
+        "targets:\n"
+        "  - {name: a, url: 'http://h:1/metrics'}\n"
+        "  - {name: b, url: 'http://h:2/metrics', enable_compression: false}\n",
+        environ={},
+    )
+    assert config.global_.enable_compression is True
+    assert [t.enable_compression for t in config.targets] == [None, False]
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            "targets:\n  - {name: a, url: 'http://h:1/metrics', enable_compression: 1}\n",
+            environ={},
+        )
+    assert info.value.problems == ["targets[0].enable_compression: must be true or false, not int"]
 
 
 BAD_CASES = [
@@ -120,7 +140,7 @@ targets:
     (
         "types",
         """\
-global: {scrape_interval: true, draft_cost: "0.1", chain_length: 2.5, windows: 5m}
+global: {scrape_interval: true, draft_cost: "0.1", chain_length: 2.5, windows: 5m, enable_compression: "yes"}
 targets: {name: a}
 file_sd_configs: [{files: []}]
 """,
@@ -129,6 +149,7 @@ file_sd_configs: [{files: []}]
             "global.windows: must be a non-empty list of durations",
             "global.draft_cost: must be a number between 0 and 1, not a string",
             "global.chain_length: must be an integer between 1 and 64, not float",
+            "global.enable_compression: must be true or false, not a string",
             "targets: must be a list, not a mapping",
             "file_sd_configs[0].files: must be a non-empty list of file paths or globs",
         ],
