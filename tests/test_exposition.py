@@ -242,3 +242,26 @@ def test_label_sets_parsed_before_come_back_equal_and_independent() -> None:
     long_value = "v" * (exposition._LABEL_CACHE_BODY + 1)
     parse(f'm_total{{a="{long_value}"}} 1\n')
     assert all(len(body) <= exposition._LABEL_CACHE_BODY for body in exposition._LABEL_CACHE)
+
+
+@given(
+    st.sets(st.text(alphabet="ab:_.*", min_size=1, max_size=6), min_size=1, max_size=12),
+    st.lists(st.text(alphabet="ab:_.*", max_size=8), max_size=20),
+)
+def test_the_name_trie_matches_exactly_the_names(names: set[str], others: list[str]) -> None:
+    """The page pattern's prefix trie (exposition._trie) matches a whole name exactly when it
+    is one of the names: every name, none of their proper prefixes or extensions that are not
+    names themselves, whatever regular-expression characters they hold."""
+    import re
+
+    from specmon.exposition import _trie
+
+    pattern = re.compile(f"(?:{_trie(names)})")
+    candidates = {
+        *names,
+        *others,
+        *(n[:i] for n in names for i in range(len(n))),
+        *(n + "a" for n in names),
+    }
+    for candidate in candidates:
+        assert (pattern.fullmatch(candidate) is not None) == (candidate in names), candidate
