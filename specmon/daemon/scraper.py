@@ -8,6 +8,7 @@ dead server costs nearly nothing, and no target ever waits for another.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -126,7 +127,10 @@ class TargetScraper:
             log(event.event, **event.fields)
 
     def _canonical(self, result: ScrapeResult, duration: float, **extra: Any) -> None:
-        """One line per scrape, at debug level."""
+        """One line per scrape, at debug level (its fields are not even gathered otherwise:
+        about 2 % of a scrape's CPU at fleet size)."""
+        if not self._log.is_enabled_for(logging.DEBUG):
+            return
         view = self.state.view
         fields: dict[str, Any] = {
             "result": result,

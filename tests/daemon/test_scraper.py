@@ -1,0 +1,84 @@
+"""The scrape task's own output: one canonical log line per scrape at debug level, and none
+(not even its fields gathered) above it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from pathlib import Path
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from specmon.daemon.config import TargetConfig
+from specmon.daemon.scraper import TargetScraper
+from specmon.daemon.target import TargetState
+from specmon.engines import read_page
+from specmon.sources import Reading
+
+PAGES = Path(__file__).parents[1] / "fixtures" / "pages"
+
+
+class _PageSource:
+    """A hand-written source: the captured vLLM pages, one per read."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self._texts = texts
+        self.reads = 0
+
+    async def read(self) -> Reading:
+        text = self._texts[min(self.reads, len(self._texts) - 1)]
+        self.reads += 1
+        return Reading(page=read_page(text), size=len(text), duration=0.001)
+
+
+def _scrape_lines(level: int, scrapes: int) -> list[dict[str, object]]:
+    out = io.StringIO()
+    log = structlog.wrap_logger(
+        structlog.PrintLogger(file=out),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        processors=[structlog.processors.add_log_level, structlog.processors.JSONRenderer()],
+    )
+    state = TargetState(
+        TargetConfig(name="v", url="http://127.0.0.1:9/metrics"), windows=(60.0,), retention=70.0
+    )
+    source = _PageSource(
+        [
+            (PAGES / name).read_text()
+            for name in ("vllm-load-spec-c1-before.txt", "vllm-load-spec-c1-after.txt")
+        ]
+    )
+    registry = CollectorRegistry()
+    scraped: list[str] = []
+    scraper = TargetScraper(
+        state,
+        source=lambda _cfg: source,
+        scrapes_total=Counter("s", "s", ["target", "result"], registry=registry),
+        rejected_total=Counter("r", "r", ["target", "reason"], registry=registry),
+        log=log,
+        on_scraped=scraped.append,
+    )
+
+    async def run() -> None:
+        for _ in range(scrapes):
+            await scraper.scrape_once()
+
+    asyncio.run(run())
+    assert scraped == ["v"] * scrapes
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    return [line for line in lines if line["event"] == "scrape"]
+
+
+def test_one_canonical_line_per_scrape_at_debug() -> None:
+    lines = _scrape_lines(logging.DEBUG, 2)
+    assert len(lines) == 2
+    assert all(line["level"] == "debug" and line["result"] == "success" for line in lines)
+    assert all(line["engine"] == "vllm" and line["target"] == "v" for line in lines)
+    assert all(isinstance(line["duration_s"], float) for line in lines)
+    assert "alpha_1m" in lines[1]  # the window has two readings by the second scrape
+
+
+def test_no_scrape_line_above_debug() -> None:
+    assert _scrape_lines(logging.INFO, 2) == []
