@@ -280,6 +280,8 @@ def test_file_sd_targets_appear_change_and_vanish(tmp_path: Path) -> None:
 
 
 def test_gzip_from_targets_and_the_size_cap(tmp_path: Path) -> None:
+    """With ``enable_compression: true`` (off by default) the daemon asks for gzip, and the
+    size cap counts the inflated bytes."""
     small = manual_target("small", PageKind.LLAMACPP)
     big = manual_target("big", PageKind.VLLM)  # ~55 KB uncompressed, ~8 KB gzipped
     _advance(small, 1)
@@ -288,7 +290,8 @@ def test_gzip_from_targets_and_the_size_cap(tmp_path: Path) -> None:
         cfg = tmp_path / "c.yaml"
         cfg.write_text(
             BASE.replace(
-                "  windows: [3s, 20s]\n", "  windows: [3s, 20s]\n  max_response_bytes: 20KiB\n"
+                "  windows: [3s, 20s]\n",
+                "  windows: [3s, 20s]\n  max_response_bytes: 20KiB\n  enable_compression: true\n",
             )
             + _targets(("small", engines.url("small")), ("big", engines.url("big")))
         )
