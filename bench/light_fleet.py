@@ -12,7 +12,9 @@ the same pages (the same :class:`specmon.sim.server.VirtualTarget`, real vLLM 0.
 format, the same counters model) and still gzips them when asked, but at zlib level 1
 (0.21 ms a page; the daemon inflates either in about 0.1 ms), with no routing beyond one path.
 The daemon sees the same bytes after decompression; only the compressed size differs
-(about 7.2 KB instead of 6.1 KB). Several of these processes can share a fleet
+(about 7.2 KB instead of 6.1 KB). Since 2026-12-01 the daemon asks for gzip only with
+``enable_compression: true``, so by default this server sends the page as it is. Several of
+these processes can share a fleet
 (``--first``), so the simulator can use a second core.
 
 Targets are named ``vllm-I`` for I in [first, first + targets) and served at
