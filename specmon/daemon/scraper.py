@@ -3,12 +3,17 @@
 A scrape is bounded by the target's ``scrape_timeout`` and the response size cap; a failing
 target backs off (doubling its interval up to 8x, at most a minute beyond its interval) so a
 dead server costs nearly nothing, and no target ever waits for another.
+
+Scrapes wake on a grid (:func:`wake_time`): the targets due within one tick share one pass of
+the event loop instead of each costing its own. Each target keeps its own schedule, exact to
+the interval (the grid only delays a wake-up, by less than a tick, and never accumulates).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -22,7 +27,7 @@ from specmon.logs import Logger
 from specmon.sources import ScrapeResult, Source
 from specmon.sources.http import FetchError
 
-__all__ = ["TargetScraper", "backoff_delay"]
+__all__ = ["MAX_TICK", "TargetScraper", "backoff_delay", "next_due", "wake_time"]
 
 
 def backoff_delay(interval: float, failures: int) -> float:
@@ -31,6 +36,29 @@ def backoff_delay(interval: float, failures: int) -> float:
         return interval
     factor = float(1 << min(failures - 1, 3))
     return min(interval * factor, interval + 60.0)
+
+
+#: The wake-up grid's step, in seconds, for intervals of two seconds and more (a twentieth of
+#: shorter ones). At 1,000 targets every 5 s about 20 targets share a tick; measured with
+#: 1,000 targets on loopback, waking each on its own cost 0.18 ms of CPU per scrape in the
+#: event loop alone, on a 0.1 s grid 0.065 ms (bench/RESULTS.md).
+MAX_TICK = 0.1
+
+
+def wake_time(due: float, *, interval: float) -> float:
+    """The first point of the wake-up grid at or after ``due`` (loop time, seconds); the
+    grid's step is at most a twentieth of ``interval``."""
+    tick = min(MAX_TICK, interval / 20.0)
+    if tick <= 0.0:
+        return due
+    return math.ceil(due / tick) * tick
+
+
+def next_due(due: float, *, wait: float, now: float) -> float:
+    """When the scrape after one due at ``due`` is due: a ``wait`` later on the target's own
+    schedule, or ``now`` when that has passed already (a stalled loop, a scrape that overran:
+    start again at once, not in a burst of catch-up scrapes)."""
+    return max(due + wait, now)
 
 
 class TargetScraper:
@@ -58,10 +86,12 @@ class TargetScraper:
         that many targets do not all fire at once."""
         interval = self.state.config.scrape_interval
         delay = random.uniform(0, interval) if first_delay is None else first_delay  # noqa: S311
-        await asyncio.sleep(delay)
         loop = asyncio.get_running_loop()
+        # ``due``: when this scrape should start, off the grid; the next one is due a wait
+        # later, so the grid's rounding never accumulates into the schedule.
+        due = loop.time() + delay
         while True:
-            started = loop.time()
+            await asyncio.sleep(max(0.0, wake_time(due, interval=interval) - loop.time()))
             try:
                 await self.scrape_once()
             except asyncio.CancelledError:
@@ -69,8 +99,7 @@ class TargetScraper:
             except Exception:  # keep scraping whatever happened
                 self._log.exception("scrape_failed")
             interval = self.state.config.scrape_interval
-            wait = backoff_delay(interval, self.failures)
-            await asyncio.sleep(max(0.0, started + wait - loop.time()))
+            due = next_due(due, wait=backoff_delay(interval, self.failures), now=loop.time())
 
     async def scrape_once(self) -> None:
         cfg = self.state.config

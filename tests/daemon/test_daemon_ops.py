@@ -307,6 +307,28 @@ def test_gzip_from_targets_and_the_size_cap(tmp_path: Path) -> None:
     assert "exceeds the 20480-byte cap" in views["big"]["error"]
 
 
+def test_wake_ups_on_a_grid_keep_each_schedule_exact() -> None:
+    from specmon.daemon.scraper import MAX_TICK, next_due, wake_time
+
+    assert wake_time(12.34, interval=5.0) == pytest.approx(12.4)
+    assert wake_time(12.4, interval=5.0) == pytest.approx(12.4)  # on the grid: no delay
+    assert wake_time(1.001, interval=0.2) == pytest.approx(1.01)  # a twentieth of 0.2 s
+    assert wake_time(3.3, interval=0.0) == 3.3
+    # Many scrapes: every wake-up within a tick after its due time, the due times exactly one
+    # interval apart (the grid never shifts the schedule), scrapes taking up to 4 s.
+    interval, due, first = 5.0, 1000.0137, 1000.0137
+    for n in range(1, 2001):
+        wake = wake_time(due, interval=interval)
+        assert 0.0 <= wake - due < MAX_TICK + 1e-9
+        assert round(wake / MAX_TICK, 6) == round(wake / MAX_TICK)  # on the grid
+        now = wake + (n % 5) * 0.8 + 0.001  # the scrape's own duration
+        due = next_due(due, wait=interval, now=now)
+        assert due == pytest.approx(first + n * interval, abs=1e-6)
+    # A scrape that overran (or a stalled loop): the next one starts at once, no catch-up.
+    assert next_due(100.0, wait=5.0, now=107.5) == 107.5
+    assert next_due(100.0, wait=5.0, now=101.0) == 105.0
+
+
 def test_failing_target_backs_off(tmp_path: Path) -> None:
     from specmon.daemon.scraper import backoff_delay
 
