@@ -20,7 +20,7 @@ from specmon.daemon.metrics import MetricDef
 from specmon.daemon.target import ModelView, TargetView
 from specmon.report import AcceptanceReport
 
-__all__ = ["Sample", "Sink", "emit_target", "health_samples", "target_samples"]
+__all__ = ["Sample", "Sink", "emit_target", "exportable", "health_samples", "target_samples"]
 
 
 class Sample(NamedTuple):
@@ -72,6 +72,15 @@ def check_labels(family: MetricDef, values: tuple[str | None, ...]) -> None:
         raise ValueError(f"{family.name}: a required label has no value")
 
 
+def exportable(value: float | int | None) -> float | None:
+    """``value`` as the float a series carries, or None for one never exported (absent, NaN
+    or infinite). Raises OverflowError for an int beyond a double (the caller drops all)."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
 class _Out:
     """Samples of one target; a value that is not a finite number is never exported."""
 
@@ -84,10 +93,8 @@ class _Out:
     def add(
         self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
     ) -> None:
-        if value is None:
-            return
-        number = float(value)  # OverflowError for an int beyond a double: the caller drops all
-        if not math.isfinite(number):
+        number = exportable(value)
+        if number is None:
             return
         check_labels(family, values)
         self.samples.append(Sample(family, values, number, self._constant))

@@ -18,7 +18,6 @@ cached half's. One gzip member, valid for every decoder.
 
 from __future__ import annotations
 
-import math
 import struct
 import zlib
 from collections.abc import Callable, Mapping
@@ -30,7 +29,13 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.utils import floatToGoString
 
-from specmon.daemon.collector import Sample, check_labels, emit_target, health_samples
+from specmon.daemon.collector import (
+    Sample,
+    check_labels,
+    emit_target,
+    exportable,
+    health_samples,
+)
 from specmon.daemon.metrics import FAMILIES, Kind, MetricDef
 from specmon.daemon.target import TargetView
 
@@ -106,10 +111,8 @@ class _Text:
     def add(
         self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
     ) -> None:
-        if value is None:
-            return
-        number = float(value)  # OverflowError for an int beyond a double: the caller drops all
-        if not math.isfinite(number):
+        number = exportable(value)
+        if number is None:
             return
         name = family.name
         key = (name, values)

@@ -147,7 +147,11 @@ async def fetch_page(
     ``headers`` (tokens, tenant or API-key headers) go to ``url``'s origin only: a redirect
     to another origin is followed without them. ``secrets`` are redacted from every message.
     ``compression``: ask for gzip (else ``identity``; a server that compresses anyway is
-    still read, and the cap counts the decompressed bytes either way).
+    still read, and the cap counts the decompressed bytes either way). On by default here,
+    for the one-off fetches (``specmon inspect``, ``recommend --from``, ``measure``), which
+    may cross a thin link; the daemon passes its ``enable_compression`` setting, off by
+    default, because on every scrape gzip costs the engine far more CPU than the bytes it
+    saves on a local link (README, "Configuration").
     """
     encoding = "gzip" if compression else "identity"
     started = time.perf_counter()
