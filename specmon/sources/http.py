@@ -9,7 +9,6 @@ it, and configured headers never follow a redirect to another origin.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import time
@@ -22,6 +21,7 @@ import aiohttp
 from specmon import __version__
 from specmon.secrets import Secret, redact
 from specmon.sources import ScrapeResult
+from specmon.sources.deadlines import deadline
 
 __all__ = [
     "ACCEPT",
@@ -159,7 +159,7 @@ async def fetch_page(
     hidden = [*secrets, *configured.values()]
     origin = _configured_origin(url)
     try:
-        async with asyncio.timeout(timeout):
+        async with deadline(timeout):
             current = url
             for _ in range(MAX_REDIRECTS + 1):
                 request_headers = {"Accept": ACCEPT, "Accept-Encoding": encoding}
