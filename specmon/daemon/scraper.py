@@ -16,6 +16,7 @@ import logging
 import math
 import random
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,44 @@ def next_due(due: float, *, wait: float, now: float) -> float:
     return max(due + wait, now)
 
 
+class _Waker:
+    """One timer per grid point, however many scrapes wake at it: the scrapes wait on plain
+    futures, so the event loop's timer heap holds tens of entries instead of one per target
+    (its pushes and pops compare in Python)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiters: dict[float, list[asyncio.Future[None]]] = {}
+
+    async def until(self, when: float) -> None:
+        """Sleep until loop time ``when`` (a grid point: equal floats for one point)."""
+        if when <= self._loop.time():
+            await asyncio.sleep(0)
+            return
+        waiters = self._waiters.get(when)
+        if waiters is None:
+            waiters = self._waiters[when] = []
+            self._loop.call_at(when, self._wake, when)
+        future = self._loop.create_future()
+        waiters.append(future)
+        await future  # a cancelled scraper's future is cancelled with it, and skipped below
+
+    def _wake(self, when: float) -> None:
+        for future in self._waiters.pop(when, ()):
+            if not future.done():
+                future.set_result(None)
+
+
+_WAKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = weakref.WeakKeyDictionary()
+
+
+def _waker(loop: asyncio.AbstractEventLoop) -> _Waker:
+    waker = _WAKERS.get(loop)
+    if waker is None:
+        waker = _WAKERS[loop] = _Waker(loop)
+    return waker
+
+
 class TargetScraper:
     def __init__(
         self,
@@ -90,8 +129,9 @@ class TargetScraper:
         # ``due``: when this scrape should start, off the grid; the next one is due a wait
         # later, so the grid's rounding never accumulates into the schedule.
         due = loop.time() + delay
+        waker = _waker(loop)
         while True:
-            await asyncio.sleep(max(0.0, wake_time(due, interval=interval) - loop.time()))
+            await waker.until(wake_time(due, interval=interval))
             try:
                 await self.scrape_once()
             except asyncio.CancelledError:

@@ -82,3 +82,35 @@ def test_one_canonical_line_per_scrape_at_debug() -> None:
 
 def test_no_scrape_line_above_debug() -> None:
     assert _scrape_lines(logging.INFO, 2) == []
+
+
+def test_scrapes_due_at_one_grid_point_share_one_timer_and_each_wakes_on_time() -> None:
+    from specmon.daemon.scraper import _waker
+
+    async def main() -> tuple[list[float], int, int, bool]:
+        loop = asyncio.get_running_loop()
+        waker = _waker(loop)
+        point = loop.time() + 0.2
+        timers_before = len(loop._scheduled)  # type: ignore[attr-defined]
+        woke: list[float] = []
+
+        async def sleeper(when: float) -> None:
+            await waker.until(when)
+            woke.append(loop.time() - when)
+
+        tasks = [asyncio.create_task(sleeper(point)) for _ in range(50)]
+        tasks.append(asyncio.create_task(sleeper(point + 0.1)))
+        cancelled = asyncio.create_task(sleeper(point))
+        await asyncio.sleep(0.01)
+        timers = len(loop._scheduled) - timers_before  # type: ignore[attr-defined]
+        cancelled.cancel()
+        await asyncio.gather(*tasks)
+        late = asyncio.create_task(sleeper(loop.time() - 1.0))  # already past: at once
+        await late
+        return woke, timers, len(tasks), cancelled.cancelled()
+
+    woke, timers, sleepers, cancelled = asyncio.run(main())
+    assert timers == 2  # two grid points, 52 sleepers
+    assert len(woke) == sleepers + 1  # the cancelled one never woke; the others all did
+    assert all(0.0 <= w < 0.1 for w in woke[:-1])  # at their point, never early
+    assert cancelled
