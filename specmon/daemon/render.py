@@ -77,7 +77,7 @@ def _go_float(value: float) -> str:
     only where Go writes an exponent and Python does not (positive values with seven or
     more digits before the point), so the text is byte-for-byte what its encoders write."""
     text = repr(value)
-    if value > 0 and text.find(".") > 6:
+    if value >= 1e6 and text.find(".") > 6:  # seven digits before the point: >= 1e6
         return str(floatToGoString(value))  # type: ignore[no-untyped-call]
     return text
 
