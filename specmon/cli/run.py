@@ -13,7 +13,7 @@ from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
-from specmon.daemon.malloc import tune_malloc
+from specmon.daemon.malloc import tune_gc, tune_malloc
 from specmon.logs import LEVELS, configure_logging
 from specmon.parsing import ConfigError, format_duration, parse_listen_address
 from specmon.sharding import Shard, parse_shard
@@ -82,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"specmon run: --shard: {exc}\n")
         return 2
     tune_malloc()  # freed megabyte buffers go back to the system (specmon/daemon/malloc.py)
+    tune_gc()  # the cycle collector stays out of the scrapes (same module)
     daemon = Daemon(
         config_path=args.config_file,
         listen=args.listen,

@@ -53,3 +53,31 @@ print(rss())
         for mode in ("tuned", "default")
     }
     assert rss["default"] - rss["tuned"] > 16 << 20, rss
+
+
+def test_the_collector_stays_out_of_a_scrape_sized_churn() -> None:
+    """What tune_gc is for: a workload that keeps about 2,000 objects alive at a time and
+    frees them (like one target scrape's samples and views) set off collections of the
+    youngest generation again and again at CPython's default threshold, and none once tuned."""
+    import gc
+
+    from specmon.daemon.malloc import GC_THRESHOLD0, tune_gc
+
+    def collections_during_churn() -> int:
+        before = gc.get_stats()[0]["collections"]
+        for _ in range(200):
+            batch = [{"value": float(i)} for i in range(2000)]
+            del batch
+        return int(gc.get_stats()[0]["collections"] - before)
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, saved[1], saved[2])
+        default = collections_during_churn()
+        assert tune_gc() == (GC_THRESHOLD0, saved[1], saved[2])
+        gc.collect()
+        tuned = collections_during_churn()
+    finally:
+        gc.set_threshold(*saved)
+    assert default >= 200  # at least once per batch at the default
+    assert tuned == 0
