@@ -32,12 +32,10 @@ class _Wheel:
         self._loop = loop
         self._buckets: dict[int, set[asyncio.Timeout]] = {}
         self._handle: asyncio.TimerHandle | None = None
-        self._count = 0
 
     def add(self, timeout: asyncio.Timeout, when: float) -> int:
         slot = math.ceil(when / TICK)
         self._buckets.setdefault(slot, set()).add(timeout)
-        self._count += 1
         if self._handle is None:
             self._handle = self._loop.call_at(min(self._buckets) * TICK, self._fire)
         return slot
@@ -47,7 +45,6 @@ class _Wheel:
         if bucket is None or timeout not in bucket:
             return
         bucket.discard(timeout)
-        self._count -= 1
         if not bucket:
             del self._buckets[slot]
         if not self._buckets and self._handle is not None:
@@ -60,7 +57,6 @@ class _Wheel:
         due = [slot for slot in self._buckets if slot * TICK <= now]
         for slot in due:
             for timeout in self._buckets.pop(slot):
-                self._count -= 1
                 # Still inside its block (it leaves the bucket on the way out): expire it now,
                 # through asyncio.Timeout's own path (cancel the task, raise TimeoutError).
                 with contextlib.suppress(RuntimeError):  # not in its block (defensive)
@@ -72,7 +68,7 @@ class _Wheel:
         return self._loop.time()
 
     def __len__(self) -> int:
-        return self._count
+        return sum(len(bucket) for bucket in self._buckets.values())
 
 
 _WHEELS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Wheel] = weakref.WeakKeyDictionary()
