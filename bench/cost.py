@@ -63,6 +63,10 @@ replaced by a function returning None, as ``bench load``'s "load off"), so the l
 share of the daemon's CPU per scrape is measured on one tree:
 ``--twins --rev worktree+noload --rev worktree --rev worktree+baseline``.
 
+``REV+filter`` (combinable with the others) sets ``name_filter: true`` and scrapes every target
+at ``/metrics/``, which the light fleet serves as vLLM does (``?name[]=`` honoured there):
+``--rev worktree --rev worktree+filter``.
+
 Time: with the defaults (1m,5m) a run lasts the longest window + about 2 minutes (startup,
 60 s quiet period, 1 to 3 minutes of fetches); 200,1000,5000 targets with two revisions is
 about 45 minutes (printed up front), with 1m,5m,15m about 1 h 45 min.
@@ -115,6 +119,10 @@ BASELINE = "+baseline"
 #: before ``specmon run`` starts, so no reading yields load counters (no load history, no load
 #: figures; the adapters still read the series), exactly as ``bench load``'s "load off".
 NOLOAD = "+noload"
+#: A revision spec ending in this asks every target for only the series specmon reads
+#: (``global.name_filter: true``, the targets at ``/metrics/``, which honours ``name[]`` as
+#: vLLM's does).
+NAME_FILTER = "+filter"
 NOLOAD_MAIN = (
     "import runpy, specmon.daemon.target as t; t.load_counters = lambda *a, **k: None; "
     "runpy.run_module('specmon', run_name='__main__', alter_sys=True)"
@@ -290,6 +298,8 @@ class Rev:
     baseline: bool = False
     #: ``REV+noload``: the daemon without its load processing (:data:`NOLOAD`).
     noload: bool = False
+    #: ``REV+filter``: ``name_filter`` on every target (:data:`NAME_FILTER`).
+    name_filter: bool = False
 
     @property
     def label(self) -> str:
@@ -317,9 +327,10 @@ def daemon_command(rev: Rev, config: Path, port: int) -> list[str]:
 
 
 def prepare_rev(given: str, stack: ExitStack) -> Rev:
-    noload = given.endswith(NOLOAD)
-    spec = given.removesuffix(NOLOAD)
-    spec, baseline = spec.removesuffix(BASELINE), spec.endswith(BASELINE)
+    spec, found = given, set[str]()
+    while suffix := next((x for x in (NOLOAD, BASELINE, NAME_FILTER) if spec.endswith(x)), ""):
+        spec, found = spec.removesuffix(suffix), found | {suffix}
+    noload, baseline, name_filter = NOLOAD in found, BASELINE in found, NAME_FILTER in found
     if spec in WORKTREE:
         tree = ROOT
         commit = git("rev-parse", "HEAD")
@@ -350,6 +361,7 @@ def prepare_rev(given: str, stack: ExitStack) -> Rev:
         dirty=dirty,
         baseline=baseline,
         noload=noload,
+        name_filter=name_filter,
     )
 
 
@@ -432,17 +444,20 @@ def write_config(
     timeout: str,
     windows: str,
     baseline: bool = False,
+    name_filter: bool = False,
 ) -> None:
-    """``baseline``: target i (even) takes target i + 1 (its twin, ``--twins``) as baseline."""
+    """``baseline``: target i (even) takes target i + 1 (its twin, ``--twins``) as baseline.
+    ``name_filter``: every target asked for only what specmon reads, at ``/metrics/``."""
     lines = [
         "global:",
         f"  scrape_interval: {interval}",
         f"  scrape_timeout: {timeout}",
         f"  windows: [{', '.join(windows.split(','))}]",
+        *(["  name_filter: true"] if name_filter else []),
         "targets:",
     ]
     for i, url in enumerate(urls):
-        lines += [f"  - name: t{i}", f"    url: {url}"]
+        lines += [f"  - name: t{i}", f"    url: {url}{'/' if name_filter else ''}"]
         if baseline and i % 2 == 0 and i + 1 < len(urls):
             lines.append(f"    baseline: t{i + 1}")
     path.write_text("\n".join(lines) + "\n")
@@ -908,12 +923,16 @@ def main(argv: list[str]) -> int:
                     )  # fmt: skip
                     configs = {}
                     for with_baseline in (False, True):
-                        configs[with_baseline] = work / f"specmon-{int(with_baseline)}.yml"
-                        write_config(
-                            configs[with_baseline], fleet.urls, interval=args.interval,
-                            timeout=args.scrape_timeout, windows=s.windows,
-                            baseline=with_baseline,
-                        )  # fmt: skip
+                        for with_filter in (False, True):
+                            key = (with_baseline, with_filter)
+                            configs[key] = (
+                                work / f"specmon-{int(with_baseline)}{int(with_filter)}.yml"
+                            )
+                            write_config(
+                                configs[key], fleet.urls, interval=args.interval,
+                                timeout=args.scrape_timeout, windows=s.windows,
+                                baseline=with_baseline, name_filter=with_filter,
+                            )  # fmt: skip
                     order = revs if index % 2 == 0 else revs[::-1]
                     for rev in order:
                         done = len(results)
@@ -923,7 +942,9 @@ def main(argv: list[str]) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-                        result = run_one(rev, fleet, configs[rev.baseline], work, s)
+                        result = run_one(
+                            rev, fleet, configs[rev.baseline, rev.name_filter], work, s
+                        )
                         result["twins"] = args.twins
                         result["simulator_start_seconds"] = round(fleet.started_seconds, 1)
                         result["machine"] = info

@@ -18,7 +18,8 @@ these processes can share a fleet
 (``--first``), so the simulator can use a second core.
 
 Targets are named ``vllm-I`` for I in [first, first + targets) and served at
-``/t/vllm-I/metrics``; ``/stats`` answers ``{"targets": N, "pages": served}``.
+``/t/vllm-I/metrics`` (and ``/t/vllm-I/metrics/``, which honours ``?name[]=`` as vLLM's does);
+``/stats`` answers ``{"targets": N, "pages": served}``.
 Stops on SIGTERM or SIGINT.
 """
 
@@ -36,7 +37,7 @@ from aiohttp import web
 
 from specmon.parsing import parse_listen_address
 from specmon.sim.engine import SimSettings
-from specmon.sim.pages import PageKind
+from specmon.sim.pages import PageKind, restrict_page
 from specmon.sim.server import VirtualTarget, make_target
 
 __all__ = ["FleetServer", "main"]
@@ -51,6 +52,9 @@ class FleetServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/t/{name}/metrics", self._metrics)
+        # As vLLM: /metrics/ is prometheus_client's app and honours ?name[]= (specmon's
+        # name_filter); /metrics ignores it.
+        app.router.add_get("/t/{name}/metrics/", self._metrics)
         app.router.add_get("/stats", self._stats)
         app.router.add_get("/targets", self._stats)  # readiness, as specmon simulate
         return app
@@ -60,7 +64,11 @@ class FleetServer:
         if target is None:
             raise web.HTTPNotFound(text="no such target\n")
         target.tick()
-        body = target.page().encode("utf-8")
+        page = target.page()
+        names = request.query.getall("name[]", [])
+        if names and request.path.endswith("/"):
+            page = restrict_page(page, names)
+        body = page.encode("utf-8")
         headers = {"Content-Type": target.template.content_type}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             compressor = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)

@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
             config = work / f"config-{index}.yaml"
             write_config(
                 config, fleet.urls, interval=args.interval, timeout=args.interval,
-                windows=args.windows, baseline=rev.baseline,
+                windows=args.windows, baseline=rev.baseline, name_filter=rev.name_filter,
             )  # fmt: skip
             port = free_port()
             proc = start(

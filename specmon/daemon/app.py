@@ -354,6 +354,7 @@ class Daemon:
             secrets=target.secrets(),
             engine=target.engine,
             model=target.model,
+            name_filter=glob.name_filter if target.name_filter is None else target.name_filter,
         )
 
     def build_app(self) -> web.Application:

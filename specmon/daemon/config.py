@@ -80,6 +80,10 @@ class GlobalConfig:
     #: vLLM page costs its server about 0.9 ms of CPU to compress (prometheus_client, level
     #: 9) and specmon 0.085 ms to inflate, to save 50 KB on a local or LAN link.
     enable_compression: bool = False
+    #: Ask targets for only the series specmon reads (``?name[]=...``, the adapter's names):
+    #: prometheus_client's own page app honours it (vLLM's ``/metrics/``, with the slash),
+    #: other servers ignore it. Off by default (README, "name_filter").
+    name_filter: bool = False
     #: What one page may make specmon do (docs/security.md).
     limits: PageLimits = field(default_factory=PageLimits)
 
@@ -101,6 +105,8 @@ class TargetConfig:
     scrape_timeout: float = 3.0
     #: Ask this target for gzip; None: ``global.enable_compression``.
     enable_compression: bool | None = None
+    #: Ask this target for only the series specmon reads; None: ``global.name_filter``.
+    name_filter: bool | None = None
     #: Another target serving the same model without speculation: the load-aware figures
     #: compare with it at matched concurrency (docs/metrics.md, "Load-aware figures").
     baseline: str | None = None
@@ -340,6 +346,7 @@ def _check_global(checker: PathChecker, raw: Any) -> GlobalConfig:
         enable_compression=checker.get(
             data, "enable_compression", "global", check_bool, default.enable_compression
         ),
+        name_filter=checker.get(data, "name_filter", "global", check_bool, default.name_filter),
         limits=_check_limits(checker, data.get("limits")),
     )
 
@@ -411,6 +418,7 @@ def _check_target(
         scrape_interval=interval,
         scrape_timeout=timeout,
         enable_compression=checker.get(data, "enable_compression", path, check_bool, None),
+        name_filter=checker.get(data, "name_filter", path, check_bool, None),
         baseline=checker.get(data, "baseline", path, _nonempty_str, None),
         cost_profile=_cost_profile(checker, data.get("cost_profile"), _join(path, "cost_profile")),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
@@ -20,7 +20,7 @@ from prometheus_client.utils import floatToGoString as _float_to_go_string
 
 from specmon.sim.engine import SimEngine
 
-__all__ = ["PAGE_KINDS", "PageKind", "PageTemplate", "load_template"]
+__all__ = ["PAGE_KINDS", "PageKind", "PageTemplate", "load_template", "restrict_page"]
 
 
 class PageKind(StrEnum):
@@ -135,6 +135,45 @@ _QUANTILES = ("0", "0.5", "0.9", "0.95", "0.99", "0.999", "1")
 def go_float(value: float) -> str:
     """Python prometheus_client's number format, which vLLM and SGLang print with."""
     return str(_float_to_go_string(value))  # type: ignore[no-untyped-call]
+
+
+def restrict_page(text: str, names: Collection[str]) -> str:
+    """``text`` (a classic-format page) as prometheus_client serves it for ``?name[]=...``
+    (``RestrictedRegistry``): only the samples whose name is one of ``names``, and the
+    ``# HELP``/``# TYPE`` lines of the families that keep at least one. One quirk kept: the
+    classic format prints a counter's ``_created`` samples as a family of their own, and a
+    counter restricted to its ``_created`` samples still prints the ``_total`` header. (A real
+    server may also reorder the families, since it walks a set of collectors; readers do not
+    depend on the order.)"""
+    wanted = frozenset(names)
+    out: list[str] = []
+    header: list[str] = []  # the comments of the family being read, until a sample is kept
+    dropped: list[str] = []  # the comments of the family before it, if it kept no sample
+    family = ""
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#"):
+            # A family's comments start at its HELP (or its TYPE when it has no HELP).
+            name = line.split(" ", 3)[2] if line.count(" ") >= 2 else ""
+            if header and name == family:
+                header.append(line)
+            else:
+                dropped, header, family = header, [line], name
+            continue
+        end = len(line)
+        for stop in ("{", " "):
+            found = line.find(stop, 0, end)
+            if found >= 0:
+                end = found
+        if line[:end] in wanted:
+            if header:
+                if family.endswith("_created") and dropped:
+                    counter = dropped[0].split(" ", 3)[2]
+                    if counter == family.removesuffix("_created") + "_total":
+                        out.extend(dropped)
+                out.extend(header)
+            header = dropped = []
+            out.append(line)
+    return "".join(out)
 
 
 def _base(name: str) -> str:

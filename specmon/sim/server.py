@@ -20,7 +20,7 @@ from aiohttp import web
 
 from specmon.sim.batch import Batcher
 from specmon.sim.engine import Mode, SimEngine, SimSettings
-from specmon.sim.pages import PageKind, PageTemplate, load_template
+from specmon.sim.pages import PageKind, PageTemplate, load_template, restrict_page
 from specmon.sim.scenario import Scenario
 
 __all__ = ["SimServer", "VirtualTarget", "completion_text"]
@@ -262,6 +262,13 @@ class SimServer:
                 om = load_template(PageKind.VLLM_OPENMETRICS)
                 body = om.render(target.engine, model=target.model)
                 content_type = om.content_type
+            else:
+                # ... and is prometheus_client's own app, which honours ?name[]= (vLLM's
+                # /metrics, prometheus-fastapi-instrumentator, ignores it): checked on vLLM
+                # 0.32.0 in the classic format (the OpenMetrics case is not simulated).
+                names = request.query.getall("name[]", [])
+                if names:
+                    body = restrict_page(body, names)
         response = web.Response(body=body.encode("utf-8"))
         response.headers["Content-Type"] = content_type
         if target.template.family in ("vllm", "sglang", "trtllm") and "gzip" in request.headers.get(

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -25,6 +25,7 @@ from specmon.sources.deadlines import deadline
 
 __all__ = [
     "ACCEPT",
+    "ACCEPT_CLASSIC",
     "MAX_REDIRECTS",
     "FetchError",
     "FetchResult",
@@ -32,10 +33,14 @@ __all__ = [
     "fetch_page",
     "open_session",
     "read_capped",
+    "with_name_filter",
 ]
 
 #: Classic text format first: vLLM's OpenMetrics path renames ``vllm:`` to ``vllm_``.
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+#: The classic format alone: asked for with ``name_filter``, because prometheus_client ignores
+#: q-values and answers the header above with OpenMetrics (and ``vllm_`` names).
+ACCEPT_CLASSIC = "text/plain;version=0.0.4"
 MAX_REDIRECTS = 5
 #: How much of an error body is read, and how much of it a message quotes.
 _ERROR_BODY_BYTES = 4096
@@ -61,6 +66,18 @@ def open_session(
         timeout=aiohttp.ClientTimeout(total=None),
         headers={"User-Agent": agent},
     )
+
+
+def with_name_filter(url: str, names: Iterable[str]) -> str:
+    """``url`` asking for only the samples named ``names``: a ``name[]`` query parameter
+    each, after any query ``url`` has. prometheus_client's page app (vLLM's ``/metrics/``)
+    then serves just those samples and their families' HELP and TYPE; a server that ignores
+    the parameters serves its whole page, read as before."""
+    query = urlencode([("name[]", name) for name in names])
+    if not query:
+        return url
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query=f"{parts.query}&{query}" if parts.query else query))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +158,7 @@ async def fetch_page(
     compression: bool = True,
     headers: Mapping[str, str] | None = None,
     secrets: Iterable[Secret | str] = (),
+    accept: str = ACCEPT,
 ) -> FetchResult:
     """GET ``url``; raise :class:`FetchError` for anything but a page within the limits.
 
@@ -162,7 +180,7 @@ async def fetch_page(
         async with deadline(timeout):
             current = url
             for _ in range(MAX_REDIRECTS + 1):
-                request_headers = {"Accept": ACCEPT, "Accept-Encoding": encoding}
+                request_headers = {"Accept": accept, "Accept-Encoding": encoding}
                 if current == url or _origin(current) == origin:
                     request_headers.update(configured)
                 async with session.get(

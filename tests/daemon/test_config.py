@@ -75,6 +75,32 @@ def test_enable_compression_global_and_per_target() -> None:
     assert info.value.problems == ["targets[0].enable_compression: must be true or false, not int"]
 
 
+def test_name_filter_global_and_per_target() -> None:
+    config = parse_config(
+        "global: {name_filter: true}\n"
+        "targets:\n"
+        "  - {name: a, url: 'http://h:1/metrics/'}\n"
+        "  - {name: b, url: 'http://h:2/metrics', name_filter: false}\n",
+        environ={},
+    )
+    assert config.global_.name_filter is True
+    assert [t.name_filter for t in config.targets] == [None, False]
+    assert (
+        parse_config("targets: [{name: a, url: 'http://h:1/'}]", environ={}).global_.name_filter
+        is False
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            "global: {name_filter: 'true'}\n"
+            "targets:\n  - {name: a, url: 'http://h:1/metrics', name_filter: [x]}\n",
+            environ={},
+        )
+    assert info.value.problems == [
+        "global.name_filter: must be true or false, not a string",
+        "targets[0].name_filter: must be true or false, not a list",
+    ]
+
+
 BAD_CASES = [
     ("empty", "", ["targets: no targets, file_sd_configs or sources: nothing to watch"]),
     (

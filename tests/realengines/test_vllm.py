@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from specmon.engines import Engine
+from specmon.sources import Reading
+from specmon.sources.http import open_session
+from specmon.sources.page import HttpPageSource
 from tests.realengines import servers
 from tests.realengines.conftest import (
     VLLM_LOG_INTERVAL,
@@ -146,6 +151,68 @@ def test_vllm_per_position_equals_counters_and_its_own_log(
         for rate, survival in zip(line.rates, delta.survival(), strict=True):
             assert abs(rate - survival) <= 0.0005 + eps
         assert abs(line.acceptance_pct - 100 * delta.accepted / delta.draft_tokens) <= 0.05 + eps
+
+
+def test_vllm_name_filter_serves_only_what_specmon_reads(
+    vllm_single: servers.VllmServer, tmp_path: Path
+) -> None:
+    """``name_filter`` against the real server. vLLM's ``/metrics/`` (with the slash) is
+    prometheus_client's own app, which honours ``?name[]=``; its ``/metrics`` (the
+    instrumentator) ignores it. With no traffic in flight, the filtered page gives exactly the
+    reading of the whole page from a small fraction of the bytes, and a daemon watching the
+    engine both ways exports the same totals."""
+    srv = vllm_single
+    servers.drive_load(srv.base_url, n_requests=4, concurrency=2, max_tokens=40, model="tiny-llama")
+    settled(srv.metrics_url, quiet=QUIET, timeout=120)
+    slash = srv.metrics_url + "/"
+
+    async def read_all() -> list[Reading]:
+        out = []
+        async with open_session() as session:
+            for url, name_filter in (
+                (srv.metrics_url, False),
+                (slash, True),
+                (srv.metrics_url, True),
+            ):
+                source = HttpPageSource(
+                    url=url, session=lambda: session, timeout=30.0, max_bytes=1 << 24,
+                    engine=Engine.VLLM, name_filter=name_filter,
+                )  # fmt: skip
+                out.append(await source.read())
+        return out
+
+    whole, cut, ignored = asyncio.run(read_all())
+    print(f"\nvLLM page: {whole.size} bytes; filtered on /metrics/: {cut.size}; "
+          f"name[] on /metrics: {ignored.size}")  # fmt: skip
+    assert whole.page.models and whole.page.models[0].counters is not None
+    assert cut.page == whole.page
+    assert cut.size * 10 < whole.size
+    assert ignored.size * 2 > whole.size  # the instrumentator's page ignores name[]
+
+    cfg = write_config(
+        tmp_path / "specmon.yaml",
+        [("whole", srv.metrics_url, {}), ("cut", slash, {"name_filter": "true"})],
+        windows=["1m"],
+        interval="1s",
+    )
+    names = ("specmon_drafts_total", "specmon_draft_tokens_total", "specmon_accepted_tokens_total")
+
+    def same_totals() -> dict[str, float] | None:
+        m = d.metrics()
+        got = {n: (m.value(n, target="whole"), m.value(n, target="cut")) for n in names}
+        if all(w is not None and w > 0 and w == c for w, c in got.values()):
+            return {n: w for n, (w, _) in got.items() if w is not None}
+        return None
+
+    with daemon(cfg, tmp_path) as d:
+        wait_target_up(d, "whole")
+        wait_target_up(d, "cut")
+        servers.drive_load(
+            srv.base_url, n_requests=4, concurrency=2, max_tokens=40, model="tiny-llama"
+        )
+        settled(srv.metrics_url, quiet=QUIET, timeout=120)
+        totals = d.wait_for(same_totals, timeout=30, interval=0.5)
+    print(f"daemon totals, both targets: {totals}")
 
 
 def _workload(base_url: str) -> None:
