@@ -206,7 +206,7 @@ _NEXT_SAMPLE_LINE = re.compile(r"\n(?=[^#\n])")
 _FAMILY_SUFFIXES = ("_total", "_created", "_sum", "_count", "_bucket")
 
 
-def _trie(words: Iterable[str]) -> str:
+def name_trie(words: Iterable[str]) -> str:
     """A regular expression matching exactly ``words``, factored by common prefixes: at each
     line of a page the engine then follows one branch per character instead of trying every
     name (a vLLM page's lines all start ``vllm:``, as do the adapter's 26 names)."""
@@ -236,9 +236,9 @@ def _finders(wanted: frozenset[str]) -> tuple[re.Pattern[str], tuple[str, ...]]:
     53 KB vLLM page costs about 50 us, most of the parse."""
     found = _FINDERS.get(wanted)
     if found is None:
-        names = _trie(wanted)
+        names = name_trie(wanted)
         families = {n.removesuffix(sfx) for n in wanted for sfx in _FAMILY_SUFFIXES} | wanted
-        fams = _trie(families)
+        fams = name_trie(families)
         found = (
             re.compile(
                 rf"\n(?:# TYPE[ \t]+({fams})[ \t]+(\S+)|((?:{names})(?=[{{ \t\r\n]|$)[^\n]*))"

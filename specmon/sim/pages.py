@@ -18,6 +18,7 @@ from importlib import resources
 
 from prometheus_client.utils import floatToGoString as _float_to_go_string
 
+from specmon.exposition import name_trie
 from specmon.sim.engine import SimEngine
 
 __all__ = ["PAGE_KINDS", "PageKind", "PageTemplate", "load_template", "restrict_page"]
@@ -137,6 +138,31 @@ def go_float(value: float) -> str:
     return str(_float_to_go_string(value))  # type: ignore[no-untyped-call]
 
 
+_SUFFIXES = ("_total", "_created", "_sum", "_count", "_bucket")
+_RESTRICTERS: dict[frozenset[str], re.Pattern[str]] = {}
+
+
+def _restricter(wanted: frozenset[str]) -> re.Pattern[str]:
+    """One pattern finding, in page order, the wanted sample lines and the HELP/TYPE lines of
+    every family they may belong to (group 1: the line, group 2: a comment's family)."""
+    pattern = _RESTRICTERS.get(wanted)
+    if pattern is None:
+        families = wanted | {n.removesuffix(x) for n in wanted for x in _SUFFIXES}
+        families |= {
+            n.removesuffix("_created") + "_total" for n in wanted if n.endswith("_created")
+        }
+
+        # Each match starts at a newline (the page is framed with one): a literal the
+        # engine searches for quickly, where ``^`` would be tried at every character.
+        pattern = re.compile(
+            rf"\n((?:# (?:HELP|TYPE) ({name_trie(families)})(?= |\n|$)"
+            rf"|(?:{name_trie(wanted)})(?=[{{ ]))[^\n]*)"
+        )
+        if len(_RESTRICTERS) < 64:
+            _RESTRICTERS[wanted] = pattern
+    return pattern
+
+
 def restrict_page(text: str, names: Collection[str]) -> str:
     """``text`` (a classic-format page) as prometheus_client serves it for ``?name[]=...``
     (``RestrictedRegistry``): only the samples whose name is one of ``names``, and the
@@ -144,35 +170,27 @@ def restrict_page(text: str, names: Collection[str]) -> str:
     classic format prints a counter's ``_created`` samples as a family of their own, and a
     counter restricted to its ``_created`` samples still prints the ``_total`` header. (A real
     server may also reorder the families, since it walks a set of collectors; readers do not
-    depend on the order.)"""
-    wanted = frozenset(names)
+    depend on the order.) The scanning is one regular expression, so that the light fleet
+    can serve a thousand filtered pages cheaply."""
     out: list[str] = []
     header: list[str] = []  # the comments of the family being read, until a sample is kept
     dropped: list[str] = []  # the comments of the family before it, if it kept no sample
     family = ""
-    for line in text.splitlines(keepends=True):
-        if line.startswith("#"):
-            # A family's comments start at its HELP (or its TYPE when it has no HELP).
-            name = line.split(" ", 3)[2] if line.count(" ") >= 2 else ""
+    for match in _restricter(frozenset(names)).finditer("\n" + text):
+        line, name = match.group(1) + "\n", match.group(2)
+        if name is not None:
             if header and name == family:
                 header.append(line)
             else:
                 dropped, header, family = header, [line], name
             continue
-        end = len(line)
-        for stop in ("{", " "):
-            found = line.find(stop, 0, end)
-            if found >= 0:
-                end = found
-        if line[:end] in wanted:
-            if header:
-                if family.endswith("_created") and dropped:
-                    counter = dropped[0].split(" ", 3)[2]
-                    if counter == family.removesuffix("_created") + "_total":
-                        out.extend(dropped)
-                out.extend(header)
-            header = dropped = []
-            out.append(line)
+        if header:
+            counter = family.removesuffix("_created") + "_total"
+            if family.endswith("_created") and dropped and dropped[0].split(" ", 3)[2] == counter:
+                out.extend(dropped)
+            out.extend(header)
+        header = dropped = []
+        out.append(line)
     return "".join(out)
 
 
