@@ -249,14 +249,14 @@ def test_label_sets_parsed_before_come_back_equal_and_independent() -> None:
     st.lists(st.text(alphabet="ab:_.*", max_size=8), max_size=20),
 )
 def test_the_name_trie_matches_exactly_the_names(names: set[str], others: list[str]) -> None:
-    """The page pattern's prefix trie (exposition._trie) matches a whole name exactly when it
+    """The page pattern's prefix trie (exposition.name_trie) matches a whole name exactly when it
     is one of the names: every name, none of their proper prefixes or extensions that are not
     names themselves, whatever regular-expression characters they hold."""
     import re
 
-    from specmon.exposition import _trie
+    from specmon.exposition import name_trie
 
-    pattern = re.compile(f"(?:{_trie(names)})")
+    pattern = re.compile(f"(?:{name_trie(names)})")
     candidates = {
         *names,
         *others,
