@@ -137,6 +137,31 @@ def test_a_redirect_loop_ends_with_a_clear_error() -> None:
     assert str(error) == "more than 5 redirects"
 
 
+def test_only_configured_urls_are_kept_parsed() -> None:
+    """The parsed-URL cache holds the URLs specmon was configured with, never a redirect's
+    Location: a hostile target sending endless fresh redirects must not fill it."""
+    from specmon.sources.http import _parsed
+
+    served = 0
+
+    async def fresh(request: web.Request) -> web.Response:
+        nonlocal served
+        served += 1
+        raise web.HTTPFound(f"/fresh-{served}-" + "x" * 2000)
+
+    async def scenario() -> None:
+        async with server(fresh) as base, open_session() as session:
+            for _ in range(3):
+                with pytest.raises(FetchError):
+                    await fetch_page(session, base + "/metrics", timeout=5, max_bytes=1 << 20)
+
+    _parsed.cache_clear()
+    asyncio.run(scenario())
+    assert served == 18  # 3 fetches of 6 requests each, every one followed
+    info = _parsed.cache_info()
+    assert (info.currsize, info.hits, info.misses) == (1, 2, 1)
+
+
 def test_gzip_is_asked_for_only_when_configured_and_read_either_way() -> None:
     """``enable_compression``: the daemon's source asks for ``identity`` by default and
     ``gzip`` when configured; a server that compresses anyway is still read, and the size
