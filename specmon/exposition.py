@@ -206,6 +206,14 @@ _NEXT_SAMPLE_LINE = re.compile(r"\n(?=[^#\n])")
 _FAMILY_SUFFIXES = ("_total", "_created", "_sum", "_count", "_bucket")
 
 
+def family_names(samples: Iterable[str]) -> set[str]:
+    """The names the families of ``samples`` may be declared under (TYPE and HELP lines): each
+    sample name as it is and without its ``_total``/``_created``/``_sum``/``_count``/``_bucket``
+    suffix."""
+    names = set(samples)
+    return names | {n.removesuffix(sfx) for n in names for sfx in _FAMILY_SUFFIXES}
+
+
 def name_trie(words: Iterable[str]) -> str:
     """A regular expression matching exactly ``words``, factored by common prefixes: at each
     line of a page the engine then follows one branch per character instead of trying every
@@ -237,8 +245,7 @@ def _finders(wanted: frozenset[str]) -> tuple[re.Pattern[str], tuple[str, ...]]:
     found = _FINDERS.get(wanted)
     if found is None:
         names = name_trie(wanted)
-        families = {n.removesuffix(sfx) for n in wanted for sfx in _FAMILY_SUFFIXES} | wanted
-        fams = name_trie(families)
+        fams = name_trie(family_names(wanted))
         found = (
             re.compile(
                 rf"\n(?:# TYPE[ \t]+({fams})[ \t]+(\S+)|((?:{names})(?=[{{ \t\r\n]|$)[^\n]*))"

@@ -18,7 +18,7 @@ from importlib import resources
 
 from prometheus_client.utils import floatToGoString as _float_to_go_string
 
-from specmon.exposition import name_trie
+from specmon.exposition import family_names, name_trie
 from specmon.sim.engine import SimEngine
 
 __all__ = ["PAGE_KINDS", "PageKind", "PageTemplate", "load_template", "restrict_page"]
@@ -138,7 +138,6 @@ def go_float(value: float) -> str:
     return str(_float_to_go_string(value))  # type: ignore[no-untyped-call]
 
 
-_SUFFIXES = ("_total", "_created", "_sum", "_count", "_bucket")
 _RESTRICTERS: dict[frozenset[str], re.Pattern[str]] = {}
 
 
@@ -147,7 +146,7 @@ def _restricter(wanted: frozenset[str]) -> re.Pattern[str]:
     every family they may belong to (group 1: the line, group 2: a comment's family)."""
     pattern = _RESTRICTERS.get(wanted)
     if pattern is None:
-        families = wanted | {n.removesuffix(x) for n in wanted for x in _SUFFIXES}
+        families = family_names(wanted)
         families |= {
             n.removesuffix("_created") + "_total" for n in wanted if n.endswith("_created")
         }

@@ -57,47 +57,33 @@ def test_defaults() -> None:
     assert config.targets[0].enable_compression is None  # the global's
 
 
-def test_enable_compression_global_and_per_target() -> None:
+@pytest.mark.parametrize("key", ["enable_compression", "name_filter"])
+def test_a_switch_global_and_per_target(key: str) -> None:
+    """The global switches a target may override: off by default, the target's None means
+    the global's, and a value that is not a YAML boolean is an error wherever it stands."""
+    default = parse_config("targets: [{name: a, url: 'http://h:1/'}]", environ={})
+    assert getattr(default.global_, key) is False
     config = parse_config(
-        "global: {enable_compression: true}\n"
-        "targets:\n"
-        "  - {name: a, url: 'http://h:1/metrics'}\n"
-        "  - {name: b, url: 'http://h:2/metrics', enable_compression: false}\n",
-        environ={},
-    )
-    assert config.global_.enable_compression is True
-    assert [t.enable_compression for t in config.targets] == [None, False]
-    with pytest.raises(ConfigError) as info:
-        parse_config(
-            "targets:\n  - {name: a, url: 'http://h:1/metrics', enable_compression: 1}\n",
-            environ={},
-        )
-    assert info.value.problems == ["targets[0].enable_compression: must be true or false, not int"]
-
-
-def test_name_filter_global_and_per_target() -> None:
-    config = parse_config(
-        "global: {name_filter: true}\n"
+        f"global: {{{key}: true}}\n"
         "targets:\n"
         "  - {name: a, url: 'http://h:1/metrics/'}\n"
-        "  - {name: b, url: 'http://h:2/metrics', name_filter: false}\n",
+        f"  - {{name: b, url: 'http://h:2/metrics', {key}: false}}\n",
         environ={},
     )
-    assert config.global_.name_filter is True
-    assert [t.name_filter for t in config.targets] == [None, False]
-    assert (
-        parse_config("targets: [{name: a, url: 'http://h:1/'}]", environ={}).global_.name_filter
-        is False
-    )
+    assert getattr(config.global_, key) is True
+    assert [getattr(t, key) for t in config.targets] == [None, False]
     with pytest.raises(ConfigError) as info:
         parse_config(
-            "global: {name_filter: 'true'}\n"
-            "targets:\n  - {name: a, url: 'http://h:1/metrics', name_filter: [x]}\n",
+            f"global: {{{key}: 'true'}}\n"
+            "targets:\n"
+            f"  - {{name: a, url: 'http://h:1/metrics', {key}: [x]}}\n"
+            f"  - {{name: b, url: 'http://h:2/metrics', {key}: 1}}\n",
             environ={},
         )
     assert info.value.problems == [
-        "global.name_filter: must be true or false, not a string",
-        "targets[0].name_filter: must be true or false, not a list",
+        f"global.{key}: must be true or false, not a string",
+        f"targets[0].{key}: must be true or false, not a list",
+        f"targets[1].{key}: must be true or false, not int",
     ]
 
 
