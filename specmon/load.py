@@ -231,6 +231,15 @@ def _relative(error: float, value: float) -> float:
     return math.inf if value <= 0 else error / value
 
 
+def _concurrency(
+    slots: float, steps: float, slots_error: float, steps_error: float
+) -> float | None:
+    """Request-slots / engine steps (see :attr:`LoadInterval.concurrency`)."""
+    if slots_error == 0.0 and steps_error == 0.0:  # exact counters (vLLM): no bound to check
+        return _ratio(slots, steps, 0.0)
+    return _ratio(slots, steps, _relative(slots_error, slots) + _relative(steps_error, steps))
+
+
 @dataclass(frozen=True, slots=True)
 class LoadInterval:
     """Increases over an interval (or a sum of intervals) and the figures they give."""
@@ -257,10 +266,7 @@ class LoadInterval:
         """Requests per engine step (request-slots / engine steps)."""
         if self.engine_steps is None or self.slot_steps is None:
             return None
-        error = _relative(self.errors[4], self.slot_steps) + _relative(
-            self.errors[3], self.engine_steps
-        )
-        return _ratio(self.slot_steps, self.engine_steps, error)
+        return _concurrency(self.slot_steps, self.engine_steps, self.errors[4], self.errors[3])
 
     @property
     def step_seconds(self) -> float | None:
@@ -337,63 +343,7 @@ def interval(
     the new values are then the increase, as Prometheus's ``increase()`` counts them.
     Per-position series that appear later count from zero.
     """
-    pairs = (
-        (before.decode_seconds, after.decode_seconds, before.errors[1] + after.errors[1]),
-        (before.decode_tokens, after.decode_tokens, before.errors[2] + after.errors[2]),
-        (before.request_steps, after.request_steps, before.errors[0] + after.errors[0]),
-        (float(before.drafts), float(after.drafts), 0.0),
-        (float(before.draft_tokens), float(after.draft_tokens), 0.0),
-        (float(before.accepted_tokens), float(after.accepted_tokens), 0.0),
-    )
-    steps_pair = (before.engine_steps, after.engine_steps)
-    reset = any(old - new > err for old, new, err in pairs)
-    if steps_pair[0] is not None and steps_pair[1] is not None:
-        reset = reset or steps_pair[0] - steps_pair[1] > before.errors[3] + after.errors[3]
-    if reset:
-        return LoadInterval(
-            request_steps=after.request_steps,
-            decode_seconds=after.decode_seconds,
-            decode_tokens=after.decode_tokens,
-            engine_steps=after.engine_steps,
-            slot_steps=after.slot_steps,
-            drafts=after.drafts,
-            draft_tokens=after.draft_tokens,
-            accepted_tokens=after.accepted_tokens,
-            accepted_per_position=after.accepted_per_position,
-            seconds=seconds,
-            resets=1,
-            errors=after.errors,
-        )
-
-    def up(a: float, b: float) -> float:
-        return max(b - a, 0.0)
-
-    def up_opt(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else max(b - a, 0.0)
-
-    width = len(after.accepted_per_position)
-    old = before.accepted_per_position + (0,) * max(0, width - len(before.accepted_per_position))
-    per_pos = tuple(max(after.accepted_per_position[i] - old[i], 0) for i in range(width))
-    e_b, e_a = before.errors, after.errors
-    return LoadInterval(
-        request_steps=up(before.request_steps, after.request_steps),
-        decode_seconds=up(before.decode_seconds, after.decode_seconds),
-        decode_tokens=up(before.decode_tokens, after.decode_tokens),
-        engine_steps=up_opt(before.engine_steps, after.engine_steps),
-        slot_steps=up_opt(before.slot_steps, after.slot_steps),
-        drafts=max(after.drafts - before.drafts, 0),
-        draft_tokens=max(after.draft_tokens - before.draft_tokens, 0),
-        accepted_tokens=max(after.accepted_tokens - before.accepted_tokens, 0),
-        accepted_per_position=per_pos,
-        seconds=seconds,
-        errors=(
-            e_b[0] + e_a[0],
-            e_b[1] + e_a[1],
-            e_b[2] + e_a[2],
-            e_b[3] + e_a[3],
-            e_b[4] + e_a[4],
-        ),
-    )
+    return _interval_of(_interval_row(before, after, seconds, 0.0), strip_positions=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -567,7 +517,8 @@ class LoadWindow:
     #: Mean of the requests-running gauge over the window's readings (a point-sampled
     #: fallback for engines without step counters).
     requests_running_mean: float | None
-    #: The most recent interval: the load the engine is under now.
+    #: The most recent interval: the load the engine is under now (read by a comparison
+    #: with a baseline only: None for a window read without its buckets).
     latest: LoadInterval | None = None
 
 
@@ -587,37 +538,115 @@ _BIG_COUNT = float(2**32)
 _ADD, _SUB = operator.add, operator.sub
 
 
-def _row(end: float, item: LoadInterval, bucket: int | None) -> array[float]:
-    big = max(item.drafts, item.draft_tokens, item.accepted_tokens, item.resets,
-              item.intervals, *item.accepted_per_position) >= _BIG_COUNT  # fmt: skip
+def _interval_row(
+    before: LoadCounters, after: LoadCounters, seconds: float | None, end: float
+) -> array[float]:
+    """The increases from ``before`` to ``after`` (see :func:`interval`) as a row ending at
+    ``end``, in no bucket (-1): the history computes it straight from the two readings, with
+    no :class:`LoadInterval` in between (issue 13's cost per scrape)."""
+    eb, ea = before.errors, after.errors
+    engine_before, engine_after = before.engine_steps, after.engine_steps
+    if (
+        before.decode_seconds - after.decode_seconds > eb[1] + ea[1]
+        or before.decode_tokens - after.decode_tokens > eb[2] + ea[2]
+        or before.request_steps - after.request_steps > eb[0] + ea[0]
+        or float(before.drafts) > float(after.drafts)
+        or float(before.draft_tokens) > float(after.draft_tokens)
+        or float(before.accepted_tokens) > float(after.accepted_tokens)
+        or (
+            engine_before is not None
+            and engine_after is not None
+            and engine_before - engine_after > eb[3] + ea[3]
+        )
+    ):  # the engine restarted: its new values are the increase
+        request_steps, decode_seconds = after.request_steps, after.decode_seconds
+        decode_tokens, engine, slots = after.decode_tokens, engine_after, after.slot_steps
+        drafts, draft_tokens, accepted = after.drafts, after.draft_tokens, after.accepted_tokens
+        per_pos = after.accepted_per_position
+        resets = 1
+        errors = ea
+    else:
+        request_steps = max(after.request_steps - before.request_steps, 0.0)
+        decode_seconds = max(after.decode_seconds - before.decode_seconds, 0.0)
+        decode_tokens = max(after.decode_tokens - before.decode_tokens, 0.0)
+        engine = (
+            None
+            if engine_before is None or engine_after is None
+            else max(engine_after - engine_before, 0.0)
+        )
+        slots_before, slots_after = before.slot_steps, after.slot_steps
+        slots = (
+            None
+            if slots_before is None or slots_after is None
+            else max(slots_after - slots_before, 0.0)
+        )
+        drafts = max(after.drafts - before.drafts, 0)
+        draft_tokens = max(after.draft_tokens - before.draft_tokens, 0)
+        accepted = max(after.accepted_tokens - before.accepted_tokens, 0)
+        old = before.accepted_per_position
+        width = len(old)
+        per_pos = tuple(
+            max(new - old[i], 0) if i < width else new
+            for i, new in enumerate(after.accepted_per_position)
+        )
+        resets = 0
+        errors = (eb[0] + ea[0], eb[1] + ea[1], eb[2] + ea[2], eb[3] + ea[3], eb[4] + ea[4])
+    big = max(drafts, draft_tokens, accepted, resets, 1, *per_pos) >= _BIG_COUNT
     return array(
         "d",
         (
             end,
-            -1.0 if bucket is None else float(bucket),
-            item.request_steps,
-            item.decode_seconds,
-            item.decode_tokens,
-            item.engine_steps or 0.0,
-            item.slot_steps or 0.0,
-            float(item.drafts),
-            float(item.draft_tokens),
-            float(item.accepted_tokens),
-            item.seconds or 0.0,
-            float(item.resets),
-            *item.errors,
-            float(item.intervals),
-            1.0 if item.engine_steps is None else 0.0,
-            1.0 if item.slot_steps is None else 0.0,
-            1.0 if item.seconds is None else 0.0,
+            -1.0,
+            request_steps,
+            decode_seconds,
+            decode_tokens,
+            engine or 0.0,
+            slots or 0.0,
+            float(drafts),
+            float(draft_tokens),
+            float(accepted),
+            seconds or 0.0,
+            float(resets),
+            *errors,
+            1.0,
+            1.0 if engine is None else 0.0,
+            1.0 if slots is None else 0.0,
+            1.0 if seconds is None else 0.0,
             1.0 if big else 0.0,
-            *map(float, item.accepted_per_position),
+            *map(float, per_pos),
         ),
     )
 
 
-def _start_of(row: array[float]) -> float:
-    return row[_END] - row[_SECONDS]
+def _row_concurrency(row: array[float]) -> float | None:
+    """The concurrency of a row's interval(s) (:attr:`LoadInterval.concurrency`)."""
+    if row[_ENGINE_MISSING] >= 0.5 or row[_SLOT_MISSING] >= 0.5:
+        return None
+    return _concurrency(row[_SLOT_STEPS], row[_ENGINE_STEPS], row[_ERRORS + 4], row[_ERRORS + 3])
+
+
+def _interval_of(v: Sequence[float], *, strip_positions: bool = True) -> LoadInterval:
+    """The :class:`LoadInterval` a row (or a sum of rows) stands for; ``strip_positions``
+    drops trailing positions that no interval of a sum had."""
+    per_pos = [*map(round, v[_POSITIONS:])]  # rounding drift is far below 0.5
+    if strip_positions:
+        while per_pos and per_pos[-1] == 0:
+            per_pos.pop()
+    return LoadInterval(
+        request_steps=max(v[_REQUEST_STEPS], 0.0),
+        decode_seconds=max(v[_DECODE_SECONDS], 0.0),
+        decode_tokens=max(v[_DECODE_TOKENS], 0.0),
+        engine_steps=None if v[_ENGINE_MISSING] >= 0.5 else max(v[_ENGINE_STEPS], 0.0),
+        slot_steps=None if v[_SLOT_MISSING] >= 0.5 else max(v[_SLOT_STEPS], 0.0),
+        drafts=max(round(v[_DRAFTS]), 0),
+        draft_tokens=max(round(v[_DRAFT_TOKENS]), 0),
+        accepted_tokens=max(round(v[_ACCEPTED]), 0),
+        accepted_per_position=tuple(per_pos),
+        seconds=None if v[_SECONDS_MISSING] >= 0.5 else v[_SECONDS],
+        resets=max(round(v[_RESETS]), 0),
+        errors=(v[_ERRORS], v[_ERRORS + 1], v[_ERRORS + 2], v[_ERRORS + 3], v[_ERRORS + 4]),
+        intervals=max(round(v[_INTERVALS]), 0),
+    )
 
 
 def _count(value: float) -> int:
@@ -661,25 +690,7 @@ class _Sum:
         return self.cached
 
     def _interval(self) -> LoadInterval:
-        v = self.values
-        per_pos = [*map(round, v[_POSITIONS:])]  # rounding drift is far below 0.5
-        while per_pos and per_pos[-1] == 0:  # positions no interval of the window had
-            per_pos.pop()
-        return LoadInterval(
-            request_steps=max(v[_REQUEST_STEPS], 0.0),
-            decode_seconds=max(v[_DECODE_SECONDS], 0.0),
-            decode_tokens=max(v[_DECODE_TOKENS], 0.0),
-            engine_steps=None if v[_ENGINE_MISSING] >= 0.5 else max(v[_ENGINE_STEPS], 0.0),
-            slot_steps=None if v[_SLOT_MISSING] >= 0.5 else max(v[_SLOT_STEPS], 0.0),
-            drafts=_count(v[_DRAFTS]),
-            draft_tokens=_count(v[_DRAFT_TOKENS]),
-            accepted_tokens=_count(v[_ACCEPTED]),
-            accepted_per_position=tuple(per_pos),
-            seconds=None if v[_SECONDS_MISSING] >= 0.5 else v[_SECONDS],
-            resets=_count(v[_RESETS]),
-            errors=(v[_ERRORS], v[_ERRORS + 1], v[_ERRORS + 2], v[_ERRORS + 3], v[_ERRORS + 4]),
-            intervals=_count(v[_INTERVALS]),
-        )
+        return _interval_of(self.values)
 
 
 #: A sliding window is summed again from its intervals after this many changes, so that the
@@ -746,6 +757,15 @@ class _Pairs:
     def value(self, index: int) -> float:
         return self._data[self._start + 2 * index + 1]
 
+    def skip_before(self, index: int, start: float, total: float) -> tuple[int, float]:
+        """From pair ``index`` on, the index of the first pair at ``start`` or later (or the
+        length), and ``total`` less the values passed over, one by one."""
+        data, at, end = self._data, self._start + 2 * index, len(self._data)
+        while at < end and data[at] < start:
+            total -= data[at + 1]
+            at += 2
+        return (at - self._start) // 2, total
+
     def popleft(self) -> float:
         """Drop the first pair; its value."""
         value = self._data[self._start + 1]
@@ -767,8 +787,9 @@ class LoadHistory:
         self._retention = retention
         self._scheme = scheme
         self._last: tuple[float, LoadCounters] | None = None
-        #: One row per interval (see _row), oldest first.
+        #: One row per interval (see _interval_row), oldest first.
         self._intervals: deque[array[float]] = deque()
+        #: The newest row as a LoadInterval, made when first asked for.
         self._latest: LoadInterval | None = None
         self._dropped = 0  # absolute index of _intervals[0]
         #: (time, requests running) per reading that had the gauge.
@@ -789,37 +810,36 @@ class LoadHistory:
             raise ValueError("retention must be positive")
         self._retention = retention
 
-    def add(self, time: float, counters: LoadCounters) -> LoadInterval | None:
-        """Record a reading; returns the interval since the previous one (None for the first
-        reading, or a reading not newer than the previous)."""
-        if self._last is not None and time <= self._last[0]:
-            return None
-        result = None
-        if self._last is not None:
-            result = interval(self._last[1], counters, seconds=time - self._last[0])
-            concurrency = result.concurrency
-            bucket = (
-                self._scheme.index_of(concurrency)
-                if concurrency is not None and result.request_steps > 0
-                else None
-            )
-            row = _row(time, result, bucket)
+    def add(self, time: float, counters: LoadCounters) -> bool:
+        """Record a reading; True when it closed an interval since the previous one (False
+        for the first reading, or a reading not newer than the previous). The interval is
+        :attr:`latest`."""
+        last = self._last
+        if last is not None and time <= last[0]:
+            return False
+        slides = self._slides.values()
+        if last is not None:
+            row = _interval_row(last[1], counters, time - last[0], time)
+            concurrency = _row_concurrency(row)
+            if concurrency is not None and row[_REQUEST_STEPS] > 0:
+                row[_BUCKET] = float(self._scheme.index_of(concurrency))
             self._intervals.append(row)
-            self._latest = result
-            for slide in self._slides.values():
+            self._latest = None
+            for slide in slides:
                 slide.put(row, 1)
         if counters.requests_running is not None:
             self._running.append(time, counters.requests_running)
-            for slide in self._slides.values():
+            for slide in slides:
                 slide.running_sum += counters.requests_running
                 slide.running_count += 1
         self._last = (time, counters)
-        for slide in self._slides.values():
+        for slide in slides:
             self._advance(slide, time)
         cutoff = time - self._retention
-        while self._intervals and _start_of(self._intervals[0]) < cutoff:
-            row = self._intervals.popleft()
-            for slide in self._slides.values():
+        intervals = self._intervals
+        while intervals and intervals[0][_END] - intervals[0][_SECONDS] < cutoff:
+            row = intervals.popleft()
+            for slide in slides:
                 if slide.first <= self._dropped:  # still inside a window longer than retention
                     slide.put(row, -1)
                     slide.first = self._dropped + 1
@@ -827,32 +847,39 @@ class LoadHistory:
         running = self._running
         while len(running) and running.time(0) < cutoff:
             value = running.popleft()
-            for slide in self._slides.values():
+            for slide in slides:
                 if slide.running_first <= self._running_dropped:
                     slide.running_sum -= value
                     slide.running_count -= 1
                     slide.running_first = self._running_dropped + 1
             self._running_dropped += 1
-        return result
+        return last is not None
+
+    @property
+    def latest(self) -> LoadInterval | None:
+        """The most recent interval still held (None before the second reading)."""
+        if not self._intervals:
+            return None
+        if self._latest is None:
+            self._latest = _interval_of(self._intervals[-1], strip_positions=False)
+        return self._latest
 
     def _advance(self, slide: _Slide, now: float) -> None:
         """Take out of ``slide`` what no longer lies inside it."""
         start = now - slide.seconds - 1e-9
         intervals = self._intervals
-        while slide.first - self._dropped < len(intervals):
-            row = intervals[slide.first - self._dropped]
-            if _start_of(row) >= start:
+        index, held = slide.first - self._dropped, len(intervals)
+        while index < held:
+            row = intervals[index]
+            if row[_END] - row[_SECONDS] >= start:
                 break
             slide.put(row, -1)
-            slide.first += 1
-        running = self._running
-        while slide.running_first - self._running_dropped < len(running):
-            index = slide.running_first - self._running_dropped
-            if running.time(index) >= start:
-                break
-            slide.running_sum -= running.value(index)
-            slide.running_count -= 1
-            slide.running_first += 1
+            index += 1
+        slide.first = index + self._dropped
+        first = slide.running_first - self._running_dropped
+        index, slide.running_sum = self._running.skip_before(first, start, slide.running_sum)
+        slide.running_count -= index - first
+        slide.running_first = index + self._running_dropped
         if slide.changes > _RESUM_EVERY:
             self._resum(slide)
 
@@ -883,7 +910,8 @@ class LoadHistory:
 
     def window(self, seconds: float, *, buckets: bool = True) -> LoadWindow:
         """The intervals that lie wholly inside the last ``seconds``; ``buckets=False``
-        leaves the per-bucket sums out (only a comparison with a baseline reads them)."""
+        leaves out what only a comparison with a baseline reads: the per-bucket sums and the
+        latest interval."""
         if self._last is None:
             return LoadWindow(None, (), None)
         slide = self._slide(seconds)
@@ -897,7 +925,7 @@ class LoadHistory:
             summed = slide.buckets[index].interval()
             if summed is not None:
                 found.append(BucketTotals(scheme[index], summed))
-        latest = self._latest if total is not None and self._intervals else None
+        latest = self.latest if total is not None and buckets else None
         return LoadWindow(
             totals=total,
             buckets=tuple(found),

@@ -467,7 +467,8 @@ def test_bucket_scheme_builds_its_buckets_once() -> None:
 
 def test_history_windows_and_buckets() -> None:
     h = LoadHistory(retention=100)
-    assert h.add(0.0, lc(0, 0.0, 0, 0, 0, running=1)) is None
+    assert h.add(0.0, lc(0, 0.0, 0, 0, 0, running=1)) is False
+    assert h.latest is None
     h.add(10.0, lc(100, 1.0, 100, 100, 100, running=1))  # concurrency 1
     h.add(20.0, lc(500, 5.4, 500, 200, 500, running=4))  # 400 slots / 100 steps: 4
     h.add(30.0, lc(900, 9.8, 900, 300, 900, running=4))  # 4
@@ -487,19 +488,17 @@ def test_history_windows_and_buckets() -> None:
 
 
 def test_a_window_without_buckets_has_the_same_totals() -> None:
-    """``buckets=False`` (no baseline reads them) leaves out only the per-bucket sums; the
-    history keeps one row of doubles per interval (memory, issue 15)."""
+    """``buckets=False`` (no baseline reads them) leaves out only the per-bucket sums and the
+    latest interval; the history keeps one row of doubles per interval (memory, issue 15)."""
     h = LoadHistory(retention=100)
     h.add(0.0, lc(0, 0.0, 0, 0, 0, running=1))
     h.add(10.0, lc(100, 1.0, 100, 100, 100, running=1))
     h.add(20.0, lc(500, 5.4, 500, 200, 500, running=4))
     full, lean = h.window(60), h.window(60, buckets=False)
     assert len(full.buckets) == 2 and lean.buckets == ()
-    assert (lean.totals, lean.requests_running_mean, lean.latest) == (
-        full.totals,
-        full.requests_running_mean,
-        full.latest,
-    )
+    assert (lean.totals, lean.requests_running_mean) == (full.totals, full.requests_running_mean)
+    assert lean.latest is None and full.latest == h.latest
+    assert full.latest is not None and full.latest.concurrency == 4.0
     assert [row.typecode for row in h._intervals] == ["d", "d"]
 
 
@@ -531,8 +530,11 @@ def test_a_hostile_count_leaving_a_window_leaves_exact_sums() -> None:
 def test_history_ignores_a_reading_that_is_not_newer() -> None:
     h = LoadHistory(retention=100)
     h.add(10.0, lc(0, 0, 0))
-    assert h.add(10.0, lc(5, 1, 5)) is None
+    assert h.add(10.0, lc(5, 1, 5)) is False
     assert h.window(100).totals is None
+    assert h.add(20.0, lc(8, 2, 8)) is True  # from the first reading, not the ignored one
+    assert h.latest is not None
+    assert (h.latest.request_steps, h.latest.decode_seconds, h.latest.seconds) == (8, 2, 10.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -840,10 +842,10 @@ def test_buckets_asked_for_late_are_summed_from_the_whole_window() -> None:
     for tick in range(60):
         running = (1.0, 4.0, 8.0)[tick // 10 % 3]
         steps = 100.0 * tick * running
-        got = h.add(5.0 * tick, lc(steps, steps / 100, steps, 100.0 * tick, steps,
-                                   running=running))  # fmt: skip
-        if got is not None:
-            seen.append((5.0 * tick, got))
+        if h.add(5.0 * tick, lc(steps, steps / 100, steps, 100.0 * tick, steps,
+                                running=running)):  # fmt: skip
+            assert h.latest is not None
+            seen.append((5.0 * tick, h.latest))
         assert h.window(120.0, buckets=False).buckets == ()
     late = h.window(120.0)
     expected = accumulate([i for end, i in seen if end - (i.seconds or 0) >= 295.0 - 120.0])
@@ -926,12 +928,14 @@ def test_sliding_window_sums_equal_a_fresh_sum() -> None:
         accepted += sum(hits)
         tokens += new_engine * concurrency + sum(hits)
         no_steps = n % 300 > 280  # a stretch without the step counter
-        got = history.add(
+        before = history.latest
+        if history.add(
             t,
             lc(steps, seconds, tokens, None if no_steps else engine, None if no_steps else slots,
                drafts, 3 * drafts, accepted, tuple(per_pos), running=float(concurrency)),
-        )  # fmt: skip
-        if got is not None:
+        ):  # fmt: skip
+            got = history.latest
+            assert got is not None and got is not before
             seen.append((t, got))
         if n % 37 == 0 or n > 1480:
             for window in (60.0, 300.0, 900.0):
