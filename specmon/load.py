@@ -127,6 +127,9 @@ class LoadCounters:
     source: str = ""
 
 
+_NO_COUNTERS = SpecCounters(0, 0, 0)
+
+
 def load_counters(context: Context, counters: SpecCounters | None = None) -> LoadCounters | None:
     """The engine-neutral counters of one reading, or None when the page lacks the series.
 
@@ -137,17 +140,17 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
       accepted, decode seconds = predicted seconds, decode tokens = tokens, engine steps =
       ``n_decode_total``, slot-steps = ``n_busy_slots_per_decode`` x ``n_decode_total``.
     """
-    spec = counters or SpecCounters(0, 0, 0)
+    spec = counters or _NO_COUNTERS
     digits = context.significant_digits
     c = context
-    numbers = (
+    for v in (
         c.inter_token_latency_sum_seconds,
         c.generation_seconds,
         c.busy_slots_per_decode,
         c.requests_running,
-    )
-    if any(v is not None and (not math.isfinite(v) or v < 0) for v in numbers):
-        return None  # an adapter let a broken value through: no load figures, no guess
+    ):
+        if v is not None and (not math.isfinite(v) or v < 0):
+            return None  # an adapter let a broken value through: no load figures, no guess
     if c.inter_token_latency_sum_seconds is not None and c.inter_token_latency_count is not None:
         if c.generation_tokens is None:
             return None
@@ -919,21 +922,17 @@ class LoadHistory:
             slide.bucketed = slide.bucketed or buckets
             self._resum(slide)
         total = slide.total.interval()
+        running = slide.running_sum / slide.running_count if slide.running_count > 0 else None
+        if not buckets:
+            return LoadWindow(total, (), running)
         scheme = self._scheme.buckets
         found = []
-        for index in sorted(slide.buckets) if buckets else ():
+        for index in sorted(slide.buckets):
             summed = slide.buckets[index].interval()
             if summed is not None:
                 found.append(BucketTotals(scheme[index], summed))
-        latest = self.latest if total is not None and buckets else None
-        return LoadWindow(
-            totals=total,
-            buckets=tuple(found),
-            requests_running_mean=(
-                slide.running_sum / slide.running_count if slide.running_count > 0 else None
-            ),
-            latest=latest,
-        )
+        latest = self.latest if total is not None else None
+        return LoadWindow(total, tuple(found), running, latest)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ no I/O beyond what a caller hands in, and nothing here imports a layer above it.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -186,6 +187,7 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+@functools.lru_cache(maxsize=256)  # the daemon labels every window of every view with it
 def format_duration(seconds: float) -> str:
     """Canonical short form used in the ``window`` label: 60 -> ``1m``, 90 -> ``1m30s``."""
     if seconds < 1 or seconds != int(seconds):
