@@ -234,13 +234,15 @@ def _relative(error: float, value: float) -> float:
     return math.inf if value <= 0 else error / value
 
 
-def _concurrency(
-    slots: float, steps: float, slots_error: float, steps_error: float
+def _bounded(
+    numerator: float, denominator: float, numerator_error: float, denominator_error: float
 ) -> float | None:
-    """Request-slots / engine steps (see :attr:`LoadInterval.concurrency`)."""
-    if slots_error == 0.0 and steps_error == 0.0:  # exact counters (vLLM): no bound to check
-        return _ratio(slots, steps, 0.0)
-    return _ratio(slots, steps, _relative(slots_error, slots) + _relative(steps_error, steps))
+    """numerator / denominator (see :func:`_ratio`) with the relative error bound of both;
+    exact counters (vLLM's: both errors 0) skip the bound."""
+    if numerator_error == 0.0 and denominator_error == 0.0:
+        return _ratio(numerator, denominator, 0.0)
+    error = _relative(numerator_error, numerator) + _relative(denominator_error, denominator)
+    return _ratio(numerator, denominator, error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,30 +271,24 @@ class LoadInterval:
         """Requests per engine step (request-slots / engine steps)."""
         if self.engine_steps is None or self.slot_steps is None:
             return None
-        return _concurrency(self.slot_steps, self.engine_steps, self.errors[4], self.errors[3])
+        return _bounded(self.slot_steps, self.engine_steps, self.errors[4], self.errors[3])
 
     @property
     def step_seconds(self) -> float | None:
         """Mean decoding step as a request sees it."""
-        error = _relative(self.errors[1], self.decode_seconds) + _relative(
-            self.errors[0], self.request_steps
-        )
-        return _ratio(self.decode_seconds, self.request_steps, error)
+        e = self.errors
+        return _bounded(self.decode_seconds, self.request_steps, e[1], e[0])
 
     @property
     def time_per_output_token_seconds(self) -> float | None:
-        error = _relative(self.errors[1], self.decode_seconds) + _relative(
-            self.errors[2], self.decode_tokens
-        )
-        return _ratio(self.decode_seconds, self.decode_tokens, error)
+        e = self.errors
+        return _bounded(self.decode_seconds, self.decode_tokens, e[1], e[2])
 
     @property
     def tokens_per_step(self) -> float | None:
         """K: decode tokens per request-step (1 without speculation)."""
-        error = _relative(self.errors[2], self.decode_tokens) + _relative(
-            self.errors[0], self.request_steps
-        )
-        return _ratio(self.decode_tokens, self.request_steps, error)
+        e = self.errors
+        return _bounded(self.decode_tokens, self.request_steps, e[2], e[0])
 
     @property
     def drafted_per_step(self) -> float | None:
@@ -625,30 +621,39 @@ def _row_concurrency(row: array[float]) -> float | None:
     """The concurrency of a row's interval(s) (:attr:`LoadInterval.concurrency`)."""
     if row[_ENGINE_MISSING] >= 0.5 or row[_SLOT_MISSING] >= 0.5:
         return None
-    return _concurrency(row[_SLOT_STEPS], row[_ENGINE_STEPS], row[_ERRORS + 4], row[_ERRORS + 3])
+    return _bounded(row[_SLOT_STEPS], row[_ENGINE_STEPS], row[_ERRORS + 4], row[_ERRORS + 3])
 
 
 def _interval_of(v: Sequence[float], *, strip_positions: bool = True) -> LoadInterval:
     """The :class:`LoadInterval` a row (or a sum of rows) stands for; ``strip_positions``
-    drops trailing positions that no interval of a sum had."""
-    per_pos = [*map(round, v[_POSITIONS:])]  # rounding drift is far below 0.5
+    drops trailing positions that no interval of a sum had. A sum's rounding drift (far
+    below 0.5 for the counts, a few ulps below 0 for a figure that summed to 0) is undone."""
+    per_pos = [*map(round, v[_POSITIONS:])]
     if strip_positions:
         while per_pos and per_pos[-1] == 0:
             per_pos.pop()
+    request_steps, decode_seconds, decode_tokens = (
+        v[_REQUEST_STEPS],
+        v[_DECODE_SECONDS],
+        v[_DECODE_TOKENS],
+    )
+    engine, slots = v[_ENGINE_STEPS], v[_SLOT_STEPS]
+    drafts, draft_tokens = round(v[_DRAFTS]), round(v[_DRAFT_TOKENS])
+    accepted, resets, intervals = round(v[_ACCEPTED]), round(v[_RESETS]), round(v[_INTERVALS])
     return LoadInterval(
-        request_steps=max(v[_REQUEST_STEPS], 0.0),
-        decode_seconds=max(v[_DECODE_SECONDS], 0.0),
-        decode_tokens=max(v[_DECODE_TOKENS], 0.0),
-        engine_steps=None if v[_ENGINE_MISSING] >= 0.5 else max(v[_ENGINE_STEPS], 0.0),
-        slot_steps=None if v[_SLOT_MISSING] >= 0.5 else max(v[_SLOT_STEPS], 0.0),
-        drafts=max(round(v[_DRAFTS]), 0),
-        draft_tokens=max(round(v[_DRAFT_TOKENS]), 0),
-        accepted_tokens=max(round(v[_ACCEPTED]), 0),
-        accepted_per_position=tuple(per_pos),
-        seconds=None if v[_SECONDS_MISSING] >= 0.5 else v[_SECONDS],
-        resets=max(round(v[_RESETS]), 0),
-        errors=(v[_ERRORS], v[_ERRORS + 1], v[_ERRORS + 2], v[_ERRORS + 3], v[_ERRORS + 4]),
-        intervals=max(round(v[_INTERVALS]), 0),
+        request_steps if request_steps > 0.0 else 0.0,
+        decode_seconds if decode_seconds > 0.0 else 0.0,
+        decode_tokens if decode_tokens > 0.0 else 0.0,
+        None if v[_ENGINE_MISSING] >= 0.5 else engine if engine > 0.0 else 0.0,
+        None if v[_SLOT_MISSING] >= 0.5 else slots if slots > 0.0 else 0.0,
+        drafts if drafts > 0 else 0,
+        draft_tokens if draft_tokens > 0 else 0,
+        accepted if accepted > 0 else 0,
+        tuple(per_pos),
+        None if v[_SECONDS_MISSING] >= 0.5 else v[_SECONDS],
+        resets if resets > 0 else 0,
+        (v[_ERRORS], v[_ERRORS + 1], v[_ERRORS + 2], v[_ERRORS + 3], v[_ERRORS + 4]),
+        intervals if intervals > 0 else 0,
     )
 
 

@@ -110,18 +110,15 @@ def load_figures(
                 "survival at deep positions understates their conditional acceptance; the "
                 "expected speed-up charges the drafted tokens, not k"
             )
-    figures = LoadFigures(
-        concurrency=concurrency,
-        step_seconds=totals.step_seconds,
-        time_per_output_token_seconds=totals.time_per_output_token_seconds,
-        mean_draft_length=mean_draft,
-        baseline=None,
-        notes=tuple(notes),
-    )
+    step_seconds = totals.step_seconds
+    tpot = totals.time_per_output_token_seconds
     if acceptance is None or (twin is None and profile is None):
         if baseline is not None and acceptance is not None:
-            return _with(figures, baseline=baseline, reason="no data from the baseline yet")
-        return figures
+            return LoadFigures(
+                concurrency, step_seconds, tpot, mean_draft, baseline,
+                reason="no data from the baseline yet", notes=tuple(notes),
+            )  # fmt: skip
+        return LoadFigures(concurrency, step_seconds, tpot, mean_draft, None, notes=tuple(notes))
     name = baseline if twin is not None else PROFILE
     if twin is not None:
         verdicts = compare_with_twin(
@@ -143,19 +140,17 @@ def load_figures(
     crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
     comparison = mine.comparison if mine is not None else None
     if comparison is None:
-        reason = mine.reason if mine is not None else "no data at this concurrency yet"
-        return _with(
-            figures,
-            baseline=name,
+        return LoadFigures(
+            concurrency, step_seconds, tpot, mean_draft, name,
             bucket=current.label if current else None,
-            reason=reason,
+            reason=mine.reason if mine is not None else "no data at this concurrency yet",
             crossover=crossing,
             buckets=buckets,
-        )
+            notes=tuple(notes),
+        )  # fmt: skip
     report = comparison.report
-    return _with(
-        figures,
-        baseline=name,
+    return LoadFigures(
+        concurrency, step_seconds, tpot, mean_draft, name,
         bucket=comparison.bucket.label,
         realized_speedup=comparison.realized_speedup,
         measured_draft_cost=comparison.draft_cost,
@@ -163,8 +158,8 @@ def load_figures(
         measured_alpha_margin=report.alpha_margin if report else None,
         crossover=crossing,
         buckets=buckets,
-        notes=figures.notes + comparison.notes,
-    )
+        notes=(*notes, *comparison.notes),
+    )  # fmt: skip
 
 
 def _bucket(verdict: BucketVerdict, acceptance: SpecCounters) -> BucketFigures:
@@ -187,9 +182,3 @@ def _bucket(verdict: BucketVerdict, acceptance: SpecCounters) -> BucketFigures:
         best_speedup=best_speed,
         reason=verdict.reason,
     )
-
-
-def _with(figures: LoadFigures, **changes: object) -> LoadFigures:
-    from dataclasses import replace
-
-    return replace(figures, **changes)  # type: ignore[arg-type]
