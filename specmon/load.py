@@ -521,8 +521,9 @@ class LoadWindow:
     latest: LoadInterval | None = None
 
 
-# One interval as a row of doubles (an ``array('d')``: about a quarter of the memory of the
-# LoadInterval object and its floats, issue 15): end time, bucket (-1: none), the increases
+# One interval as a row of doubles (an ``array('d')``, held as its ``bytes``: about a quarter of
+# the memory of the LoadInterval object and its floats, issue 15, and not an object the cycle
+# collector tracks, unlike the array; see :func:`_row`): end time, bucket (-1: none), the increases
 # (an optional figure the interval lacks as 0 plus a 1 in its "missing" column, so that rows
 # add up column by column), whether a count is big (below), then the accepted drafts per
 # position. A reading's counters are at most 2**53 (``engines._common.MAX_COUNT``), so the
@@ -615,6 +616,13 @@ def _interval_row(
             *map(float, per_pos),
         ),
     )
+
+
+def _row(packed: bytes) -> array[float]:
+    """A held row (its ``bytes``) as the row of doubles again."""
+    row = array("d")
+    row.frombytes(packed)
+    return row
 
 
 def _row_concurrency(row: array[float]) -> float | None:
@@ -795,8 +803,10 @@ class LoadHistory:
         self._retention = retention
         self._scheme = scheme
         self._last: tuple[float, LoadCounters] | None = None
-        #: One row per interval (see _interval_row), oldest first.
-        self._intervals: deque[array[float]] = deque()
+        #: One row per interval (see _interval_row) as bytes (_row), oldest first, and when
+        #: each interval began.
+        self._intervals: deque[bytes] = deque()
+        self._starts: deque[float] = deque()
         #: The newest row as a LoadInterval, made when first asked for.
         self._latest: LoadInterval | None = None
         self._dropped = 0  # absolute index of _intervals[0]
@@ -831,7 +841,8 @@ class LoadHistory:
             concurrency = _row_concurrency(row)
             if concurrency is not None and row[_REQUEST_STEPS] > 0:
                 row[_BUCKET] = float(self._scheme.index_of(concurrency))
-            self._intervals.append(row)
+            self._intervals.append(row.tobytes())
+            self._starts.append(row[_END] - row[_SECONDS])
             self._latest = None
             for slide in slides:
                 slide.put(row, 1)
@@ -844,12 +855,13 @@ class LoadHistory:
         for slide in slides:
             self._advance(slide, time)
         cutoff = time - self._retention
-        intervals = self._intervals
-        while intervals and intervals[0][_END] - intervals[0][_SECONDS] < cutoff:
-            row = intervals.popleft()
+        intervals, starts = self._intervals, self._starts
+        while starts and starts[0] < cutoff:
+            packed = intervals.popleft()
+            starts.popleft()
             for slide in slides:
                 if slide.first <= self._dropped:  # still inside a window longer than retention
-                    slide.put(row, -1)
+                    slide.put(_row(packed), -1)
                     slide.first = self._dropped + 1
             self._dropped += 1
         running = self._running
@@ -869,19 +881,18 @@ class LoadHistory:
         if not self._intervals:
             return None
         if self._latest is None:
-            self._latest = _interval_of(self._intervals[-1], strip_positions=False)
+            self._latest = _interval_of(_row(self._intervals[-1]), strip_positions=False)
         return self._latest
 
     def _advance(self, slide: _Slide, now: float) -> None:
         """Take out of ``slide`` what no longer lies inside it."""
         start = now - slide.seconds - 1e-9
-        intervals = self._intervals
+        intervals, starts = self._intervals, self._starts
         index, held = slide.first - self._dropped, len(intervals)
         while index < held:
-            row = intervals[index]
-            if row[_END] - row[_SECONDS] >= start:
+            if starts[index] >= start:
                 break
-            slide.put(row, -1)
+            slide.put(_row(intervals[index]), -1)
             index += 1
         slide.first = index + self._dropped
         first = slide.running_first - self._running_dropped
@@ -897,7 +908,7 @@ class LoadHistory:
         fresh.first = slide.first
         fresh.running_first = slide.running_first
         for index in range(slide.first - self._dropped, len(self._intervals)):
-            fresh.put(self._intervals[index], 1)
+            fresh.put(_row(self._intervals[index]), 1)
         running = self._running
         for index in range(slide.running_first - self._running_dropped, len(running)):
             fresh.running_sum += running.value(index)

@@ -18,9 +18,10 @@ window's data actually covers.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
-from array import array
+import struct
 from collections import deque
 from dataclasses import dataclass
 
@@ -102,12 +103,27 @@ def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     return values + (0,) * (size - len(values)) if len(values) < size else values
 
 
-#: Running totals are kept as 64-bit integers (an ``array('q')`` a reading: under half the
-#: memory of a tuple of ints, issue 15). A reading's counters are at most 2**53
+#: Running totals are kept as 64-bit integers packed in a ``bytes`` a reading: under half the
+#: memory of a tuple of ints (issue 15), and, unlike an ``array('q')``, not an object the cycle
+#: collector walks (at 5,000 targets with a 5-minute window, 300,000 fewer tracked objects for
+#: every full collection to visit). A reading's counters are at most 2**53
 #: (``engines._common.MAX_COUNT``), so a total passes this only after hundreds of restarts at
 #: that size; the retained totals are then rebased (windows are differences) and the offset
 #: kept as Python integers for :meth:`CounterHistory.totals`.
 _REBASE_AT = 2**62
+
+
+@functools.lru_cache(maxsize=256)
+def _totals_format(size: int) -> struct.Struct:
+    return struct.Struct(f"={size}q")
+
+
+def _pack(values: tuple[int, ...]) -> bytes:
+    return _totals_format(len(values)).pack(*values)
+
+
+def _unpack(raw: bytes) -> tuple[int, ...]:
+    return _totals_format(len(raw) // 8).unpack(raw)
 
 
 class CounterHistory:
@@ -119,7 +135,7 @@ class CounterHistory:
         self._retention = retention
         self._times: deque[float] = deque()
         # Running totals of increases: drafts, draft tokens, accepted, then per position.
-        self._totals: deque[array[int]] = deque()
+        self._totals: deque[bytes] = deque()  # packed (_pack)
         #: Added to the last total by totals(): what rebasing took off (see _REBASE_AT).
         self._offset: tuple[int, ...] = ()
         self._resets: deque[int] = deque()  # cumulative reset count at each reading
@@ -156,7 +172,7 @@ class CounterHistory:
         """Increases seen since this history began (monotonic; survives engine restarts)."""
         if not self._totals:
             return None
-        last = tuple(self._totals[-1])
+        last = _unpack(self._totals[-1])
         if self._offset:
             size = max(len(last), len(self._offset))
             last = tuple(
@@ -214,7 +230,7 @@ class CounterHistory:
             reset = False
         else:
             previous = self._last_raw
-            base = tuple(self._totals[-1])
+            base = _unpack(self._totals[-1])
             size = max(len(raw), len(previous), len(base))
             new_p, old_p = _pad(raw, size), _pad(previous, size)
             common = min(len(raw), len(previous))
@@ -256,7 +272,7 @@ class CounterHistory:
         self._times.append(time)
         if max(total) > _REBASE_AT:
             total = self._rebase(total)
-        self._totals.append(array("q", total))
+        self._totals.append(_pack(total))
         self._resets.append(self._reset_count)
         self._positions.append(len(raw) - _SCALARS)
         self._prune(time)
@@ -267,13 +283,13 @@ class CounterHistory:
     def _rebase(self, total: tuple[int, ...]) -> tuple[int, ...]:
         """Take the oldest retained total off every retained total and ``total`` (windows
         are differences, so none changes); add it to the offset totals() reports."""
-        oldest = tuple(self._totals[0]) if self._totals else total
+        oldest = _unpack(self._totals[0]) if self._totals else total
         size = max(len(total), len(oldest), len(self._offset))
         oldest = _pad(oldest, size)
         self._offset = tuple(a + b for a, b in zip(_pad(self._offset, size), oldest, strict=True))
         for index, row in enumerate(self._totals):
-            padded = _pad(tuple(row), size)
-            self._totals[index] = array("q", (a - b for a, b in zip(padded, oldest, strict=True)))
+            padded = _pad(_unpack(row), size)
+            self._totals[index] = _pack(tuple(a - b for a, b in zip(padded, oldest, strict=True)))
         return tuple(a - b for a, b in zip(_pad(total, size), oldest, strict=True))
 
     def _prune(self, now: float) -> None:
@@ -294,8 +310,8 @@ class CounterHistory:
         end_index = len(self._times) - 1
         if start_index >= end_index:
             return None
-        start = tuple(self._totals[start_index])
-        end = tuple(self._totals[end_index])
+        start = _unpack(self._totals[start_index])
+        end = _unpack(self._totals[end_index])
         size = max(len(start), len(end))
         start, end = _pad(start, size), _pad(end, size)
         delta = tuple(e - s for s, e in zip(start, end, strict=True))

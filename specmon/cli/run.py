@@ -13,8 +13,8 @@ from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
-from specmon.daemon.malloc import tune_gc, tune_malloc
-from specmon.logs import LEVELS, configure_logging
+from specmon.daemon.malloc import CollectorSchedule, tune_gc, tune_malloc
+from specmon.logs import LEVELS, configure_logging, get_logger
 from specmon.parsing import ConfigError, format_duration, parse_listen_address
 from specmon.sharding import Shard, parse_shard
 
@@ -82,8 +82,9 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"specmon run: --shard: {exc}\n")
         return 2
     tune_malloc()  # freed megabyte buffers go back to the system (specmon/daemon/malloc.py)
-    tune_gc()  # the cycle collector stays out of the scrapes (same module)
+    tune_gc()  # the cycle collector stays out of the scrapes (same module) ...
     daemon = Daemon(
+        gc_schedule=CollectorSchedule(log=get_logger()),  # ... and runs once a minute
         config_path=args.config_file,
         listen=args.listen,
         web_options=web_cli.web_options(args),  # security: specmon/web

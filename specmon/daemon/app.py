@@ -35,6 +35,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.file_sd import FileSD
 from specmon.daemon.fleet import Fleet, FleetCollector
+from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
@@ -95,11 +96,15 @@ class Daemon:
         shutdown_timeout: float = 3.0,
         web_options: WebOptions | None = None,  # security: --web.* flags (specmon/web)
         shard: Shard | None = None,  # fleet: --shard I/N (specmon/sharding.py)
+        gc_schedule: CollectorSchedule | None = None,  # the cycle collector's runs (malloc.py)
     ) -> None:
         self.config_path = config_path
         self.listen = listen
         self.shutdown_timeout = shutdown_timeout
         self.log = get_logger()
+        #: None: CPython's own schedule (tests in-process); ``specmon run`` passes one.
+        self.gc_schedule = gc_schedule
+        self._collector_task: asyncio.Task[None] | None = None
         # specmon_scrapes_total etc. need no _created siblings (they double the series count).
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
@@ -138,7 +143,7 @@ class Daemon:
             on_first_read=self._pending_first.discard,
             on_change=self._count_targets,
             on_view=self.exposition.update,
-            on_remove=self.exposition.remove,
+            on_remove=self._fleet_instance_removed,
             baseline_window=self._baseline_window,
         )
         self.registry.register(FleetCollector(self.fleet))
@@ -310,6 +315,7 @@ class Daemon:
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
         running.task.cancel()
+        self._thaw()
         running.state.on_view = None
         self.exposition.remove(name)
         self._pending_first.discard(name)
@@ -319,6 +325,16 @@ class Daemon:
         for reason in RejectReason:
             with contextlib.suppress(KeyError):
                 self.metrics.rejected_total.remove(name, reason)
+
+    def _fleet_instance_removed(self, name: str) -> None:
+        self.exposition.remove(name)
+        self._thaw()
+
+    def _thaw(self) -> None:
+        """A target's state may now be garbage in a reference cycle among frozen objects:
+        hand them back to the collector (its next scheduled run)."""
+        if self.gc_schedule is not None:
+            self.gc_schedule.thaw()
 
     # -- file_sd ----------------------------------------------------------------------------
 
@@ -461,6 +477,8 @@ class Daemon:
         await self._runner.setup()
         # security: specmon/web listens (TLS, connection limit, header read timeout).
         self.bound_port = await self.web.listen(self._runner, host, port)
+        if self.gc_schedule is not None:
+            self._collector_task = asyncio.create_task(self.gc_schedule.run(), name="gc")
         self.log.info(
             "specmon_started",
             version=__version__,
@@ -483,8 +501,9 @@ class Daemon:
         self._shutting_down = True
         self.log.info("specmon_stopping")
         tasks = [r.task for r in self._running.values()] + self.fleet.tasks()
-        if self._file_sd_task is not None:
-            tasks.append(self._file_sd_task)
+        for task in (self._file_sd_task, self._collector_task):
+            if task is not None:
+                tasks.append(task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
