@@ -42,6 +42,7 @@ from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import StatusCache, render_status
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
+from specmon.gcpause import collector_paused
 from specmon.load import LoadWindow
 from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
@@ -423,32 +424,34 @@ class Daemon:
 
     async def _index(self, request: web.Request) -> web.Response:
         query = request.query
-        views = self.views()
-        self._status.forget(v.name for v in views)
-        html = render_status(
-            views,
-            primary_window=self.primary_window(),
-            ready=self.ready,
-            page=_int_param(query.get("page"), 1, 1, 1_000_000),
-            per_page=_int_param(query.get("per_page"), 200, 10, 5000),
-            query=query.get("q", "")[:200],
-            problems_only=query.get("problems") == "1",
-            cache=self._status,
-        )
+        with collector_paused():  # many containers, all alive until the page is done
+            views = self.views()
+            self._status.forget(v.name for v in views)
+            html = render_status(
+                views,
+                primary_window=self.primary_window(),
+                ready=self.ready,
+                page=_int_param(query.get("page"), 1, 1, 1_000_000),
+                per_page=_int_param(query.get("per_page"), 200, 10, 5000),
+                query=query.get("q", "")[:200],
+                problems_only=query.get("problems") == "1",
+                cache=self._status,
+            )
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
     async def _targets_json(self, request: web.Request) -> web.Response:
         """Every target's document (each made once per change of its view); ``?target=NAME``
         for one."""
         wanted = request.query.get("target")
-        views = [v for v in self.views() if wanted is None or v.name == wanted]
-        body = (
-            '{"ready": '
-            + ("true" if self.ready else "false")
-            + ', "targets": ['
-            + ", ".join(self._status.json(v) for v in views)
-            + "]}"
-        )
+        with collector_paused():  # each changed view's document: many containers at once
+            views = [v for v in self.views() if wanted is None or v.name == wanted]
+            body = (
+                '{"ready": '
+                + ("true" if self.ready else "false")
+                + ', "targets": ['
+                + ", ".join(self._status.json(v) for v in views)
+                + "]}"
+            )
         return web.Response(text=body, content_type="application/json")
 
     async def _reload_all(self) -> tuple[bool, str]:

@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import gc
 import hashlib
 import json
 import math
@@ -50,7 +48,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -67,6 +65,7 @@ from specmon.engines import (
     wanted_names,
 )
 from specmon.exposition import Page, Problem, Sample
+from specmon.gcpause import collector_paused
 from specmon.sources.prometheus_config import (
     InstanceSettings,
     PrometheusSourceConfig,
@@ -821,7 +820,7 @@ class PrometheusSource:
             # Decoding and grouping allocate hundreds of thousands of small objects and no
             # cycles; the cyclic collector would spend about 40 % of the time walking them
             # (measured at 2,000 instances). No other task runs during this synchronous block.
-            with _collector_paused():
+            with collector_paused():
                 answers = [parse_answer(body) for body in bodies]
                 del bodies  # decoded: the bodies' megabytes go before the grouping
                 values, freshness = answers[:-1], answers[-1]
@@ -1036,17 +1035,6 @@ class PrometheusSource:
                     ReadStatus.DOWN,
                     f"{type(exc).__name__} talking to {self.display_url}: {_clean(exc, 160)}",
                 ) from None
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _severity(failure: BaseException) -> int:
