@@ -107,8 +107,9 @@ class CollectorSchedule:
     state is handed back to the collector (:meth:`thaw`) whenever a target is removed (its
     state may be such garbage) and every ``refreeze_every`` seconds in any case.
 
-    Measured at 5,000 targets (bench/RESULTS.md): no young or middle collections in the
-    middle of scrapes, one pause a minute, no target marked down by a timeout.
+    Measured at 5,000 targets over 7 minutes (bench/RESULTS.md): young and middle collections
+    at start-up only, then one run a minute of 0.2-0.3 s, no target marked down by a timeout
+    (3,458 with CPython's own schedule), the collector's CPU 0.6 % of a core (6.2 %).
     """
 
     def __init__(
