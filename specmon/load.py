@@ -702,11 +702,8 @@ class _Sum:
             return self.cached
         if self.values[_INTERVALS] < 0.5:
             return None
-        self.cached = self._interval()
+        self.cached = _interval_of(self.values)
         return self.cached
-
-    def _interval(self) -> LoadInterval:
-        return _interval_of(self.values)
 
 
 #: A sliding window is summed again from its intervals after this many changes, so that the

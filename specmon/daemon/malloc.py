@@ -130,9 +130,8 @@ class CollectorSchedule:
         self._log = log
         #: When the long-lived state was last frozen (None: not frozen; the next run does).
         self._frozen_at: float | None = None
-        #: Runs so far, and the seconds the last one took.
+        #: Runs so far.
         self.runs = 0
-        self.last_seconds = 0.0
 
     @property
     def frozen(self) -> bool:
@@ -158,11 +157,10 @@ class CollectorSchedule:
             self._gc.freeze()
             self._frozen_at = started
         self.runs += 1
-        self.last_seconds = self._clock() - started
         if self._log is not None:
             self._log.debug(
                 "collector_ran",
-                seconds=round(self.last_seconds, 4),
+                seconds=round(self._clock() - started, 4),
                 collected=collected,
                 froze=froze,
                 frozen_objects=self._gc.get_freeze_count(),
