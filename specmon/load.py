@@ -61,6 +61,7 @@ __all__ = [
     "ProfileError",
     "ProfileLevel",
     "ProfileSide",
+    "Speeds",
     "Thresholds",
     "accumulate",
     "best_chain",
@@ -77,6 +78,10 @@ __all__ = [
     "speedup_at_cost",
     "twin_point",
 ]
+
+#: A window's live figures as :meth:`LoadHistory.speeds` reads them: (concurrency, step
+#: seconds, time per output token), each None when the window cannot give it.
+Speeds = tuple[float | None, float | None, float | None]
 
 #: A figure whose worst-case error from the engine's printed precision exceeds this share of
 #: its value is not reported (llama.cpp prints 6 significant digits).
@@ -946,6 +951,40 @@ class LoadHistory:
                 found.append(BucketTotals(scheme[index], summed))
         latest = self.latest if total is not None else None
         return LoadWindow(total, tuple(found), running, latest)
+
+    def speeds(self, seconds: float) -> Speeds | None:
+        """The live figures of the window of ``seconds`` read straight from its sums: what
+        :meth:`window` with ``buckets=False`` gives through ``totals.concurrency`` (else the
+        mean of requests running), ``totals.step_seconds`` and
+        ``totals.time_per_output_token_seconds``, the same floats, with no
+        :class:`LoadInterval` or :class:`LoadWindow` made (the per-scrape path of a target
+        compared with no baseline: two objects of 13 and 4 fields a window a scrape, about a
+        tenth of the load figures' cost). None when the window holds no interval."""
+        if self._last is None:
+            return None
+        slide = self._slide(seconds)
+        if slide.changes > _RESUM_EVERY:
+            self._resum(slide)
+        v = slide.total.values
+        if v[_INTERVALS] < 0.5:
+            return None
+        # The clamps of _interval_of: a sum's drift a few ulps below 0 reads as 0.
+        steps = v[_REQUEST_STEPS] if v[_REQUEST_STEPS] > 0.0 else 0.0
+        decode_seconds = v[_DECODE_SECONDS] if v[_DECODE_SECONDS] > 0.0 else 0.0
+        tokens = v[_DECODE_TOKENS] if v[_DECODE_TOKENS] > 0.0 else 0.0
+        e = _ERRORS
+        concurrency = None
+        if v[_ENGINE_MISSING] < 0.5 and v[_SLOT_MISSING] < 0.5:
+            engine = v[_ENGINE_STEPS] if v[_ENGINE_STEPS] > 0.0 else 0.0
+            slots = v[_SLOT_STEPS] if v[_SLOT_STEPS] > 0.0 else 0.0
+            concurrency = _bounded(slots, engine, v[e + 4], v[e + 3])
+        if concurrency is None and slide.running_count > 0:
+            concurrency = slide.running_sum / slide.running_count
+        return (
+            concurrency,
+            _bounded(decode_seconds, steps, v[e + 1], v[e]),
+            _bounded(decode_seconds, tokens, v[e + 1], v[e + 2]),
+        )
 
 
 # --------------------------------------------------------------------------------------------

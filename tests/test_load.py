@@ -970,3 +970,51 @@ def test_sliding_window_sums_equal_a_fresh_sum() -> None:
                     assert got_b.totals.decode_seconds == pytest.approx(
                         want_b.totals.decode_seconds, rel=1e-9
                     )
+
+
+def test_speeds_read_off_the_sums_equal_the_windows_figures() -> None:
+    """LoadHistory.speeds (the per-scrape path with no baseline) gives exactly the floats a
+    window's totals give through LoadInterval, with the requests-running fallback, over a
+    random run: resets, stretches without the step counter or the running gauge, idle
+    intervals, windows of every length, before the first interval and after a gap longer
+    than the window."""
+    import random
+
+    rng = random.Random(11)
+    history = LoadHistory(retention=400.0)
+    for window in (60.0, 300.0):
+        assert history.speeds(window) is None  # no reading at all
+    steps = seconds = tokens = engine = slots = 0.0
+    t = 0.0
+    checked = 0
+    for n in range(1200):
+        t += rng.choice((1.0, 5.0, 5.0, 7.5, 90.0 if n % 200 == 199 else 5.0))
+        if rng.random() < 0.02:  # the engine restarts
+            steps = seconds = tokens = engine = slots = 0.0
+        concurrency = rng.choice((0, 1, 2, 4, 8, 16))
+        new_engine = rng.randint(0, 400) if concurrency else 0
+        engine += new_engine
+        slots += new_engine * concurrency
+        steps += new_engine * concurrency
+        seconds += new_engine * concurrency * rng.uniform(0.005, 0.03)
+        tokens += new_engine * concurrency * rng.choice((1, 2))
+        no_steps = n % 150 > 120
+        running = None if n % 90 > 70 else float(concurrency)
+        history.add(
+            t,
+            lc(steps, seconds, tokens, None if no_steps else engine, None if no_steps else slots,
+               running=running),
+        )  # fmt: skip
+        for window in (10.0, 60.0, 300.0):
+            w = history.window(window, buckets=False)
+            got = history.speeds(window)
+            if w.totals is None:
+                assert got is None
+                continue
+            concurrency_now = w.totals.concurrency
+            if concurrency_now is None:
+                concurrency_now = w.requests_running_mean
+            want = (concurrency_now, w.totals.step_seconds, w.totals.time_per_output_token_seconds)
+            assert got == want, (n, window)
+            checked += 1
+    assert checked > 2000

@@ -20,6 +20,7 @@ from specmon.load import (
     Crossover,
     LoadWindow,
     Profile,
+    Speeds,
     best_chain,
     compare_with_profile,
     compare_with_twin,
@@ -27,7 +28,7 @@ from specmon.load import (
     measured_costs,
 )
 
-__all__ = ["PROFILE", "BucketFigures", "LoadFigures", "load_figures"]
+__all__ = ["PROFILE", "BucketFigures", "LoadFigures", "live_load_figures", "load_figures"]
 
 #: The ``baseline`` label of figures measured against a ``cost_profile``.
 PROFILE = "profile"
@@ -99,26 +100,16 @@ def load_figures(
     concurrency = totals.concurrency
     if concurrency is None:
         concurrency = window.requests_running_mean
-    notes: list[str] = []
-    mean_draft = None
-    if acceptance is not None and acceptance.drafts > 0 and acceptance.knows("draft_tokens"):
-        mean_draft = acceptance.draft_tokens / acceptance.drafts
-        if chain_length and mean_draft < _VARIABLE_DRAFT * chain_length:
-            notes.append(
-                f"drafts carry {mean_draft:.2f} tokens on average with k = {chain_length}: the "
-                "engine varies its draft length (n-gram misses, dynamic speculation), so "
-                "survival at deep positions understates their conditional acceptance; the "
-                "expected speed-up charges the drafted tokens, not k"
-            )
     step_seconds = totals.step_seconds
     tpot = totals.time_per_output_token_seconds
     if acceptance is None or (twin is None and profile is None):
-        if baseline is not None and acceptance is not None:
-            return LoadFigures(
-                concurrency, step_seconds, tpot, mean_draft, baseline,
-                reason="no data from the baseline yet", notes=tuple(notes),
-            )  # fmt: skip
-        return LoadFigures(concurrency, step_seconds, tpot, mean_draft, None, notes=tuple(notes))
+        return live_load_figures(
+            (concurrency, step_seconds, tpot),
+            acceptance=acceptance,
+            chain_length=chain_length,
+            baseline=baseline,
+        )
+    mean_draft, notes = _draft_length(acceptance, chain_length)
     name = baseline if twin is not None else PROFILE
     if twin is not None:
         verdicts = compare_with_twin(
@@ -146,7 +137,7 @@ def load_figures(
             reason=mine.reason if mine is not None else "no data at this concurrency yet",
             crossover=crossing,
             buckets=buckets,
-            notes=tuple(notes),
+            notes=notes,
         )  # fmt: skip
     report = comparison.report
     return LoadFigures(
@@ -160,6 +151,46 @@ def load_figures(
         buckets=buckets,
         notes=(*notes, *comparison.notes),
     )  # fmt: skip
+
+
+def live_load_figures(
+    speeds: Speeds | None,
+    *,
+    acceptance: SpecCounters | None,
+    chain_length: int | None,
+    baseline: str | None = None,
+) -> LoadFigures | None:
+    """:func:`load_figures` of a window with nothing to compare it with (no twin's window, no
+    profile), from the figures :meth:`LoadHistory.speeds <specmon.load.LoadHistory.speeds>`
+    reads off its sums: the live load and speed, and, for a target configured with a
+    baseline that has no data yet, the reason. None when the window has no load data."""
+    if speeds is None:
+        return None
+    concurrency, step_seconds, tpot = speeds
+    mean_draft, notes = _draft_length(acceptance, chain_length)
+    if baseline is not None and acceptance is not None:
+        return LoadFigures(
+            concurrency, step_seconds, tpot, mean_draft, baseline,
+            reason="no data from the baseline yet", notes=notes,
+        )  # fmt: skip
+    return LoadFigures(concurrency, step_seconds, tpot, mean_draft, None, notes=notes)
+
+
+def _draft_length(
+    acceptance: SpecCounters | None, chain_length: int | None
+) -> tuple[float | None, tuple[str, ...]]:
+    """Drafted tokens per draft, and the note when it is below k (the engine varies it)."""
+    if acceptance is None or acceptance.drafts <= 0 or not acceptance.knows("draft_tokens"):
+        return None, ()
+    mean_draft = acceptance.draft_tokens / acceptance.drafts
+    if chain_length and mean_draft < _VARIABLE_DRAFT * chain_length:
+        return mean_draft, (
+            f"drafts carry {mean_draft:.2f} tokens on average with k = {chain_length}: the "
+            "engine varies its draft length (n-gram misses, dynamic speculation), so "
+            "survival at deep positions understates their conditional acceptance; the "
+            "expected speed-up charges the drafted tokens, not k",
+        )
+    return mean_draft, ()
 
 
 def _bucket(verdict: BucketVerdict, acceptance: SpecCounters) -> BucketFigures:

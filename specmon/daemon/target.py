@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.load_view import LoadFigures, load_figures
+from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
 from specmon.engines import (
     Engine,
     GaugeScope,
@@ -374,16 +374,23 @@ class TargetState:
         twin = None
         if acceptance is not None and cfg.baseline is not None and self.baseline_window:
             twin = self.baseline_window(cfg.baseline, model, seconds)
+        if acceptance is None or (twin is None and cfg.cost_profile is None):
+            # Nothing to compare with: the live figures straight off the window's sums.
+            return live_load_figures(
+                history.speeds(seconds),
+                acceptance=acceptance,
+                chain_length=k,
+                baseline=cfg.baseline,
+            )
         # Only a comparison with a baseline reads the window's concurrency buckets.
-        compared = acceptance is not None and (twin is not None or cfg.cost_profile is not None)
         return load_figures(
-            history.window(seconds, buckets=compared),
+            history.window(seconds),
             acceptance=acceptance,
             chain_length=k,
             baseline=cfg.baseline,
             twin=twin,
             profile=cfg.cost_profile,
-            memo=history.memo(seconds) if compared else None,
+            memo=history.memo(seconds),
         )
 
     def _plain_view(self, model: ModelReading) -> ModelView:
