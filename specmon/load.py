@@ -959,7 +959,8 @@ class LoadHistory:
         ``totals.time_per_output_token_seconds``, the same floats, with no
         :class:`LoadInterval` or :class:`LoadWindow` made (the per-scrape path of a target
         compared with no baseline: two objects of 13 and 4 fields a window a scrape, about a
-        tenth of the load figures' cost). None when the window holds no interval."""
+        sixth of the load figures' cost in-process, bench/RESULTS.md). None when the window
+        holds no interval."""
         if self._last is None:
             return None
         slide = self._slide(seconds)
