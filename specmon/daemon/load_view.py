@@ -80,19 +80,20 @@ class LoadFigures:
 def load_figures(
     window: LoadWindow,
     *,
-    acceptance: SpecCounters | None,
+    acceptance: SpecCounters,
     chain_length: int | None,
     baseline: str | None = None,
     twin: LoadWindow | None = None,
     profile: Profile | None = None,
     memo: CompareMemo | None = None,
 ) -> LoadFigures | None:
-    """The figures of one window (None when the window has no load data at all).
+    """The figures of one window of a speculating target compared with its baseline (None
+    when the window has no load data at all); a window with nothing to compare it with is
+    :func:`live_load_figures`' (the caller decides, once).
 
-    ``acceptance``: the window's speculative counters (None for a server that does not
-    speculate: a baseline shows its load and speed only). ``twin``: the baseline target's
-    same window; ``profile``: the cost profile; ``memo``: the window's comparison memo
-    (the same figures, each bucket compared once per change of its sums).
+    ``acceptance``: the window's speculative counters. ``twin``: the baseline target's same
+    window; ``profile``: the cost profile (one of the two is given); ``memo``: the window's
+    comparison memo (the same figures, each bucket compared once per change of its sums).
     """
     totals = window.totals
     if totals is None:
@@ -102,13 +103,6 @@ def load_figures(
         concurrency = window.requests_running_mean
     step_seconds = totals.step_seconds
     tpot = totals.time_per_output_token_seconds
-    if acceptance is None or (twin is None and profile is None):
-        return live_load_figures(
-            (concurrency, step_seconds, tpot),
-            acceptance=acceptance,
-            chain_length=chain_length,
-            baseline=baseline,
-        )
     mean_draft, notes = _draft_length(acceptance, chain_length)
     name = baseline if twin is not None else PROFILE
     if twin is not None:
@@ -160,10 +154,11 @@ def live_load_figures(
     chain_length: int | None,
     baseline: str | None = None,
 ) -> LoadFigures | None:
-    """:func:`load_figures` of a window with nothing to compare it with (no twin's window, no
-    profile), from the figures :meth:`LoadHistory.speeds <specmon.load.LoadHistory.speeds>`
-    reads off its sums: the live load and speed, and, for a target configured with a
-    baseline that has no data yet, the reason. None when the window has no load data."""
+    """The figures of a window with nothing to compare it with (no twin's window, no profile,
+    or a server that does not speculate: ``acceptance`` None), from what
+    :meth:`LoadHistory.speeds <specmon.load.LoadHistory.speeds>` reads off its sums: the live
+    load and speed, and, for a target configured with a baseline that has no data yet, the
+    reason. None when the window has no load data."""
     if speeds is None:
         return None
     concurrency, step_seconds, tpot = speeds
