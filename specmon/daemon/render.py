@@ -175,7 +175,10 @@ class _Built:
     #: None when only the compressed page was asked for (Prometheus asks for gzip): the
     #: plain text is not kept beside it (15 MB at 2,000 targets).
     text: bytes | None
-    deflated: bytes
+    #: None until a compressed page is asked for in this generation: a plain request does
+    #: not pay for compressing megabytes it does not send (in-process, 1,000 targets, the
+    #: default windows: 4.6 ms to join the 7 MB target half, 8.4 ms more to deflate it).
+    deflated: bytes | None
     crc: int
     size: int
 
@@ -238,7 +241,8 @@ class Exposition:
 
     def gzip_page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
         """:meth:`page` as one gzip member, the cached target half compressed only once."""
-        built = self._build(openmetrics, text=False)
+        built = self._build(openmetrics, text=False, deflated=True)
+        assert built.deflated is not None
         tail = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
         deflated_own = tail.compress(own) + tail.flush(zlib.Z_FINISH)
         crc = zlib.crc32(own, built.crc)
@@ -247,13 +251,27 @@ class Exposition:
         trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
         return header + built.deflated + deflated_own + trailer
 
-    def _build(self, openmetrics: bool, *, text: bool) -> _Built:
-        """The joined target families of the current generation; ``text``: the plain text
-        is wanted too (else only the compressed form is kept)."""
+    def _build(self, openmetrics: bool, *, text: bool, deflated: bool = False) -> _Built:
+        """The joined target families of the current generation, kept until it changes;
+        ``text``: the plain text is wanted (else it is not kept); ``deflated``: the
+        compressed form is wanted (made once per generation, only when first asked for)."""
         cached = self._built.get(openmetrics)
-        fresh = cached is not None and cached[0] == self._generation
-        if cached is not None and fresh and (cached[1].text is not None or not text):
-            return cached[1]
+        built = cached[1] if cached is not None and cached[0] == self._generation else None
+        if built is None:
+            data = self._join(openmetrics)
+            built = _Built(data if text else None, None, 0, len(data))
+            self._built[openmetrics] = (self._generation, built)
+            if deflated:
+                built.deflated, built.crc = _deflate(data), zlib.crc32(data)
+            return built
+        if text and built.text is None:  # kept compressed only (a gzip consumer first)
+            built.text = self._join(openmetrics)
+        if deflated and built.deflated is None:
+            assert built.text is not None  # a generation's first build keeps one or the other
+            built.deflated, built.crc = _deflate(built.text), zlib.crc32(built.text)
+        return built
+
+    def _join(self, openmetrics: bool) -> bytes:
         headers = _headers(openmetrics)
         fragments = [self._fragments[name] for name in sorted(self._fragments)]
         pieces: list[str] = []
@@ -263,10 +281,11 @@ class Exposition:
             if lines:
                 pieces.append(headers[name])
                 pieces.extend(lines)
-        data = "".join(pieces).encode("utf-8")
-        del pieces
-        head = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-        deflated = head.compress(data) + head.flush(zlib.Z_FULL_FLUSH)
-        built = _Built(data if text else None, deflated, zlib.crc32(data), len(data))
-        self._built[openmetrics] = (self._generation, built)
-        return built
+        return "".join(pieces).encode("utf-8")
+
+
+def _deflate(data: bytes) -> bytes:
+    """``data`` as raw deflate blocks ending on a byte boundary (a full flush), for a gzip
+    member whose tail (specmon's own instruments) is compressed per fetch."""
+    head = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return head.compress(data) + head.flush(zlib.Z_FULL_FLUSH)

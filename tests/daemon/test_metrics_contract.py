@@ -96,6 +96,21 @@ def test_a_gzip_only_consumer_does_not_keep_the_plain_page() -> None:
     assert gzip.decompress(exposition.gzip_page(b"")) == exposition.page(b"")
 
 
+def test_a_plain_consumer_does_not_compress() -> None:
+    """A plain request builds the text only; a gzip request of the same generation then
+    compresses that kept text once (the same bytes as a gzip request on its own)."""
+    views = fleet_views()
+    exposition = _exposition(views)
+    plain = exposition.page(b"")
+    built = exposition._built[False][1]
+    assert built.text is not None and built.deflated is None
+    body = exposition.gzip_page(b"")
+    assert built.deflated is not None and exposition._built[False][1] is built
+    assert gzip.decompress(body) == plain
+    again = _exposition(views)
+    assert again.gzip_page(b"") == body  # compressed from the join or from the kept text alike
+
+
 def test_a_change_renders_again_and_nothing_else_does() -> None:
     views = fleet_views()
     exposition = _exposition(views)
