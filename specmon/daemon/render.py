@@ -243,8 +243,7 @@ class Exposition:
         """:meth:`page` as one gzip member, the cached target half compressed only once."""
         built = self._build(openmetrics, text=False, deflated=True)
         assert built.deflated is not None
-        tail = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-        deflated_own = tail.compress(own) + tail.flush(zlib.Z_FINISH)
+        deflated_own = _deflate(own, last=True)
         crc = zlib.crc32(own, built.crc)
         size = built.size + len(own)
         header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
@@ -257,18 +256,18 @@ class Exposition:
         compressed form is wanted (made once per generation, only when first asked for)."""
         cached = self._built.get(openmetrics)
         built = cached[1] if cached is not None and cached[0] == self._generation else None
+        data: bytes | None
         if built is None:
             data = self._join(openmetrics)
             built = _Built(data if text else None, None, 0, len(data))
             self._built[openmetrics] = (self._generation, built)
-            if deflated:
-                built.deflated, built.crc = _deflate(data), zlib.crc32(data)
-            return built
-        if text and built.text is None:  # kept compressed only (a gzip consumer first)
-            built.text = self._join(openmetrics)
+        else:
+            if text and built.text is None:  # kept compressed only (a gzip consumer first)
+                built.text = self._join(openmetrics)
+            data = built.text
         if deflated and built.deflated is None:
-            assert built.text is not None  # a generation's first build keeps one or the other
-            built.deflated, built.crc = _deflate(built.text), zlib.crc32(built.text)
+            assert data is not None  # a generation's first build keeps one or the other
+            built.deflated, built.crc = _deflate(data), zlib.crc32(data)
         return built
 
     def _join(self, openmetrics: bool) -> bytes:
@@ -284,8 +283,9 @@ class Exposition:
         return "".join(pieces).encode("utf-8")
 
 
-def _deflate(data: bytes) -> bytes:
-    """``data`` as raw deflate blocks ending on a byte boundary (a full flush), for a gzip
-    member whose tail (specmon's own instruments) is compressed per fetch."""
-    head = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return head.compress(data) + head.flush(zlib.Z_FULL_FLUSH)
+def _deflate(data: bytes, *, last: bool = False) -> bytes:
+    """``data`` as raw deflate blocks: ending on a byte boundary (a full flush), so that the
+    target half compressed once per generation can be followed by the tail (specmon's own
+    instruments) compressed per fetch; ``last``: the final block of the member."""
+    stream = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return stream.compress(data) + stream.flush(zlib.Z_FINISH if last else zlib.Z_FULL_FLUSH)
