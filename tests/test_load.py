@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import math
 import operator
 
@@ -500,8 +499,7 @@ def test_a_window_without_buckets_has_the_same_totals() -> None:
     assert (lean.totals, lean.requests_running_mean) == (full.totals, full.requests_running_mean)
     assert lean.latest is None and full.latest == h.latest
     assert full.latest is not None and full.latest.concurrency == 4.0
-    assert [len(row) for row in h._intervals] == [8 * 22, 8 * 22]  # 22 doubles, no positions
-    assert not any(gc.is_tracked(row) for row in h._intervals)  # not walked by the collector
+    assert (len(h._rows), len(h._rows._data)) == (2, 2 * 22)  # 22 doubles each, no positions
 
 
 def test_a_hostile_count_leaving_a_window_leaves_exact_sums() -> None:
@@ -900,8 +898,9 @@ def _naive(
 def test_sliding_window_sums_equal_a_fresh_sum() -> None:
     """LoadHistory keeps one sliding sum per window length; over a long random run (resets,
     engines losing their step counter, more changes than the re-summing period, readings
-    past the retention) every window equals the same intervals summed afresh, bucket by
-    bucket."""
+    past the retention, the number of position series growing and shrinking, which re-lays
+    the held rows) every window equals the same intervals summed afresh, bucket by bucket,
+    and the latest interval is the one the two readings give."""
     import random
 
     rng = random.Random(7)
@@ -911,12 +910,16 @@ def test_sliding_window_sums_equal_a_fresh_sum() -> None:
     drafts = accepted = 0
     per_pos = [0, 0, 0]
     t = 0.0
+    last: tuple[float, LoadCounters] | None = None
     for n in range(1500):
         t += rng.choice((1.0, 5.0, 5.0, 7.5))
         if rng.random() < 0.01:  # the engine restarts
             steps = seconds = tokens = engine = slots = 0.0
             drafts = accepted = 0
-            per_pos = [0, 0, 0]
+            per_pos = [0] * len(per_pos)
+        if n % 250 == 120:  # the draft length changes: position series appear or go
+            k = rng.choice((1, 2, 3, 5))
+            per_pos = (per_pos + [0] * k)[:k]
         concurrency = rng.choice((1, 2, 4, 8, 16))
         new_engine = rng.randint(50, 400)
         engine += new_engine
@@ -925,20 +928,22 @@ def test_sliding_window_sums_equal_a_fresh_sum() -> None:
         seconds += new_engine * concurrency * rng.uniform(0.005, 0.03)
         d = new_engine * concurrency
         drafts += d
-        hits = [d * 3 // 4, d // 2, d // 4]
+        hits = [d * 3 // 4, d // 2, d // 4, d // 8, d // 16][: len(per_pos)]
         per_pos = [a + b for a, b in zip(per_pos, hits, strict=True)]
         accepted += sum(hits)
         tokens += new_engine * concurrency + sum(hits)
         no_steps = n % 300 > 280  # a stretch without the step counter
         before = history.latest
-        if history.add(
-            t,
-            lc(steps, seconds, tokens, None if no_steps else engine, None if no_steps else slots,
-               drafts, 3 * drafts, accepted, tuple(per_pos), running=float(concurrency)),
-        ):  # fmt: skip
+        reading = lc(
+            steps, seconds, tokens, None if no_steps else engine, None if no_steps else slots,
+            drafts, 3 * drafts, accepted, tuple(per_pos), running=float(concurrency),
+        )  # fmt: skip
+        if history.add(t, reading):
             got = history.latest
             assert got is not None and got is not before
+            assert last is not None and got == interval(last[1], reading, seconds=t - last[0])
             seen.append((t, got))
+        last = (t, reading)
         if n % 37 == 0 or n > 1480:
             for window in (60.0, 300.0, 900.0):
                 w = history.window(window)
