@@ -38,6 +38,7 @@ from typing import Any
 from specmon import arithmetic
 from specmon.engines.model import Context, SpecCounters
 from specmon.report import AcceptanceReport, report_from_counters
+from specmon.rows import Rows
 
 __all__ = [
     "DEFAULT_SCHEME",
@@ -526,7 +527,7 @@ class LoadWindow:
 
 
 # One interval as a row of doubles (an ``array('d')``, held end to end with the others in one
-# array, :class:`_Rows`: a fraction of the memory of a LoadInterval object and its floats,
+# array, :class:`_Intervals`: a fraction of the memory of a LoadInterval object and its floats,
 # issue 15, and one object a history for the cycle collector): end time, bucket (-1: none),
 # the increases (an optional figure the interval lacks as 0 plus a 1 in its "missing" column, so that rows
 # add up column by column), whether a count is big (below), then the accepted drafts per
@@ -622,64 +623,20 @@ def _interval_row(
     )
 
 
-class _Rows:
-    """The held intervals' rows end to end in one array of doubles, oldest first: 8 bytes a
-    column and nothing else (a row as a ``bytes`` of its own, as before, cost 33 bytes more
-    and a pointer in a deque, and its start time a float and another pointer: about 280
-    bytes an interval against 208 here at four positions; issue 15). Every held row has the
-    width of the widest row seen (``stride``), a narrower one padded with zero positions,
-    which add nothing to a sum; the newest row's own width is kept for
-    :attr:`LoadHistory.latest`. An interval's start is its end less its seconds, as the
+class _Intervals(Rows[float]):
+    """The held intervals' rows (:class:`specmon.rows.Rows`; about 208 bytes an interval at
+    four positions, against about 280 as a ``bytes`` of its own in a deque with its start time
+    as a float in another, issue 15). An interval's start is its end less its seconds, as the
     window's edge was always computed."""
 
-    __slots__ = ("_data", "_head", "_newest_width", "_stride")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._data = array("d")
-        self._head = 0  # index in _data of the oldest held row
-        self._stride = 0
-        self._newest_width = 0
-
-    def __len__(self) -> int:
-        return (len(self._data) - self._head) // self._stride if self._stride else 0
-
-    def append(self, row: array[float]) -> None:
-        width, stride = len(row), self._stride
-        if width > stride:
-            if stride and len(self._data) > self._head:  # re-lay the held rows: rare (k grew)
-                data, pad = self._data, array("d", bytes(8 * (width - stride)))
-                wider = array("d")
-                for at in range(self._head, len(data), stride):
-                    wider.extend(data[at : at + stride])
-                    wider.extend(pad)
-                self._data, self._head = wider, 0
-            self._stride = stride = width
-        self._data.extend(row)
-        if width < stride:
-            self._data.extend(array("d", bytes(8 * (stride - width))))
-        self._newest_width = width
-
-    def row(self, index: int) -> array[float]:
-        at = self._head + index * self._stride
-        return self._data[at : at + self._stride]
+        super().__init__("d")
 
     def start(self, index: int) -> float:
         at = self._head + index * self._stride
         return self._data[at + _END] - self._data[at + _SECONDS]
-
-    def newest(self) -> array[float]:
-        at = len(self._data) - self._stride
-        return self._data[at : at + self._newest_width]
-
-    def popleft(self) -> None:
-        self._head += self._stride
-        data = self._data
-        if self._head >= len(data):
-            del data[:]
-            self._head = 0
-        elif self._head >= 16 * self._stride and 16 * self._head >= len(data):
-            del data[: self._head]  # move the rest down: little dead space, a rare memmove
-            self._head = 0
 
 
 def _row_concurrency(row: array[float]) -> float | None:
@@ -857,8 +814,8 @@ class LoadHistory:
         self._retention = retention
         self._scheme = scheme
         self._last: tuple[float, LoadCounters] | None = None
-        #: The held intervals (see _Rows), oldest first.
-        self._rows = _Rows()
+        #: The held intervals' rows, oldest first.
+        self._rows = _Intervals()
         #: The newest row as a LoadInterval, made when first asked for.
         self._latest: LoadInterval | None = None
         self._dropped = 0  # absolute index of the oldest held interval

@@ -18,14 +18,12 @@ window's data actually covers.
 from __future__ import annotations
 
 import bisect
-import functools
-import itertools
 import math
-import struct
 from collections import deque
 from dataclasses import dataclass
 
 from specmon.engines.model import SpecCounters
+from specmon.rows import Rows
 
 __all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta", "increase"]
 
@@ -103,27 +101,15 @@ def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
     return values + (0,) * (size - len(values)) if len(values) < size else values
 
 
-#: Running totals are kept as 64-bit integers packed in a ``bytes`` a reading: under half the
-#: memory of a tuple of ints (issue 15), and, unlike an ``array('q')``, not an object the cycle
-#: collector walks (at 5,000 targets with a 5-minute window, 300,000 fewer tracked objects for
-#: every full collection to visit). A reading's counters are at most 2**53
+#: A reading is held as one row of 64-bit integers (:class:`specmon.rows.Rows`: all the
+#: readings of a history in one array, 8 bytes a number and nothing else, issue 15): the
+#: cumulative reset count, the number of position series the reading published, then the
+#: running totals (:func:`_vector`'s order). A reading's counters are at most 2**53
 #: (``engines._common.MAX_COUNT``), so a total passes this only after hundreds of restarts at
 #: that size; the retained totals are then rebased (windows are differences) and the offset
 #: kept as Python integers for :meth:`CounterHistory.totals`.
 _REBASE_AT = 2**62
-
-
-@functools.lru_cache(maxsize=256)
-def _totals_format(size: int) -> struct.Struct:
-    return struct.Struct(f"={size}q")
-
-
-def _pack(values: tuple[int, ...]) -> bytes:
-    return _totals_format(len(values)).pack(*values)
-
-
-def _unpack(raw: bytes) -> tuple[int, ...]:
-    return _totals_format(len(raw) // 8).unpack(raw)
+_RESETS, _POSITIONS, _TOTALS = 0, 1, 2
 
 
 class CounterHistory:
@@ -133,14 +119,15 @@ class CounterHistory:
         if retention <= 0:
             raise ValueError("retention must be positive")
         self._retention = retention
-        self._times: deque[float] = deque()
-        # Running totals of increases: drafts, draft tokens, accepted, then per position.
-        self._totals: deque[bytes] = deque()  # packed (_pack)
+        self._times: Rows[float] = Rows("d")  # one number a row: the reading's time
+        #: A row a reading: resets, positions, running totals of increases (see _REBASE_AT).
+        self._rows: Rows[int] = Rows("q")
         #: Added to the last total by totals(): what rebasing took off (see _REBASE_AT).
         self._offset: tuple[int, ...] = ()
-        self._resets: deque[int] = deque()  # cumulative reset count at each reading
-        self._positions: deque[int] = deque()  # position series live at each reading
         self._last_raw: tuple[int, ...] | None = None
+        #: The newest held reading's time and totals (what its rows hold, for add()).
+        self._last_time: float | None = None
+        self._last_total: tuple[int, ...] = ()
         self._reset_count = 0
         self._partial_decreases = 0
         self._has_generated = False
@@ -161,7 +148,7 @@ class CounterHistory:
 
     def max_positions(self) -> int:
         """The most position series any retained reading published."""
-        return max(self._positions, default=0)
+        return self._rows.column_max(_POSITIONS) or 0
 
     @property
     def resets(self) -> int:
@@ -170,9 +157,10 @@ class CounterHistory:
 
     def totals(self) -> SpecCounters | None:
         """Increases seen since this history began (monotonic; survives engine restarts)."""
-        if not self._totals:
+        if not len(self._rows):
             return None
-        last = _unpack(self._totals[-1])
+        newest = self._rows.newest()
+        last = tuple(newest[_TOTALS:])
         if self._offset:
             size = max(len(last), len(self._offset))
             last = tuple(
@@ -183,7 +171,7 @@ class CounterHistory:
             drafts=last[0],
             draft_tokens=last[1],
             accepted_tokens=last[2],
-            accepted_per_position=last[_SCALARS : _SCALARS + self._positions[-1]],
+            accepted_per_position=last[_SCALARS : _SCALARS + newest[_POSITIONS]],
             unknown=unknown,
             derived=derived,
         )
@@ -196,7 +184,7 @@ class CounterHistory:
         ``generated_tokens``: the engine's generated-token counter, if it has one; kept in
         the same reset-aware running total so a window can say "busy but no drafts".
         """
-        if self._times and time <= self._times[-1]:
+        if self._last_time is not None and time <= self._last_time:
             return Observation(False, reason="reading is not newer than the previous one")
         kind = (counters.unknown, counters.derived)
         restarted = self._kind is not None and kind != self._kind
@@ -205,9 +193,7 @@ class CounterHistory:
             # per-position series once they appear): differences across the change would
             # mix two sources, so the windows start again from this reading.
             self._times.clear()
-            self._totals.clear()
-            self._resets.clear()
-            self._positions.clear()
+            self._rows.clear()
             self._last_raw = None
             self._offset = ()
             self._generated_seen = False
@@ -230,7 +216,7 @@ class CounterHistory:
             reset = False
         else:
             previous = self._last_raw
-            base = _unpack(self._totals[-1])
+            base = self._last_total
             size = max(len(raw), len(previous), len(base))
             new_p, old_p = _pad(raw, size), _pad(previous, size)
             common = min(len(raw), len(previous))
@@ -269,12 +255,11 @@ class CounterHistory:
         if reset:
             self._reset_count += 1
         self._last_raw = raw
-        self._times.append(time)
+        self._times.append((time,))
         if max(total) > _REBASE_AT:
             total = self._rebase(total)
-        self._totals.append(_pack(total))
-        self._resets.append(self._reset_count)
-        self._positions.append(len(raw) - _SCALARS)
+        self._rows.append((self._reset_count, len(raw) - _SCALARS, *total))
+        self._last_time, self._last_total = time, total
         self._prune(time)
         if restarted:
             return Observation(True, reason="the engine's counter set changed; windows restart")
@@ -283,53 +268,57 @@ class CounterHistory:
     def _rebase(self, total: tuple[int, ...]) -> tuple[int, ...]:
         """Take the oldest retained total off every retained total and ``total`` (windows
         are differences, so none changes); add it to the offset totals() reports."""
-        oldest = _unpack(self._totals[0]) if self._totals else total
+        rows = self._rows
+        oldest = tuple(rows.row(0)[_TOTALS:]) if len(rows) else total
         size = max(len(total), len(oldest), len(self._offset))
         oldest = _pad(oldest, size)
         self._offset = tuple(a + b for a, b in zip(_pad(self._offset, size), oldest, strict=True))
-        for index, row in enumerate(self._totals):
-            padded = _pad(_unpack(row), size)
-            self._totals[index] = _pack(tuple(a - b for a, b in zip(padded, oldest, strict=True)))
+        for index in range(len(rows)):
+            row = rows.row(index)
+            padded = _pad(tuple(row[_TOTALS:]), size)
+            # Past the held rows' width both are zeros (a reading wider than all held ones).
+            rebased = [a - b for a, b in zip(padded, oldest, strict=True)]
+            rows.replace(index, (row[_RESETS], row[_POSITIONS], *rebased[: rows.stride - _TOTALS]))
         return tuple(a - b for a, b in zip(_pad(total, size), oldest, strict=True))
 
     def _prune(self, now: float) -> None:
         cutoff = now - self._retention
-        while len(self._times) > 1 and self._times[0] < cutoff:
-            self._times.popleft()
-            self._totals.popleft()
-            self._resets.popleft()
-            self._positions.popleft()
+        times = self._times
+        while len(times) > 1 and times.cell(0, 0) < cutoff:
+            times.popleft()
+            self._rows.popleft()
 
     def window(self, seconds: float) -> WindowDelta | None:
         """Increases over the last ``seconds`` (relative to the newest reading), or None when
         fewer than two readings fall inside it."""
-        if len(self._times) < 2:
+        times = self._times
+        end_index = len(times) - 1
+        if end_index < 1:
             return None
-        end_time = self._times[-1]
-        start_index = bisect.bisect_left(self._times, end_time - seconds)
-        end_index = len(self._times) - 1
+        end_time = self._last_time
+        assert end_time is not None
+        start_index = times.bisect_left(end_time - seconds)
         if start_index >= end_index:
             return None
-        start = _unpack(self._totals[start_index])
-        end = _unpack(self._totals[end_index])
-        size = max(len(start), len(end))
-        start, end = _pad(start, size), _pad(end, size)
+        rows = self._rows
+        start, end = rows.row(start_index), rows.row(end_index)  # as wide as each other
         delta = tuple(e - s for s, e in zip(start, end, strict=True))
         return WindowDelta(
-            drafts=delta[0],
-            draft_tokens=delta[1],
-            accepted_tokens=delta[2],
+            drafts=delta[_TOTALS + 0],
+            draft_tokens=delta[_TOTALS + 1],
+            accepted_tokens=delta[_TOTALS + 2],
             # Every position series published by a reading inside the window (after a restart
             # llama.cpp publishes none until a request completes; the window still has data).
             accepted_per_position=delta[
-                _SCALARS : _SCALARS
-                + max(itertools.islice(self._positions, start_index, end_index + 1))
+                _TOTALS + _SCALARS : _TOTALS
+                + _SCALARS
+                + (rows.column_max(_POSITIONS, start_index, end_index) or 0)
             ],
-            start=self._times[start_index],
+            start=times.cell(start_index, 0),
             end=end_time,
             readings=end_index - start_index + 1,
-            resets=self._resets[end_index] - self._resets[start_index],
-            generated_tokens=delta[3] if self._has_generated else None,
+            resets=delta[_RESETS],
+            generated_tokens=delta[_TOTALS + _GENERATED] if self._has_generated else None,
             unknown=self._kind[0] if self._kind else (),
             derived=self._kind[1] if self._kind else (),
         )

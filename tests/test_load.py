@@ -499,7 +499,7 @@ def test_a_window_without_buckets_has_the_same_totals() -> None:
     assert (lean.totals, lean.requests_running_mean) == (full.totals, full.requests_running_mean)
     assert lean.latest is None and full.latest == h.latest
     assert full.latest is not None and full.latest.concurrency == 4.0
-    assert (len(h._rows), len(h._rows._data)) == (2, 2 * 22)  # 22 doubles each, no positions
+    assert (len(h._rows), h._rows.stride) == (2, 22)  # 22 doubles each, no positions
 
 
 def test_a_hostile_count_leaving_a_window_leaves_exact_sums() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import itertools
 
 from hypothesis import given
@@ -210,14 +209,49 @@ def test_totals_past_64_bits_are_rebased_without_changing_any_figure() -> None:
     assert w.readings == 11 and w.resets == 5
 
 
-def test_totals_are_packed_64_bit_rows_the_cycle_collector_does_not_walk() -> None:
-    """Memory and collector pauses (issue 15): a reading's totals are 64-bit integers in a
-    ``bytes``, which the cycle collector does not track."""
+def test_readings_are_rows_of_64_bit_integers_in_one_array() -> None:
+    """Memory and collector pauses (issue 15): the readings are one row each of 64-bit
+    integers (reset count, position count, then the totals) in one array, and their times
+    in another, not an object a reading."""
     h = CounterHistory(retention=50)
     h.add(0.0, c(1, 2, 1, 1))
     h.add(1.0, c(3, 6, 2, 2))
-    assert [type(row) for row in h._totals] == [bytes, bytes]
-    assert [len(row) % 8 for row in h._totals] == [0, 0]
-    assert not any(gc.is_tracked(row) for row in h._totals)
+    assert (len(h._rows), h._rows.stride, len(h._times)) == (2, 2 + 4 + 1, 2)
+    assert h._rows._data.typecode == "q" and h._times._data.typecode == "d"
     totals = h.totals()
     assert totals is not None and (totals.drafts, totals.draft_tokens) == (2, 4)
+
+
+def test_a_rebase_when_a_reading_has_more_positions_than_the_held_ones() -> None:
+    """The rebase past 2**62 while the new reading publishes more position series than any
+    held reading (the held rows are narrower than the new total): every figure still equals
+    exact integer arithmetic."""
+    big = 2**53
+    h = CounterHistory(retention=1000)
+    readings: list[tuple[int, ...]] = []
+    for i in range(1030):  # a restart at 2**53 each time: the totals pass 2**62 near the end
+        drafts = big if i % 2 == 0 else big - 1
+        width = 1 if i < 1025 else 3  # two more position series, five readings from the end
+        reading = (drafts, drafts, drafts // 2, *([drafts // 4] * width))
+        h.add(float(i), c(*reading))
+        readings.append(reading)
+    increases: list[tuple[int, ...]] = [(0,) * 6]  # the first reading: no increase
+    for a, b in itertools.pairwise(readings):
+        a6, b6 = a + (0,) * (6 - len(a)), b + (0,) * (6 - len(b))
+        if b[0] < a[0]:  # a restart: the new values are the increase
+            increases.append(b6)
+        else:  # a series that appears counts from zero
+            increases.append(tuple(y - x if k < len(a) else y for k, (x, y) in
+                                   enumerate(zip(a6, b6, strict=True))))  # fmt: skip
+    total = [sum(column) for column in zip(*increases, strict=True)]
+    assert total[0] > 2**62  # the rebase really happened, after the wider readings arrived
+    got = h.totals()
+    assert got is not None
+    assert (got.drafts, got.draft_tokens, got.accepted_tokens) == tuple(total[:3])
+    assert got.accepted_per_position == tuple(total[3:])
+    for seconds in (3.0, 10.0, 100.0):
+        w = h.window(seconds)
+        n = int(seconds)
+        want = [sum(column) for column in zip(*increases[-n:], strict=True)]
+        assert w is not None and (w.drafts, w.accepted_tokens) == (want[0], want[2])
+        assert w.accepted_per_position == tuple(want[3:]), seconds
