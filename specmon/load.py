@@ -635,7 +635,10 @@ class _Intervals(Rows[float]):
         super().__init__("d")
 
     def start(self, index: int) -> float:
-        at = self._head + index * self._stride
+        slot = self._first + index  # Rows._at(), inline: every window reads it every scrape
+        if slot >= self._capacity:
+            slot -= self._capacity
+        at = slot * self._stride
         return self._data[at + _END] - self._data[at + _SECONDS]
 
 
@@ -761,46 +764,41 @@ class _Slide:
         self.changes += 1
 
 
-class _Pairs:
-    """A queue of (time, value) pairs of doubles in one array: 16 bytes a pair, not a tuple
-    and two float objects."""
+class _Pairs(Rows[float]):
+    """A queue of (time, value) pairs of doubles (:class:`specmon.rows.Rows`): 16 bytes a
+    pair, not a tuple and two float objects."""
 
-    __slots__ = ("_data", "_start")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._data = array("d")
-        self._start = 0  # index in _data of the first pair's time
-
-    def __len__(self) -> int:
-        return (len(self._data) - self._start) // 2
-
-    def append(self, time: float, value: float) -> None:
-        self._data.append(time)
-        self._data.append(value)
+        super().__init__("d")
 
     def time(self, index: int) -> float:
-        return self._data[self._start + 2 * index]
+        return self.cell(index, 0)
 
     def value(self, index: int) -> float:
-        return self._data[self._start + 2 * index + 1]
+        return self.cell(index, 1)
 
     def skip_before(self, index: int, start: float, total: float) -> tuple[int, float]:
         """From pair ``index`` on, the index of the first pair at ``start`` or later (or the
         length), and ``total`` less the values passed over, one by one."""
-        data, at, end = self._data, self._start + 2 * index, len(self._data)
-        while at < end and data[at] < start:
+        data, count, first, capacity = self._data, self._count, self._first, self._capacity
+        while index < count:
+            slot = first + index
+            at = 2 * (slot - capacity if slot >= capacity else slot)
+            if data[at] >= start:
+                break
             total -= data[at + 1]
-            at += 2
-        return (at - self._start) // 2, total
+            index += 1
+        return index, total
 
-    def popleft(self) -> float:
-        """Drop the first pair; its value."""
-        value = self._data[self._start + 1]
-        self._start += 2
-        if self._start >= 256 and 2 * self._start >= len(self._data):
-            del self._data[: self._start]
-            self._start = 0
-        return value
+
+def _reserve(rows: Rows[float], span: float, intervals: int, retention: float) -> None:
+    """Make ``rows`` (full) room for ``retention`` seconds at the rate its held rows came in:
+    ``intervals`` scrape intervals in ``span`` seconds, one row each (one allocation, not
+    one at every few scrapes: see :mod:`specmon.rows`)."""
+    if span > 0 and intervals > 0:
+        rows.reserve(math.ceil(intervals * retention / span) + 2)
 
 
 class LoadHistory:
@@ -850,12 +848,18 @@ class LoadHistory:
             concurrency = _row_concurrency(row)
             if concurrency is not None and row[_REQUEST_STEPS] > 0:
                 row[_BUCKET] = float(self._scheme.index_of(concurrency))
-            self._rows.append(row)
+            rows = self._rows
+            rows.append(row)
+            if len(rows) == rows.capacity:
+                _reserve(rows, time - rows.start(0), len(rows), self._retention)
             self._latest = None
             for slide in slides:
                 slide.put(row, 1)
         if counters.requests_running is not None:
-            self._running.append(time, counters.requests_running)
+            running = self._running
+            running.append((time, counters.requests_running))
+            if len(running) == running.capacity:
+                _reserve(running, time - running.time(0), len(running) - 1, self._retention)
             for slide in slides:
                 slide.running_sum += counters.requests_running
                 slide.running_count += 1
@@ -873,7 +877,8 @@ class LoadHistory:
             self._dropped += 1
         running = self._running
         while len(running) and running.time(0) < cutoff:
-            value = running.popleft()
+            value = running.value(0)
+            running.popleft()
             for slide in slides:
                 if slide.running_first <= self._running_dropped:
                     slide.running_sum -= value

@@ -258,8 +258,16 @@ class CounterHistory:
         self._times.append((time,))
         if max(total) > _REBASE_AT:
             total = self._rebase(total)
-        self._rows.append((self._reset_count, len(raw) - _SCALARS, *total))
+        rows = self._rows
+        rows.append((self._reset_count, len(raw) - _SCALARS, *total))
         self._last_time, self._last_total = time, total
+        if len(rows) == rows.capacity and len(rows) > 1:
+            # Room for the retention at the rate the readings came (one allocation: rows.py).
+            span = time - self._times.cell(0, 0)
+            if span > 0:
+                expected = math.ceil((len(rows) - 1) * self._retention / span) + 2
+                rows.reserve(expected)
+                self._times.reserve(expected)
         self._prune(time)
         if restarted:
             return Observation(True, reason="the engine's counter set changed; windows restart")

@@ -1,5 +1,5 @@
-"""specmon.rows.Rows against a list of lists, over random appends of changing widths and
-removals from the front."""
+"""specmon.rows.Rows against a list of lists, over random appends of changing widths,
+removals from the front and reservations; the ring's wrap-around and its one allocation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from specmon.rows import Rows
+from specmon.rows import MAX_RESERVE, Rows
 
 
 def test_rows_behave_like_a_list_of_zero_padded_rows() -> None:
@@ -15,9 +15,13 @@ def test_rows_behave_like_a_list_of_zero_padded_rows() -> None:
     rows: Rows[int] = Rows("q")
     model: list[list[int]] = []
     newest: list[int] = []
-    widest = 0
+    widest = peak = reserved = 0
     widths = (3, 3, 3, 4, 2, 6)
-    for step in range(3000):
+    for step in range(4000):
+        if rng.random() < 0.005:
+            asked = rng.randint(1, 300)
+            rows.reserve(asked)
+            reserved = max(reserved, asked) if rows.stride else reserved
         if rng.random() < 0.55 or not model:
             width = widths[(step // 400) % len(widths)] if rng.random() < 0.98 else 1
             row = [rng.randint(-(2**40), 2**40) for _ in range(width)]
@@ -25,10 +29,12 @@ def test_rows_behave_like_a_list_of_zero_padded_rows() -> None:
             newest = row
             widest = max(widest, width)
             model.append(row)
+            peak = max(peak, len(model))
         else:
             rows.popleft()
             model.pop(0)
         assert len(rows) == len(model)
+        assert len(model) <= rows.capacity <= max(8, peak + peak // 8 + 8, reserved)
         if not model:
             continue
         stride = rows.stride
@@ -40,24 +46,58 @@ def test_rows_behave_like_a_list_of_zero_padded_rows() -> None:
         assert list(rows.newest()) == newest
         first = rng.randrange(len(model))
         last = rng.randrange(first, len(model))
-        assert rows.column_max(0, first, last) == max(r[0] for r in padded[first : last + 1])
+        column = rng.randrange(stride)
+        want = max(r[column] for r in padded[first : last + 1])
+        assert rows.column_max(column, first, last) == want
         assert rows.column_max(0) == max(r[0] for r in padded)
-    # the array never holds much more than the live rows (the dead front is dropped)
-    assert len(rows._data) <= rows.stride * (len(model) + 16 + len(model) // 15 + 1)
+    assert len(rows._data) == rows.capacity * rows.stride
 
 
-def test_sorted_times_bisect_and_replace_and_clear() -> None:
+def test_a_full_ring_allocates_nothing_more() -> None:
+    """Once reserved, appending and dropping rows writes in place: the same array, whatever
+    the number of rows that passed through (the point of the ring: no realloc churn)."""
+    rows: Rows[float] = Rows("d")
+    rows.append((0.0, 0.0, 0.0))
+    rows.reserve(20)
+    data = rows._data
+    for n in range(1, 500):
+        rows.append((float(n), float(2 * n), float(3 * n)))
+        if len(rows) > 19:
+            rows.popleft()
+        assert rows._data is data and rows.capacity == 20
+    assert [rows.cell(i, 1) for i in range(len(rows))] == [2.0 * n for n in range(481, 500)]
+    assert rows.bisect_left(485.0) == 4
+    rows.reserve(10)  # never shrinks
+    assert rows.capacity == 20
+    rows.reserve(10**9)
+    assert rows.capacity == MAX_RESERVE
+
+
+@pytest.mark.parametrize("dropped", [0, 3, 9, 10])
+def test_sorted_times_bisect_across_the_wrap(dropped: int) -> None:
     times: Rows[float] = Rows("d")
     assert times.bisect_left(5.0) == 0 and times.column_max(0) is None
-    for t in range(100):
+    times.append((0.0,))
+    times.reserve(10)
+    for t in range(1, 10):
         times.append((float(t),))
-    for _ in range(40):
+    for _ in range(dropped):
         times.popleft()
-    assert len(times) == 60 and times.cell(0, 0) == 40.0
-    assert times.bisect_left(39.0) == 0
-    assert times.bisect_left(55.0) == 15
-    assert times.bisect_left(55.5) == 16
-    assert times.bisect_left(1000.0) == 60
+    for t in range(10, 10 + dropped):  # written over the dropped slots: the ring wraps
+        times.append((float(t),))
+    held = [float(t) for t in range(dropped, 10 + dropped)]
+    assert times.capacity == 10 and [times.cell(i, 0) for i in range(10)] == held
+    for probe in [x / 2 for x in range(-2, 2 * (12 + dropped))]:
+        want = next((i for i, t in enumerate(held) if t >= probe), len(held))
+        assert times.bisect_left(probe) == want, probe
+    assert times.column_max(0, 2, 8) == held[8]
+    pairs: Rows[float] = Rows("d")  # the same over rows of two (the general search)
+    for when in held:
+        pairs.append((when, -when))
+    assert [pairs.bisect_left(p) for p in (held[0], held[4] + 0.5, 99.0)] == [0, 5, 10]
+
+
+def test_replace_and_clear() -> None:
     rows: Rows[int] = Rows("q")
     rows.append((1, 2, 3))
     rows.append((4, 5))
@@ -66,6 +106,6 @@ def test_sorted_times_bisect_and_replace_and_clear() -> None:
     with pytest.raises(ValueError, match="wider"):
         rows.replace(0, (1, 2, 3, 4))
     rows.clear()
-    assert len(rows) == 0 and rows.stride == 0
+    assert len(rows) == 0 and rows.stride == 0 and rows.capacity == 0
     rows.append((9,))
     assert list(rows.row(0)) == [9] and rows.column_max(0) == 9
