@@ -38,7 +38,7 @@ from typing import Any
 from specmon import arithmetic
 from specmon.engines.model import Context, SpecCounters
 from specmon.report import AcceptanceReport, report_from_counters
-from specmon.rows import Rows
+from specmon.rows import Rows, rows_for
 
 __all__ = [
     "DEFAULT_SCHEME",
@@ -797,8 +797,9 @@ def _reserve(rows: Rows[float], span: float, intervals: int, retention: float) -
     """Make ``rows`` (full) room for ``retention`` seconds at the rate its held rows came in:
     ``intervals`` scrape intervals in ``span`` seconds, one row each (one allocation, not
     one at every few scrapes: see :mod:`specmon.rows`)."""
-    if span > 0 and intervals > 0:
-        rows.reserve(math.ceil(intervals * retention / span) + 2)
+    expected = rows_for(retention=retention, intervals=intervals, span=span)
+    if expected is not None:
+        rows.reserve(expected)
 
 
 class LoadHistory:

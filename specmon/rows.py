@@ -23,17 +23,27 @@ per-position series changed). The newest row's own width is kept (:meth:`Rows.ne
 from __future__ import annotations
 
 import bisect
+import math
 from array import array
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-__all__ = ["MAX_RESERVE", "Rows"]
+__all__ = ["MAX_RESERVE", "Rows", "rows_for"]
 
 _N = TypeVar("_N", int, float)
 
 #: The most rows :meth:`Rows.reserve` allocates ahead (a longer history grows as it fills).
 MAX_RESERVE = 8192
 _FIRST_CAPACITY = 8
+
+
+def rows_for(*, retention: float, intervals: int, span: float) -> int | None:
+    """Rows a ring needs for ``retention`` seconds when ``intervals`` rows came in ``span``
+    seconds (two more for jitter, at most :data:`MAX_RESERVE`); None when that says nothing
+    (no time passed, or an endless retention: the ring then grows as it fills)."""
+    if span <= 0 or intervals <= 0 or not math.isfinite(retention):
+        return None
+    return min(math.ceil(intervals * retention / span) + 2, MAX_RESERVE)
 
 
 class Rows(Generic[_N]):

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from specmon.engines.model import SpecCounters
-from specmon.rows import Rows
+from specmon.rows import Rows, rows_for
 
 __all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta", "increase"]
 
@@ -263,9 +263,12 @@ class CounterHistory:
         self._last_time, self._last_total = time, total
         if len(rows) == rows.capacity and len(rows) > 1:
             # Room for the retention at the rate the readings came (one allocation: rows.py).
-            span = time - self._times.cell(0, 0)
-            if span > 0:
-                expected = math.ceil((len(rows) - 1) * self._retention / span) + 2
+            expected = rows_for(
+                retention=self._retention,
+                intervals=len(rows) - 1,
+                span=time - self._times.cell(0, 0),
+            )
+            if expected is not None:
                 rows.reserve(expected)
                 self._times.reserve(expected)
         self._prune(time)

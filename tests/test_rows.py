@@ -3,11 +3,13 @@ removals from the front and reservations; the ring's wrap-around and its one all
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from specmon.rows import MAX_RESERVE, Rows
+from specmon.engines import SpecCounters
+from specmon.rows import MAX_RESERVE, Rows, rows_for
 
 
 def test_rows_behave_like_a_list_of_zero_padded_rows() -> None:
@@ -109,3 +111,24 @@ def test_replace_and_clear() -> None:
     assert len(rows) == 0 and rows.stride == 0 and rows.capacity == 0
     rows.append((9,))
     assert list(rows.row(0)) == [9] and rows.column_max(0) == 9
+
+
+def test_an_endless_retention_grows_the_ring_as_it_fills() -> None:
+    """``retention=inf`` (``windows.increase`` uses it) reserves nothing ahead: the rings
+    grow by an eighth when full, and every reading is kept."""
+    from specmon.load import LoadCounters, LoadHistory
+    from specmon.windows import CounterHistory
+
+    assert rows_for(retention=math.inf, intervals=8, span=40.0) is None
+    assert rows_for(retention=100.0, intervals=8, span=0.0) is None
+    assert rows_for(retention=100.0, intervals=8, span=40.0) == 22
+    assert rows_for(retention=1e12, intervals=8, span=40.0) == MAX_RESERVE
+    counters = CounterHistory(retention=math.inf)
+    load = LoadHistory(retention=math.inf)
+    for n in range(60):
+        counters.add(float(n), SpecCounters(n, 3 * n, 2 * n, (n,)))
+        load.add(float(n), LoadCounters(request_steps=10.0 * n, decode_seconds=0.1 * n,
+                                         decode_tokens=20.0 * n))  # fmt: skip
+    window = counters.window(math.inf)
+    assert window is not None and window.readings == 60 and window.drafts == 59
+    assert len(load._rows) == 59 and load._rows.capacity >= 59
