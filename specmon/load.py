@@ -38,7 +38,7 @@ from typing import Any
 from specmon import arithmetic
 from specmon.engines.model import Context, SpecCounters
 from specmon.report import AcceptanceReport, report_from_counters
-from specmon.rows import Rows, rows_for
+from specmon.rows import Rows
 
 __all__ = [
     "DEFAULT_SCHEME",
@@ -529,9 +529,9 @@ class LoadWindow:
 # One interval as a row of doubles (an ``array('d')``, held end to end with the others in one
 # array, :class:`_Intervals`: a fraction of the memory of a LoadInterval object and its floats,
 # issue 15, and one object a history for the cycle collector): end time, bucket (-1: none),
-# the increases (an optional figure the interval lacks as 0 plus a 1 in its "missing" column, so that rows
-# add up column by column), whether a count is big (below), then the accepted drafts per
-# position. A reading's counters are at most 2**53 (``engines._common.MAX_COUNT``), so the
+# the increases (an optional figure the interval lacks as 0 plus a 1 in its "missing" column,
+# so that rows add up column by column), whether a count is big (below), then the accepted
+# drafts per position. A reading's counters are at most 2**53 (``engines._common.MAX_COUNT``), so the
 # increases are exact; their sums stay exact as long as they stay below 2**53, which every
 # real engine's do by many orders of magnitude. A row with a count of 2**32 or more (only a
 # hostile or broken page) is "big": a sliding sum it leaves is summed again from scratch.
@@ -793,15 +793,6 @@ class _Pairs(Rows[float]):
         return index, total
 
 
-def _reserve(rows: Rows[float], span: float, intervals: int, retention: float) -> None:
-    """Make ``rows`` (full) room for ``retention`` seconds at the rate its held rows came in:
-    ``intervals`` scrape intervals in ``span`` seconds, one row each (one allocation, not
-    one at every few scrapes: see :mod:`specmon.rows`)."""
-    expected = rows_for(retention=retention, intervals=intervals, span=span)
-    if expected is not None:
-        rows.reserve(expected)
-
-
 class LoadHistory:
     """One model's load readings, kept as the intervals between consecutive scrapes, with a
     sliding sum per window length asked for (so a window costs O(its new and expired
@@ -851,8 +842,10 @@ class LoadHistory:
                 row[_BUCKET] = float(self._scheme.index_of(concurrency))
             rows = self._rows
             rows.append(row)
-            if len(rows) == rows.capacity:
-                _reserve(rows, time - rows.start(0), len(rows), self._retention)
+            if len(rows) == rows.capacity:  # room for the retention at this rate (rows.py)
+                rows.reserve_for(
+                    retention=self._retention, intervals=len(rows), span=time - rows.start(0)
+                )
             self._latest = None
             for slide in slides:
                 slide.put(row, 1)
@@ -860,7 +853,11 @@ class LoadHistory:
             running = self._running
             running.append((time, counters.requests_running))
             if len(running) == running.capacity:
-                _reserve(running, time - running.time(0), len(running) - 1, self._retention)
+                running.reserve_for(
+                    retention=self._retention,
+                    intervals=len(running) - 1,
+                    span=time - running.time(0),
+                )
             for slide in slides:
                 slide.running_sum += counters.requests_running
                 slide.running_count += 1

@@ -99,6 +99,12 @@ class Rows(Generic[_N]):
         if self._stride and rows > self._capacity:
             self._relay(rows, self._stride)
 
+    def reserve_for(self, *, retention: float, intervals: int, span: float) -> None:
+        """:meth:`reserve` what :func:`rows_for` says ``retention`` needs, if anything."""
+        expected = rows_for(retention=retention, intervals=intervals, span=span)
+        if expected is not None:
+            self.reserve(expected)
+
     def append(self, row: array[_N] | tuple[_N, ...]) -> None:
         width, stride = len(row), self._stride
         if width > stride or self._count >= self._capacity:

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from specmon.engines.model import SpecCounters
-from specmon.rows import Rows, rows_for
+from specmon.rows import Rows
 
 __all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta", "increase"]
 
@@ -263,14 +263,12 @@ class CounterHistory:
         self._last_time, self._last_total = time, total
         if len(rows) == rows.capacity and len(rows) > 1:
             # Room for the retention at the rate the readings came (one allocation: rows.py).
-            expected = rows_for(
+            rows.reserve_for(
                 retention=self._retention,
                 intervals=len(rows) - 1,
                 span=time - self._times.cell(0, 0),
             )
-            if expected is not None:
-                rows.reserve(expected)
-                self._times.reserve(expected)
+            self._times.reserve(rows.capacity)
         self._prune(time)
         if restarted:
             return Observation(True, reason="the engine's counter set changed; windows restart")
