@@ -528,17 +528,19 @@ class LoadWindow:
 
 # One interval as a row of doubles (an ``array('d')``, held end to end with the others in one
 # array, :class:`_Intervals`: a fraction of the memory of a LoadInterval object and its floats,
-# issue 15, and one object a history for the cycle collector): end time, bucket (-1: none),
-# the increases (an optional figure the interval lacks as 0 plus a 1 in its "missing" column,
-# so that rows add up column by column), whether a count is big (below), then the accepted
-# drafts per position. A reading's counters are at most 2**53 (``engines._common.MAX_COUNT``), so the
+# issue 15, and one object a history for the cycle collector): end time, seconds, the
+# increases (an optional figure the interval lacks as 0 plus a 1 in its "missing" column, so
+# that rows add up column by column), whether a count is big (below), resets; then, from
+# _LEAN on, what only a comparison with a baseline reads: the bucket (-1: none), the drafts,
+# the seconds' "missing" column and the accepted drafts per position. A lean history (a
+# target compared with nothing) keeps the first _LEAN columns only. A reading's counters are at most 2**53 (``engines._common.MAX_COUNT``), so the
 # increases are exact; their sums stay exact as long as they stay below 2**53, which every
 # real engine's do by many orders of magnitude. A row with a count of 2**32 or more (only a
 # hostile or broken page) is "big": a sliding sum it leaves is summed again from scratch.
-_END, _BUCKET, _REQUEST_STEPS, _DECODE_SECONDS, _DECODE_TOKENS = 0, 1, 2, 3, 4
-_ENGINE_STEPS, _SLOT_STEPS, _DRAFTS, _DRAFT_TOKENS, _ACCEPTED = 5, 6, 7, 8, 9
-_SECONDS, _RESETS, _ERRORS, _INTERVALS = 10, 11, 12, 17
-_ENGINE_MISSING, _SLOT_MISSING, _SECONDS_MISSING, _BIG, _POSITIONS = 18, 19, 20, 21, 22
+_END, _SECONDS, _REQUEST_STEPS, _DECODE_SECONDS, _DECODE_TOKENS = 0, 1, 2, 3, 4
+_ENGINE_STEPS, _SLOT_STEPS, _ERRORS, _INTERVALS = 5, 6, 7, 12
+_ENGINE_MISSING, _SLOT_MISSING, _BIG, _RESETS, _LEAN = 13, 14, 15, 16, 17
+_BUCKET, _DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _SECONDS_MISSING, _POSITIONS = 17, 18, 19, 20, 21, 22
 _BIG_COUNT = float(2**32)
 _ADD, _SUB = operator.add, operator.sub
 
@@ -601,23 +603,23 @@ def _interval_row(
         "d",
         (
             end,
-            -1.0,
+            seconds or 0.0,
             request_steps,
             decode_seconds,
             decode_tokens,
             engine or 0.0,
             slots or 0.0,
-            float(drafts),
-            float(draft_tokens),
-            float(accepted),
-            seconds or 0.0,
-            float(resets),
             *errors,
             1.0,
             1.0 if engine is None else 0.0,
             1.0 if slots is None else 0.0,
-            1.0 if seconds is None else 0.0,
             1.0 if big else 0.0,
+            float(resets),
+            -1.0,
+            float(drafts),
+            float(draft_tokens),
+            float(accepted),
+            1.0 if seconds is None else 0.0,
             *map(float, per_pos),
         ),
     )
@@ -694,8 +696,9 @@ class _Sum:
 
     __slots__ = ("cached", "values")
 
-    def __init__(self) -> None:
-        self.values: list[float] = [0.0] * _POSITIONS
+    def __init__(self, width: int = _POSITIONS) -> None:
+        #: _LEAN wide in a lean history (its rows are), else _POSITIONS and more.
+        self.values: list[float] = [0.0] * width
         #: interval() until the next add: a bucket no interval entered or left since the
         #: last scrape gives the same object again (its comparisons are not redone).
         self.cached: LoadInterval | None = None
@@ -735,9 +738,9 @@ class _Slide:
     __slots__ = ("bucketed", "buckets", "changes", "first", "running_count", "running_first",
                  "running_sum", "seconds", "total")  # fmt: skip
 
-    def __init__(self, seconds: float, *, bucketed: bool = False) -> None:
+    def __init__(self, seconds: float, *, bucketed: bool = False, lean: bool = False) -> None:
         self.seconds = seconds
-        self.total = _Sum()
+        self.total = _Sum(_LEAN if lean else _POSITIONS)
         #: Per-bucket sums are kept only once a window was asked for them (a comparison with
         #: a baseline): a target without one never pays for them.
         self.bucketed = bucketed
@@ -753,8 +756,11 @@ class _Slide:
         if sign < 0 and row[_BIG]:  # its leaving may round the sums: sum them again
             self.changes = _RESUM_EVERY
         self.total.add(row, sign)
+        if not self.bucketed:  # (a lean history's slides never are: its rows have no bucket)
+            self.changes += 1
+            return
         bucket = int(row[_BUCKET])
-        if bucket >= 0 and self.bucketed:
+        if bucket >= 0:
             sums = self.buckets.get(bucket)
             if sums is None:
                 sums = self.buckets[bucket] = _Sum()
@@ -796,13 +802,26 @@ class _Pairs(Rows[float]):
 class LoadHistory:
     """One model's load readings, kept as the intervals between consecutive scrapes, with a
     sliding sum per window length asked for (so a window costs O(its new and expired
-    intervals) per reading, not O(its length))."""
+    intervals) per reading, not O(its length)).
 
-    def __init__(self, *, retention: float, scheme: BucketScheme = DEFAULT_SCHEME) -> None:
+    ``lean``: keep only what :meth:`speeds` reads (17 doubles an interval, not 22 and the
+    positions: a target compared with no baseline, issue 15's memory). The first
+    :meth:`window` or :attr:`latest` (a reload gave the target a baseline, or another target
+    takes it as its twin) makes the history whole: exactly, by laying the held rows out
+    again, when every dropped column was 0 (a server without speculation: what a twin is);
+    else the held intervals are let go and the history starts again from the last reading
+    (a speculating target's drafts cannot be made up)."""
+
+    def __init__(
+        self, *, retention: float, scheme: BucketScheme = DEFAULT_SCHEME, lean: bool = False
+    ) -> None:
         if retention <= 0:
             raise ValueError("retention must be positive")
         self._retention = retention
         self._scheme = scheme
+        self._lean = lean
+        #: A lean row dropped a column that was not 0: it cannot be made whole again.
+        self._lossy = False
         self._last: tuple[float, LoadCounters] | None = None
         #: The held intervals' rows, oldest first.
         self._rows = _Intervals()
@@ -814,6 +833,11 @@ class LoadHistory:
         self._running_dropped = 0
         self._slides: dict[float, _Slide] = {}
         self._memos: dict[float, CompareMemo] = {}
+
+    @property
+    def lean(self) -> bool:
+        """Whether the rows still hold only what :meth:`speeds` reads."""
+        return self._lean
 
     def memo(self, seconds: float) -> CompareMemo:
         """The comparison memo of the window of ``seconds`` (see :class:`CompareMemo`)."""
@@ -837,9 +861,12 @@ class LoadHistory:
         slides = self._slides.values()
         if last is not None:
             row = _interval_row(last[1], counters, time - last[0], time)
-            concurrency = _row_concurrency(row)
-            if concurrency is not None and row[_REQUEST_STEPS] > 0:
-                row[_BUCKET] = float(self._scheme.index_of(concurrency))
+            if self._lean:
+                if not self._lossy and any(row[_DRAFTS:]):
+                    self._lossy = True
+                del row[_LEAN:]
+            else:
+                self._bucket(row)
             rows = self._rows
             rows.append(row)
             if len(rows) == rows.capacity:  # room for the retention at this rate (rows.py)
@@ -885,9 +912,40 @@ class LoadHistory:
             self._running_dropped += 1
         return last is not None
 
+    def _bucket(self, row: array[float]) -> None:
+        """Put a whole row in its concurrency bucket (it has none while its concurrency is
+        unknown or it saw no request step)."""
+        concurrency = _row_concurrency(row)
+        if concurrency is not None and row[_REQUEST_STEPS] > 0:
+            row[_BUCKET] = float(self._scheme.index_of(concurrency))
+
+    def _widen(self) -> None:
+        """Make a lean history whole (see the class): its sums are made again."""
+        self._lean = False
+        old = self._rows
+        if self._lossy:
+            self._dropped += len(old)
+            self._rows = _Intervals()
+        else:
+            rows = self._rows = _Intervals()
+            padding = array("d", [-1.0]) + array("d", bytes(8 * (_POSITIONS - 1 - _LEAN)))
+            for index in range(len(old)):
+                row = old.row(index) + padding
+                self._bucket(row)
+                rows.append(row)
+                if index == 0:
+                    rows.reserve(old.capacity)
+        self._lossy = False
+        self._latest = None
+        for slide in self._slides.values():
+            slide.first = max(slide.first, self._dropped)
+            self._resum(slide)
+
     @property
     def latest(self) -> LoadInterval | None:
         """The most recent interval still held (None before the second reading)."""
+        if self._lean:
+            self._widen()
         if not len(self._rows):
             return None
         if self._latest is None:
@@ -914,7 +972,7 @@ class LoadHistory:
 
     def _resum(self, slide: _Slide) -> None:
         """Sum ``slide`` again from the intervals inside it."""
-        fresh = _Slide(slide.seconds, bucketed=slide.bucketed)
+        fresh = _Slide(slide.seconds, bucketed=slide.bucketed, lean=self._lean)
         fresh.first = slide.first
         fresh.running_first = slide.running_first
         rows = self._rows
@@ -931,7 +989,7 @@ class LoadHistory:
     def _slide(self, seconds: float) -> _Slide:
         slide = self._slides.get(seconds)
         if slide is None:
-            slide = self._slides[seconds] = _Slide(seconds)
+            slide = self._slides[seconds] = _Slide(seconds, lean=self._lean)
             slide.first, slide.running_first = self._dropped, self._running_dropped
             if self._last is not None:
                 self._advance(slide, self._last[0])
@@ -942,6 +1000,8 @@ class LoadHistory:
         """The intervals that lie wholly inside the last ``seconds``; ``buckets=False``
         leaves out what only a comparison with a baseline reads: the per-bucket sums and the
         latest interval."""
+        if self._lean:
+            self._widen()
         if self._last is None:
             return LoadWindow(None, (), None)
         slide = self._slide(seconds)

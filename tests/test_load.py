@@ -1023,3 +1023,109 @@ def test_speeds_read_off_the_sums_equal_the_windows_figures() -> None:
             assert got == want, (n, window)
             checked += 1
     assert checked > 2000
+
+
+def _readings(seed: int, count: int, *, speculating: bool) -> list[tuple[float, LoadCounters]]:
+    """A random run of readings: resets, stretches without the step counter or the running
+    gauge, idle intervals; with ``speculating``, drafts and three positions."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    steps = seconds = tokens = engine = slots = 0.0
+    drafts = accepted = 0
+    per_pos = [0, 0, 0]
+    t = 0.0
+    for n in range(count):
+        t += rng.choice((1.0, 5.0, 5.0, 7.5))
+        if rng.random() < 0.02:  # the engine restarts
+            steps = seconds = tokens = engine = slots = 0.0
+            drafts = accepted = 0
+            per_pos = [0, 0, 0]
+        concurrency = rng.choice((0, 1, 2, 4, 8, 16))
+        new_engine = rng.randint(0, 400) if concurrency else 0
+        engine += new_engine
+        slots += new_engine * concurrency
+        steps += new_engine * concurrency
+        seconds += new_engine * concurrency * rng.uniform(0.005, 0.03)
+        tokens += new_engine * concurrency
+        if speculating:
+            d = new_engine * concurrency
+            hits = [d * 3 // 4, d // 2, d // 4]
+            drafts += d
+            per_pos = [a + b for a, b in zip(per_pos, hits, strict=True)]
+            accepted += sum(hits)
+            tokens += sum(hits)
+        no_steps = n % 150 > 120
+        out.append(
+            (
+                t,
+                lc(steps, seconds, tokens, None if no_steps else engine,
+                   None if no_steps else slots, drafts, 3 * drafts, accepted,
+                   tuple(per_pos) if speculating else (),
+                   running=None if n % 90 > 70 else float(concurrency)),
+            )
+        )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("speculating", [False, True])
+def test_a_lean_history_gives_the_same_speeds(speculating: bool) -> None:
+    """A lean history (a target compared with nothing: issue 15's memory) keeps 17 doubles
+    an interval and gives exactly the speeds a whole history gives, every window, every
+    reading."""
+    lean, whole = LoadHistory(retention=300.0, lean=True), LoadHistory(retention=300.0)
+    for t, reading in _readings(3, 600, speculating=speculating):
+        assert lean.add(t, reading) == whole.add(t, reading)
+        for window in (10.0, 60.0, 300.0):
+            assert lean.speeds(window) == whole.speeds(window), (t, window)
+    assert lean.lean and not whole.lean
+    assert lean._rows.stride == 17 and whole._rows.stride >= 22
+    assert len(lean._rows) == len(whole._rows) > 40
+
+
+def test_a_lean_baseline_is_made_whole_exactly() -> None:
+    """A server without speculation, held lean, then asked for its windows (another target
+    took it as its twin): every dropped column was 0, so the held rows are laid out again
+    with their buckets and every window equals a history that was whole all along."""
+    readings = _readings(5, 400, speculating=False)
+    lean, whole = LoadHistory(retention=300.0, lean=True), LoadHistory(retention=300.0)
+    for t, reading in readings[:250]:
+        lean.add(t, reading)
+        whole.add(t, reading)
+        lean.speeds(60.0)  # a slide made while lean
+        whole.speeds(60.0)
+    for window in (60.0, 300.0, 900.0):
+        assert lean.window(window) == whole.window(window)
+    assert not lean.lean and lean._rows.stride == whole._rows.stride
+    assert lean.window(60.0).buckets  # the buckets are back
+    for t, reading in readings[250:]:
+        lean.add(t, reading)
+        whole.add(t, reading)
+        for window in (60.0, 300.0):
+            assert lean.window(window) == whole.window(window)
+            assert lean.speeds(window) == whole.speeds(window)
+
+
+def test_a_lean_speculating_history_starts_again_when_made_whole() -> None:
+    """A speculating target held lean, then given a baseline (a reload): its drafts were
+    not kept, so its held intervals are let go and its windows start again from the last
+    reading: never a window with load but no drafts. From then on its windows are those of
+    a whole history that started at that reading."""
+    readings = _readings(9, 300, speculating=True)
+    lean = LoadHistory(retention=300.0, lean=True)
+    for t, reading in readings[:200]:
+        lean.add(t, reading)
+    assert lean.speeds(60.0) is not None
+    assert lean.window(60.0).totals is None and lean.latest is None
+    assert not lean.lean
+    whole = LoadHistory(retention=300.0)
+    whole.add(*readings[199])
+    for t, reading in readings[200:]:
+        lean.add(t, reading)
+        whole.add(t, reading)
+        for window in (60.0, 300.0):
+            got, want = lean.window(window), whole.window(window)
+            assert (got.totals, got.buckets, got.latest) == (want.totals, want.buckets, want.latest)
+    totals = lean.window(300.0).totals
+    assert totals is not None and totals.drafts > 0 and totals.intervals > 40

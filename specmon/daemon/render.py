@@ -218,12 +218,19 @@ class Exposition:
                 fragment = {}
         if self._fragments.get(view.name) != fragment:
             self._fragments[view.name] = fragment
-            self._generation += 1
+            self._changed()
 
     def remove(self, name: str) -> None:
         self._prefixes.pop(name, None)
         if self._fragments.pop(name, None) is not None:
-            self._generation += 1
+            self._changed()
+
+    def _changed(self) -> None:
+        """A new generation: the joined pages of the old one are let go now, not when the
+        next fetch replaces them (at 1,000 targets, the default windows, a 7 MB plain page
+        and its compressed form were otherwise held between fetches)."""
+        self._generation += 1
+        self._built.clear()
 
     def targets(self) -> list[str]:
         return sorted(self._fragments)

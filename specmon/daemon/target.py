@@ -352,7 +352,14 @@ class TargetState:
             return False
         history = self._loads.get(model.model)
         if history is None:
-            history = self._loads[model.model] = LoadHistory(retention=self._retention)
+            cfg = self.config
+            # Lean rows while nothing compares this target (issue 15's memory); a reload
+            # that gives it a baseline, or a target that takes it as its twin, makes the
+            # history whole at its first window (specmon.load.LoadHistory).
+            history = self._loads[model.model] = LoadHistory(
+                retention=self._retention,
+                lean=cfg.baseline is None and cfg.cost_profile is None,
+            )
         history.add(mono, counters)
         return True
 

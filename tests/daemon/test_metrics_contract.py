@@ -122,6 +122,22 @@ def test_a_change_renders_again_and_nothing_else_does() -> None:
     assert views[0].name.encode() not in exposition.text()
 
 
+def test_a_change_lets_the_kept_pages_go() -> None:
+    """The joined pages of a generation are dropped at its first change (megabytes at
+    fleet size), not held until the next fetch; the next fetch builds the new page."""
+    views = fleet_views()
+    exposition = _exposition(views)
+    exposition.page(b"")
+    exposition.gzip_page(b"", openmetrics=True)
+    assert set(exposition._built) == {False, True}
+    exposition.update(views[0])  # unchanged: the pages stay
+    assert set(exposition._built) == {False, True}
+    exposition.remove(views[0].name)
+    assert exposition._built == {}
+    assert views[0].name.encode() not in exposition.page(b"")
+    assert set(exposition._built) == {False}
+
+
 def test_every_served_family_is_declared() -> None:
     """The fixed fleet exercises every target family; with the daemon's own registry and
     renderer (built the way the daemon builds them) every family on the page is declared."""

@@ -262,3 +262,41 @@ def test_no_baseline_info_for_a_cost_profile() -> None:
     state = _state(cost_profile=small_profile())
     state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
     assert _baseline_info(state) == []
+
+
+def test_only_compared_targets_keep_whole_load_rows() -> None:
+    """A target compared with nothing keeps lean load rows (memory at fleet size); one with
+    a baseline twin or a cost profile keeps them whole; a plain server keeps them lean until
+    a target takes it as its twin (load_window), which makes them whole."""
+    from specmon.engines import Context
+
+    def reading(step: int, *, spec: bool) -> PageReading:
+        context = Context(
+            requests_running=2.0,
+            generation_tokens=300 * step,
+            inter_token_latency_sum_seconds=2.0 * step,
+            inter_token_latency_count=100 * step,
+            first_token_count=step,
+            engine_steps=50 * step,
+        )
+        counters = SpecCounters(10 * step, 30 * step, 20 * step, (10 * step, 6 * step, 4 * step))
+        model = ModelReading(model="m", counters=counters if spec else None, context=context)
+        if spec:
+            return PageReading(engine=Engine.VLLM, models=(model,))
+        return PageReading(engine=Engine.VLLM, models=(), plain_models=(model,))
+
+    states = {
+        "none": _state(),
+        "twin": _state(baseline="t-twin"),
+        "profile": _state(cost_profile=small_profile()),
+        "plain": _state(),
+    }
+    for step in range(1, 4):
+        for name, state in states.items():
+            state.observe(reading(step, spec=name != "plain"), mono=5.0 * step, wall=0.0,
+                          duration=0.01)  # fmt: skip
+    lean = {name: state._loads["m"].lean for name, state in states.items()}
+    assert lean == {"none": True, "twin": False, "profile": False, "plain": True}
+    window = states["plain"].load_window("m", 60.0)
+    assert window is not None and window.totals is not None and window.totals.intervals == 2
+    assert not states["plain"]._loads["m"].lean
