@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from specmon.records import record
 
 __all__ = [
     "BestChain",
@@ -204,7 +205,7 @@ def measured_speedup(accepted_per_draft: float, c: float, draft_tokens_per_draft
     return (1.0 + accepted_per_draft) / (1.0 + c * draft_tokens_per_draft)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BestChain:
     """The chain length that maximises the expected speed-up, and that speed-up."""
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specmon.records import record
+
 __all__ = [
     "Page",
     "Problem",
@@ -50,7 +52,7 @@ _SAMPLE_LINE_RE = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Sample:
     """One sample line: name, labels, value and optional timestamp (seconds)."""
 
@@ -65,7 +67,7 @@ class Sample:
         return self.labels.get(key, default)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Problem:
     """A line that could not be parsed."""
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from specmon import arithmetic
 from specmon.engines.model import Context, SpecCounters
+from specmon.records import record
 from specmon.report import AcceptanceReport, report_from_counters
 from specmon.rows import Rows
 
@@ -107,7 +108,7 @@ def _rounding(value: float | None, digits: int | None, *, integer: bool = False)
     return unit / 2.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LoadCounters:
     """One model's lifetime load counters at one scrape, in engine-neutral terms.
 
@@ -250,7 +251,7 @@ def _bounded(
     return _ratio(numerator, denominator, error)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LoadInterval:
     """Increases over an interval (or a sum of intervals) and the figures they give."""
 
@@ -355,7 +356,7 @@ def interval(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Bucket:
     """Concurrencies in [low, high); ``label`` is what an operator reads ("4": about four)."""
 
@@ -388,7 +389,7 @@ def _buckets(edges: tuple[float, ...], labels: tuple[str, ...]) -> tuple[Bucket,
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BucketScheme:
     """Concurrency buckets from increasing upper edges; the last bucket is unbounded.
 
@@ -441,7 +442,7 @@ class BucketScheme:
 DEFAULT_SCHEME = BucketScheme.powers_of_two()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Thresholds:
     """What counts as enough data for a figure (else it is not reported).
 
@@ -480,7 +481,10 @@ class Thresholds:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@record
 class BucketTotals:
     bucket: Bucket
     totals: LoadInterval
@@ -512,7 +516,7 @@ def accumulate(
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LoadWindow:
     """A window's load: all its intervals summed, and per concurrency bucket."""
 
@@ -1062,7 +1066,7 @@ class LoadHistory:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BaselinePoint:
     """The baseline's speed at one concurrency: a twin's bucket, or a profile's level(s)."""
 
@@ -1186,7 +1190,7 @@ def twin_point(totals: BucketTotals) -> BaselinePoint | None:
     return BaselinePoint(concurrency, step, tpot, "twin")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BucketVerdict:
     """One bucket of the target: its comparison with the baseline, or why there is none."""
 
@@ -1241,7 +1245,7 @@ def compare_with_twin(
     baseline: Sequence[BucketTotals],
     *,
     chain_length: int | None = None,
-    thresholds: Thresholds = Thresholds(),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
     memo: CompareMemo | None = None,
 ) -> tuple[BucketVerdict, ...]:
     """Each target bucket against the twin's bucket of the same concurrency (like with
@@ -1274,7 +1278,7 @@ def compare_with_profile(
     profile: Profile,
     *,
     chain_length: int | None = None,
-    thresholds: Thresholds = Thresholds(),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
     memo: CompareMemo | None = None,
 ) -> tuple[BucketVerdict, ...]:
     """Each target bucket against the profile's baseline at the bucket's measured
@@ -1312,7 +1316,7 @@ def measured_costs(verdicts: Iterable[BucketVerdict]) -> list[tuple[float, float
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Crossover:
     """Where speculation stops paying, from speed-ups measured at increasing concurrency.
 
@@ -1391,7 +1395,7 @@ class ProfileError(ValueError):
         super().__init__("; ".join(self.problems))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProfileSide:
     """One server at one level: figures from its counters (None where not measurable)."""
 
@@ -1404,7 +1408,7 @@ class ProfileSide:
     engine_steps: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ProfileLevel:
     #: Requests the client kept in flight.
     concurrency: int
@@ -1454,7 +1458,7 @@ class ProfileLevel:
         return b / s
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Profile:
     version: int
     levels: tuple[ProfileLevel, ...]

@@ -5,12 +5,12 @@ reports, in one pure function shared by the daemon, ``specmon inspect`` and ``sp
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from specmon import arithmetic
 from specmon.engines.model import ModelReading, SpecCounters, SpecGauges
+from specmon.records import record
 
 __all__ = [
     "DEFAULT_DRAFT_COST",
@@ -41,7 +41,7 @@ class ChainLengthSource(StrEnum):
     INFERRED = "inferred"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Basis:
     """What every verdict on a model rests on: the chain length k, where it came from, the
     draft cost c and the break-even alpha at (k, c). Resolved only by :func:`basis`."""
@@ -71,14 +71,14 @@ def basis(
     return Basis(k, source, draft_cost, breakeven)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PositionStat:
     position: int  # 1 = first drafted token
     survival: float | None
     conditional: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AcceptanceReport:
     drafts: int | None
     draft_tokens: int | None

@@ -20,15 +20,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass
 
 from specmon.engines.model import SpecCounters
+from specmon.records import record
 from specmon.rows import Rows
 
 __all__ = ["CounterHistory", "GaugeHistory", "Observation", "WindowDelta", "increase"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WindowDelta:
     """Counter increases over a window."""
 
@@ -67,7 +67,7 @@ class WindowDelta:
 PARTIAL_DECREASE_LIMIT = 3
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Observation:
     """What adding one reading did."""
 

@@ -10,8 +10,6 @@ them). Without either, the load figures are there and the verdict stays on the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from specmon.engines import SpecCounters
 from specmon.load import (
     DEFAULT_SCHEME,
@@ -27,6 +25,7 @@ from specmon.load import (
     crossover_at_acceptance,
     measured_costs,
 )
+from specmon.records import record
 
 __all__ = ["PROFILE", "BucketFigures", "LoadFigures", "live_load_figures", "load_figures"]
 
@@ -36,7 +35,7 @@ PROFILE = "profile"
 _VARIABLE_DRAFT = 0.95
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BucketFigures:
     """One concurrency bucket of a window against the baseline (None: not measured yet)."""
 
@@ -53,7 +52,7 @@ class BucketFigures:
     reason: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LoadFigures:
     """What a window says about load and speed, and, with a baseline, about the verdict."""
 

@@ -9,7 +9,7 @@ a new immutable :class:`TargetView` that the exporter and the status page read w
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +27,7 @@ from specmon.engines import (
 )
 from specmon.load import LoadHistory, LoadWindow, load_counters
 from specmon.parsing import format_duration
+from specmon.records import record
 from specmon.report import (
     AcceptanceReport,
     Basis,
@@ -60,7 +61,7 @@ def display_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WindowView:
     window: str
     seconds: float
@@ -76,7 +77,7 @@ class WindowView:
     load: LoadFigures | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelView:
     model: str
     #: Chain length, its source, draft cost and break-even alpha (resolved by report.basis).
@@ -100,7 +101,7 @@ class ModelView:
         return next((w for w in self.windows if w.window == label), None)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TargetView:
     name: str
     url: str
@@ -123,7 +124,7 @@ class TargetView:
     baseline: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Event:
     """A state change for the log: ``level`` is "info" or "warning"."""
 

@@ -7,10 +7,11 @@ only has to produce them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 
 from specmon.exposition import Problem
+from specmon.records import record
 
 __all__ = [
     "Context",
@@ -35,7 +36,7 @@ class Engine(StrEnum):
     TGI = "tgi"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SpecCounters:
     """Lifetime speculative-decoding counters of one model, summed over engine processes.
 
@@ -77,7 +78,7 @@ class GaugeScope(StrEnum):
     ENGINE = "engine"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SpecGauges:
     """Engines that publish only gauges: no sample size, no window of our own."""
 
@@ -93,7 +94,7 @@ class SpecGauges:
     draft_overhead: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Context:
     """Neighbouring series that help read acceptance: load and step time.
 
@@ -129,7 +130,7 @@ class Context:
     significant_digits: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelReading:
     model: str
     counters: SpecCounters | None = None
@@ -169,7 +170,7 @@ class RejectReason(StrEnum):
     PARTIAL_DECREASE = "partial_decrease"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rejection:
     """One reading specmon refused, and why (``detail`` is bounded and safe to log)."""
 
@@ -184,7 +185,7 @@ class Rejection:
         return f"{self.model}: {self.detail}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PageLimits:
     """Bounds on what one page may make specmon do (``global.limits`` in the config)."""
 
@@ -200,7 +201,7 @@ class PageLimits:
     max_samples: int = 50_000
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PageReading:
     """What one page says: which engine, and per model its speculative-decoding data."""
 

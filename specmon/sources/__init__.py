@@ -6,11 +6,11 @@ sources and never knows whether the numbers came from an HTTP page, a file or a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from specmon.engines import PageReading
+from specmon.records import record
 
 __all__ = ["Reading", "ScrapeResult", "Source"]
 
@@ -43,7 +43,7 @@ class ScrapeResult(StrEnum):
     BAD_SERIES = "bad_series"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reading:
     """One successful read: the page's readings, its size in bytes and how long it took."""
 

@@ -13,13 +13,13 @@ import functools
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 from yarl import URL
 
 from specmon import __version__
+from specmon.records import record
 from specmon.secrets import Secret, redact
 from specmon.sources import ScrapeResult
 from specmon.sources.deadlines import deadline
@@ -81,7 +81,7 @@ def with_name_filter(url: str, names: Iterable[str]) -> str:
     return urlunsplit(parts._replace(query=f"{parts.query}&{query}" if parts.query else query))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FetchResult:
     text: str
     content_type: str
