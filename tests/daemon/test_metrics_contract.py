@@ -10,6 +10,7 @@ Regenerate the golden pages after an intended change with
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import zlib
 from pathlib import Path
@@ -23,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from specmon.daemon import metrics
-from specmon.daemon.render import Exposition, _go_float
+from specmon.daemon.render import Exposition, _go_float, _Text
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
@@ -200,3 +201,33 @@ def test_names_follow_the_conventions(definition: metrics.MetricDef) -> None:
 def test_value_text_is_what_prometheus_client_writes(value: float) -> None:
     """The renderer's own float formatting (a fast path) equals prometheus_client's."""
     assert _go_float(value) == floatToGoString(value)  # type: ignore[no-untyped-call]
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.floats(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.sampled_from([0, -0.0, 1e6, 9999999.0, 12345678.9, 1e16, math.inf, -math.inf, math.nan]),
+    )
+)
+def test_a_series_line_is_what_prometheus_client_writes_or_nothing(
+    value: float | int | None,
+) -> None:
+    """The renderer's written-out path: a finite value gives prometheus_client's line, None
+    or a non-finite one gives no line, an int beyond a double raises (the exposition then
+    keeps that target's health series only)."""
+    out = _Text({"instance": "a"}, {})
+    family = metrics.UP
+    try:
+        expected = float(value) if value is not None else None
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            out.add(family, ("t",), value)
+        return
+    out.add(family, ("t",), value)
+    if expected is None or not math.isfinite(expected):
+        assert out.lines == {}
+        return
+    text = floatToGoString(expected)  # type: ignore[no-untyped-call]
+    assert out.lines == {family.name: [f'specmon_up{{instance="a",target="t"}} {text}\n']}
