@@ -205,6 +205,10 @@ def parse(
 _FINDERS: dict[frozenset[str], tuple[re.Pattern[str], tuple[str, ...]]] = {}
 #: The start of the next line that is neither a comment nor empty.
 _NEXT_SAMPLE_LINE = re.compile(r"\n(?=[^#\n])")
+#: The end marker after "# ": "EOF" and only whitespace to the end of its line (the line
+#: loop's ``line.rstrip() == "# EOF"``; "# EOFx" is a comment).
+_EOF_REST = r"EOF[^\S\n]*(?=\n|\Z)"
+_EOF_LINE = re.compile(rf"\n# {_EOF_REST}")
 _FAMILY_SUFFIXES = ("_total", "_created", "_sum", "_count", "_bucket")
 
 
@@ -250,7 +254,8 @@ def _finders(wanted: frozenset[str]) -> tuple[re.Pattern[str], tuple[str, ...]]:
         fams = name_trie(family_names(wanted))
         found = (
             re.compile(
-                rf"\n(?:# TYPE[ \t]+({fams})[ \t]+(\S+)|((?:{names})(?=[{{ \t\r\n]|$)[^\n]*))"
+                rf"\n(?:# (?:TYPE[ \t]+({fams})[ \t]+(\S+)|{_EOF_REST})"
+                rf"|((?:{names})(?=[{{ \t\r\n]|$)[^\n]*))"
             ),
             tuple(sorted(wanted)),
         )
@@ -267,24 +272,22 @@ def _parse_wanted(
     examined in Python. ``Page.types`` holds the wanted families' declarations only. None for
     a page with content after ``# EOF`` (the line loop reports each such line)."""
     framed = "\n" + text
-    eof = framed.rfind("\n# EOF")
-    if eof >= 0:
-        end = framed.find("\n", eof + 1)
-        rest = framed[eof + 6 : len(framed) if end < 0 else end]
-        if rest.strip():  # "# EOFx" is a comment, not the end marker
-            eof = -1
-        elif end >= 0 and framed[end:].strip():
-            return None
-    page.saw_eof = eof >= 0
     finder, prefixes = _finders(wanted)
     page.declared = "\n# TYPE " in framed
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     materialised = 0
     types = page.types
+    #: Where the first "# EOF" line ends, found by the same pass (a separate search for it
+    #: scanned the whole page again whenever it had none: every text-format page).
+    eof_end = -1
     for match in finder.finditer(framed) if wanted else ():
         family, line = match.group(1, 3)
         if family is not None:
             types[family] = match.group(2)
+            continue
+        if line is None:
+            if eof_end < 0:
+                eof_end = match.end()
             continue
         if len(line) > max_line_length:
             page._problem(
@@ -314,6 +317,13 @@ def _parse_wanted(
         seen.add(key)
         materialised += 1
         page.samples.setdefault(sample.name, []).append(sample)
+    if not wanted:
+        eof_end = _eof_end(framed)
+    if eof_end >= 0 and framed[eof_end:].strip():
+        # Content after the end marker (a second one included: the first is the end): the
+        # line loop reports each line, and reads none of its samples.
+        return None
+    page.saw_eof = eof_end >= 0
     # The first unrelated sample line is validated, so that a page of garbage is recognised
     # even when it contains none of the wanted names.
     position = 0
@@ -339,6 +349,12 @@ def _parse_wanted(
     if page.truncated:
         page._problem(0, "", f"more than {max_samples} samples of the wanted families")
     return page
+
+
+def _eof_end(framed: str) -> int:
+    """Where the first ``# EOF`` line of the newline-framed page ends, or -1."""
+    found = _EOF_LINE.search(framed)
+    return -1 if found is None else found.end()
 
 
 def _line_number(framed: str, match: re.Match[str]) -> int:

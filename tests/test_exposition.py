@@ -265,3 +265,37 @@ def test_the_name_trie_matches_exactly_the_names(names: set[str], others: list[s
     }
     for candidate in candidates:
         assert (pattern.fullmatch(candidate) is not None) == (candidate in names), candidate
+
+
+_LINES = [
+    "m 1",
+    'm{a="1"} 2',
+    'm{a="2"} 3 1700000000000',
+    "m_total 4",
+    "other 5",
+    "# EOF",
+    "# EOF  ",
+    "# EOF\r",
+    "# EOFx",
+    "#  EOF",
+    "# TYPE m counter",
+    "# HELP m some help",
+    "",
+    "   ",
+    "not a sample !!",
+]
+
+
+@given(st.lists(st.sampled_from(_LINES), max_size=12), st.booleans())
+def test_the_fast_path_finds_the_end_marker_where_the_line_loop_does(
+    lines: list[str], trailing_newline: bool
+) -> None:
+    """The daemon's path finds ``# EOF`` in its one pass over the page; wherever the marker
+    is (middle, end, with trailing blanks, ``# EOFx``), it reads what the line loop reads."""
+    text = "\n".join(lines) + ("\n" if trailing_newline else "")
+    fast = parse(text, wanted=["m", "m_total"])
+    slow = parse(text, wanted=["m", "m_total"], validate_all=True)
+    assert fast.samples == slow.samples
+    assert fast.duplicates == slow.duplicates
+    assert fast.saw_eof == slow.saw_eof
+    assert fast.openmetrics == slow.openmetrics
