@@ -81,19 +81,6 @@ def _go_float(value: float) -> str:
     return text
 
 
-def _lines(samples: list[Sample], prefixes: Prefixes) -> dict[str, str]:
-    if len(prefixes) > _MAX_PREFIXES:
-        prefixes.clear()
-    lines: dict[str, list[str]] = {}
-    for sample in samples:
-        key = (sample.family.name, sample.values)
-        prefix = prefixes.get(key)
-        if prefix is None:
-            prefix = prefixes[key] = _prefix(sample)
-        lines.setdefault(sample.family.name, []).append(prefix + _go_float(sample.value) + "\n")
-    return {name: "".join(found) for name, found in lines.items()}
-
-
 class _Text:
     """A :class:`~specmon.daemon.collector.Sink` that writes each series straight to its
     line, with no :class:`Sample` in between (a target scrape's 70-150 series). The label
@@ -110,8 +97,9 @@ class _Text:
     def add(
         self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
     ) -> None:
-        # exportable() and _go_float() written out: this runs for each of a target's 70-150
-        # series on every scrape, and the two calls were a fifth of it.
+        # exportable() and the common case of _go_float() written out: this runs for each of
+        # a target's 70-150 series on every scrape (side by side at 1,000 targets, the two
+        # calls were about 2 % of a scrape; bench/RESULTS.md, 2026-12-03, later).
         if value is None:
             return
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
@@ -132,6 +120,10 @@ class _Text:
         else:
             found.append(prefix + text + "\n")
 
+    def joined(self) -> dict[str, str]:
+        """Every family's sample lines as one string."""
+        return {name: "".join(found) for name, found in self.lines.items()}
+
 
 def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[str, str]:
     """Every family's sample lines for one target (raises on a view that cannot be
@@ -143,11 +135,14 @@ def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[st
         prefixes.clear()
     out = _Text(view.labels, prefixes)
     emit_target(view, out)
-    return {name: "".join(found) for name, found in out.lines.items()}
+    return out.joined()
 
 
 def _health_fragment(view: TargetView) -> dict[str, str]:
-    return _lines(health_samples(view), {})
+    out = _Text(view.labels, {})
+    for sample in health_samples(view):
+        out.add(sample.family, sample.values, sample.value)
+    return out.joined()
 
 
 @cache
