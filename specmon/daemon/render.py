@@ -2,8 +2,8 @@
 
 Each target's series are turned into text when its view changes (at its scrape, a failure or
 a reload): one string of sample lines per family. A fetch of ``/metrics`` then only joins the
-ready strings under each family's HELP and TYPE lines, in the metric table's order, and the
-joined text (plain, OpenMetrics and their gzip streams) is kept until the next change. The
+ready strings under each family's HELP and TYPE lines, in the metric table's order; the
+compressed target half (gzip, either format) is kept until the next change. The
 bytes are those prometheus_client would write for the same samples: sample lines are the same
 in both formats (label names sorted, values with prometheus_client's own number format); the
 header lines come from prometheus_client itself. tests/daemon/test_metrics_contract.py holds
@@ -174,13 +174,15 @@ def _headers(openmetrics: bool) -> dict[str, str]:
 
 @dataclass(slots=True)
 class _Built:
-    #: None when only the compressed page was asked for (Prometheus asks for gzip): the
-    #: plain text is not kept beside it (15 MB at 2,000 targets).
-    text: bytes | None
-    #: None until a compressed page is asked for in this generation: a plain request does
-    #: not pay for compressing megabytes it does not send (in-process, 1,000 targets, the
-    #: default windows: 4.6 ms to join the 7 MB target half, 8.4 ms more to deflate it).
-    deflated: bytes | None
+    """A generation's target half, compressed: made when a compressed page is first asked
+    for in the generation (a plain request does not pay for compressing megabytes it does
+    not send: in-process, 1,000 targets, the default windows, 4.6 ms to join the 7 MB target
+    half, 8.4 ms more to deflate it) and kept until the generation changes. The plain text
+    is never kept: at fleet size a change comes every few milliseconds, so a kept page was
+    almost never served twice, but it held 7.6 MB until the next scrape (issue 15's memory,
+    right after a fetch)."""
+
+    deflated: bytes
     crc: int
     size: int
 
@@ -239,19 +241,17 @@ class Exposition:
 
     def text(self, *, openmetrics: bool = False) -> bytes:
         """The target families, joined (without OpenMetrics' ``# EOF``)."""
-        text = self._build(openmetrics, text=True).text
-        assert text is not None
-        return text
+        return self._join(openmetrics)
 
     def page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
         """The whole page: the target families, then ``own`` (the registry's encoding of
-        specmon's own instruments, ending in ``# EOF`` for OpenMetrics)."""
-        return self.text(openmetrics=openmetrics) + own
+        specmon's own instruments, ending in ``# EOF`` for OpenMetrics), joined in one
+        piece (no second copy of the megabytes to append ``own``)."""
+        return self._join(openmetrics, own.decode("utf-8"))
 
     def gzip_page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
-        """:meth:`page` as one gzip member, the cached target half compressed only once."""
-        built = self._build(openmetrics, text=False, deflated=True)
-        assert built.deflated is not None
+        """:meth:`page` as one gzip member, the target half compressed once per generation."""
+        built = self._deflated(openmetrics)
         deflated_own = _deflate(own, last=True)
         crc = zlib.crc32(own, built.crc)
         size = built.size + len(own)
@@ -259,27 +259,17 @@ class Exposition:
         trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
         return header + built.deflated + deflated_own + trailer
 
-    def _build(self, openmetrics: bool, *, text: bool, deflated: bool = False) -> _Built:
-        """The joined target families of the current generation, kept until it changes;
-        ``text``: the plain text is wanted (else it is not kept); ``deflated``: the
-        compressed form is wanted (made once per generation, only when first asked for)."""
+    def _deflated(self, openmetrics: bool) -> _Built:
+        """The current generation's target half, compressed (see :class:`_Built`)."""
         cached = self._built.get(openmetrics)
-        built = cached[1] if cached is not None and cached[0] == self._generation else None
-        data: bytes | None
-        if built is None:
-            data = self._join(openmetrics)
-            built = _Built(data if text else None, None, 0, len(data))
-            self._built[openmetrics] = (self._generation, built)
-        else:
-            if text and built.text is None:  # kept compressed only (a gzip consumer first)
-                built.text = self._join(openmetrics)
-            data = built.text
-        if deflated and built.deflated is None:
-            assert data is not None  # a generation's first build keeps one or the other
-            built.deflated, built.crc = _deflate(data), zlib.crc32(data)
+        if cached is not None and cached[0] == self._generation:
+            return cached[1]
+        data = self._join(openmetrics)
+        built = _Built(_deflate(data), zlib.crc32(data), len(data))
+        self._built[openmetrics] = (self._generation, built)
         return built
 
-    def _join(self, openmetrics: bool) -> bytes:
+    def _join(self, openmetrics: bool, tail: str = "") -> bytes:
         headers = _headers(openmetrics)
         fragments = [self._fragments[name] for name in sorted(self._fragments)]
         pieces: list[str] = []
@@ -289,6 +279,7 @@ class Exposition:
             if lines:
                 pieces.append(headers[name])
                 pieces.extend(lines)
+        pieces.append(tail)
         return "".join(pieces).encode("utf-8")
 
 
