@@ -837,6 +837,10 @@ class LoadHistory:
         self._running_dropped = 0
         self._slides: dict[float, _Slide] = {}
         self._memos: dict[float, CompareMemo] = {}
+        #: window(seconds) with its buckets, until the next reading: a twin that several
+        #: speculating targets take as their baseline (a canary beside a pool) is read by
+        #: each of them on each of their scrapes.
+        self._windows: dict[float, LoadWindow] = {}
 
     @property
     def lean(self) -> bool:
@@ -862,6 +866,8 @@ class LoadHistory:
         last = self._last
         if last is not None and time <= last[0]:
             return False
+        if self._windows:
+            self._windows = {}
         slides = self._slides.values()
         if last is not None:
             row = _interval_row(last[1], counters, time - last[0], time)
@@ -1008,6 +1014,10 @@ class LoadHistory:
             self._widen()
         if self._last is None:
             return LoadWindow(None, (), None)
+        if buckets:
+            cached = self._windows.get(seconds)
+            if cached is not None:
+                return cached
         slide = self._slide(seconds)
         if (buckets and not slide.bucketed) or slide.changes > _RESUM_EVERY:
             slide.bucketed = slide.bucketed or buckets
@@ -1023,7 +1033,8 @@ class LoadHistory:
             if summed is not None:
                 found.append(BucketTotals(scheme[index], summed))
         latest = self.latest if total is not None else None
-        return LoadWindow(total, tuple(found), running, latest)
+        window = self._windows[seconds] = LoadWindow(total, tuple(found), running, latest)
+        return window
 
     def speeds(self, seconds: float) -> Speeds | None:
         """The live figures of the window of ``seconds`` read straight from its sums: what

@@ -21,6 +21,7 @@ from specmon.load import (
     LoadCounters,
     LoadHistory,
     LoadInterval,
+    LoadWindow,
     ProfileError,
     Thresholds,
     _rounding,
@@ -485,6 +486,32 @@ def test_history_windows_and_buckets() -> None:
     h.add(110.0, lc(1000, 10.8, 1000, 400, 1000))
     kept = h.window(1000).totals
     assert kept is not None and kept.request_steps == 1000 - 100 and kept.intervals == 3
+
+
+def test_a_window_is_made_once_per_reading() -> None:
+    """A twin read by several speculating targets (a canary beside a pool) makes each window
+    once per reading: the same object until the next reading, then a new one that equals
+    what a history fed the same readings gives."""
+    readings = [
+        (0.0, lc(0, 0.0, 0, 0, 0, running=1)),
+        (10.0, lc(100, 1.0, 100, 100, 100, running=1)),
+        (20.0, lc(500, 5.4, 500, 200, 500, running=4)),
+        (30.0, lc(900, 9.8, 900, 300, 900, running=4)),
+    ]
+    h = LoadHistory(retention=100)
+    for time, counters in readings[:3]:
+        h.add(time, counters)
+    first = h.window(60)
+    assert h.window(60) is first and h.window(20) is not first
+    assert h.window(60, buckets=False) == LoadWindow(first.totals, (), first.requests_running_mean)
+    h.add(*readings[3])
+    second = h.window(60)
+    assert second is not first and second.totals != first.totals
+    fresh = LoadHistory(retention=100)
+    for time, counters in readings:
+        fresh.add(time, counters)
+    assert second == fresh.window(60)
+    assert h.add(*readings[3]) is False and h.window(60) is second  # not newer: no change
 
 
 def test_a_window_without_buckets_has_the_same_totals() -> None:

@@ -119,7 +119,9 @@ def load_figures(
     if now is None:
         now = concurrency
     current = DEFAULT_SCHEME.bucket_of(now) if now is not None else None
-    buckets = tuple(_bucket(v, acceptance) for v in verdicts)
+    drafts = acceptance.drafts
+    survival = [count / drafts for count in acceptance.accepted_per_position] if drafts > 0 else []
+    buckets = tuple(_bucket(v, survival) for v in verdicts)
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
     crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
     comparison = mine.comparison if mine is not None else None
@@ -187,15 +189,14 @@ def _draft_length(
     return mean_draft, ()
 
 
-def _bucket(verdict: BucketVerdict, acceptance: SpecCounters) -> BucketFigures:
+def _bucket(verdict: BucketVerdict, survival: list[float]) -> BucketFigures:
+    """A bucket's figures; ``survival``: the window's per-position survival (empty without
+    drafts or position series: no best chain length)."""
     c = verdict.comparison
     best_k = best_speed = None
-    if c is not None and c.draft_cost is not None and acceptance.drafts > 0:
-        per_pos = acceptance.accepted_per_position
-        if per_pos:
-            survival = [count / acceptance.drafts for count in per_pos]
-            best = best_chain(survival, max(c.draft_cost, 0.0))
-            best_k, best_speed = best.chain_length, best.speedup
+    if c is not None and c.draft_cost is not None and survival:
+        best = best_chain(survival, max(c.draft_cost, 0.0))
+        best_k, best_speed = best.chain_length, best.speedup
     return BucketFigures(
         label=verdict.bucket.label,
         low=verdict.bucket.low,
