@@ -143,7 +143,7 @@ class Daemon:
             shard=self.shard,
             on_first_read=self._pending_first.discard,
             on_change=self._count_targets,
-            on_view=self.exposition.update,
+            on_view=self._view_changed,
             on_remove=self._fleet_instance_removed,
             baseline_window=self._baseline_window,
         )
@@ -285,6 +285,12 @@ class Daemon:
                 self._pending_first.add(name)
         self._count_targets()
 
+    def _view_changed(self, view: TargetView) -> None:
+        """A target's new view (its scrape, a failure, a reload): its series are rendered,
+        and the status page's and the API's pieces made from the old view are let go."""
+        self.exposition.update(view)
+        self._status.changed(view.name)
+
     def _count_targets(self) -> None:
         self.metrics.targets.set(len(self._running) + self.fleet.count())
 
@@ -293,7 +299,7 @@ class Daemon:
             target,
             windows=config.global_.windows,
             retention=config.retention,
-            on_view=self.exposition.update,
+            on_view=self._view_changed,
             baseline_window=self._baseline_window,
         )
         scraper = TargetScraper(

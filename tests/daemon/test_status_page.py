@@ -65,3 +65,23 @@ def test_rows_and_documents_are_made_once_per_view() -> None:
     assert documents == json.loads(json.dumps(views_json(views)))
     cache.forget(["down"])
     assert cache.json(views[0]) == json.dumps(views_json([views[0]])[0])
+
+
+def test_a_new_view_lets_the_old_views_pieces_go() -> None:
+    """The daemon drops a target's cached rows and document at its new view (so the cache
+    never keeps a replaced view alive), renders its series, and leaves the others' pieces."""
+    from specmon.daemon.app import Daemon
+
+    views = fleet_views()
+    daemon = Daemon(config_path=None)
+    cache = daemon._status
+    first = [cache.json(v) for v in views]
+    rows = [cache.rows(v, "5m") for v in views]
+    newer = dataclasses.replace(views[0], error="cannot connect to 127.0.0.1:9: a new error")
+    daemon._view_changed(newer)
+    assert views[0].name not in cache._json and views[0].name not in cache._rows
+    assert all(cache._json[v.name][0] is v for v in views[1:])
+    assert all(cache._rows[v.name][0] is v for v in views[1:])
+    assert cache.json(views[1]) is first[1] and cache.rows(views[1], "5m") is rows[1]
+    assert "a new error" in cache.json(newer)
+    assert daemon.exposition.targets() == [views[0].name]
