@@ -10,6 +10,7 @@ them). Without either, the load figures are there and the verdict stays on the c
 
 from __future__ import annotations
 
+from specmon import arithmetic
 from specmon.engines import SpecCounters
 from specmon.load import (
     DEFAULT_SCHEME,
@@ -119,8 +120,7 @@ def load_figures(
     if now is None:
         now = concurrency
     current = DEFAULT_SCHEME.bucket_of(now) if now is not None else None
-    drafts = acceptance.drafts
-    survival = [count / drafts for count in acceptance.accepted_per_position] if drafts > 0 else []
+    survival = arithmetic.survival(acceptance.accepted_per_position, acceptance.drafts) or []
     buckets = tuple(_bucket(v, survival) for v in verdicts)
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
     crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
