@@ -66,6 +66,7 @@ from specmon.engines import (
 )
 from specmon.exposition import Page, Problem, Sample
 from specmon.gcpause import collector_paused
+from specmon.sources.http import open_session
 from specmon.sources.prometheus_config import (
     InstanceSettings,
     PrometheusSourceConfig,
@@ -764,9 +765,11 @@ class PrometheusSource:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None),
-                connector=aiohttp.TCPConnector(limit=self._concurrency + 1),
+            # specmon's one session factory, as the daemon's shared session: no cookies (a
+            # query API's Set-Cookie was kept without bound and sent back), no proxy or netrc
+            # from the environment, specmon's User-Agent.
+            self._session = open_session(
+                max_connections=self._concurrency + 1, purpose="prometheus source"
             )
         return self._session
 

@@ -242,6 +242,39 @@ def test_get_and_basic_auth(tmp_path: Path) -> None:
     ).decode("ascii")
 
 
+def test_no_cookies_kept_and_specmon_user_agent() -> None:
+    """A query API that sets a new cookie on every answer: none is kept or sent back (the
+    source's own session had aiohttp's default jar, which keeps every cookie without bound)."""
+    served = iter(range(1000))
+
+    def respond(query: str) -> Reply | None:
+        for answer in FLEET["answers"]:
+            if answer["query"] == query:
+                return Reply(
+                    body=answer["body"].encode("utf-8"),
+                    headers={"Set-Cookie": f"c{next(served)}=v; Path=/"},
+                )
+        return None
+
+    fake = FakePrometheus(replies(FLEET))
+    fake.respond = respond
+
+    async def go() -> ReadResult:
+        async with fake:
+            # By name: aiohttp's default jar refuses cookies from an IP address only.
+            url = fake.url.replace("127.0.0.1", "localhost")
+            async with PrometheusSource(source_for(FLEET, url)) as source:
+                for _ in range(2):
+                    await source.read(at=FLEET["at"])
+                return await source.read(at=FLEET["at"])
+
+    result = asyncio.run(go())
+    assert result.status is ReadStatus.OK
+    assert len(fake.requests) >= 3
+    assert all("Cookie" not in r.headers for r in fake.requests)
+    assert all(r.headers["User-Agent"].startswith("specmon/") for r in fake.requests)
+
+
 def test_url_with_a_path_prefix() -> None:
     async def go() -> ReadResult:
         async with FakePrometheus(replies(FLEET), prefix="/prometheus") as fake:
