@@ -14,7 +14,7 @@ from yarl import URL
 
 from specmon.sources import ScrapeResult
 from specmon.sources.http import FetchError, fetch_page, open_pool, open_session
-from specmon.sources.keepalive import MAX_HEAD_BYTES, KeepAlivePool, PoolError
+from specmon.sources.keepalive import IDLE_SECONDS, MAX_HEAD_BYTES, KeepAlivePool, PoolError
 
 PAGE = b'vllm:spec_decode_num_drafts_total{model_name="m"} 12\n'
 
@@ -298,5 +298,24 @@ def test_fetch_page_reads_the_same_through_either_client() -> None:
                 theirs = await outcome(base + path, None)
                 assert ours == theirs, path
             assert pool.opened == 1  # every hop above on one kept connection
+
+    run(go())
+
+
+def test_kept_connections_past_their_idle_time_are_closed() -> None:
+    now = [0.0]
+
+    async def go() -> None:
+        async with Server(answer(ok(PAGE))) as a, Server(answer(ok(PAGE))) as b:
+            pool = KeepAlivePool(user_agent="t", clock=lambda: now[0])
+            assert await get(pool, a.url) == PAGE
+            assert await get(pool, b.url) == PAGE
+            assert pool.idle == 2
+            # Later than the idle time: a's connection (never asked for again, as a target
+            # taken out of the config) is closed by the sweep when b's answer comes back.
+            now[0] = IDLE_SECONDS + 1
+            assert await get(pool, b.url) == PAGE
+            assert pool.idle == 1
+            assert b.connections == 2  # b's kept one was too old to reuse as well
 
     run(go())

@@ -23,7 +23,7 @@ import asyncio
 import os
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httptools
@@ -302,12 +302,20 @@ class KeepAlivePool:
     connector); up to :data:`MAX_IDLE` idle connections kept, each for :data:`IDLE_SECONDS`.
     """
 
-    def __init__(self, *, user_agent: str, max_connections: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        user_agent: str,
+        max_connections: int = 256,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._agent = user_agent
+        self._clock = clock
         self._slots = asyncio.Semaphore(max(1, max_connections))
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._idle_count = 0
         self._requests: dict[tuple[URL, tuple[tuple[str, str], ...]], bytes] = {}
+        self._swept = clock()
         self.opened = 0
 
     def _request(self, url: URL, headers: Mapping[str, str]) -> bytes:
@@ -385,7 +393,7 @@ class KeepAlivePool:
 
     def _take(self, origin: tuple[str, int]) -> _Connection | None:
         kept = self._idle.get(origin)
-        now = time.monotonic()
+        now = self._clock()
         while kept:
             conn = kept.pop()
             self._idle_count -= 1
@@ -395,12 +403,33 @@ class KeepAlivePool:
         return None
 
     def _give(self, origin: tuple[str, int], conn: _Connection) -> None:
+        now = self._clock()
+        if now - self._swept > IDLE_SECONDS:
+            self._sweep(now)
         if not conn.reusable or conn.closed or self._idle_count >= MAX_IDLE:
             conn.close()
             return
-        conn.idle_since = time.monotonic()
+        conn.idle_since = now
         self._idle.setdefault(origin, []).append(conn)
         self._idle_count += 1
+
+    def _sweep(self, now: float) -> None:
+        """Close kept connections past their idle time or closed by the server (a target
+        removed from the config is never asked for again), every :data:`IDLE_SECONDS`."""
+        self._swept = now
+        for origin in list(self._idle):
+            kept = self._idle[origin]
+            alive = []
+            for conn in kept:
+                if not conn.closed and now - conn.idle_since < IDLE_SECONDS:
+                    alive.append(conn)
+                else:
+                    conn.close()
+            self._idle_count -= len(kept) - len(alive)
+            if alive:
+                self._idle[origin] = alive
+            else:
+                del self._idle[origin]
 
     @property
     def idle(self) -> int:
