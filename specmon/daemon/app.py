@@ -48,8 +48,7 @@ from specmon.logs import get_logger
 from specmon.parsing import format_duration, parse_listen_address
 from specmon.sharding import Shard
 from specmon.sources import ScrapeResult, Source
-from specmon.sources.http import open_pool, open_session
-from specmon.sources.keepalive import KeepAlivePool
+from specmon.sources.http import open_session
 from specmon.sources.page import HttpPageSource
 from specmon.web.server import WebMetrics, WebOptions, WebServer
 
@@ -126,7 +125,6 @@ class Daemon:
         self._file_sd = FileSD(on_error=self._file_sd_error, on_loaded=self._file_sd_loaded)
         self._file_sd_task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._pool: KeepAlivePool | None = None
         self._pending_first: set[str] = set()
         self._stopping = asyncio.Event()
         self._shutting_down = False
@@ -361,11 +359,6 @@ class Daemon:
             self._session = open_session(max_connections=256)
         return self._session
 
-    def _get_pool(self) -> KeepAlivePool:
-        if self._pool is None:
-            self._pool = open_pool(max_connections=256)
-        return self._pool
-
     def _source_for(self, target: TargetConfig) -> Source:
         """The source a target is read from, with its current settings."""
         glob = self.config.global_ if self.config else GlobalConfig()
@@ -385,7 +378,6 @@ class Daemon:
             engine=target.engine,
             model=target.model,
             name_filter=glob.name_filter if target.name_filter is None else target.name_filter,
-            pool=self._get_pool,
         )
 
     def build_app(self) -> web.Application:
@@ -526,8 +518,6 @@ class Daemon:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-        if self._pool is not None:
-            self._pool.close()
         await self.web.close()  # security: stop listening before the runner closes connections
         if self._runner is not None:
             await self._runner.cleanup()

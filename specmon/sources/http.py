@@ -23,7 +23,6 @@ from specmon.records import record
 from specmon.secrets import Secret, redact
 from specmon.sources import ScrapeResult
 from specmon.sources.deadlines import deadline
-from specmon.sources.keepalive import KeepAlivePool, PoolError, eligible
 
 __all__ = [
     "ACCEPT",
@@ -33,7 +32,6 @@ __all__ = [
     "FetchResult",
     "describe_error",
     "fetch_page",
-    "open_pool",
     "open_session",
     "read_capped",
     "with_name_filter",
@@ -60,24 +58,15 @@ def open_session(
 ) -> aiohttp.ClientSession:
     """specmon's client session: no proxies or netrc from the environment, no cookies, bounded
     connections, transparent gzip, per-request timeouts (none on the session)."""
+    agent = f"specmon/{__version__}" + (f" ({purpose})" if purpose else "")
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=max(1, max_connections), ttl_dns_cache=int(dns_ttl)),
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=True,
         trust_env=False,
         timeout=aiohttp.ClientTimeout(total=None),
-        headers={"User-Agent": _user_agent(purpose)},
+        headers={"User-Agent": agent},
     )
-
-
-def open_pool(*, max_connections: int = 256, purpose: str = "") -> KeepAlivePool:
-    """specmon's own client for plain-HTTP page fetches (:mod:`specmon.sources.keepalive`),
-    with the session's User-Agent and connection bound; pass it to :func:`fetch_page`."""
-    return KeepAlivePool(user_agent=_user_agent(purpose), max_connections=max_connections)
-
-
-def _user_agent(purpose: str) -> str:
-    return f"specmon/{__version__}" + (f" ({purpose})" if purpose else "")
 
 
 def with_name_filter(url: str, names: Iterable[str]) -> str:
@@ -180,7 +169,6 @@ async def fetch_page(
     headers: Mapping[str, str] | None = None,
     secrets: Iterable[Secret | str] = (),
     accept: str = ACCEPT,
-    pool: KeepAlivePool | None = None,
 ) -> FetchResult:
     """GET ``url``; raise :class:`FetchError` for anything but a page within the limits.
 
@@ -191,8 +179,7 @@ async def fetch_page(
     for the one-off fetches (``specmon inspect``, ``recommend --from``, ``measure``), which
     may cross a thin link; the daemon passes its ``enable_compression`` setting, off by
     default, because on every scrape gzip costs the engine far more CPU than the bytes it
-    saves on a local link (README, "Configuration"). ``pool``: the daemon's own client for
-    the hops it can take (:func:`specmon.sources.keepalive.eligible`); aiohttp's for the rest.
+    saves on a local link (README, "Configuration").
     """
     encoding = "gzip" if compression else "identity"
     started = time.perf_counter()
@@ -208,26 +195,14 @@ async def fetch_page(
                     request_headers.update(configured)
                 # Only the configured URL is kept parsed: a redirect's Location is the
                 # server's choice, and must not fill a cache.
-                target = _parsed(url) if current == url else URL(current)
-                if pool is not None and eligible(target, compression=compression):
-                    try:
-                        hop = await pool.get(
-                            target, request_headers, cap=max_bytes, error_cap=_ERROR_BODY_BYTES
-                        )
-                    except PoolError as exc:
-                        raise FetchError(exc.kind, redact(str(exc), hidden)) from None
-                    if hop.location is not None:
-                        current = _follow(current, hop.location)
-                        continue
-                    if hop.status != 200:
-                        raise _http_error(hop.status, hop.body, hidden)
-                    data, content_type = hop.body, hop.content_type
-                    break
+                target = _parsed(url) if current == url else current
                 async with session.get(
                     target, headers=request_headers, allow_redirects=False
                 ) as resp:
-                    if resp.status in _REDIRECTS and "Location" in resp.headers:
-                        current = _follow(current, resp.headers["Location"])
+                    if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
+                        current = urljoin(current, resp.headers["Location"])
+                        if urlsplit(current).scheme not in ("http", "https"):
+                            raise FetchError(ScrapeResult.HTTP_ERROR, "redirect to a non-HTTP URL")
                         continue
                     if resp.status != 200:
                         body = await read_capped(resp, _ERROR_BODY_BYTES, truncate=True)
@@ -265,17 +240,6 @@ async def fetch_page(
         duration=time.perf_counter() - started,
         size=len(data),
     )
-
-
-_REDIRECTS = frozenset((301, 302, 303, 307, 308))
-
-
-def _follow(current: str, location: str) -> str:
-    """The URL a redirect from ``current`` leads to (HTTP or HTTPS only)."""
-    followed = urljoin(current, location)
-    if urlsplit(followed).scheme not in ("http", "https"):
-        raise FetchError(ScrapeResult.HTTP_ERROR, "redirect to a non-HTTP URL")
-    return followed
 
 
 def _http_error(status: int, body: bytes, secrets: Iterable[Secret | str]) -> FetchError:

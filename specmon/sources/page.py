@@ -24,7 +24,6 @@ from specmon.sources.http import (
     fetch_page,
     with_name_filter,
 )
-from specmon.sources.keepalive import KeepAlivePool
 
 __all__ = ["INLINE_BYTES", "HttpPageSource"]
 
@@ -44,8 +43,7 @@ class HttpPageSource:
     """Reads ``url`` with the settings given; a page that is not an exposition page is a
     ``parse_error``. ``name_filter``: ask for only the samples the adapter for ``engine``
     reads (every adapter's when None), see :func:`~specmon.sources.http.with_name_filter`, in
-    the classic format (:data:`~specmon.sources.http.ACCEPT_CLASSIC`). ``pool``: the daemon's
-    own client for plain-HTTP fetches (:func:`~specmon.sources.http.open_pool`)."""
+    the classic format (:data:`~specmon.sources.http.ACCEPT_CLASSIC`)."""
 
     def __init__(
         self,
@@ -61,7 +59,6 @@ class HttpPageSource:
         model: str | None = None,
         limits: PageLimits | None = None,
         name_filter: bool = False,
-        pool: Callable[[], KeepAlivePool] | None = None,
     ) -> None:
         self.url = url
         self._fetch_url = _filtered_url(url, engine) if name_filter else url
@@ -75,7 +72,6 @@ class HttpPageSource:
         self._engine = engine
         self._model = model
         self._limits = limits
-        self._pool = pool
 
     async def read(self) -> Reading:
         started = time.perf_counter()
@@ -88,7 +84,6 @@ class HttpPageSource:
             headers=self._headers,
             secrets=self._secrets,
             accept=self._accept,
-            pool=None if self._pool is None else self._pool(),
         )
         read = functools.partial(
             read_page,
