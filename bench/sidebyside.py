@@ -20,7 +20,10 @@ Per round (after ``--warm`` seconds, for the windows to fill), per daemon: its C
 ``specmon_scrapes_total`` counted in them. Bounded: the run stops after warm + rounds x
 (measure + a few seconds), and every process stops at the end, on Ctrl-C, or if this one
 dies. Output: one line per round, a summary table (median per daemon, median and range of
-each ratio to the first), and with ``--json-out`` the raw figures.
+each ratio to the first), and with ``--json-out`` the raw figures. Each round also reads every
+target's last ``specmon_scrape_duration_seconds`` from each daemon at its start and its end
+(2 x targets values) and prints their median and 99th percentile: a change that saves CPU by
+batching scrapes must show what it costs in the duration operators alert on.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench.cost import (
+    Counters,
     Rev,
     cpu_seconds,
     daemon_command,
@@ -55,8 +59,16 @@ from specmon.parsing import parse_duration
 __all__ = ["main"]
 
 
-def _scrapes(port: int) -> float:
-    return sum(read_counters(http_get(f"http://127.0.0.1:{port}/metrics").body).scrapes.values())
+def _counters(port: int) -> Counters:
+    return read_counters(http_get(f"http://127.0.0.1:{port}/metrics").body)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; NaN when there are none)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main(argv: list[str]) -> int:
@@ -115,40 +127,54 @@ def main(argv: list[str]) -> int:
             pids.append(proc.pid)
         time.sleep(args.warm)
         rounds: list[list[float]] = []
+        #: Per round, per daemon: the scrape duration's median and 99th percentile, seconds.
+        durations: list[list[tuple[float, float]]] = []
         for number in range(1, args.rounds + 1):
             fleet.check()
             before = [
-                (cpu_seconds(pid), _scrapes(port)) for pid, port in zip(pids, ports, strict=True)
+                (cpu_seconds(pid), _counters(port)) for pid, port in zip(pids, ports, strict=True)
             ]
             time.sleep(args.measure)
             after = [
-                (cpu_seconds(pid), _scrapes(port)) for pid, port in zip(pids, ports, strict=True)
+                (cpu_seconds(pid), _counters(port)) for pid, port in zip(pids, ports, strict=True)
             ]
-            per_scrape = [
-                (a[0] - b[0]) / (a[1] - b[1]) if a[1] > b[1] else float("nan")
+            scrapes = [
+                sum(a[1].scrapes.values()) - sum(b[1].scrapes.values())
                 for a, b in zip(after, before, strict=True)
             ]
+            per_scrape = [
+                (a[0] - b[0]) / n if n > 0 else float("nan")
+                for a, b, n in zip(after, before, scrapes, strict=True)
+            ]
+            pooled = [b[1].durations + a[1].durations for a, b in zip(after, before, strict=True)]
+            spread = [(_percentile(d, 0.5), _percentile(d, 0.99)) for d in pooled]
             rounds.append(per_scrape)
+            durations.append(spread)
             print(
                 f"round {number}: "
                 + " | ".join(
-                    f"{rev.spec} {ms * 1e3:.3f} ms ({a[1] - b[1]:.0f} scrapes)"
-                    for rev, ms, a, b in zip(revs, per_scrape, after, before, strict=True)
+                    f"{rev.spec} {ms * 1e3:.3f} ms ({n:.0f} scrapes; "
+                    f"scrape duration p50 {d[0] * 1e3:.1f} / p99 {d[1] * 1e3:.1f} ms)"
+                    for rev, ms, n, d in zip(revs, per_scrape, scrapes, spread, strict=True)
                 ),
                 flush=True,
             )
     print()
     print(
-        "| daemon | CPU per target scrape, ms (median of rounds) | ratio to the first: median (range) |"
+        "| daemon | CPU per target scrape, ms (median of rounds) | ratio to the first: median "
+        "(range) | scrape duration p50 / p99, ms (median of rounds) |"
     )
-    print("|---|---|---|")
+    print("|---|---|---|---|")
     for index, rev in enumerate(revs):
         values = [r[index] for r in rounds]
         ratios = [r[index] / r[0] for r in rounds]
+        p50 = statistics.median(d[index][0] for d in durations) * 1e3
+        p99 = statistics.median(d[index][1] for d in durations) * 1e3
         label = f"{rev.spec} ({rev.commit[:9]}{' + changes' if rev.dirty else ''})"
         print(
             f"| {label} | {statistics.median(values) * 1e3:.3f} | "
-            f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |"
+            f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) | "
+            f"{p50:.1f} / {p99:.1f} |"
         )
     if args.json_out is not None:
         args.json_out.write_text(
@@ -157,6 +183,9 @@ def main(argv: list[str]) -> int:
                     "argv": argv,
                     "revs": [{"rev": r.spec, "commit": r.commit, "dirty": r.dirty} for r in revs],
                     "ms_per_scrape_by_round": [[v * 1e3 for v in r] for r in rounds],
+                    "scrape_duration_ms_p50_p99_by_round": [
+                        [[p * 1e3 for p in pair] for pair in r] for r in durations
+                    ],
                 }
             )
             + "\n"
