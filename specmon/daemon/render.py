@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
+import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -81,25 +82,54 @@ def _go_float(value: float) -> str:
     return text
 
 
-class _Text:
-    """A :class:`~specmon.daemon.collector.Sink` that writes each series straight to its
-    line, with no :class:`Sample` in between (a target scrape's 70-150 series). The label
-    check runs when a series' prefix is first made: the prefix cache is keyed by the exact
-    label values, so a cached prefix is one that passed it."""
+#: Where orjson writes a float exactly as ``repr`` does (checked on 2,000,000 values when written,
+#: random bit patterns among them; tests/daemon/test_metrics_contract.py checks 500,000 on every
+#: run): zero and
+#: magnitudes in [1e-4, 1e16). Outside it orjson writes exponents its own way ("1e-5" for
+#: Python's "1e-05"), and from 1e6 up Go may write an exponent where Python does not:
+#: ``_FAST_TOP`` keeps those values on :func:`_go_float`.
+_FAST_BOTTOM = 1e-4
+_FAST_TOP = 1e6
 
-    __slots__ = ("_constant", "_prefixes", "lines")
+
+def _numbers(values: list[float]) -> list[str]:
+    """Each value as prometheus_client writes it (``floatToGoString``), for finite values.
+
+    Why orjson: Python's ``repr`` of a float is its shortest round-trip text but costs about
+    0.5 us for the 16-17 digits of a ratio, and a target's scrape renders 70-150 of them;
+    orjson writes the same shortest text for the whole list in one call (Ryu-based, about
+    2 us for 74 values), then the split (bench/RESULTS.md, 2026-12-03, night)."""
+    if not values:
+        return []
+    texts = orjson.dumps(values)[1:-1].decode("ascii").split(",")
+    for index, value in enumerate(values):
+        if not (_FAST_BOTTOM <= value < _FAST_TOP) and value != 0.0:
+            texts[index] = _go_float(value)
+    return texts
+
+
+class _Text:
+    """A :class:`~specmon.daemon.collector.Sink` that keeps each series' rendered name and
+    labels and its value, with no :class:`Sample` in between (a target scrape's 70-150
+    series); :meth:`joined` writes every value at once (:func:`_numbers`). The label check
+    runs when a series' prefix is first made: the prefix cache is keyed by the exact label
+    values, so a cached prefix is one that passed it."""
+
+    __slots__ = ("_constant", "_families", "_heads", "_prefixes", "_values")
 
     def __init__(self, constant: Mapping[str, str], prefixes: Prefixes) -> None:
         self._constant = constant
         self._prefixes = prefixes
-        self.lines: dict[str, list[str]] = {}
+        self._families: list[str] = []
+        self._heads: list[str] = []
+        self._values: list[float] = []
 
     def add(
         self, family: MetricDef, values: tuple[str | None, ...], value: float | int | None
     ) -> None:
-        # exportable() and the common case of _go_float() written out: this runs for each of
-        # a target's 70-150 series on every scrape (side by side at 1,000 targets, the two
-        # calls were about 2 % of a scrape; bench/RESULTS.md, 2026-12-03, later).
+        # exportable() written out: this runs for each of a target's 70-150 series on every
+        # scrape (side by side at 1,000 targets, the call was about 1 % of a scrape;
+        # bench/RESULTS.md, 2026-12-03, later).
         if value is None:
             return
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
@@ -111,18 +141,22 @@ class _Text:
         if prefix is None:
             check_labels(family, values)
             prefix = self._prefixes[key] = _prefix(Sample(family, values, number, self._constant))
-        text = repr(number)
-        if number >= 1e6 and text.find(".") > 6:
-            text = _go_float(number)
-        found = self.lines.get(name)
-        if found is None:
-            self.lines[name] = [prefix + text + "\n"]
-        else:
-            found.append(prefix + text + "\n")
+        self._families.append(name)
+        self._heads.append(prefix)
+        self._values.append(number)
 
     def joined(self) -> dict[str, str]:
-        """Every family's sample lines as one string."""
-        return {name: "".join(found) for name, found in self.lines.items()}
+        """Every family's sample lines as one string, each family's lines in the order they
+        were added."""
+        lines: dict[str, list[str]] = {}
+        texts = _numbers(self._values)
+        for name, head, text in zip(self._families, self._heads, texts, strict=True):
+            found = lines.get(name)
+            if found is None:
+                lines[name] = [head, text, "\n"]
+            else:
+                found += (head, text, "\n")
+        return {name: "".join(found) for name, found in lines.items()}
 
 
 def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[str, str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import random
+import struct
 import zlib
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from specmon.daemon import metrics
-from specmon.daemon.render import Exposition, _go_float, _Text
+from specmon.daemon.render import Exposition, _go_float, _numbers, _Text
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
@@ -234,7 +236,54 @@ def test_a_series_line_is_what_prometheus_client_writes_or_nothing(
         return
     out.add(family, ("t",), value)
     if expected is None or not math.isfinite(expected):
-        assert out.lines == {}
+        assert out.joined() == {}
         return
     text = floatToGoString(expected)  # type: ignore[no-untyped-call]
-    assert out.lines == {family.name: [f'specmon_up{{instance="a",target="t"}} {text}\n']}
+    assert out.joined() == {family.name: f'specmon_up{{instance="a",target="t"}} {text}\n'}
+
+
+_EDGES = [0.0, -0.0, 1e-4, -1e-4, 9.999999999999999e-05, 1e6, 999999.9999999999, 1e7, 9999999.0,
+          12345678.9, 1e15, 9999999999999998.0, 1e16, 1.5e300, 5e-324, -5e-324,
+          1.7976931348623157e308, 0.1, 1 / 3, 2 / 3, 123456.789]  # fmt: skip
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=200))
+def test_values_written_in_one_call_are_what_prometheus_client_writes(
+    values: list[float],
+) -> None:
+    """The renderer writes a scrape's values in one orjson call: each text is
+    prometheus_client's for that value, whatever its neighbours."""
+    texts = _numbers(values)
+    assert texts == [floatToGoString(v) for v in values]  # type: ignore[no-untyped-call]
+
+
+def test_values_written_in_one_call_over_half_a_million_values() -> None:
+    """The range where orjson's text is taken as it is, checked broadly on every run: random
+    bit patterns (every exponent), ratios, counters, rounded and negative values, and the
+    range's edges."""
+    rng = random.Random(20261203)
+    values = list(_EDGES)
+    while len(values) < 500_000:
+        kind = rng.randrange(6)
+        r = rng.random()
+        if kind == 0:
+            value = r
+        elif kind == 1:
+            value = r * 10.0 ** rng.randint(-8, 20)
+        elif kind == 2:
+            value = float(rng.randint(0, 10 ** rng.randint(1, 17)))
+        elif kind == 3:
+            value = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+        elif kind == 4:
+            value = round(r, rng.randint(0, 6))
+        else:
+            value = -r * 10.0 ** rng.randint(-6, 8)
+        if math.isfinite(value):
+            values.append(value)
+    texts = _numbers(values)
+    wrong = [
+        (v, t)
+        for v, t in zip(values, texts, strict=True)
+        if t != floatToGoString(v)  # type: ignore[no-untyped-call]
+    ]
+    assert wrong == []
