@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import gzip
 import json
 import math
@@ -246,17 +247,15 @@ def test_no_cookies_kept_and_specmon_user_agent() -> None:
     """A query API that sets a new cookie on every answer: none is kept or sent back (the
     source's own session had aiohttp's default jar, which keeps every cookie without bound)."""
     served = iter(range(1000))
+    captured = replies(FLEET)
 
     def respond(query: str) -> Reply | None:
-        for answer in FLEET["answers"]:
-            if answer["query"] == query:
-                return Reply(
-                    body=answer["body"].encode("utf-8"),
-                    headers={"Set-Cookie": f"c{next(served)}=v; Path=/"},
-                )
-        return None
+        reply = captured.get(query)
+        if reply is None:
+            return None
+        return dataclasses.replace(reply, headers={"Set-Cookie": f"c{next(served)}=v; Path=/"})
 
-    fake = FakePrometheus(replies(FLEET))
+    fake = FakePrometheus(captured)
     fake.respond = respond
 
     async def go() -> ReadResult:
