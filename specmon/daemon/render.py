@@ -82,12 +82,11 @@ def _go_float(value: float) -> str:
     return text
 
 
-#: Where orjson writes a float exactly as ``repr`` does (checked on 2,000,000 values when written,
-#: random bit patterns among them; tests/daemon/test_metrics_contract.py checks 500,000 on every
-#: run): zero and
-#: magnitudes in [1e-4, 1e16). Outside it orjson writes exponents its own way ("1e-5" for
-#: Python's "1e-05"), and from 1e6 up Go may write an exponent where Python does not:
-#: ``_FAST_TOP`` keeps those values on :func:`_go_float`.
+#: Where orjson writes a float exactly as ``repr`` does: zero and magnitudes in [1e-4, 1e16)
+#: (2,000,000 values checked when this was written, random bit patterns among them;
+#: tests/daemon/test_metrics_contract.py checks 500,000 on every run). Outside it orjson
+#: writes exponents its own way ("1e-5" for Python's "1e-05"), and from 1e6 up Go may write an
+#: exponent where Python does not: ``_FAST_TOP`` keeps those values on :func:`_go_float`.
 _FAST_BOTTOM = 1e-4
 _FAST_TOP = 1e6
 
@@ -97,8 +96,8 @@ def _numbers(values: list[float]) -> list[str]:
 
     Why orjson: Python's ``repr`` of a float is its shortest round-trip text but costs about
     0.5 us for the 16-17 digits of a ratio, and a target's scrape renders 70-150 of them;
-    orjson writes the same shortest text for the whole list in one call (Ryu-based, about
-    2 us for 74 values), then the split (bench/RESULTS.md, 2026-12-03, night)."""
+    orjson writes the same shortest text for the whole list in one call (about 2 us for 74
+    values), then the split (bench/RESULTS.md, 2026-12-03, night)."""
     if not values:
         return []
     texts = orjson.dumps(values)[1:-1].decode("ascii").split(",")
