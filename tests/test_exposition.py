@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -299,3 +301,62 @@ def test_the_fast_path_finds_the_end_marker_where_the_line_loop_does(
     assert fast.duplicates == slow.duplicates
     assert fast.saw_eof == slow.saw_eof
     assert fast.openmetrics == slow.openmetrics
+
+
+_NAMES = ["m", "vllm:x_total", "a_b:c", "9bad", ""]
+_BODIES = [None, 'a="1"', 'a="1",b="x y"', "", 'a="1",', 'a="1" , b="2"', 'a="x\\"y"', "a=1",
+           'a="}"', 'a="1",a="2"']  # fmt: skip
+_VALUES = ["1", "0", "1.5", "1e5", "1e", "1..2", "1.8432e+06", "12e-3", "1-2", "00", "-1", "+Inf",
+           "NaN", "1_0", " 1", "1 ", "1\t", "1 2", '1 # {a="b"} 1', "1\x0c", "١"]  # fmt: skip
+
+
+def _same_reading(line: str, *, openmetrics: bool) -> None:
+    from specmon import exposition
+
+    def outcome(read: Callable[..., object]) -> object:
+        try:
+            return read(line, openmetrics=openmetrics)
+        except exposition._LineError as exc:
+            return ("refused", str(exc))
+
+    # repr: NaN values compare unequal to themselves
+    assert repr(outcome(exposition._sample)) == repr(outcome(exposition._sample_careful)), line
+
+
+def _warm(body: str | None) -> None:
+    """The careful parse caches a label set it parses."""
+    from specmon import exposition
+
+    if body is not None:
+        with contextlib.suppress(exposition._LineError):
+            exposition._sample_careful(f"m{{{body}}} 1", openmetrics=False)
+
+
+def test_the_plain_line_shortcut_reads_what_the_careful_parse_reads() -> None:
+    """A sample line of the common shape (a label set seen before, one space, an unsigned
+    number) is read without the careful parse: for every line, the same sample or the same
+    refusal, before and after its label set is cached."""
+    for warm in (False, True):
+        for body in _BODIES:
+            if warm:
+                _warm(body)
+            for name in _NAMES:
+                for value in _VALUES:
+                    line = name + ("" if body is None else "{" + body + "}") + " " + value
+                    for openmetrics in (False, True):
+                        _same_reading(line, openmetrics=openmetrics)
+
+
+@given(st.sampled_from(_BODIES), st.from_regex(r"[0-9][0-9.eE+_ -]{0,8}", fullmatch=True))
+def test_the_plain_line_shortcut_on_any_number_like_value(body: str | None, value: str) -> None:
+    _warm(body)
+    _same_reading("m" + ("" if body is None else "{" + body + "}") + " " + value, openmetrics=False)
+
+
+def test_the_plain_line_shortcut_is_taken() -> None:
+    """The shortcut's pattern matches the daemon's common lines (else the test above proves
+    nothing about it)."""
+    from specmon import exposition
+
+    for line in ['vllm:x_total{engine="0",model_name="m"} 1.8432e+06', "m 3", "m{} 0.5"]:
+        assert exposition._PLAIN_SAMPLE_RE.fullmatch(line) is not None
