@@ -119,6 +119,10 @@ class TargetScraper:
         self._log = log.bind(target=state.config.name)
         self._on_scraped = on_scraped
         self.failures = 0
+        #: This target's ``result="success"`` child, made at the first success (made before,
+        #: it would export a zero for a target never scraped): ``labels()`` costs about 3 us,
+        #: five times the increment, on every scrape otherwise.
+        self._successes: Counter | None = None
 
     async def run(self, *, first_delay: float | None = None) -> None:
         """Scrape until cancelled. The first scrape waits a random part of the interval so
@@ -173,7 +177,11 @@ class TargetScraper:
             )
             return
         self.failures = 0
-        self._scrapes_total.labels(target=cfg.name, result=ScrapeResult.SUCCESS).inc()
+        if self._successes is None:
+            self._successes = self._scrapes_total.labels(
+                target=cfg.name, result=ScrapeResult.SUCCESS
+            )
+        self._successes.inc()
         for rejection in self.state.view.rejected:
             self._rejected_total.labels(target=cfg.name, reason=rejection.reason).inc()
         self._emit(events)
