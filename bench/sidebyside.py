@@ -41,6 +41,7 @@ from pathlib import Path
 from bench.cost import (
     Counters,
     Rev,
+    _pct,
     cpu_seconds,
     daemon_command,
     daemon_env,
@@ -64,11 +65,9 @@ def _counters(port: int) -> Counters:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` (nearest rank; NaN when there are none)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """``bench cost``'s nearest-rank quantile, NaN when there are no values."""
+    found = _pct(values, q)
+    return float("nan") if found is None else found
 
 
 def main(argv: list[str]) -> int:
