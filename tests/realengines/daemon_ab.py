@@ -196,14 +196,15 @@ def report_table(outcome: Outcome, write: Callable[[str], object] = print) -> No
     """The figures side by side (shown with ``pytest -s``, and in the JSON file named by
     ``SPECMON_LOAD_REPORT`` when set)."""
     write(
-        "\nlevel  bucket  engine conc.  daemon realized  measure tok/s ratio  daemon c  "
-        "measure c (steps)  c (implied)"
+        "\nlevel  bucket  engine conc.  daemon realized  measure tok/s ratio  "
+        "measure realized  daemon c  measure c (steps)  c (implied)"
     )
     for row in outcome.rows:
         lv, b = row.level, row.bucket
         write(
             f"{lv.concurrency:>5}  {row.label:>6}  {b['concurrency']:>12.2f}  "
-            f"{b['realized_speedup']:>15.3f}  {lv.speed_ratio:>19.3f}  {b['draft_cost']:>8.3f}  "
+            f"{b['realized_speedup']:>15.3f}  {lv.speed_ratio:>19.3f}  "
+            f"{_num(lv.realized_speedup):>16}  {b['draft_cost']:>8.3f}  "
             f"{lv.draft_cost_from_steps:>17.3f}  {lv.draft_cost_from_speed:>11.3f}"
         )
     crossing = outcome.crossover

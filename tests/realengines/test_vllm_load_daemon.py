@@ -61,10 +61,15 @@ pytestmark = pytest.mark.realengine
 #: (requests in flight, measure --repeats); four prompts per repeat, 128 tokens each. A vLLM
 #: engine step takes 3-8 ms here; the n-gram proposer drafts in about one step in ten, so
 #: concurrency 1 needs 16 requests for the 100 drafts the thresholds ask (8 requests of 64
-#: tokens gave 29). Level 4 is printed, not asserted: since a bucket needs 3 scrape intervals a
-#: side it usually says "too little data: 2 scrape intervals" (16 repeats did not change that
-#: in one run, 2026-12-01, and cost 16 s).
-LEVELS = ((1, 4), (4, 4))
+#: tokens gave 29). It gets 32: with 16 a side ran about 12 s, and in one full-suite run of
+#: 2026-12-03 the daemon's realized speed-up (0.715) and measure's tokens/s ratio (0.990)
+#: missed each other by 28 % (both time two servers one after the other on a shared machine;
+#: the same code passed when re-run, and agreed within 7 % in the next measured run). Twice
+#: the span a side halves what a passing burst of other work weighs in either figure (32
+#: requests: 0.816 against 0.780, and the test 10 s longer). Level 4 is printed, not
+#: asserted: since a bucket needs 3 scrape intervals a side it usually says "too little data:
+#: 2 scrape intervals" (16 repeats did not change that in one run, 2026-12-01, and cost 16 s).
+LEVELS = ((1, 8), (4, 4))
 MAX_TOKENS = 128
 #: vLLM's counters move at every engine step (no lumps, unlike llama.cpp): a short interval
 #: is fine.
