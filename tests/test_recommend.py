@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -239,13 +240,16 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
 
 
 @contextmanager
-def fake_daemon(body: bytes) -> Iterator[str]:
-    """A stand-in for the daemon's /api/v1/targets (the real field is the lead's to add;
-    this serves the documented shape)."""
+def fake_daemon(body: bytes, asked: list[str] | None = None) -> Iterator[str]:
+    """A stand-in for the daemon's /api/v1/targets, serving the documented shape: the whole
+    ``body`` whatever the query (as a daemon that ignores ``?target=`` would); each request's
+    path and query go to ``asked``."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path != "/api/v1/targets":
+            if asked is not None:
+                asked.append(self.path)
+            if urlsplit(self.path).path != "/api/v1/targets":
                 self.send_error(404)
                 return
             self.send_response(200)
@@ -268,9 +272,12 @@ def fake_daemon(body: bytes) -> Iterator[str]:
 
 
 def test_cli_from_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
-    with fake_daemon(json.dumps(daemon_doc()).encode()) as url:
+    asked: list[str] = []
+    with fake_daemon(json.dumps(daemon_doc()).encode(), asked) as url:
         code, out, err = run_cli(["--from", url, "--target", "vllm-a", "--json"], capsys)
         assert code == 0, err
+        # Only the target's document is asked for (the whole is megabytes at fleet size).
+        assert asked == ["/api/v1/targets?target=vllm-a"]
         doc = json.loads(out)
         assert doc["source"] == f"daemon {url}, target vllm-a"
         assert [b["bucket"] for b in doc["buckets"]] == ["1", "2", "4"]

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlencode
 
 from specmon.cli._args import int_at_least, positive_float
 from specmon.load import ProfileError, profile_from_json
@@ -76,8 +77,11 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-async def _fetch_targets(url: str, timeout: float) -> object:
-    target = url.rstrip("/") + "/api/v1/targets"
+async def _fetch_targets(url: str, name: str, timeout: float) -> object:
+    """The daemon's document of target ``name`` alone (``?target=``): the whole of
+    ``/api/v1/targets`` is 4.3 MB at 1,000 targets and outgrows MAX_BYTES at about 4,000. A
+    daemon that ignores the parameter answers with every target; input_from_targets picks."""
+    target = url.rstrip("/") + "/api/v1/targets?" + urlencode({"target": name})
     async with open_session(max_connections=1, purpose="recommend") as session:
         result = await fetch_page(session, target, timeout=timeout, max_bytes=MAX_BYTES)
     try:
@@ -109,7 +113,7 @@ def _input(args: argparse.Namespace) -> tuple[RecommendInput, str]:
     if not args.target:
         raise RecommendError(["--from needs --target NAME"])
     try:
-        document = asyncio.run(_fetch_targets(args.from_url, args.timeout))
+        document = asyncio.run(_fetch_targets(args.from_url, args.target, args.timeout))
     except FetchError as exc:
         raise RecommendError([str(exc)]) from None
     data = input_from_targets(document, target=args.target, model=args.model, window=args.window)

@@ -39,7 +39,13 @@ from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
-from specmon.daemon.status_page import StatusCache, render_status
+from specmon.daemon.status_page import (
+    MAX_PER_PAGE,
+    StatusCache,
+    parse_targets_query,
+    render_status,
+    targets_document,
+)
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
 from specmon.gcpause import collector_paused
@@ -438,7 +444,7 @@ class Daemon:
                 primary_window=self.primary_window(),
                 ready=self.ready,
                 page=_int_param(query.get("page"), 1, 1, 1_000_000),
-                per_page=_int_param(query.get("per_page"), 200, 10, 5000),
+                per_page=_int_param(query.get("per_page"), 200, 10, MAX_PER_PAGE),
                 query=query.get("q", "")[:200],
                 problems_only=query.get("problems") == "1",
                 cache=self._status,
@@ -447,17 +453,13 @@ class Daemon:
 
     async def _targets_json(self, request: web.Request) -> web.Response:
         """Every target's document (each made once per change of its view); ``?target=NAME``
-        for one."""
-        wanted = request.query.get("target")
+        for one; ``q``, ``problems``, ``page`` and ``per_page`` as on the status page
+        (status_page.parse_targets_query); 400 naming every bad parameter."""
+        asked = parse_targets_query(request.query)
+        if isinstance(asked, list):
+            return web.json_response({"error": "; ".join(asked)}, status=400)
         with collector_paused():  # each changed view's document: many containers at once
-            views = [v for v in self.views() if wanted is None or v.name == wanted]
-            body = (
-                '{"ready": '
-                + ("true" if self.ready else "false")
-                + ', "targets": ['
-                + ", ".join(self._status.json(v) for v in views)
-                + "]}"
-            )
+            body = targets_document(self.views(), ready=self.ready, asked=asked, cache=self._status)
         return web.Response(text=body, content_type="application/json")
 
     async def _reload_all(self) -> tuple[bool, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -18,7 +18,21 @@ from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.formatting import number
 
-__all__ = ["StatusCache", "render_status", "target_rows", "views_json"]
+__all__ = [
+    "MAX_PER_PAGE",
+    "Selection",
+    "StatusCache",
+    "TargetsQuery",
+    "parse_targets_query",
+    "render_status",
+    "select_views",
+    "target_rows",
+    "targets_document",
+    "views_json",
+]
+
+#: The most targets one page (of the status page or ``/api/v1/targets``) holds.
+MAX_PER_PAGE = 5000
 
 _CSS = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;
@@ -199,6 +213,142 @@ def _is_problem(view: TargetView) -> bool:
     return False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Selection:
+    """One page of the targets a filter chose."""
+
+    views: Sequence[TargetView]
+    #: Targets the filter chose, on every page.
+    total: int
+    #: This page (1-based; a page past the last is the last) and how many there are.
+    page: int
+    pages: int
+    per_page: int
+
+
+def select_views(
+    views: Sequence[TargetView],
+    *,
+    query: str = "",
+    problems_only: bool = False,
+    page: int = 1,
+    per_page: int | None = None,
+) -> Selection:
+    """The status page's filter and pages, shared with ``/api/v1/targets``: targets whose
+    name holds ``query`` (any case), only those with a problem when ``problems_only``, in
+    pages of ``per_page`` (None: all on one page)."""
+    needle = query.lower()
+    chosen = [
+        v for v in views
+        if (not needle or needle in v.name.lower()) and (not problems_only or _is_problem(v))
+    ]  # fmt: skip
+    size = max(1, len(chosen) if per_page is None else per_page)
+    pages = max(1, -(-len(chosen) // size))
+    page = min(max(page, 1), pages)
+    return Selection(
+        views=chosen[(page - 1) * size : page * size],
+        total=len(chosen),
+        page=page,
+        pages=pages,
+        per_page=size,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TargetsQuery:
+    """What a request to ``/api/v1/targets`` asked for."""
+
+    #: One target by exact name.
+    target: str | None = None
+    query: str = ""
+    problems_only: bool = False
+    #: None: every chosen target (the document as it has always been).
+    page: int | None = None
+    per_page: int | None = None
+
+    @property
+    def paginated(self) -> bool:
+        return self.page is not None or self.per_page is not None
+
+
+#: Longest value of ``target`` and ``q`` read (a target's name is at most this long anyway).
+_MAX_QUERY_TEXT = 200
+_PER_PAGE_DEFAULT = 200
+
+
+def parse_targets_query(params: Mapping[str, str]) -> TargetsQuery | list[str]:
+    """``/api/v1/targets``'s parameters (``target``, ``q``, ``problems``, ``page``,
+    ``per_page``), or every problem with them: a program asking for a page gets an error
+    for a bad number, not a page it did not ask for (the HTML page clamps instead)."""
+    problems: list[str] = []
+    unknown = sorted(set(params) - {"target", "q", "problems", "page", "per_page"})
+    if unknown:
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        problems.append(f"unknown parameter(s) {shown}; known: target, q, problems, page, per_page")
+
+    def text(key: str) -> str | None:
+        value = params.get(key)
+        if value is not None and len(value) > _MAX_QUERY_TEXT:
+            problems.append(f"{key}: longer than {_MAX_QUERY_TEXT} characters")
+            return None
+        return value
+
+    def number(key: str, high: int) -> int | None:
+        raw = params.get(key)
+        if raw is None:
+            return None
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or not 1 <= int(raw) <= high:
+            problems.append(f"{key}: expected a whole number from 1 to {high}, got {raw[:20]!r}")
+            return None
+        return int(raw)
+
+    target, query = text("target"), text("q") or ""
+    flag = params.get("problems")
+    if flag not in (None, "0", "1"):
+        problems.append(f"problems: expected 0 or 1, got {flag[:20]!r}")
+    page, per_page = number("page", 1_000_000), number("per_page", MAX_PER_PAGE)
+    if problems:
+        return problems
+    if page is not None and per_page is None:
+        per_page = _PER_PAGE_DEFAULT
+    return TargetsQuery(
+        target=target,
+        query=query,
+        problems_only=flag == "1",
+        page=page if page is not None else (1 if per_page is not None else None),
+        per_page=per_page,
+    )
+
+
+def targets_document(
+    views: Sequence[TargetView], *, ready: bool, asked: TargetsQuery, cache: StatusCache
+) -> str:
+    """The JSON of ``/api/v1/targets``: ``ready``, ``total`` (targets chosen, on every page),
+    ``targets`` (this page's documents, each made once per view) and, when a page was asked
+    for, ``page``, ``pages`` and ``per_page``."""
+    if asked.target is not None:
+        views = [v for v in views if v.name == asked.target]
+    chosen = select_views(
+        views,
+        query=asked.query,
+        problems_only=asked.problems_only,
+        page=asked.page or 1,
+        per_page=asked.per_page,
+    )
+    paging = (
+        f', "page": {chosen.page}, "pages": {chosen.pages}, "per_page": {chosen.per_page}'
+        if asked.paginated
+        else ""
+    )
+    return (
+        '{"ready": '
+        + ("true" if ready else "false")
+        + f', "total": {chosen.total}{paging}, "targets": ['
+        + ", ".join(cache.json(v) for v in chosen.views)
+        + "]}"
+    )
+
+
 class StatusCache:
     """Each target's status rows and JSON document, made again only when its view changes
     (the views are immutable and swapped whole: identity says "changed"). The daemon calls
@@ -255,15 +405,12 @@ def render_status(
     up = sum(1 for v in views if v.up)
     down = sum(1 for v in views if v.scraped and not v.up)
     spec_off = sum(1 for v in views if v.up and not v.speculation)
-    problems = [v for v in views if _is_problem(v)]
-    chosen = [
-        v for v in (problems if problems_only else views)
-        if not query or query.lower() in v.name.lower()
-    ]  # fmt: skip
-    pages = max(1, -(-len(chosen) // per_page))
-    page = min(max(page, 1), pages)
-    shown = chosen[(page - 1) * per_page : page * per_page]
-    body = "\n".join(store.rows(v, primary_window) for v in shown) or (
+    problem_count = sum(1 for v in views if _is_problem(v))
+    chosen = select_views(
+        views, query=query, problems_only=problems_only, page=page, per_page=per_page
+    )
+    page, pages = chosen.page, chosen.pages
+    body = "\n".join(store.rows(v, primary_window) for v in chosen.views) or (
         '<tr><td colspan="13" class="muted">no targets'
         + (" match" if query or problems_only else " configured")
         + "</td></tr>"
@@ -271,10 +418,10 @@ def render_status(
     readiness = "ready" if ready else "starting: waiting for the first scrape of every target"
     summary = (
         f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data; "
-        f"{len(problems)} with a problem (down, refused readings, negative margin, or slower "
+        f"{problem_count} with a problem (down, refused readings, negative margin, or slower "
         "than its baseline)"
     )
-    nav = _nav(page, pages, per_page, query, problems_only, len(chosen))
+    nav = _nav(page, pages, per_page, query, problems_only, chosen.total)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="5">

@@ -187,6 +187,13 @@ def test_endpoints_and_sigterm(tmp_path: Path) -> None:
             assert "specmon_alpha_ratio{" in text
             api = json.loads(get(d.base + "/api/v1/targets")[1])
             assert api["ready"] is True
+            paged = json.loads(get(d.base + "/api/v1/targets?per_page=1&page=1")[1])
+            assert paged["total"] == len(api["targets"]) and paged["per_page"] == 1
+            assert paged["targets"] == api["targets"][:1]
+            status, body, headers = get(d.base + "/api/v1/targets?page=-1&sort=x")
+            assert status == 400 and headers["Content-Type"].startswith("application/json")
+            error = json.loads(body)["error"]
+            assert "unknown parameter(s) 'sort'" in error and "page: expected" in error
             started = time.monotonic()
             code = d.stop()
             took = time.monotonic() - started

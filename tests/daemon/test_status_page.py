@@ -6,8 +6,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from typing import Any
 
-from specmon.daemon.status_page import StatusCache, render_status, views_json
+from specmon.daemon.status_page import (
+    MAX_PER_PAGE,
+    StatusCache,
+    TargetsQuery,
+    parse_targets_query,
+    render_status,
+    targets_document,
+    views_json,
+)
 from tests.support.views import fleet_views
 
 
@@ -85,3 +94,56 @@ def test_a_new_view_lets_the_old_views_pieces_go() -> None:
     assert cache.json(views[1]) is first[1] and cache.rows(views[1], "5m") is rows[1]
     assert "a new error" in cache.json(newer)
     assert daemon.exposition.targets() == [views[0].name]
+
+
+def document(views: list[Any], **params: str) -> dict[str, Any]:
+    asked = parse_targets_query(params)
+    assert isinstance(asked, TargetsQuery), asked
+    doc: dict[str, Any] = json.loads(
+        targets_document(views, ready=True, asked=asked, cache=StatusCache())
+    )
+    return doc
+
+
+def test_the_api_pages_and_filters_as_the_status_page_does() -> None:
+    views = fleet_views()
+    names = [v.name for v in views]
+    whole = document(views)
+    assert [t["target"] for t in whole["targets"]] == names
+    assert whole["total"] == len(names) and "page" not in whole  # the document as before
+    assert whole["targets"] == json.loads(json.dumps(views_json(views)))
+    pages = [document(views, per_page="4", page=str(n)) for n in (1, 2, 3)]
+    assert [p["page"] for p in pages] == [1, 2, 3]
+    assert all(p["pages"] == 3 and p["per_page"] == 4 and p["total"] == 11 for p in pages)
+    assert [t["target"] for p in pages for t in p["targets"]] == names  # each once, in order
+    assert document(views, per_page="4", page="99")["page"] == 3  # past the end: the last
+    assert document(views, page="2")["per_page"] == 200  # the status page's default
+    assert [t["target"] for t in document(views, q="LLAMA")["targets"]] == ["llama-b"]
+    problems = document(views, problems="1")
+    assert [t["target"] for t in problems["targets"]] == ["down"] and problems["total"] == 1
+    one = document(views, target="llama-b")
+    assert [t["target"] for t in one["targets"]] == ["llama-b"] and one["total"] == 1
+    assert document(views, target="LLAMA-B")["targets"] == []  # exact name, not a search
+    # The HTML page chooses the same targets from the same parameters.
+    html = render_status(views, primary_window="5m", ready=True, per_page=4, page=2)
+    # (a target with two models has two rows)
+    assert list(dict.fromkeys(rows_of(html))) == [t["target"] for t in pages[1]["targets"]]
+
+
+def test_the_api_names_every_bad_parameter_at_once() -> None:
+    problems = parse_targets_query(
+        {"page": "0", "per_page": "x" * 500, "problems": "yes", "sort": "name", "q": "a" * 201}
+    )
+    assert isinstance(problems, list)
+    text = "\n".join(problems)
+    assert "unknown parameter(s) 'sort'" in text
+    assert "page: expected a whole number from 1 to 1000000, got '0'" in text
+    assert f"per_page: expected a whole number from 1 to {MAX_PER_PAGE}" in text
+    assert "problems: expected 0 or 1, got 'yes'" in text
+    assert "q: longer than 200 characters" in text
+    assert len(problems) == 5 and max(len(p) for p in problems) < 200  # nothing echoed whole
+    for bad in ("-1", "1.5", "\uff11", "1e3", "", str(MAX_PER_PAGE + 1)):
+        assert isinstance(parse_targets_query({"per_page": bad}), list), bad
+    assert parse_targets_query({"per_page": str(MAX_PER_PAGE)}) == TargetsQuery(
+        page=1, per_page=MAX_PER_PAGE
+    )
