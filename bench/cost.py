@@ -28,10 +28,11 @@ second, and so on (ABBA), so drift in the machine's load hits both sides alike. 
    scrape and CPU as % of one core; VmRSS and VmHWM at both ends; the simulator's CPU; per
    target, successes in the period and the time since its last success at the end (lag);
 4. fetch phase: ``--fetches`` rounds of /metrics (plain, ``Accept-Encoding: gzip``, ``Accept:
-   application/openmetrics-text``), ``/`` and ``/api/v1/targets``, one after another with
-   ``--fetch-gap`` seconds between them, while the daemon keeps scraping; size on the wire,
-   time to the last byte and the daemon's CPU during each fetch; median and max. Bounded by
-   ``--fetch-budget`` seconds (fewer rounds are reported as such);
+   application/openmetrics-text``), ``/``, ``/api/v1/targets`` and one page of it
+   (``?per_page=200``), one after another with ``--fetch-gap`` seconds between them, while
+   the daemon keeps scraping; size on the wire, time to the last byte and the daemon's CPU
+   during each fetch; median and max. Bounded by ``--fetch-budget`` seconds (fewer rounds
+   are reported as such);
 5. the daemon is stopped (SIGTERM) and its memory at the end recorded.
 
 What some figures mean:
@@ -515,6 +516,9 @@ FETCHES: list[tuple[str, str, dict[str, str]]] = [
     ("metrics_openmetrics", "/metrics", {"Accept": "application/openmetrics-text"}),
     ("status_page", "/", {}),
     ("api_targets", "/api/v1/targets", {}),
+    # One page of the status page's size (a daemon before 9ceb4ea ignores the parameter and
+    # answers with every target).
+    ("api_targets_page", "/api/v1/targets?per_page=200", {}),
 ]
 
 
@@ -838,7 +842,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--interval", default="5s")
     p.add_argument("--scrape-timeout", default="3s")
     p.add_argument("--measure-seconds", type=float, default=60.0)
-    p.add_argument("--fetches", type=int, default=10, help="rounds of the five fetches")
+    p.add_argument("--fetches", type=int, default=10, help="rounds of the six fetches")
     p.add_argument("--fetch-gap", type=float, default=1.0, help="seconds between fetches")
     p.add_argument("--fetch-budget", type=float, default=180.0,
                    help="at most this many seconds of fetching per run")  # fmt: skip
@@ -1028,6 +1032,13 @@ ROWS: list[Row] = [
     ("`/api/v1/targets`: size", _get("api_targets", "bytes"), _kb),
     ("`/api/v1/targets`: median / max ms", _get("api_targets", "median_ms"), _f(0)),
     ("", _get("api_targets", "max_ms"), _f(0)),
+    ("`/api/v1/targets?per_page=200`: size", _get("api_targets_page", "bytes"), _kb),
+    (
+        "`/api/v1/targets?per_page=200`: median / max ms",
+        _get("api_targets_page", "median_ms"),
+        _f(0),
+    ),
+    ("", _get("api_targets_page", "max_ms"), _f(0)),
     ("daemon CPU per target scrape, ms", _get("daemon_cpu_ms_per_scrape"), _f(3)),
     (
         "daemon CPU per successful scrape, ms",
