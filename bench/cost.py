@@ -483,6 +483,13 @@ class Counters:
     durations: list[float] = field(default_factory=list)
     by_result: dict[str, float] = field(default_factory=dict)  # summed over targets
     series: int = 0
+    #: specmon_event_loop_lag_seconds's buckets (le -> cumulative count), its _count and
+    #: _sum; specmon_gc_pause_seconds's _count and _sum by generation (absent before 2026-12-04).
+    loop_lag_buckets: dict[str, float] = field(default_factory=dict)
+    loop_lag_count: float = 0.0
+    loop_lag_sum: float = 0.0
+    gc_pause_count: dict[str, float] = field(default_factory=dict)
+    gc_pause_sum: dict[str, float] = field(default_factory=dict)
 
 
 def read_counters(body: bytes) -> Counters:
@@ -505,7 +512,47 @@ def read_counters(body: bytes) -> Counters:
             out.last_success[target] = float(line.rsplit(b" ", 1)[1])
         elif line.startswith(b"specmon_scrape_duration_seconds{"):
             out.durations.append(float(line.rsplit(b" ", 1)[1]))
+        elif line.startswith(b"specmon_event_loop_lag_seconds"):
+            value = float(line.rsplit(b" ", 1)[1])
+            if line.startswith(b"specmon_event_loop_lag_seconds_bucket{"):
+                out.loop_lag_buckets[_labels(line)[b"le"].decode()] = value
+            elif line.startswith(b"specmon_event_loop_lag_seconds_count"):
+                out.loop_lag_count = value
+            elif line.startswith(b"specmon_event_loop_lag_seconds_sum"):
+                out.loop_lag_sum = value
+        elif line.startswith(b"specmon_gc_pause_seconds_"):
+            value = float(line.rsplit(b" ", 1)[1])
+            generation = _labels(line).get(b"generation", b"").decode()
+            if line.startswith(b"specmon_gc_pause_seconds_count{"):
+                out.gc_pause_count[generation] = value
+            elif line.startswith(b"specmon_gc_pause_seconds_sum{"):
+                out.gc_pause_sum[generation] = value
     return out
+
+
+def loop_figures(c0: Counters, c1: Counters) -> dict[str, Any]:
+    """The event loop's lag and the collector's pauses between two pages (a daemon from
+    before the histograms: nothing)."""
+    if not c1.loop_lag_count:
+        return {}
+    wakeups = c1.loop_lag_count - c0.loop_lag_count
+    over = {
+        le: int(wakeups - (c1.loop_lag_buckets[le] - c0.loop_lag_buckets.get(le, 0.0)))
+        for le in ("0.1", "0.25", "0.5", "1.0", "2.5", "5.0")
+        if le in c1.loop_lag_buckets
+    }
+    return {
+        "loop_wakeups": int(wakeups),
+        "loop_lag_mean_ms": _ms((c1.loop_lag_sum - c0.loop_lag_sum) / wakeups) if wakeups else None,
+        # Wake-ups later than each bound, seconds.
+        "loop_lag_over": over,
+        "gc_pauses": {
+            g: int(n - c0.gc_pause_count.get(g, 0.0)) for g, n in sorted(c1.gc_pause_count.items())
+        },
+        "gc_pause_seconds": {
+            g: round(v - c0.gc_pause_sum.get(g, 0.0), 3) for g, v in sorted(c1.gc_pause_sum.items())
+        },
+    }
 
 
 # -- one (revision, size) run ----------------------------------------------------------------
@@ -632,6 +679,13 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
             if '"level": "error"' in line or '"level":"error"' in line or "Traceback" in line
         ]
         result["daemon_error_lines"] = len(errors)
+        stalls = [
+            json.loads(line)
+            for line in log.read_text(errors="replace").splitlines()
+            if '"event_loop_stalled"' in line and line.startswith("{")
+        ]
+        # The whole run's (start-up and fetches included): seconds and the collector's share.
+        result["loop_stalls"] = [[x.get("seconds"), x.get("collector_seconds")] for x in stalls]
         if errors:
             result["daemon_first_error"] = errors[0][:300]
     return result
@@ -724,6 +778,7 @@ def _measure(
         "targets_on_time": on_time,  # successes >= floor(period / interval) - 1
         "sim_cpu_percent_of_one_core": round(100 * sum(sim_cpu) / period, 1),
         "sim_cpu_percent_busiest_process": round(100 * max(sim_cpu) / period, 1),
+        **loop_figures(c0, c1),
     }
 
 
@@ -1065,6 +1120,14 @@ ROWS: list[Row] = [
     ("lag p50 / p99, s", _get("lag_p50_seconds"), _f(2)),
     ("", _get("lag_p99_seconds"), _f(2)),
     ("targets scraped on time (>= allowed - 1)", _get("targets_on_time"), _f(0)),
+    (
+        "event loop: wake-ups later than 0.5 s / 1 s (quiet period)",
+        _get("loop_lag_over", "0.5"),
+        _f(0),
+    ),
+    ("", _get("loop_lag_over", "1.0"), _f(0)),
+    ("cycle collector: full collections / seconds (quiet period)", _get("gc_pauses", "2"), _f(0)),
+    ("", _get("gc_pause_seconds", "2"), _f(2)),
     ("scrape duration p50 / p99, ms", _get("scrape_duration_p50_ms"), _f(1)),
     ("", _get("scrape_duration_p99_ms"), _f(1)),
     ("simulator CPU, % of one core (busiest process)", _get("sim_cpu_percent_of_one_core"), _f(1)),

@@ -19,6 +19,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    Histogram,
     disable_created_metrics,
 )
 from prometheus_client.exposition import choose_encoder
@@ -35,6 +36,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.file_sd import FileSD
 from specmon.daemon.fleet import Fleet, FleetCollector
+from specmon.daemon.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.render import Exposition
@@ -79,6 +81,9 @@ class _OwnMetrics:
         def gauge(d: MetricDef) -> Gauge:
             return Gauge(d.name, d.help, list(d.labels), registry=registry)
 
+        def histogram(d: MetricDef, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(d.name, d.help, list(d.labels), registry=registry, buckets=buckets)
+
         self.scrapes_total = counter(m.SCRAPES)
         self.rejected_total = counter(m.REJECTED)
         build = gauge(m.BUILD_INFO)
@@ -87,6 +92,10 @@ class _OwnMetrics:
         self.reload_time = gauge(m.RELOAD_TIME)
         self.targets = gauge(m.TARGETS)
         self.file_sd_errors = counter(m.FILE_SD_ERRORS)
+        self.loop_lag = histogram(m.LOOP_LAG, LAG_BUCKETS)
+        self.gc_pause = histogram(m.GC_PAUSE, GC_BUCKETS)
+        for generation in range(3):  # every generation's series from the start, at 0
+            self.gc_pause.labels(generation=str(generation))
         self.web = WebMetrics(
             reload_ok=gauge(m.WEB_RELOAD_OK),
             reload_time=gauge(m.WEB_RELOAD_TIME),
@@ -112,6 +121,8 @@ class Daemon:
         #: None: CPython's own schedule (tests in-process); ``specmon run`` passes one.
         self.gc_schedule = gc_schedule
         self._collector_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self.loop_watch: LoopWatch | None = None
         # specmon_scrapes_total etc. need no _created siblings (they double the series count).
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
@@ -490,6 +501,14 @@ class Daemon:
         self.bound_port = await self.web.listen(self._runner, host, port)
         if self.gc_schedule is not None:
             self._collector_task = asyncio.create_task(self.gc_schedule.run(), name="gc")
+        # The loop's lag and the collector's pauses, always measured (specmon/daemon/loopwatch.py).
+        self.loop_watch = LoopWatch(
+            lag=self.metrics.loop_lag,
+            gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),
+            log=self.log,
+        )
+        self.loop_watch.install()
+        self._watch_task = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
         self.log.info(
             "specmon_started",
             version=__version__,
@@ -512,12 +531,14 @@ class Daemon:
         self._shutting_down = True
         self.log.info("specmon_stopping")
         tasks = [r.task for r in self._running.values()] + self.fleet.tasks()
-        for task in (self._file_sd_task, self._collector_task):
+        for task in (self._file_sd_task, self._collector_task, self._watch_task):
             if task is not None:
                 tasks.append(task)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.loop_watch is not None:
+            self.loop_watch.uninstall()  # its task may have been cancelled before it ran
         if self._session is not None:
             await self._session.close()
         await self.web.close()  # security: stop listening before the runner closes connections

@@ -34,6 +34,8 @@ __all__ = [
 class Kind(StrEnum):
     GAUGE = "gauge"
     COUNTER = "counter"
+    #: specmon's own instruments only (the target families are gauges and counters).
+    HISTOGRAM = "histogram"
 
 
 class Scope(StrEnum):
@@ -85,6 +87,13 @@ class MetricDef:
         return self.name + "_total" if self.kind is Kind.COUNTER else self.name
 
     @property
+    def sample_names(self) -> tuple[str, ...]:
+        """Every sample name the family's series carry (a histogram's three)."""
+        if self.kind is Kind.HISTOGRAM:
+            return tuple(self.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+        return (self.sample_name,)
+
+    @property
     def meaning(self) -> str:
         return self.doc or self.help
 
@@ -125,6 +134,10 @@ def _g(
 
 def _c(name: str, help_: str, labels: tuple[str, ...], scope: Scope, doc: str = "") -> MetricDef:
     return MetricDef(name, Kind.COUNTER, help_, labels, scope, doc)
+
+
+def _h(name: str, help_: str, labels: tuple[str, ...], doc: str = "") -> MetricDef:
+    return MetricDef(name, Kind.HISTOGRAM, help_, labels, Scope.OWN, doc)
 
 
 UP = _g(
@@ -530,6 +543,26 @@ WEB_REJECTIONS = _c(
     "`header_timeout`, `too_many_connections`, `client_san`, `lifecycle_disabled` "
     "([security](security.md#what-specmon-reports-about-its-own-surface))",
 )
+LOOP_LAG = _h(
+    "specmon_event_loop_lag_seconds",
+    "How late specmon's event loop woke a 0.1 s timer: while the loop is held (a collection, "
+    "a large answer, a starved core) every scrape due waits, and a lag near the scrape "
+    "timeout ends scrapes as timeouts that are specmon's, not the targets'.",
+    (),
+    "how late specmon's event loop woke a 0.1 s timer, observed ten times a second: while "
+    "the loop is held (a collection, a large answer, a starved core) every scrape due waits; "
+    "a lag near `scrape_timeout` turns into timeouts that are specmon's, not the targets'. "
+    "A lag of 0.5 s or more is also logged (`event_loop_stalled`, with the collector's share)",
+)
+GC_PAUSE = _h(
+    "specmon_gc_pause_seconds",
+    "Pauses of Python's cycle collector in specmon, by generation (the daemon runs a full "
+    "collection a minute itself; the event loop is held for each pause).",
+    ("generation",),
+    "pauses of Python's cycle collector in specmon, by generation (`0`, `1`, `2`), timed "
+    "through `gc.callbacks`; `specmon run` runs a full collection (`2`) once a minute, the "
+    "younger ones are rare; the event loop is held for each pause",
+)
 _S = ("source",)
 SOURCE_UP = _g(
     "specmon_source_up",
@@ -665,6 +698,8 @@ FAMILIES: tuple[MetricDef, ...] = (
     WEB_RELOAD_OK,
     WEB_RELOAD_TIME,
     WEB_REJECTIONS,
+    LOOP_LAG,
+    GC_PAUSE,
 )
 
 #: Families prometheus_client's standard collectors add (process, platform, garbage
@@ -675,7 +710,7 @@ STANDARD_PREFIXES = ("process_", "python_")
 def by_name(name: str) -> MetricDef | None:
     """The declaration of a family (or of a counter's ``_total`` sample name)."""
     for definition in FAMILIES:
-        if name in (definition.name, definition.sample_name):
+        if name == definition.name or name in definition.sample_names:
             return definition
     return None
 

@@ -191,6 +191,8 @@ def _headers(openmetrics: bool) -> dict[str, str]:
 
     out: dict[str, str] = {}
     for definition in FAMILIES:
+        if definition.kind is Kind.HISTOGRAM:  # specmon's own: encoded by its registry
+            continue
         metric: Metric = (
             CounterMetricFamily(definition.name, definition.help)
             if definition.kind is Kind.COUNTER
