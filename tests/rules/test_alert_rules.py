@@ -40,6 +40,7 @@ REQUIRED_ALERTS = {
     "SpecmonTargetDown",
     "SpecmonReadingsRejected",
     "SpecmonAbsent",
+    "SpecmonEventLoopStalled",
 }
 #: Alerts computed from windowed acceptance data: they need the minimum-traffic guard.
 ACCEPTANCE_ALERTS = {
@@ -61,6 +62,7 @@ CONTRACT_LABELS = {
     "source",
     "result",
     "baseline",
+    "le",  # the bucket bound of specmon's own histograms
 }
 _RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")
 

@@ -39,7 +39,7 @@ def _ok(result: Any) -> None:
 def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
-    assert "SUCCESS: 12 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
     assert "SUCCESS: 53 rules found" in result.stdout
 
 
