@@ -14,6 +14,7 @@ from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
 from specmon.daemon.malloc import CollectorSchedule, tune_gc, tune_malloc
+from specmon.daemon.nofile import raise_open_files_limit
 from specmon.logs import LEVELS, configure_logging, get_logger
 from specmon.parsing import ConfigError, format_duration, parse_listen_address
 from specmon.sharding import Shard, parse_shard
@@ -81,6 +82,9 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.stderr.write(f"specmon run: --shard: {exc}\n")
         return 2
+    # A socket per target kept open between scrapes: the soft limit up to the hard one, as Go
+    # programs do (specmon/daemon/nofile.py; systemd's soft default is 1,024).
+    raise_open_files_limit()
     tune_malloc()  # freed megabyte buffers go back to the system (specmon/daemon/malloc.py)
     tune_gc()  # the cycle collector stays out of the scrapes (same module) ...
     daemon = Daemon(

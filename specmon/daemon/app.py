@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import platform
+import resource
 import signal
 import time
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from specmon.daemon.fleet import Fleet, FleetCollector
 from specmon.daemon.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
+from specmon.daemon.nofile import files_needed
 from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import (
@@ -123,6 +125,7 @@ class Daemon:
         self._collector_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self.loop_watch: LoopWatch | None = None
+        self._files_warned: tuple[int, int] | None = None
         # specmon_scrapes_total etc. need no _created siblings (they double the series count).
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
@@ -301,6 +304,25 @@ class Daemon:
             if initial:
                 self._pending_first.add(name)
         self._count_targets()
+        self._check_open_files()
+
+    def _check_open_files(self) -> None:
+        """Warn (once per change) when the open-files limit is below what the targets and the
+        web server's connections may need (specmon/daemon/nofile.py)."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        needed = files_needed(
+            targets=len(self._running), web_connections=self.web.options.max_connections
+        )
+        low = soft != resource.RLIM_INFINITY and needed > soft
+        if low and self._files_warned != (needed, soft):
+            self.log.warning(
+                "open_files_limit_low",
+                limit=soft,
+                needed=needed,
+                hint="a target beyond the limit fails with connection_error (too many open "
+                "files): raise LimitNOFILE= (systemd) or ulimit -n",
+            )
+        self._files_warned = (needed, soft) if low else None
 
     def _view_changed(self, view: TargetView) -> None:
         """A target's new view (its scrape, a failure, a reload): its series are rendered,

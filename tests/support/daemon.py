@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import ssl
 import subprocess
@@ -154,6 +155,10 @@ def _started_port(log_path: Path) -> int:
     return 0
 
 
+def _limit_files(limits: tuple[int, int]) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+
 @contextmanager
 def daemon(
     config: Path | None,
@@ -164,8 +169,10 @@ def daemon(
     ready: bool = True,
     context: ssl.SSLContext | None = None,
     headers: dict[str, str] | None = None,
+    nofile: tuple[int, int] | None = None,
 ) -> Iterator[Daemon]:
-    """``context`` (and ``headers``): how to reach a daemon run with a --web.config.file."""
+    """``context`` (and ``headers``): how to reach a daemon run with a --web.config.file;
+    ``nofile``: the (soft, hard) open-files limit the daemon starts with."""
     log_path = tmp / f"daemon-{time.monotonic_ns()}.log"
     args = [
         sys.executable,
@@ -189,6 +196,7 @@ def daemon(
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, **(env or {})},
+            preexec_fn=None if nofile is None else lambda: _limit_files(nofile),
         )
     port = 0
     deadline = time.monotonic() + 20
