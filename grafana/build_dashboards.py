@@ -1012,6 +1012,44 @@ def overview() -> Json:
             8,
         ),
         (
+            timeseries(
+                "specmon's event loop: lag and the cycle collector",
+                "How late specmon's event loop wakes a 0.1 s timer (99th percentile and worst "
+                "bucket over the interval), per specmon instance, and the mean pause of its "
+                "full cycle collections (once a minute). Every scrape due while the loop is "
+                "held waits; holds near the scrape timeout end scrapes as timeouts that are "
+                "specmon's, not the targets' (SpecmonEventLoopStalled, "
+                "docs/runbook.md#specmoneventloopstalled).",
+                [
+                    query(
+                        "histogram_quantile(0.99, sum by (instance, le) "
+                        "(rate(specmon_event_loop_lag_seconds_bucket[$__rate_interval])))",
+                        "lag p99 {{instance}}",
+                        "A",
+                    ),
+                    query(
+                        "histogram_quantile(1, sum by (instance, le) "
+                        "(rate(specmon_event_loop_lag_seconds_bucket[$__rate_interval])))",
+                        "lag, worst bucket {{instance}}",
+                        "B",
+                    ),
+                    query(
+                        "sum by (instance) "
+                        '(rate(specmon_gc_pause_seconds_sum{generation="2"}[$__rate_interval]))'
+                        " / sum by (instance) "
+                        '(rate(specmon_gc_pause_seconds_count{generation="2"}[$__rate_interval]))',
+                        "full collection {{instance}}",
+                        "C",
+                    ),
+                ],
+                unit="s",
+                minimum=0,
+                overrides=[dashed("full collection .*")],
+            ),
+            12,
+            8,
+        ),
+        (
             stat(
                 "Configured targets",
                 "Targets in specmon's configuration.",

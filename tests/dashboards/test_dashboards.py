@@ -52,6 +52,8 @@ LABELS = {
     "instance",
     "baseline",
     "concurrency",
+    "le",  # specmon's own histograms
+    "generation",
 }
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.

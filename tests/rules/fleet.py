@@ -100,6 +100,20 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_web_config_last_reload_success_timestamp_seconds", own, _const(1000))
         add("specmon_web_rejections_total", {**own, "reason": "unauthorized"}, _counter(0))
         add("specmon_shard_info", {**own, "shard": "0", "shards": "1"}, _const(1))
+        # The event loop: 150 wake-ups a scrape, one in 1,000 later than 0.1 s, none past 1 s.
+        for le, step in (("0.1", 149.85), ("1.0", 150), ("+Inf", 150)):
+            add("specmon_event_loop_lag_seconds_bucket", {**own, "le": le}, _counter(step))
+        add("specmon_event_loop_lag_seconds_count", own, _counter(150))
+        add("specmon_event_loop_lag_seconds_sum", own, _counter(0.6))
+        # One full collection a minute of 0.25 s (a quarter of one a scrape).
+        for le, step in (("0.1", 0), ("0.5", 0.25), ("+Inf", 0.25)):
+            add(
+                "specmon_gc_pause_seconds_bucket",
+                {**own, "generation": "2", "le": le},
+                _counter(step),
+            )
+        add("specmon_gc_pause_seconds_count", {**own, "generation": "2"}, _counter(0.25))
+        add("specmon_gc_pause_seconds_sum", {**own, "generation": "2"}, _counter(0.0625))
         # A Prometheus source (fleet mode) beside the direct targets.
         source = {**own, "source": "prometheus:9090"}
         add("specmon_source_up", source, _const(1))
