@@ -673,15 +673,16 @@ def run_one(rev: Rev, fleet: Fleet, config: Path, work: Path, s: Settings) -> di
         result["rss_trace_mib"] = trace.samples[:: max(1, len(trace.samples) // 40)]
         result["loadavg_end"] = loadavg()
         result["run_seconds"] = round(time.monotonic() - began, 1)
+        lines = log.read_text(errors="replace").splitlines()
         errors = [
             line
-            for line in log.read_text(errors="replace").splitlines()
+            for line in lines
             if '"level": "error"' in line or '"level":"error"' in line or "Traceback" in line
         ]
         result["daemon_error_lines"] = len(errors)
         stalls = [
             json.loads(line)
-            for line in log.read_text(errors="replace").splitlines()
+            for line in lines
             if '"event_loop_stalled"' in line and line.startswith("{")
         ]
         # The whole run's (start-up and fetches included): seconds and the collector's share.

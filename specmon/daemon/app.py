@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import platform
-import resource
 import signal
 import time
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from specmon.daemon.fleet import Fleet, FleetCollector
 from specmon.daemon.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.nofile import files_needed
+from specmon.daemon.nofile import files_short
 from specmon.daemon.render import Exposition
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import (
@@ -309,20 +308,19 @@ class Daemon:
     def _check_open_files(self) -> None:
         """Warn (once per change) when the open-files limit is below what the targets and the
         web server's connections may need (specmon/daemon/nofile.py)."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        needed = files_needed(
+        short = files_short(
             targets=len(self._running), web_connections=self.web.options.max_connections
         )
-        low = soft != resource.RLIM_INFINITY and needed > soft
-        if low and self._files_warned != (needed, soft):
+        if short is not None and self._files_warned != short:
+            needed, limit = short
             self.log.warning(
                 "open_files_limit_low",
-                limit=soft,
+                limit=limit,
                 needed=needed,
                 hint="a target beyond the limit fails with connection_error (too many open "
                 "files): raise LimitNOFILE= (systemd) or ulimit -n",
             )
-        self._files_warned = (needed, soft) if low else None
+        self._files_warned = short
 
     def _view_changed(self, view: TargetView) -> None:
         """A target's new view (its scrape, a failure, a reload): its series are rendered,

@@ -16,7 +16,13 @@ from __future__ import annotations
 import resource
 from collections.abc import Callable
 
-__all__ = ["MAX_OPEN_FILES", "SPARE_FILES", "files_needed", "raise_open_files_limit"]
+__all__ = [
+    "MAX_OPEN_FILES",
+    "SPARE_FILES",
+    "files_needed",
+    "files_short",
+    "raise_open_files_limit",
+]
 
 #: The highest soft limit asked for when the hard limit is unlimited.
 MAX_OPEN_FILES = 1 << 20
@@ -50,3 +56,15 @@ def files_needed(*, targets: int, web_connections: int) -> int:
     """Open files a configuration needs at most: a socket per target scraped directly, one
     per client connection allowed, and :data:`SPARE_FILES`."""
     return targets + web_connections + SPARE_FILES
+
+
+def files_short(
+    *, targets: int, web_connections: int, getrlimit: _Get = resource.getrlimit
+) -> tuple[int, int] | None:
+    """(needed, soft limit) when the soft ``RLIMIT_NOFILE`` is below :func:`files_needed`;
+    None when it is enough (or unlimited)."""
+    soft, _ = getrlimit(resource.RLIMIT_NOFILE)
+    needed = files_needed(targets=targets, web_connections=web_connections)
+    if soft == resource.RLIM_INFINITY or needed <= soft:
+        return None
+    return needed, soft

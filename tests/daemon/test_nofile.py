@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from specmon.daemon.nofile import MAX_OPEN_FILES, SPARE_FILES, files_needed, raise_open_files_limit
+from specmon.daemon.nofile import (
+    MAX_OPEN_FILES,
+    SPARE_FILES,
+    files_needed,
+    files_short,
+    raise_open_files_limit,
+)
 from tests.support.daemon import daemon
 
 
@@ -71,6 +77,17 @@ def test_a_refusal_keeps_the_limits() -> None:
 
 def test_files_needed_counts_targets_clients_and_spares() -> None:
     assert files_needed(targets=1000, web_connections=512) == 1512 + SPARE_FILES
+
+
+def test_files_short_says_what_is_needed_only_when_the_soft_limit_is_below_it() -> None:
+    needed = files_needed(targets=500, web_connections=512)
+    for soft, expected in (
+        (needed - 1, (needed, needed - 1)),
+        (needed, None),
+        (resource.RLIM_INFINITY, None),
+    ):
+        fake = Limits(soft, resource.RLIM_INFINITY)
+        assert files_short(targets=500, web_connections=512, getrlimit=fake.get) == expected
 
 
 def _config(tmp_path: Path, targets: int) -> Path:
