@@ -6,36 +6,58 @@
 
 | written | from | change |
 |---|---|---|
-| deploy/kubernetes/rules/<stem>.prometheusrule.yaml | deploy/prometheus/<stem>.rules.yml | wrapped in a PrometheusRule (groups unchanged) |
+| deploy/kubernetes/base/rules/<stem>.prometheusrule.yaml | deploy/prometheus/<stem>.rules.yml | wrapped in a PrometheusRule (groups unchanged) |
+| deploy/kubernetes/base/rules/kustomization.yaml | the rules files | lists the PrometheusRules |
+| deploy/kubernetes/base/dashboards/<name>.json | grafana/dashboards/<name>.json | none (a byte copy: kustomize reads no file outside its root) |
+| deploy/kubernetes/base/dashboards/kustomization.yaml | the dashboards | one ConfigMap per dashboard, labelled grafana_dashboard: "1" |
+| deploy/mixin/generated/<stem>.rules.json | deploy/prometheus/<stem>.rules.yml | every selector of a raw series marked for the mixin's _config |
+| deploy/mixin/generated/dashboards/<name>.json | grafana/dashboards/<name>.json | the same marks in every query |
+| deploy/mixin/generated/sources.libsonnet | the two above | imports them for deploy/mixin/mixin.libsonnet |
 | deploy/compose/alertmanager.yml | deploy/prometheus/alertmanager.example.yml | receivers keep their names but send nowhere |
 | deploy/compose/grafana-datasource.yml | grafana/provisioning/datasources/specmon.yml | url: the compose service `prometheus` |
 
 The tests (tests/deploy/test_generated.py) run ``--check`` and also compare the parsed
-content, so the Kubernetes rules and the demo stack can never drift from the rules, the
-Alertmanager routing and the Grafana data source that the rest of the repository tests.
+content, so the Kubernetes rules and dashboards, the mixin and the demo stack can never drift
+from the rules, dashboards, Alertmanager routing and Grafana data source that the rest of the
+repository tests (tests/deploy/test_kustomize.py renders them with the real kubectl and
+jsonnet).
+
+The mixin's marks: in every PromQL expression (a rule's ``expr``, a dashboard target's
+``expr``, a query variable's ``query`` and ``definition``), each selector of a series that a
+scrape produces (specmon's own ``specmon_*`` series, or an engine's) gets a mark where a label
+matcher can go. deploy/mixin/mixin.libsonnet replaces each mark with the matcher its _config
+names, or with nothing: with the default _config every expression is the shipped one, byte for
+byte. Recorded series (a ``record:`` of the rules files) and Prometheus's own ``ALERTS`` get no
+mark: they are computed from marked selectors, or carry no ``job``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PROM_DIR = REPO / "deploy" / "prometheus"
-K8S_RULES_DIR = REPO / "deploy" / "kubernetes" / "rules"
+K8S_BASE = REPO / "deploy" / "kubernetes" / "base"
+K8S_RULES_DIR = K8S_BASE / "rules"
+K8S_DASHBOARDS_DIR = K8S_BASE / "dashboards"
+GRAFANA_DASHBOARDS = REPO / "grafana" / "dashboards"
+MIXIN_GENERATED = REPO / "deploy" / "mixin" / "generated"
 COMPOSE_DIR = REPO / "deploy" / "compose"
 GRAFANA_DATASOURCE = REPO / "grafana" / "provisioning" / "datasources" / "specmon.yml"
 
 #: Where Grafana reaches Prometheus inside the compose project.
 COMPOSE_PROMETHEUS_URL = "http://prometheus:9090"
 
-__all__ = ["generated_files", "main"]
+__all__ = ["generated_files", "main", "mark_selectors", "selectors", "stale_files"]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -117,28 +139,447 @@ def compose_datasource(source: Path) -> str:
     return _header(source, what) + _dump(config)
 
 
+# --------------------------------------------------------------------------- PromQL marks
+
+#: The mixin's selectors: specmon's own series, and the engines' raw series.
+MARK_KINDS = ("specmon", "engine")
+#: Where a mark stands and what the mixin puts there: after the matchers of non-empty braces
+#: (",<selector>"), after a bare metric name ("{<selector>}"), inside empty braces.
+MARK_FORMS = ("append", "braces", "inside")
+#: Series that no scrape produces: they carry no job or engine label to select on.
+UNSCRAPED = frozenset({"ALERTS", "ALERTS_FOR_STATE"})
+
+_IDENT = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+_NAME_MATCHER = re.compile(r"""__name__\s*=~?\s*(?:"([^"]*)"|'([^']*)')""")
+#: Keywords that take a parenthesised list of label names, which are not series.
+_LABEL_LISTS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
+_KEYWORDS = frozenset({"and", "or", "unless", "offset", "bool", "inf", "nan", "atan2"})
+#: Aggregation operators, which may stand before ``by (...)`` instead of their parenthesis.
+_AGGREGATIONS = frozenset(
+    {
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
+    }
+)
+
+
+#: The mark's delimiter: one character (jsonnet's std.split takes no longer one) that PromQL
+#: and Grafana's queries never use.
+MARK = "\u00a7"
+
+
+def mark(kind: str, form: str) -> str:
+    """The placeholder deploy/mixin/mixin.libsonnet replaces (never valid PromQL by itself)."""
+    return f"{MARK}{kind}:{form}{MARK}"
+
+
+def _string_end(text: str, start: int) -> int:
+    quote = text[start]
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\" and quote != "`":
+            i += 2
+            continue
+        if text[i] == quote:
+            return i + 1
+        i += 1
+    raise ValueError(f"unterminated string at {start}: {text!r}")
+
+
+def _closing(text: str, start: int, opening: str, closing: str) -> int:
+    """Index just past the bracket matching text[start], skipping strings."""
+    depth = 0
+    i = start
+    while i < len(text):
+        c = text[i]
+        if c in "\"'`":
+            i = _string_end(text, i)
+            continue
+        if c == opening:
+            depth += 1
+        elif c == closing:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError(f"unbalanced {opening!r} at {start}: {text!r}")
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _has_top_level_comma(args: str) -> bool:
+    depth = 0
+    i = 0
+    while i < len(args):
+        c = args[i]
+        if c in "\"'`":
+            i = _string_end(args, i)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            return True
+        i += 1
+    return False
+
+
+def series_kind(names: list[str], recorded: frozenset[str]) -> str | None:
+    """Which selector a series takes: "specmon", "engine", or None (recorded or unscraped)."""
+    if any(n in recorded or n in UNSCRAPED for n in names):
+        return None
+    if all(n.startswith("specmon_") for n in names):
+        return "specmon"
+    return "engine"
+
+
+class Selector(NamedTuple):
+    """One vector selector: its metric name ("" for a bare {__name__=...}), the text between
+    its braces (None without braces), and the selector kind it takes (None: none)."""
+
+    name: str
+    matchers: str | None
+    kind: str | None
+
+
+def _scan(expr: str, recorded: frozenset[str]) -> tuple[str, list[Selector]]:
+    """The expression with a mark at every selector of a scraped series, and its selectors."""
+    out: list[str] = []
+    found: list[Selector] = []
+    #: Per open parenthesis: True when it is label_values(metric, label), whose later
+    #: arguments are label names.
+    parens: list[bool] = []
+    label_position = False
+    pending_label_values = False
+    i, n = 0, len(expr)
+
+    def braces(name: str, at: int) -> int:
+        end = _closing(expr, at, "{", "}")
+        inner = expr[at + 1 : end - 1]
+        if name:
+            kind = series_kind([name], recorded)
+        else:
+            names = [
+                alt
+                for m in _NAME_MATCHER.finditer(inner)
+                for alt in (m.group(1) if m.group(1) is not None else m.group(2)).split("|")
+            ]
+            kind = series_kind(names, recorded) if names else None
+        found.append(Selector(name, inner, kind))
+        if kind is None:
+            out.append(expr[at:end])
+        elif inner.strip() == "" or inner.rstrip().endswith(","):
+            out.append("{" + inner + mark(kind, "inside") + "}")
+        else:
+            out.append("{" + inner + mark(kind, "append") + "}")
+        return end
+
+    while i < n:
+        c = expr[i]
+        if c in "\"'`":
+            j = _string_end(expr, i)
+            out.append(expr[i:j])
+            i = j
+        elif c == "#":
+            j = expr.find("\n", i)
+            j = n if j < 0 else j
+            out.append(expr[i:j])
+            i = j
+        elif c == "[":
+            j = _closing(expr, i, "[", "]")
+            out.append(expr[i:j])
+            i = j
+        elif c == "$":
+            # A Grafana variable: $name, ${name} or ${name:format}.
+            if expr.startswith("${", i):
+                j = expr.index("}", i) + 1
+            else:
+                match = re.compile(r"\$[A-Za-z0-9_]*").match(expr, i)
+                assert match is not None
+                j = match.end()
+            out.append(expr[i:j])
+            i = j
+        elif c == "{":
+            i = braces("", i)
+        elif c == "(":
+            parens.append(pending_label_values)
+            pending_label_values = False
+            out.append(c)
+            i += 1
+        elif c == ")":
+            if parens and parens.pop():
+                label_position = False
+            out.append(c)
+            i += 1
+        elif c == ",":
+            if parens and parens[-1]:
+                label_position = True
+            out.append(c)
+            i += 1
+        elif c.isdigit() or (c == "." and i + 1 < n and expr[i + 1].isdigit()):
+            match = re.compile(r"[0-9A-Za-z_.]+").match(expr, i)
+            assert match is not None
+            out.append(match.group())
+            i = match.end()
+        elif (match := _IDENT.match(expr, i)) is not None:
+            word = match.group()
+            j = match.end()
+            after = _skip_space(expr, j)
+            nxt = expr[after] if after < n else ""
+            if word in _LABEL_LISTS:
+                end = _closing(expr, after, "(", ")") if nxt == "(" else j
+                out.append(expr[i:end])
+                i = end
+            elif word in _KEYWORDS or word in _AGGREGATIONS or label_position:
+                out.append(word)
+                i = j
+            elif nxt == "(":
+                if word == "label_values":
+                    args = expr[after + 1 : _closing(expr, after, "(", ")") - 1]
+                    if not _has_top_level_comma(args):
+                        # label_values(label): a label name only, no series.
+                        end = _closing(expr, after, "(", ")")
+                        out.append(expr[i:end])
+                        i = end
+                        continue
+                    pending_label_values = True
+                out.append(word)
+                i = j
+            elif nxt == "{":
+                out.append(expr[i:after])
+                i = braces(word, after)
+            else:
+                kind = series_kind([word], recorded)
+                found.append(Selector(word, None, kind))
+                out.append(word if kind is None else word + mark(kind, "braces"))
+                i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), found
+
+
+def mark_selectors(expr: str, recorded: frozenset[str]) -> str:
+    """``expr`` with a mark at every selector of a scraped series (module docstring)."""
+    if MARK in expr:
+        raise ValueError(f"an expression holds the mark delimiter {MARK!r}: {expr!r}")
+    return _scan(expr, recorded)[0]
+
+
+def selectors(expr: str, recorded: frozenset[str]) -> list[Selector]:
+    """Every vector selector of ``expr``, with the selector kind it takes."""
+    return _scan(expr, recorded)[1]
+
+
+def recorded_series() -> frozenset[str]:
+    """Every ``record:`` of the rules files."""
+    return frozenset(
+        rule["record"]
+        for source in sorted(PROM_DIR.glob("*.rules.yml"))
+        for group in yaml.safe_load(source.read_text(encoding="utf-8"))["groups"]
+        for rule in group["rules"]
+        if "record" in rule
+    )
+
+
+def dashboard_queries(node: Any) -> Iterator[tuple[dict[str, Any], str]]:
+    """(owner, key) of every PromQL string in a dashboard: targets' and annotations' ``expr``,
+    query variables' ``query`` and ``definition``."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "expr" and isinstance(value, str):
+                yield node, key
+            elif (
+                key in ("query", "definition")
+                and node.get("type") == "query"
+                and isinstance(value, str)
+            ):
+                yield node, key
+            elif key == "query" and node.get("type") == "query" and isinstance(value, dict):
+                if isinstance(value.get("query"), str):
+                    yield value, "query"
+            else:
+                yield from dashboard_queries(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from dashboard_queries(item)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def mixin_rules(source: Path) -> str:
+    rules = yaml.safe_load(source.read_text(encoding="utf-8"))
+    recorded = recorded_series()
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule["expr"] = mark_selectors(rule["expr"], recorded)
+    return _json(rules)
+
+
+def mixin_dashboard(source: Path) -> str:
+    dashboard = json.loads(source.read_text(encoding="utf-8"))
+    recorded = recorded_series()
+    for owner, key in list(dashboard_queries(dashboard)):
+        owner[key] = mark_selectors(owner[key], recorded)
+    return _json(dashboard)
+
+
+def _has_alerts(source: Path) -> bool:
+    groups = yaml.safe_load(source.read_text(encoding="utf-8"))["groups"]
+    return any("alert" in rule for group in groups for rule in group["rules"])
+
+
+def mixin_sources() -> str:
+    """deploy/mixin/generated/sources.libsonnet: the rules files split as monitoring mixins
+    split them (a file with any alert goes to prometheusAlerts, whole, so that the recording
+    rules its alerts read stay in their group), and the dashboards by file name."""
+    lines = [
+        "// GENERATED by deploy/generate.py: do not edit. Run `python deploy/generate.py`.",
+        "{",
+    ]
+    for field, alerts in (("alerts", True), ("rules", False)):
+        files = [s for s in sorted(PROM_DIR.glob("*.rules.yml")) if _has_alerts(s) == alerts]
+        imports = " + ".join(f"(import '{s.name.removesuffix('.yml')}.json').groups" for s in files)
+        lines.append(f"  {field}: {{ groups: {imports or '[]'} }},")
+    lines.append("  dashboards: {")
+    for source in sorted(GRAFANA_DASHBOARDS.glob("*.json")):
+        lines.append(f"    '{source.name}': import 'dashboards/{source.name}',")
+    lines += ["  },", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- kustomize
+
+#: Labels on every object the base ships.
+_BASE_LABELS = {"app.kubernetes.io/name": "specmon"}
+#: The label kube-prometheus-stack's Grafana sidecar looks for (its default label and value).
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+
+
+def dashboard_configmap_name(source: Path) -> str:
+    stem = source.name.removesuffix(".json")
+    return f"{stem}-dashboard" if stem.startswith("specmon") else f"specmon-{stem}-dashboard"
+
+
+def rules_kustomization() -> str:
+    sources = sorted(PROM_DIR.glob("*.rules.yml"))
+    data = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [s.name.removesuffix(".rules.yml") + ".prometheusrule.yaml" for s in sources],
+    }
+    header = (
+        "# GENERATED by deploy/generate.py from deploy/prometheus/*.rules.yml: do not edit.\n"
+        "# One PrometheusRule per rules file. Run `python deploy/generate.py` after adding one.\n"
+    )
+    return header + _dump(data)
+
+
+def dashboards_kustomization() -> str:
+    sources = sorted(GRAFANA_DASHBOARDS.glob("*.json"))
+    data = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "configMapGenerator": [
+            {
+                "name": dashboard_configmap_name(s),
+                "files": [s.name],
+                "options": {
+                    # A fixed name: a hashed one would leave the old ConfigMap, and so a
+                    # second copy of the dashboard in Grafana, after every change.
+                    "disableNameSuffixHash": True,
+                    "labels": {
+                        **_BASE_LABELS,
+                        "app.kubernetes.io/component": "dashboards",
+                        **DASHBOARD_LABEL,
+                    },
+                },
+            }
+            for s in sources
+        ],
+    }
+    header = (
+        "# GENERATED by deploy/generate.py from grafana/dashboards/*.json: do not edit.\n"
+        "# One ConfigMap per dashboard, labelled for Grafana's dashboard sidecar\n"
+        "# (kube-prometheus-stack's default label); the JSON files here are copies, since\n"
+        "# kustomize reads no file outside this directory. Run `python deploy/generate.py`.\n"
+    )
+    return header + _dump(data)
+
+
+def _copy(source: Path) -> str:
+    return source.read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- all of them
+
+
 def generated_files() -> dict[Path, Callable[[], str]]:
     """Every derived file and how to render it."""
     files: dict[Path, Callable[[], str]] = {}
     for source in sorted(PROM_DIR.glob("*.rules.yml")):
-        target = K8S_RULES_DIR / (source.name.removesuffix(".rules.yml") + ".prometheusrule.yaml")
-        files[target] = functools.partial(prometheus_rule, source)
+        stem = source.name.removesuffix(".rules.yml")
+        files[K8S_RULES_DIR / f"{stem}.prometheusrule.yaml"] = functools.partial(
+            prometheus_rule, source
+        )
+        files[MIXIN_GENERATED / f"{stem}.rules.json"] = functools.partial(mixin_rules, source)
+    files[K8S_RULES_DIR / "kustomization.yaml"] = rules_kustomization
+    for source in sorted(GRAFANA_DASHBOARDS.glob("*.json")):
+        files[K8S_DASHBOARDS_DIR / source.name] = functools.partial(_copy, source)
+        files[MIXIN_GENERATED / "dashboards" / source.name] = functools.partial(
+            mixin_dashboard, source
+        )
+    files[K8S_DASHBOARDS_DIR / "kustomization.yaml"] = dashboards_kustomization
+    files[MIXIN_GENERATED / "sources.libsonnet"] = mixin_sources
     alertmanager = PROM_DIR / "alertmanager.example.yml"
     files[COMPOSE_DIR / "alertmanager.yml"] = lambda: compose_alertmanager(alertmanager)
     files[COMPOSE_DIR / "grafana-datasource.yml"] = lambda: compose_datasource(GRAFANA_DATASOURCE)
     return files
 
 
+def _generated_dirs() -> list[Path]:
+    """Directories that hold only generated files: anything else there is a leftover."""
+    return [K8S_RULES_DIR, K8S_DASHBOARDS_DIR, MIXIN_GENERATED, MIXIN_GENERATED / "dashboards"]
+
+
+def _leftovers(files: dict[Path, Callable[[], str]]) -> list[Path]:
+    return [
+        path
+        for directory in _generated_dirs()
+        if directory.is_dir()
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path not in files
+    ]
+
+
 def stale_files() -> list[str]:
-    """Derived files that differ from what would be generated, and leftovers of removed rules."""
+    """Derived files that differ from what would be generated, and leftovers of removed sources."""
     files = generated_files()
     stale = []
     for path, render in files.items():
         if not path.exists() or path.read_text(encoding="utf-8") != render():
             stale.append(path.relative_to(REPO).as_posix())
-    for path in sorted(K8S_RULES_DIR.glob("*.prometheusrule.yaml")):
-        if path not in files:
-            stale.append(path.relative_to(REPO).as_posix() + " (its rules file is gone)")
+    for path in _leftovers(files):
+        stale.append(path.relative_to(REPO).as_posix() + " (its source is gone)")
     return stale
 
 
@@ -155,13 +596,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     files = generated_files()
-    K8S_RULES_DIR.mkdir(parents=True, exist_ok=True)
-    for path in sorted(K8S_RULES_DIR.glob("*.prometheusrule.yaml")):
-        if path not in files:
-            path.unlink()
+    for path in _leftovers(files):
+        path.unlink()
+        print(f"removed {path.relative_to(REPO).as_posix()}")
     for path, render in files.items():
         text = render()
         if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             print(f"wrote {path.relative_to(REPO).as_posix()}")
     return 0
