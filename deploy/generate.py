@@ -399,24 +399,18 @@ def recorded_series() -> frozenset[str]:
     )
 
 
-def dashboard_queries(node: Any) -> Iterator[tuple[dict[str, Any], str]]:
+def dashboard_queries(node: Any, variable: bool = False) -> Iterator[tuple[dict[str, Any], str]]:
     """(owner, key) of every PromQL string in a dashboard: targets' and annotations' ``expr``,
-    query variables' ``query`` and ``definition``."""
+    query variables' ``query`` (a string, or an object holding one) and ``definition``."""
     if isinstance(node, dict):
+        variable = variable or node.get("type") == "query"
         for key, value in node.items():
-            if key == "expr" and isinstance(value, str):
-                yield node, key
-            elif (
-                key in ("query", "definition")
-                and node.get("type") == "query"
-                and isinstance(value, str)
+            if isinstance(value, str) and (
+                key == "expr" or (variable and key in ("query", "definition"))
             ):
                 yield node, key
-            elif key == "query" and node.get("type") == "query" and isinstance(value, dict):
-                if isinstance(value.get("query"), str):
-                    yield value, "query"
             else:
-                yield from dashboard_queries(value)
+                yield from dashboard_queries(value, variable and key == "query")
     elif isinstance(node, list):
         for item in node:
             yield from dashboard_queries(item)

@@ -82,7 +82,7 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
         "tests/deploy/conftest.py",
         "specmon/__pycache__/arithmetic.cpython-311.pyc",
         ".tmp/deploy-tools/x",
-        "deploy/kubernetes/standalone/deployment.yaml",
+        "deploy/kubernetes/overlays/standalone/deployment.yaml",
         "bench/run.py",
     ):
         assert ignored(path), path

