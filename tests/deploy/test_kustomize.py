@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from specmon.daemon.config import parse_config
 from tests.deploy import tools
 
 REPO = tools.REPO
@@ -235,6 +236,10 @@ def test_the_example_overlay_applies_the_documented_patches() -> None:
     assert web["basic_auth_users"] != shipped_web["basic_auth_users"]
     web.pop("basic_auth_users"), shipped_web.pop("basic_auth_users")
     assert web == shipped_web, "the patch keeps the shipped TLS and header settings"
+    # 6: the config file beside the kustomization replaces the shipped example's.
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "specmon"]
+    assert config["data"] == {"specmon.yml": (EXAMPLE / "specmon.yml").read_text()}
+    parse_config(config["data"]["specmon.yml"], source="example")
     # The dashboards and rules themselves are untouched.
     for kind in ("PrometheusRule",):
         assert [d["spec"] for d in docs if d["kind"] == kind] == [
@@ -320,14 +325,15 @@ def test_mixin_selectors_reach_every_series_selector() -> None:
     dashboard query carries its matcher; nothing else changes."""
     gen = _generator()
     recorded = gen.recorded_series()
-    shipped = dict(_expressions(_default()))
     selected = evaluate({"specmonSelector": SPECMON, "engineSelector": ENGINE})
     expressions = _expressions(selected)
-    assert len(expressions) == len(_expressions(_default())) > 150
+    shipped = _expressions(_default())
+    assert [where for where, _ in expressions] == [where for where, _ in shipped]
+    assert len(expressions) > 150
     counts = {"specmon": 0, "engine": 0}
-    for where, expr in expressions:
+    for (where, expr), (_, original) in zip(expressions, shipped, strict=True):
         found = gen.selectors(expr, recorded)
-        assert len(found) == len(gen.selectors(shipped[where], recorded)), where
+        assert len(found) == len(gen.selectors(original, recorded)), where
         for selector in found:
             if selector.kind is None:
                 continue
@@ -341,7 +347,7 @@ def test_mixin_selectors_reach_every_series_selector() -> None:
             .replace("," + ENGINE, "")
             .replace("{" + ENGINE + "}", "")
         )
-        assert stripped == shipped[where], where
+        assert stripped == original, where
     assert counts["specmon"] > 150 and counts["engine"] >= 40
     # The dashboards' data source variable is left alone, and so is everything but queries.
     assert selected["dashboards"].keys() == _default()["dashboards"].keys()
