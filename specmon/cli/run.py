@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import glob
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -94,7 +96,32 @@ def _run(args: argparse.Namespace) -> int:
         web_options=web_cli.web_options(args),  # security: specmon/web
         shard=shard,
     )
-    return asyncio.run(daemon.serve())
+    return _serve(daemon)
+
+
+def _serve(daemon: Daemon) -> int:
+    """Run the daemon to its end. Like :func:`asyncio.run`, except that the tasks a stop
+    abandoned at its deadline are not waited for again: the process exits at once, with the
+    status serve() returned (1), its log line naming what hung already written."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    code = loop.run_until_complete(daemon.serve())
+    if daemon.abandoned:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    try:
+        leftover = asyncio.all_tasks(loop)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            loop.run_until_complete(asyncio.wait(leftover, timeout=daemon.stop_deadline))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    return code
 
 
 def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:

@@ -7,6 +7,7 @@ import contextlib
 import platform
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,12 @@ class _OwnMetrics:
         )
 
 
+#: Seconds a stop waits for the daemon's tasks and servers before it abandons what is left
+#: and the process exits with status 1: under the 15 s most deployments allow between SIGTERM
+#: and SIGKILL, so the line naming what hung is always written.
+STOP_DEADLINE = 10.0
+
+
 class Daemon:
     def __init__(
         self,
@@ -111,6 +118,7 @@ class Daemon:
         config_path: Path | None,
         listen: str = ":10920",
         shutdown_timeout: float = 3.0,
+        stop_deadline: float = STOP_DEADLINE,
         web_options: WebOptions | None = None,  # security: --web.* flags (specmon/web)
         shard: Shard | None = None,  # fleet: --shard I/N (specmon/sharding.py)
         gc_schedule: CollectorSchedule | None = None,  # the cycle collector's runs (malloc.py)
@@ -118,6 +126,9 @@ class Daemon:
         self.config_path = config_path
         self.listen = listen
         self.shutdown_timeout = shutdown_timeout
+        self.stop_deadline = stop_deadline
+        #: What the last stop abandoned (see :meth:`stop`).
+        self.abandoned: list[str] = []
         self.log = get_logger()
         #: None: CPython's own schedule (tests in-process); ``specmon run`` passes one.
         self.gc_schedule = gc_schedule
@@ -547,24 +558,50 @@ class Daemon:
     async def wait(self) -> None:
         await self._stopping.wait()
 
-    async def stop(self) -> None:
+    async def stop(self) -> list[str]:
+        """Cancel every task, close the client session and the HTTP server, within
+        ``stop_deadline`` seconds in all. Returns what did not end by then (task names, or
+        the step that hung), logged as ``specmon_stop_abandoned``; empty on a clean stop."""
         self._shutting_down = True
         self.log.info("specmon_stopping")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_deadline
         tasks = [r.task for r in self._running.values()] + self.fleet.tasks()
         for task in (self._file_sd_task, self._collector_task, self._watch_task):
             if task is not None:
                 tasks.append(task)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        hung: list[str] = []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.stop_deadline)
+            hung.extend(sorted(task.get_name() for task in pending))
         if self.loop_watch is not None:
             self.loop_watch.uninstall()  # its task may have been cancelled before it ran
-        if self._session is not None:
-            await self._session.close()
-        await self.web.close()  # security: stop listening before the runner closes connections
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self.log.info("specmon_stopped")
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        session, runner = self._session, self._runner
+        if session is not None:
+            steps.append(("client session", session.close))
+        steps.append(("listener", self.web.close))  # stop listening before closing connections
+        if runner is not None:
+            steps.append(("http server", runner.cleanup))
+        for name, step in steps:
+            try:
+                async with asyncio.timeout_at(max(deadline, loop.time() + 0.5)):
+                    await step()
+            except TimeoutError:
+                hung.append(name)
+        self.abandoned = hung
+        if hung:
+            self.log.error(
+                "specmon_stop_abandoned",
+                hung=hung,
+                deadline_s=self.stop_deadline,
+                effect="left to the operating system; exiting with status 1",
+            )
+        else:
+            self.log.info("specmon_stopped")
+        return hung
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit status."""
@@ -586,8 +623,8 @@ class Daemon:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-            await self.stop()
-        return 0
+            hung = await self.stop()
+        return 1 if hung else 0
 
 
 def _int_param(raw: str | None, default: int, low: int, high: int) -> int:

@@ -782,16 +782,22 @@ class PrometheusSource:
         at = time.time() if at is None else at
         started = time.perf_counter()
         try:
-            return await self._read(at, started)
+            result = await self._read(at, started)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must cost one read, never the daemon
+            _raise_if_cancelling()
             return ReadResult(
                 status=ReadStatus.INTERNAL_ERROR,
                 at=at,
                 message=f"internal error: {type(exc).__name__}: {_clean(exc, 200)}",
                 duration_seconds=time.perf_counter() - started,
             )
+        # A cancellation that arrived while a query failed is reported by the task group as
+        # that failure, not raised: the read must not come back as if it had merely failed,
+        # or the source's loop would go on reading after a stop.
+        _raise_if_cancelling()
+        return result
 
     async def _read(self, at: float, started: float) -> ReadResult:
         config = self.config
@@ -1038,6 +1044,14 @@ class PrometheusSource:
                     ReadStatus.DOWN,
                     f"{type(exc).__name__} talking to {self.display_url}: {_clean(exc, 160)}",
                 ) from None
+
+
+def _raise_if_cancelling() -> None:
+    """Raise CancelledError when the current task has a cancellation pending: cancellation
+    always wins over a failure that happened at the same time."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _severity(failure: BaseException) -> int:
