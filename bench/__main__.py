@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def main(argv: list[str]) -> int:
         from bench import cost
 
         return cost.main(argv[1:])
+    if which == "promhostile":
+        from bench import promhostile
+
+        return promhostile.main(argv[1:])
     if which == "shutdown":
         from bench import shutdown
 
@@ -50,7 +54,7 @@ def main(argv: list[str]) -> int:
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory or shutdown",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory, shutdown or promhostile",
         file=sys.stderr,
     )
     return 2

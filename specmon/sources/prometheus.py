@@ -77,12 +77,15 @@ from specmon.sources.prometheus_config import (
 
 __all__ = [
     "FRESHNESS_LABEL",
+    "IN_FLIGHT",
+    "InFlight",
     "InstanceRead",
     "PrometheusSource",
     "QueryStrategy",
     "ReadResult",
     "ReadStatus",
     "build_instances",
+    "check_shape",
     "freshness_names",
     "freshness_query",
     "instance_name",
@@ -101,6 +104,9 @@ MAX_NAME_CHARS = 200
 #: scraping one endpoint, unmerged HA replicas, instance_labels too coarse).
 IDENTITY_LABELS = ("model_name", "engine", "position", "dp_rank", "tp_rank", "engine_type")
 _MAX_ERRORS_KEPT = 5
+#: A sample time further ahead of the read's evaluation time than this is refused (the
+#: instance's series are bad): Prometheus stamps samples with its own clock at scrape time.
+MAX_CLOCK_AHEAD = 300.0
 _MAX_WARNINGS_KEPT = 10
 _ERROR_BODY_BYTES = 2**20
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -337,6 +343,20 @@ def _clean(text: object, limit: int = 300) -> str:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"JSON constant {name} is not allowed")
+
+
+def check_shape(body: bytes, *, max_series: int) -> None:
+    """Bound what decoding ``body`` can build, before decoding it: a vector answer holds about
+    two objects and one array a series, so more than ``max_series`` times that is refused as
+    ``too_large`` (a few C-speed scans; 60 MB of ``{}`` decoded would take gigabytes and hold
+    the event loop for seconds). Deep nesting is refused by the decoder itself."""
+    limit = 3 * max_series + 64
+    if body.count(b"{") + body.count(b"[") > limit:
+        raise _Failure(
+            ReadStatus.TOO_LARGE,
+            f"the answer holds more JSON objects and arrays than max_series ({max_series}) "
+            "series could; narrow the selector or raise max_series",
+        )
 
 
 def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
@@ -619,7 +639,13 @@ def _sample(name: str, labels: dict[str, str], value: object) -> Sample | str:
     if not isinstance(value, list) or len(value) != 2:
         return '"value" is not a [time, "number"] pair'
     stamp, raw = value
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float):
+        return "the sample time is not a finite number"
+    try:
+        finite = math.isfinite(stamp)  # an integer of hundreds of digits does not fit a float
+    except OverflowError:
+        finite = False
+    if not finite:
         return "the sample time is not a finite number"
     if not isinstance(raw, str) or len(raw) > MAX_VALUE_CHARS:
         return "the value is not a number string"
@@ -680,6 +706,12 @@ def _instance(
     newest, oldest = stamps if stamps is not None else (None, None)
     stale = oldest is None or newest is None or at - oldest > config.stale_after
     error = group.message()
+    if error is None and newest is not None and newest > at + MAX_CLOCK_AHEAD:
+        # Its windows would wait for time to catch up with it: years, silently.
+        error = (
+            f"its newest sample is {newest - at:.0f} s ahead of the read's time "
+            f"(more than {MAX_CLOCK_AHEAD:.0f} s): a clock or the data is wrong"
+        )
     page: Page | None = None
     if error is None:
         page = Page(samples=group.samples, valid_lines=group.series)
@@ -707,10 +739,41 @@ def _instance(
 # --------------------------------------------------------------------------- the client
 
 
+class InFlight:
+    """The response bytes every Prometheus read of the process holds at once (bodies being
+    received or not yet decoded): sources that each answer up to their cap must not add up.
+    A read that would take the total past ``limit`` (or past its own cap, when that is
+    larger) fails at once as ``too_large``, letting its bytes go, rather than wait."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int, *, cap: int) -> bool:
+        if self.held + size > max(self.limit, cap):
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
+#: Response bytes in flight for the whole process: two full answers at the default cap.
+IN_FLIGHT = InFlight(128 * 2**20)
+
+
 @dataclass
 class _Budget:
     remaining: int
     used: int = 0
+    shared: InFlight = IN_FLIGHT
+    #: Bytes this read took from ``shared`` (given back once its answers are decoded).
+    held: int = 0
+
+    def release(self) -> None:
+        self.shared.give(self.held)
+        self.held = 0
 
 
 @dataclass
@@ -733,9 +796,11 @@ class PrometheusSource:
         session: aiohttp.ClientSession | None = None,
         strategy: QueryStrategy = DEFAULT_STRATEGY,
         concurrency: int = 4,
+        in_flight: InFlight = IN_FLIGHT,
     ) -> None:
         self.config = config
         self.strategy = strategy
+        self._in_flight = in_flight
         self._session = session
         self._own_session = session is None
         #: Why the TLS files cannot be used now (they were valid when the config was loaded).
@@ -818,7 +883,16 @@ class PrometheusSource:
                 + (f" ({exc.filename})" if exc.filename else ""),
                 duration_seconds=time.perf_counter() - started,
             )
-        budget = _Budget(config.max_response_bytes)
+        budget = _Budget(config.max_response_bytes, shared=self._in_flight)
+        try:
+            return await self._read_within(budget, at, started, secrets)
+        finally:
+            budget.release()
+
+    async def _read_within(
+        self, budget: _Budget, at: float, started: float, secrets: _Secrets
+    ) -> ReadResult:
+        config = self.config
         queries = self.queries
         try:
             bodies = await self._fetch_all(queries, at=at, budget=budget, secrets=secrets)
@@ -830,8 +904,11 @@ class PrometheusSource:
             # cycles; the cyclic collector would spend about 40 % of the time walking them
             # (measured at 2,000 instances). No other task runs during this synchronous block.
             with collector_paused():
+                for body in bodies:
+                    check_shape(body, max_series=config.max_series)
                 answers = [parse_answer(body) for body in bodies]
                 del bodies  # decoded: the bodies' megabytes go before the grouping
+                budget.release()
                 values, freshness = answers[:-1], answers[-1]
                 instances, problems, series = build_instances(
                     (a.result for a in values),
@@ -875,31 +952,46 @@ class PrometheusSource:
         self, queries: Sequence[str], *, at: float, budget: _Budget, secrets: _Secrets
     ) -> list[bytes]:
         """Every query's answer body, concurrently, within the read's timeout; the most
-        specific failure when any fails."""
+        specific failure when any fails.
+
+        The queries run as plain tasks awaited with :func:`asyncio.wait`, not in a task
+        group: a group reports a child's failure instead of its parent's cancellation when
+        both happen at once (and Python 3.11's leaves its own cancel request counted), and
+        a read cancelled by a stop must end as cancelled. Whatever happens, every query task
+        has ended when this returns or raises."""
         config = self.config
         deadline = asyncio.get_running_loop().time() + config.timeout
         gate = asyncio.Semaphore(self._concurrency)
+        tasks = [
+            asyncio.create_task(
+                self._query(q, at=at, deadline=deadline, budget=budget, secrets=secrets, gate=gate)
+            )
+            for q in queries
+        ]
         try:
             async with asyncio.timeout(config.timeout):
-                async with asyncio.TaskGroup() as group:
-                    tasks = [
-                        group.create_task(
-                            self._query(q, at=at, deadline=deadline, budget=budget,
-                                        secrets=secrets, gate=gate)
-                        )
-                        for q in queries
-                    ]  # fmt: skip
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         except TimeoutError:
             raise _Failure(
                 ReadStatus.TIMEOUT,
                 f"no complete answer from {self.display_url} within {config.timeout:g}s",
             ) from None
-        except BaseExceptionGroup as group_error:
-            failures = [e for e in group_error.exceptions if isinstance(e, _Failure)]
-            if failures:
-                raise min(failures, key=_severity) from None
-            raise
-        return [task.result() for task in tasks]
+        finally:
+            for task in tasks:
+                task.cancel()  # nothing for the finished ones
+            await asyncio.wait(tasks)
+        errors = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
+        if not errors:
+            return [task.result() for task in tasks]
+        failures = [e for e in errors if isinstance(e, _Failure)]
+        chosen = min(failures, key=_severity) if failures else errors[0]
+        # A failure's traceback holds its query's frame and every body received so far:
+        # nothing of this read may outlive it.
+        for error in errors:
+            error.__traceback__ = None
+        del errors, failures
+        tasks.clear()
+        raise chosen
 
     def _failed(
         self,
@@ -1096,17 +1188,31 @@ async def _read_capped(resp: aiohttp.ClientResponse, budget: _Budget, cap: int) 
             "read together)",
         )
     chunks: list[bytes] = []
+    message = None
     async for chunk in resp.content.iter_chunked(65536):
-        budget.used += len(chunk)
-        budget.remaining -= len(chunk)
+        size = len(chunk)
+        budget.used += size
+        budget.remaining -= size
         if budget.remaining < 0:
-            raise _Failure(
-                ReadStatus.TOO_LARGE,
+            message = (
                 f"the answers exceed max_response_bytes ({cap} bytes decoded, all queries of "
-                "a read together)",
+                "a read together)"
             )
+        elif not budget.shared.take(size, cap=cap):
+            message = (
+                f"the process's response bytes in flight ({budget.shared.limit} bytes, every "
+                "source together) are taken by other reads; this read gave up"
+            )
+        if message is not None:
+            # Nothing of the body may outlive the failure (its traceback holds this frame).
+            chunk = b""
+            chunks.clear()
+            raise _Failure(ReadStatus.TOO_LARGE, message)
+        budget.held += size
         chunks.append(chunk)
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    chunks.clear()
+    return body
 
 
 async def _read_error_body(resp: aiohttp.ClientResponse, budget: _Budget) -> bytes:
