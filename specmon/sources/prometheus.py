@@ -66,6 +66,7 @@ from specmon.engines import (
 )
 from specmon.exposition import Page, Problem, Sample
 from specmon.gcpause import collector_paused
+from specmon.secrets import redact
 from specmon.sources.http import open_session
 from specmon.sources.prometheus_config import (
     InstanceSettings,
@@ -331,11 +332,10 @@ class Answer:
     partial: bool = False
 
 
-def _clean(text: object, limit: int = 300) -> str:
-    """Remote text made safe to log: valid UTF-8, no control characters, truncated."""
-    value = str(text)
-    if len(value) > limit * 4:
-        value = value[: limit * 4]
+def _clean(text: object, limit: int = 300, secrets: Sequence[str] = ()) -> str:
+    """Remote text made safe to log: the secrets taken out of the whole text first (a cut
+    must never leave part of one behind), then valid UTF-8, no control characters, cut."""
+    value = redact(str(text), secrets, limit=limit * 4)
     value = value.encode("utf-8", "replace").decode("utf-8")
     value = _CONTROL.sub(" ", value).strip()
     return value if len(value) <= limit else value[:limit] + "..."
@@ -359,7 +359,7 @@ def check_shape(body: bytes, *, max_series: int) -> None:
         )
 
 
-def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
+def parse_answer(body: bytes, *, http_status: int = 200, secrets: Sequence[str] = ()) -> Answer:
     """Decode one ``/api/v1/query`` answer; raise :class:`_Failure` unless it is a
     successful vector. Error answers (any HTTP status) become QUERY_ERROR or TIMEOUT."""
     try:
@@ -370,18 +370,18 @@ def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
         ) from None
     except ValueError as exc:  # also UnicodeDecodeError and over-long integers
         if http_status != 200:
-            raise _http_failure(http_status, body) from None
+            raise _http_failure(http_status, body, secrets) from None
         raise _Failure(
-            ReadStatus.BAD_RESPONSE, f"the answer is not JSON: {_clean(exc, 120)}"
+            ReadStatus.BAD_RESPONSE, f"the answer is not JSON: {_clean(exc, 120, secrets)}"
         ) from None
     if not isinstance(doc, dict):
         if http_status != 200:
-            raise _http_failure(http_status, body)
+            raise _http_failure(http_status, body, secrets)
         raise _Failure(ReadStatus.BAD_RESPONSE, f"the answer is a JSON {type(doc).__name__}")
     status = doc.get("status")
     if status == "error":
-        error_type = _clean(doc.get("errorType", ""), 60) or None
-        error = _clean(doc.get("error", ""), 500)
+        error_type = _clean(doc.get("errorType", ""), 60, secrets) or None
+        error = _clean(doc.get("error", ""), 500, secrets)
         kind = ReadStatus.TIMEOUT if error_type == "timeout" else ReadStatus.QUERY_ERROR
         raise _Failure(
             kind,
@@ -390,10 +390,10 @@ def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
             http_status=http_status,
         )
     if http_status != 200:
-        raise _http_failure(http_status, body)
+        raise _http_failure(http_status, body, secrets)
     if status != "success":
         raise _Failure(
-            ReadStatus.BAD_RESPONSE, f'"status" is {_clean(status, 40)!r}, not "success"'
+            ReadStatus.BAD_RESPONSE, f'"status" is {_clean(status, 40, secrets)!r}, not "success"'
         )
     data = doc.get("data")
     if not isinstance(data, dict):
@@ -402,7 +402,7 @@ def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
     if result_type != "vector":
         raise _Failure(
             ReadStatus.BAD_RESPONSE,
-            f'"resultType" is {_clean(result_type, 40)!r}; an instant query must give a vector',
+            f'"resultType" is {_clean(result_type, 40, secrets)!r}; an instant query must give a vector',
         )
     result = data.get("result")
     if not isinstance(result, list):
@@ -412,7 +412,7 @@ def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
         raw_warnings = []
     if not isinstance(raw_warnings, list):
         raise _Failure(ReadStatus.BAD_RESPONSE, '"warnings" is not a list')
-    warnings = tuple(_clean(w) for w in raw_warnings[:_MAX_WARNINGS_KEPT])
+    warnings = tuple(_clean(w, 300, secrets) for w in raw_warnings[:_MAX_WARNINGS_KEPT])
     if len(raw_warnings) > _MAX_WARNINGS_KEPT:
         warnings += (f"... and {len(raw_warnings) - _MAX_WARNINGS_KEPT} more warnings",)
     partial = doc.get("isPartial") is True  # VictoriaMetrics cluster
@@ -421,8 +421,8 @@ def parse_answer(body: bytes, *, http_status: int = 200) -> Answer:
     return Answer(result=result, warnings=warnings, partial=partial or bool(warnings))
 
 
-def _http_failure(http_status: int, body: bytes) -> _Failure:
-    snippet = _clean(body[:400].decode("utf-8", "replace"), 200)
+def _http_failure(http_status: int, body: bytes, secrets: Sequence[str] = ()) -> _Failure:
+    snippet = _clean(body.decode("utf-8", "replace"), 200, secrets)
     hint = {
         401: " (check bearer_token_file or basic_auth)",
         403: " (check the credentials' permissions)",
@@ -906,7 +906,7 @@ class PrometheusSource:
             with collector_paused():
                 for body in bodies:
                     check_shape(body, max_series=config.max_series)
-                answers = [parse_answer(body) for body in bodies]
+                answers = [parse_answer(body, secrets=secrets.values) for body in bodies]
                 del bodies  # decoded: the bodies' megabytes go before the grouping
                 budget.release()
                 values, freshness = answers[:-1], answers[-1]
@@ -938,7 +938,7 @@ class PrometheusSource:
             message=(
                 "Prometheus answered with warnings; some series may be missing" if partial else None
             ),
-            warnings=tuple(_redact(w, secrets) for w in warnings),
+            warnings=tuple(redact(w, secrets.values) for w in warnings),
             problems=tuple(problems),
             usable=not partial or config.accept_partial,
             queries=len(queries),
@@ -1006,7 +1006,7 @@ class PrometheusSource:
         return ReadResult(
             status=failure.status,
             at=at,
-            message=_redact(failure.message, secrets),
+            message=redact(failure.message, secrets.values),
             error_type=failure.error_type,
             http_status=failure.http_status,
             queries=len(self.queries),
@@ -1093,19 +1093,21 @@ class PrometheusSource:
                         raise _Failure(
                             ReadStatus.HTTP_ERROR,
                             f"HTTP {resp.status}: redirected"
-                            + (f" to {_clean(shown, 120)}" if shown else "")
+                            + (f" to {_clean(shown, 120, secrets.values)}" if shown else "")
                             + "; set url to the final address",
                             http_status=resp.status,
                         )
-                    parse_answer(body, http_status=resp.status)
-                    raise _http_failure(resp.status, body)  # not reached: parse_answer raises
+                    parse_answer(body, http_status=resp.status, secrets=secrets.values)
+                    raise _http_failure(
+                        resp.status, body, secrets.values
+                    )  # not reached: parse_answer raises
             except _Failure:
                 raise
             except aiohttp.ClientConnectorCertificateError as exc:
                 raise _Failure(
                     ReadStatus.DOWN,
                     f"TLS certificate of {self.display_url} not accepted: "
-                    f"{_clean(exc.certificate_error, 160)}",
+                    f"{_clean(exc.certificate_error, 160, secrets.values)}",
                 ) from None
             except aiohttp.ClientConnectorError as exc:
                 err = exc.os_error
@@ -1123,18 +1125,19 @@ class PrometheusSource:
                 ) from None
             except aiohttp.ClientPayloadError as exc:
                 raise _Failure(
-                    ReadStatus.BAD_RESPONSE, f"broken response body: {_clean(exc, 160)}"
+                    ReadStatus.BAD_RESPONSE,
+                    f"broken response body: {_clean(exc, 160, secrets.values)}",
                 ) from None
             except aiohttp.ClientResponseError as exc:
                 raise _Failure(
                     ReadStatus.HTTP_ERROR,
-                    f"HTTP error {exc.status}: {_clean(exc.message, 120)}",
+                    f"HTTP error {exc.status}: {_clean(exc.message, 120, secrets.values)}",
                     http_status=exc.status,
                 ) from None
             except (aiohttp.ClientError, OSError) as exc:
                 raise _Failure(
                     ReadStatus.DOWN,
-                    f"{type(exc).__name__} talking to {self.display_url}: {_clean(exc, 160)}",
+                    f"{type(exc).__name__} talking to {self.display_url}: {_clean(exc, 160, secrets.values)}",
                 ) from None
 
 
@@ -1166,13 +1169,6 @@ def _read_secret_file(path: os.PathLike[str]) -> str:
     if not value:
         raise OSError(0, "the file is empty", str(path))
     return value
-
-
-def _redact(text: str, secrets: _Secrets) -> str:
-    for value in secrets.values:
-        if len(value) >= 4 and value in text:
-            text = text.replace(value, "<hidden>")
-    return text
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, budget: _Budget, cap: int) -> bytes:

@@ -218,3 +218,37 @@ def test_a_sample_time_far_ahead_is_reported_on_its_instance() -> None:
     others = [i for i in result.instances if i.name != victim]
     assert others and all(i.error is None for i in others)
     assert MAX_CLOCK_AHEAD < 3600
+
+
+def test_no_part_of_a_token_in_any_message_whatever_the_cut(tmp_path: Any) -> None:
+    """An error page and a warning that echo the bearer token at every offset around the
+    places messages are cut: the read's message and warnings never hold four characters of
+    it."""
+    token = "tok-" + "9f8e7d6c5b4a" * 3
+    (tmp_path / "token").write_text(token)
+    parts = {token[i : i + 4] for i in range(len(token) - 3)}
+    doc, query = _fleet_doc()
+
+    async def go() -> list[ReadResult]:
+        results = []
+        async with FakePrometheus(replies(FLEET)) as fake:
+            config = source_for(FLEET, fake.url, bearer_token_file=str(tmp_path / "token"))
+            async with PrometheusSource(config) as source:
+                for offset in range(150, 320, 3):
+                    body = ("e" * offset + "Bearer " + token + " rest").encode()
+                    warned = dict(doc, warnings=["w" * offset + token])
+                    fake.respond = lambda q, b=body, w=warned: (
+                        Reply(status=502, body=b, content_type="text/plain")
+                        if offset % 2
+                        else Reply(body=json.dumps(w).encode())
+                        if q == query
+                        else None
+                    )
+                    results.append(await source.read(at=FLEET["at"]))
+        return results
+
+    results = asyncio.run(go())
+    assert {r.status for r in results} == {ReadStatus.HTTP_ERROR, ReadStatus.PARTIAL}
+    for result in results:
+        shown = " ".join([result.message or "", *result.warnings])
+        assert not [p for p in parts if p in shown], shown
