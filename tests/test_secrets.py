@@ -20,7 +20,7 @@ def _leaks(text: str, secret: str) -> list[str]:
 
 
 def test_no_cut_leaves_a_prefix_of_a_secret() -> None:
-    for before in range(0, 40):
+    for before in range(40):
         text = "x" * before + "Authorization: Bearer " + SECRET + " was sent"
         for limit in range(1, len(text) + 3):
             out = redact(text, [Secret(SECRET)], limit=limit)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon import files
 from specmon.engines import Engine, PageLimits, check_engine
 from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.parsing import (
@@ -281,9 +282,12 @@ def _bearer(
             return None
         token_path = checker.base_dir / file_name
         try:
-            token = token_path.read_text(encoding="utf-8").strip()
+            token = files.read_text_capped(token_path, max_bytes=files.MAX_SECRET_BYTES).strip()
         except OSError as exc:
             checker.add(where, f"cannot read {token_path}: {exc.strerror or exc}")
+            return None
+        except UnicodeDecodeError:
+            checker.add(where, f"{token_path} is not UTF-8 text")
             return None
         if not token:
             checker.add(where, f"{token_path} is empty")
@@ -578,14 +582,14 @@ def _check_source_intervals(
 def read_text_capped(path: Path, *, max_bytes: int) -> str:
     """A UTF-8 file of at most ``max_bytes``; :class:`ConfigError` otherwise."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
+        data = files.read_capped(path, max_bytes=max_bytes)
     except OSError as exc:
-        raise ConfigError(
-            [f"cannot read the file: {exc.strerror or exc}"], source=str(path)
-        ) from None
-    if len(data) > max_bytes:
-        raise ConfigError([f"the file is larger than the {max_bytes}-byte limit"], source=str(path))
+        problem = (
+            f"the file is {exc.strerror}"
+            if files.refused(exc)
+            else f"cannot read the file: {exc.strerror or exc}"
+        )
+        raise ConfigError([problem], source=str(path)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

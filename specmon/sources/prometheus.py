@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from specmon import files
 from specmon.engines import ADAPTERS as _ADAPTERS
 from specmon.engines import (
     Engine,
@@ -1164,8 +1165,10 @@ def _severity(failure: BaseException) -> int:
 
 
 def _read_secret_file(path: os.PathLike[str]) -> str:
-    with open(path, encoding="utf-8") as handle:
-        value = handle.read(65536).strip()
+    try:
+        value = files.read_text_capped(path, max_bytes=files.MAX_SECRET_BYTES).strip()
+    except UnicodeDecodeError:
+        raise OSError(0, "the file is not UTF-8 text", str(path)) from None
     if not value:
         raise OSError(0, "the file is empty", str(path))
     return value

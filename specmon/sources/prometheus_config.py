@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon import files
 from specmon.engines import Engine, check_engine
 from specmon.parsing import (
     Checker,
@@ -97,6 +98,10 @@ MAX_INSTANCE_LABELS = 8
 MAX_OVERRIDES = 1000
 MAX_SELECTOR_CHARS = 4096
 MAX_SOURCE_NAME = 128
+
+
+#: Certificates, keys and CA bundles are a few KiB; a larger file is not one.
+MAX_TLS_FILE_BYTES = 1024 * 1024
 
 
 class SelectorError(ValueError):
@@ -431,7 +436,8 @@ class _Checker(Checker):
             return None
         file = self.base_dir / value
         try:
-            text = file.read_text(encoding="utf-8")
+            limit = files.MAX_SECRET_BYTES if secret else MAX_TLS_FILE_BYTES
+            text = files.read_text_capped(file, max_bytes=limit)
         except OSError as exc:
             self.add(path, f"cannot read {file}: {exc.strerror or exc}")
             return None

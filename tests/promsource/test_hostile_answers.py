@@ -237,9 +237,9 @@ def test_no_part_of_a_token_in_any_message_whatever_the_cut(tmp_path: Any) -> No
                 for offset in range(150, 320, 3):
                     body = ("e" * offset + "Bearer " + token + " rest").encode()
                     warned = dict(doc, warnings=["w" * offset + token])
-                    fake.respond = lambda q, b=body, w=warned: (
+                    fake.respond = lambda q, b=body, w=warned, o=offset: (
                         Reply(status=502, body=b, content_type="text/plain")
-                        if offset % 2
+                        if o % 2
                         else Reply(body=json.dumps(w).encode())
                         if q == query
                         else None
