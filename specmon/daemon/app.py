@@ -54,7 +54,7 @@ from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
 from specmon.gcpause import collector_paused
 from specmon.load import LoadWindow
-from specmon.logs import get_logger
+from specmon.logs import LIMIT, get_logger
 from specmon.parsing import format_duration, parse_listen_address
 from specmon.sharding import Shard
 from specmon.sources import ScrapeResult, Source
@@ -94,6 +94,7 @@ class _OwnMetrics:
         self.reload_time = gauge(m.RELOAD_TIME)
         self.targets = gauge(m.TARGETS)
         self.file_sd_errors = counter(m.FILE_SD_ERRORS)
+        self.log_lines_dropped = counter(m.LOG_LINES_DROPPED)
         self.loop_lag = histogram(m.LOOP_LAG, LAG_BUCKETS)
         self.gc_pause = histogram(m.GC_PAUSE, GC_BUCKETS)
         for generation in range(3):  # every generation's series from the start, at 0
@@ -143,6 +144,8 @@ class Daemon:
             with contextlib.suppress(ValueError):
                 self.registry.register(collector)
         self.metrics = _OwnMetrics(self.registry)
+        dropped = self.metrics.log_lines_dropped
+        LIMIT.on_drop = lambda event: dropped.labels(event=event).inc()
         self._export_errors_logged: set[tuple[str, str]] = set()
         #: The target half of /metrics, rendered at each target's change (issue 15).
         self.exposition = Exposition(on_error=self._export_failed)
@@ -592,6 +595,7 @@ class Daemon:
             except TimeoutError:
                 hung.append(name)
         self.abandoned = hung
+        LIMIT.flush()
         if hung:
             self.log.error(
                 "specmon_stop_abandoned",
