@@ -235,8 +235,13 @@ class CounterHistory:
                         "did not: a broken page, not a restart",
                         partial_decrease=True,
                     )
-                reset = True  # persistent: only a restart explains it
-            if reset:
+                # Persistent: the engine restarted or changed what it counts. The drafts
+                # counter did not go down, so these are not counters that started again from
+                # zero and their values are no increase: the reading becomes the new
+                # baseline, with nothing added.
+                reset = True
+                increase = (0,) * size
+            elif reset:
                 increase = new_p
             else:
                 increase = tuple(

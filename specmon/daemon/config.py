@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -191,6 +192,20 @@ def _nonempty_str(value: Any) -> str:
     if len(value) > MAX_LABEL_VALUE:
         raise ValueError(f"{len(value)} characters; the limit is {MAX_LABEL_VALUE}")
     return value
+
+
+def check_name(value: Any) -> str:
+    """A target's name: a non-empty string without control or invisible formatting characters
+    (a newline or NUL would split or end a log line, a bidi override would show another name
+    on the status page than the one in the config)."""
+    name = _nonempty_str(value)
+    bad = next((ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf")), None)
+    if bad is not None:
+        raise ValueError(
+            f"contains the control or formatting character U+{ord(bad):04X}; names must be "
+            "plain text"
+        )
+    return name
 
 
 def check_url(value: Any) -> str:
@@ -401,7 +416,7 @@ def _check_target(
     for required in ("name", "url"):
         if required not in data:
             checker.add(_join(path, required), "is required")
-    name = checker.get(data, "name", path, _nonempty_str, "")
+    name = checker.get(data, "name", path, check_name, "")
     url = checker.get(data, "url", path, check_url, "")
     interval = checker.get(data, "scrape_interval", path, parse_duration, glob.scrape_interval)
     timeout = checker.get(

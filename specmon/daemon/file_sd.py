@@ -24,6 +24,7 @@ from specmon.daemon.config import (
     PathChecker,
     TargetConfig,
     check_labels,
+    check_name,
     check_url,
     read_text_capped,
 )
@@ -106,6 +107,11 @@ def load_file_sd(
             name = special.get("__specmon_name__", host)
             if len(hosts) > 1 and "__specmon_name__" in special:
                 name = f"{name}-{host}"
+            try:
+                check_name(name)
+            except ValueError as exc:
+                checker.add(join_path(gpath, "labels.__specmon_name__"), f"name {exc}")
+                continue
             get = checker.get
             targets.append(
                 TargetConfig(

@@ -139,7 +139,7 @@ def load_figures(
         concurrency, step_seconds, tpot, mean_draft, name,
         bucket=comparison.bucket.label,
         realized_speedup=comparison.realized_speedup,
-        measured_draft_cost=comparison.draft_cost,
+        measured_draft_cost=_exported_cost(comparison.draft_cost),
         measured_breakeven_alpha=report.breakeven_alpha if report else None,
         measured_alpha_margin=report.alpha_margin if report else None,
         crossover=crossing,
@@ -203,8 +203,15 @@ def _bucket(verdict: BucketVerdict, survival: list[float]) -> BucketFigures:
         high=verdict.bucket.high,
         concurrency=c.concurrency if c is not None else None,
         realized_speedup=c.realized_speedup if c is not None else None,
-        draft_cost=c.draft_cost if c is not None else None,
+        draft_cost=_exported_cost(c.draft_cost) if c is not None else None,
         best_chain_length=best_k,
         best_speedup=best_speed,
         reason=verdict.reason,
     )
+
+
+def _exported_cost(cost: float | None) -> float | None:
+    """A measured draft cost as exported: a cost below zero (the speculative step measured
+    faster than the baseline's: noise, or servers that differ beyond the draft) is no cost,
+    and the comparison's notes say so; the figures computed from it use 0."""
+    return cost if cost is not None and cost >= 0 else None

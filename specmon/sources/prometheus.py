@@ -48,6 +48,7 @@ import os
 import re
 import ssl
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -284,12 +285,14 @@ def freshness_query(config: PrometheusSourceConfig) -> str:
 
 
 def _escape_part(value: str) -> str:
-    if "%" not in value and "/" not in value and not _CONTROL.search(value):
+    """``%``, ``/``, control and invisible formatting characters (bidi overrides) as ``%XX``
+    of their UTF-8 bytes: a name shows as what it is, on one line."""
+    if value.isascii() and "%" not in value and "/" not in value and not _CONTROL.search(value):
         return value
     out = []
     for ch in value:
-        if ch in "%/" or ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"%{ord(ch):02X}")
+        if ch in "%/" or unicodedata.category(ch) in ("Cc", "Cf"):
+            out.append("".join(f"%{b:02X}" for b in ch.encode("utf-8")))
         else:
             out.append(ch)
     return "".join(out)
