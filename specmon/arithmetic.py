@@ -36,6 +36,7 @@ __all__ = [
     "expected_tokens",
     "implied_draft_cost",
     "measured_speedup",
+    "rounding_error",
     "speedup",
     "survival",
 ]
@@ -269,3 +270,18 @@ def draft_cost_from_overhead(overhead: float, k: float) -> float | None:
     if not 0.0 < overhead < 1.0 or k <= 0.0:
         return None
     return overhead / (k * (1.0 - overhead))
+
+
+def rounding_error(value: float | None, digits: int | None, *, integer: bool = False) -> float:
+    """Worst-case absolute error of ``value`` printed with ``digits`` significant digits
+    (half a unit of the last printed digit; 0 when ``digits`` is None).
+
+    ``integer``: the true value is a whole number (a count), so it prints exactly while it
+    has at most ``digits`` digits."""
+    if digits is None or value is None or value == 0 or not math.isfinite(value):
+        return 0.0
+    exponent = math.floor(math.log10(abs(value)))
+    unit = 10.0 ** (exponent - digits + 1)
+    if integer and unit <= 1.0:
+        return 0.0
+    return unit / 2.0

@@ -21,6 +21,7 @@ __all__ = [
     "basis",
     "detected_chain_length",
     "engine_draft_cost",
+    "figure_out_of_range",
     "has_data",
     "report_from_counters",
     "report_from_gauges",
@@ -253,6 +254,43 @@ def report_from_counters(
         best_speedup=best_speed,
         notes=tuple(notes),
     )
+
+
+#: Floats computed from valid counts may land this far outside their range.
+_EPSILON = 1e-9
+
+
+def figure_out_of_range(report: AcceptanceReport) -> str | None:
+    """The first figure of ``report`` outside what one engine page can give, or None:
+    survival and conditional acceptance in [0, 1] and survival not rising along the chain,
+    acceptance ratio and alpha in [0, 1], mean acceptance length in [1, k + 1] and the
+    speed-ups at most k + 1 (k: the longer of the chain length and the position series)."""
+    previous = 1.0
+    for pos in report.positions:
+        for name, value in (
+            ("survival", pos.survival),
+            ("conditional acceptance", pos.conditional),
+        ):
+            if value is not None and not -_EPSILON <= value <= 1.0 + _EPSILON:
+                return f"{name} {value:.4g} at position {pos.position}, outside [0, 1]"
+        if pos.survival is not None:
+            if pos.survival > previous + _EPSILON:
+                return f"survival rises to {pos.survival:.4g} at position {pos.position}"
+            previous = pos.survival
+    for name, ratio in (("draft acceptance ratio", report.draft_acceptance_ratio),
+                        ("alpha", report.alpha)):  # fmt: skip
+        if ratio is not None and not -_EPSILON <= ratio <= 1.0 + _EPSILON:
+            return f"{name} {ratio:.4g}, outside [0, 1]"
+    k = max(report.chain_length or 0, len(report.positions))
+    top = k + 1.0 if k else None
+    length = report.mean_acceptance_length
+    if length is not None and (length < 1.0 - _EPSILON or (top and length > top + _EPSILON)):
+        return f"mean acceptance length {length:.4g}, outside [1, {top or 'k + 1'}]"
+    for name, speedup in (("expected speed-up", report.expected_speedup),
+                          ("best speed-up", report.best_speedup)):  # fmt: skip
+        if speedup is not None and (speedup < 0 or (top and speedup > top + _EPSILON)):
+            return f"{name} {speedup:.4g}, above k + 1 = {top:g}" if top else f"{name} {speedup}"
+    return None
 
 
 def detected_chain_length(reading: ModelReading) -> int | None:

@@ -34,12 +34,13 @@ from specmon.report import (
     basis,
     detected_chain_length,
     engine_draft_cost,
+    figure_out_of_range,
     has_data,
     report_from_counters,
     report_from_gauges,
 )
 from specmon.sources import ScrapeResult
-from specmon.windows import CounterHistory, GaugeHistory
+from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
 
 __all__ = [
     "BaselineWindow",
@@ -282,9 +283,10 @@ class TargetState:
             events.extend(recorded)
             if refusal is not None:
                 rejected.append(refusal)
-                continue
+                if refusal.whole_model:
+                    continue
             self._record_load(model, mono)
-            view = self._model_view(model)
+            view = self._model_view(model, withheld=rejected)
             models.append(view)
             kept.append(model)
             events.extend(self._margin_events(view))
@@ -438,6 +440,11 @@ class TargetState:
             )
             if observation.partial_decrease:
                 return [], Rejection(model.model, RejectReason.PARTIAL_DECREASE, observation.reason)
+            if observation.inconsistent is not None:
+                # The reading stays (the next interval starts from it); the interval does not.
+                return [], Rejection(
+                    model.model, observation.inconsistent, observation.reason, whole_model=False
+                )
             overhead = model.gauges.draft_overhead if model.gauges is not None else None
             # 0 means the engine timed no drafter in that iteration (one-model speculation, or
             # an iteration without drafts): not a measurement, so it is not averaged in.
@@ -468,8 +475,12 @@ class TargetState:
                 rate_h.add(mono, gauges.acceptance_rate)
         return [], None
 
-    def _model_view(self, model: ModelReading) -> ModelView:
-        """Figures for one model from its history and the current settings (no recording)."""
+    def _model_view(
+        self, model: ModelReading, *, withheld: list[Rejection] | None = None
+    ) -> ModelView:
+        """Figures for one model from its history and the current settings (no recording).
+        A window whose figures the engine's rounding makes too imprecise, or that fall
+        outside their physical range, gets none; ``withheld`` collects why (once a model)."""
         if model.counters is None:
             assert model.gauges is not None
             return replace(
@@ -504,6 +515,16 @@ class TargetState:
                 if has_data(counters)
                 else None
             )
+            if report is not None:
+                why = _withheld(delta, report)
+                if why is not None:
+                    report = None
+                    if withheld is not None and not any(
+                        r.model == model.model and r.reason is why[0] for r in withheld
+                    ):
+                        withheld.append(
+                            Rejection(model.model, why[0], f"{label}: {why[1]}", whole_model=False)
+                        )
             windows.append(
                 WindowView(
                     label,
@@ -619,3 +640,19 @@ class TargetState:
 
 def _engine_name(engine: Engine | None) -> str:
     return engine.value if engine is not None else "unknown"
+
+
+def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:
+    """Why a window's figures must not be shown, or None: the engine's printed precision
+    leaves them less certain than MAX_WINDOW_ERROR, or one lies outside its physical range
+    (what no single page can give; rounding within the bound still can, near 1)."""
+    if delta.uncertainty > MAX_WINDOW_ERROR:
+        return RejectReason.IMPRECISE_WINDOW, (
+            f"the engine prints its counters rounded: {delta.drafts} drafts in the window "
+            f"leave its figures {delta.uncertainty:.1%} uncertain (more than "
+            f"{MAX_WINDOW_ERROR:.0%})"
+        )
+    problem = figure_out_of_range(report)
+    if problem is not None:
+        return RejectReason.OUT_OF_RANGE, problem
+    return None

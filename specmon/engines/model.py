@@ -168,6 +168,16 @@ class RejectReason(StrEnum):
     SERIES_LIMIT = "series_limit"
     #: Some counters went down while the drafts counter did not: not a restart, a bad page.
     PARTIAL_DECREASE = "partial_decrease"
+    #: Two pages each valid alone whose difference breaks the physics of one (accepted at
+    #: position 1 rising by 1,000 while drafts rise by 1): the interval between them is left
+    #: out of every window, the readings stay.
+    INCONSISTENT_INTERVAL = "inconsistent_interval"
+    #: A window whose figures would be less precise than 2 % because the engine prints its
+    #: counters rounded (llama.cpp past a million drafts) and the window holds too few
+    #: drafts: its figures are withheld (counted once a scrape).
+    IMPRECISE_WINDOW = "imprecise_window"
+    #: A window figure outside its physical range (a survival above 1): withheld.
+    OUT_OF_RANGE = "figure_out_of_range"
 
 
 @record

@@ -104,8 +104,18 @@ MAX_VALUE_CHARS = 64
 MAX_NAME_CHARS = 200
 #: Labels whose values tell one engine series from another within an instance. Two series
 #: of one name that agree on all of them are the same engine series seen twice (two jobs
-#: scraping one endpoint, unmerged HA replicas, instance_labels too coarse).
-IDENTITY_LABELS = ("model_name", "engine", "position", "dp_rank", "tp_rank", "engine_type")
+#: scraping one endpoint, unmerged HA replicas, instance_labels too coarse). TensorRT-LLM
+#: names its positions ``token_position``; histogram buckets differ by ``le``.
+IDENTITY_LABELS = (
+    "model_name",
+    "engine",
+    "position",
+    "token_position",
+    "le",
+    "dp_rank",
+    "tp_rank",
+    "engine_type",
+)
 _MAX_ERRORS_KEPT = 5
 #: A sample time further ahead of the read's evaluation time than this is refused (the
 #: instance's series are bad): Prometheus stamps samples with its own clock at scrape time.
