@@ -58,7 +58,6 @@ from specmon.load.compare import (
 from specmon.load.counters import MAX_ROUNDING_ERROR, LoadCounters, load_counters, rounding_error
 from specmon.load.crossover import (
     Crossover,
-    best_chain,
     crossover,
     crossover_at_acceptance,
     speedup_at_cost,
@@ -101,7 +100,6 @@ __all__ = [
     "Speeds",
     "Thresholds",
     "accumulate",
-    "best_chain",
     "compare",
     "compare_with_profile",
     "compare_with_twin",

@@ -4,7 +4,7 @@ concurrency where measured speed-ups fall through 1 (never extrapolated)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from specmon import arithmetic
 from specmon.engines.model import SpecCounters
@@ -90,8 +90,3 @@ def crossover_at_acceptance(
         if s is not None:
             points.append((n, s))
     return crossover(points)
-
-
-def best_chain(survival: Sequence[float], cost: float) -> arithmetic.BestChain:
-    """The best chain length (0 = off) at draft cost ``cost`` from per-position survival."""
-    return arithmetic.best_chain_length(survival, max(cost, 0.0))
