@@ -7,6 +7,7 @@ only has to produce them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import field
 from enum import StrEnum
 
@@ -24,6 +25,7 @@ __all__ = [
     "Rejection",
     "SpecCounters",
     "SpecGauges",
+    "add_counters",
 ]
 
 
@@ -62,6 +64,24 @@ class SpecCounters:
     def knows(self, name: str) -> bool:
         """True unless the engine publishes no counter ``name`` (drafts, draft_tokens)."""
         return name not in self.unknown
+
+
+def add_counters(parts: Iterable[SpecCounters]) -> SpecCounters:
+    """The sum of several counter increases (per-position element-wise, padded with zeros);
+    a counter rounded in any part is rounded in the sum."""
+    items = list(parts)
+    width = max((len(p.accepted_per_position) for p in items), default=0)
+    per_pos = [0] * width
+    for part in items:
+        for i, value in enumerate(part.accepted_per_position):
+            per_pos[i] += value
+    return SpecCounters(
+        drafts=sum(p.drafts for p in items),
+        draft_tokens=sum(p.draft_tokens for p in items),
+        accepted_tokens=sum(p.accepted_tokens for p in items),
+        accepted_per_position=tuple(per_pos),
+        rounded=tuple(sorted({r for p in items for r in p.rounded})),
+    )
 
 
 class GaugeScope(StrEnum):
