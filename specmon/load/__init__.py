@@ -36,6 +36,7 @@ The package, floors without circles (each module imports only those listed befor
 
 from __future__ import annotations
 
+from specmon.arithmetic import rounding_error
 from specmon.load.buckets import (
     DEFAULT_SCHEME,
     Bucket,
@@ -55,7 +56,7 @@ from specmon.load.compare import (
     measured_costs,
     twin_point,
 )
-from specmon.load.counters import MAX_ROUNDING_ERROR, LoadCounters, load_counters, rounding_error
+from specmon.load.counters import MAX_ROUNDING_ERROR, LoadCounters, load_counters
 from specmon.load.crossover import (
     Crossover,
     crossover,

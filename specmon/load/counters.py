@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from specmon.arithmetic import rounding_error
 from specmon.engines.model import Context, SpecCounters
 from specmon.records import record
 
@@ -16,20 +17,6 @@ MAX_ROUNDING_ERROR = 0.01
 # --------------------------------------------------------------------------------------------
 # One reading: engine-neutral cumulative counters
 # --------------------------------------------------------------------------------------------
-
-
-def rounding_error(value: float | None, digits: int | None, *, integer: bool = False) -> float:
-    """Worst-case absolute error of ``value`` printed with ``digits`` significant digits.
-
-    ``integer``: the true value is a whole number (a count), so it prints exactly while it
-    has at most ``digits`` digits."""
-    if digits is None or value is None or value == 0 or not math.isfinite(value):
-        return 0.0
-    exponent = math.floor(math.log10(abs(value)))
-    unit = 10.0 ** (exponent - digits + 1)
-    if integer and unit <= 1.0:
-        return 0.0
-    return unit / 2.0
 
 
 @record
