@@ -46,6 +46,10 @@ lint() {
     "$VENV/bin/mypy"  # specmon, tests, bench, grafana, deploy (pyproject.toml)
 }
 
+# pytest rewrites every test module's asserts at collection; with bytecode writing off (some
+# environments set PYTHONDONTWRITEBYTECODE) it does so on every run: 10 s of 13 to collect.
+unset PYTHONDONTWRITEBYTECODE
+
 cmd="${1:-help}"
 shift || true
 case "$cmd" in
