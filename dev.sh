@@ -40,8 +40,8 @@ ensure_venv() {
 
 lint() {
     echo "==> ruff"
-    "$VENV/bin/ruff" check specmon tests bench deploy grafana
-    "$VENV/bin/ruff" format --check specmon tests bench deploy grafana
+    "$VENV/bin/ruff" check specmon tests bench deploy grafana tools
+    "$VENV/bin/ruff" format --check specmon tests bench deploy grafana tools
     echo "==> mypy --strict"
     "$VENV/bin/mypy"  # specmon, tests, bench, grafana, deploy (pyproject.toml)
 }

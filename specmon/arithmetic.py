@@ -256,7 +256,7 @@ def draft_cost_from_overhead(overhead: float, k: float) -> float | None:
     """c = o / (k (1 - o)): the draft cost c behind a measured draft overhead o.
 
     o is the share of a speculative iteration's wall time spent drafting (TensorRT-LLM's
-    ``spec_decode_draft_overhead`` = drafter time / iteration time). In the lesson's model an
+    ``spec_decode_draft_overhead`` = drafter time / iteration time). In the cost model an
     iteration costs T (1 + k c), of which k c T is drafting, so o = k c / (1 + k c); solved
     for c. k is the number of tokens drafted per request in that iteration. The result folds
     everything in the iteration besides drafting (verification, sampling, scheduling) into

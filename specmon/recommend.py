@@ -244,7 +244,7 @@ def recommend(data: RecommendInput) -> Recommendation:
 
 def survival_of(counters: SpecCounters, chain_length: int | None = None) -> tuple[float, ...]:
     """Per-position survival from counters; without per-position data, alpha^i from the
-    effective alpha at ``chain_length`` (the lesson's independence model)."""
+    effective alpha at ``chain_length`` (the cost model's independence assumption)."""
     if counters.drafts <= 0:
         return ()
     if counters.accepted_per_position:

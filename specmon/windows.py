@@ -117,7 +117,7 @@ def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
 
 
 #: A reading is held as one row of 64-bit integers (:class:`specmon.rows.Rows`: all the
-#: readings of a history in one array, 8 bytes a number and nothing else, issue 15): the
+#: readings of a history in one array, 8 bytes a number and nothing else): the
 #: cumulative reset count, the number of position series the reading published, then the
 #: running totals (:func:`_vector`'s order). A reading's counters are at most 2**53
 #: (``engines._common.MAX_COUNT``), so a total passes this only after hundreds of restarts at

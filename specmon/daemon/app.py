@@ -147,7 +147,7 @@ class Daemon:
         dropped = self.metrics.log_lines_dropped
         LIMIT.on_drop = lambda event: dropped.labels(event=event).inc()
         self._export_errors_logged: set[tuple[str, str]] = set()
-        #: The target half of /metrics, rendered at each target's change (issue 15).
+        #: The target half of /metrics, rendered at each target's change.
         self.exposition = Exposition(on_error=self._export_failed)
         #: The status page's and the API's per-target pieces, made once per view.
         self._status = StatusCache()

@@ -1,4 +1,4 @@
-"""Targets read through Prometheus query sources (``sources:``; issue 14, docs/fleet.md).
+"""Targets read through Prometheus query sources (``sources:``, docs/fleet.md).
 
 One asyncio task per source reads it every ``interval``
 (:class:`specmon.sources.prometheus.PrometheusSource`: a few instant queries for the whole

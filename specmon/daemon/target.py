@@ -356,7 +356,7 @@ class TargetState:
         history = self._loads.get(model.model)
         if history is None:
             cfg = self.config
-            # Lean rows while nothing compares this target (issue 15's memory); a reload
+            # Lean rows while nothing compares this target (to save memory); a reload
             # that gives it a baseline, or a target that takes it as its twin, makes the
             # history whole at its first window (specmon.load.LoadHistory).
             history = self._loads[model.model] = LoadHistory(

@@ -135,7 +135,7 @@ class QueryStrategy(StrEnum):
     PER_NAME = "per_name"
 
 
-#: Chosen from bench/promsource.py's measurements (see bench/RESULTS.md).
+#: Chosen from bench/promsource.py's measurements (see bench/results/HISTORY.md).
 DEFAULT_STRATEGY = QueryStrategy.SINGLE
 
 
@@ -275,7 +275,7 @@ def freshness_names(engine: Engine | None = None) -> tuple[str, ...]:
     series (drafts counters, SGLang's and vLLM V0's gauges) and running-requests gauge. All
     series of one scrape share its timestamp, so these few stand for the whole page; dating
     every wanted name cost Prometheus about 5 times more at 2,000 instances
-    (bench/RESULTS.md)."""
+    (bench/results/HISTORY.md)."""
     wanted = wanted_names(engine)
     engines = (engine,) if engine is not None else tuple(_ADAPTERS)
     markers = tuple(m for e in engines for m in _ADAPTERS[e].markers)
