@@ -47,12 +47,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import specmon.daemon.target as target_module
+from specmon.config_values import parse_duration
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.render import Exposition
+from specmon.daemon.exposition import Exposition
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
 from specmon.load import LoadWindow
-from specmon.parsing import parse_duration
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL
 from specmon.sim.pages import PageKind

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from specmon import files
+from specmon.config_values import ConfigError
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
-from specmon.parsing import ConfigError
 
 
 def _in_thread(call: Any, timeout: float = 5.0) -> Any:

@@ -14,12 +14,14 @@ PACKAGE = Path(specmon.__file__).parent
 LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "specmon",
-        "specmon.exposition",
+        "specmon.parser",
         "specmon.arithmetic",
-        "specmon.parsing",
+        "specmon.config_values",
         "specmon.secrets",
         "specmon.formatting",
         "specmon.logs",
+        "specmon.files",
+        "specmon.process",
     ),
     ("specmon.engines",),
     ("specmon.windows", "specmon.report"),

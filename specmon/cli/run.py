@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
+from specmon.config_values import ConfigError, format_duration, parse_listen_address
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
-from specmon.daemon.malloc import CollectorSchedule, tune_gc, tune_malloc
-from specmon.daemon.nofile import raise_open_files_limit
 from specmon.logs import LEVELS, configure_logging, get_logger
-from specmon.parsing import ConfigError, format_duration, parse_listen_address
+from specmon.process.memory import CollectorSchedule, tune_gc, tune_malloc
+from specmon.process.nofile import raise_open_files_limit
 from specmon.sharding import Shard, parse_shard
 
 __all__ = ["add_parsers"]
@@ -85,9 +85,9 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"specmon run: --shard: {exc}\n")
         return 2
     # A socket per target kept open between scrapes: the soft limit up to the hard one, as Go
-    # programs do (specmon/daemon/nofile.py; systemd's soft default is 1,024).
+    # programs do (specmon/process/nofile.py; systemd's soft default is 1,024).
     raise_open_files_limit()
-    tune_malloc()  # freed megabyte buffers go back to the system (specmon/daemon/malloc.py)
+    tune_malloc()  # freed megabyte buffers go back to the system (specmon/process/memory.py)
     tune_gc()  # the cycle collector stays out of the scrapes (same module) ...
     daemon = Daemon(
         gc_schedule=CollectorSchedule(log=get_logger()),  # ... and runs once a minute

@@ -26,6 +26,7 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 
 from specmon import __version__
+from specmon.config_values import format_duration, parse_listen_address
 from specmon.daemon import metrics as m
 from specmon.daemon.config import (
     Config,
@@ -35,13 +36,10 @@ from specmon.daemon.config import (
     default_config,
     load_config,
 )
+from specmon.daemon.exposition import Exposition
 from specmon.daemon.file_sd import FileSD
-from specmon.daemon.fleet import Fleet, FleetCollector
-from specmon.daemon.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
-from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.nofile import files_short
-from specmon.daemon.render import Exposition
+from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import (
     MAX_PER_PAGE,
@@ -52,10 +50,11 @@ from specmon.daemon.status_page import (
 )
 from specmon.daemon.target import TargetState, TargetView
 from specmon.engines import RejectReason
-from specmon.gcpause import collector_paused
 from specmon.load import LoadWindow
 from specmon.logs import LIMIT, get_logger
-from specmon.parsing import format_duration, parse_listen_address
+from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
+from specmon.process.memory import CollectorSchedule, collector_paused
+from specmon.process.nofile import files_short
 from specmon.sharding import Shard
 from specmon.sources import ScrapeResult, Source
 from specmon.sources.http import open_session
@@ -321,7 +320,7 @@ class Daemon:
 
     def _check_open_files(self) -> None:
         """Warn (once per change) when the open-files limit is below what the targets and the
-        web server's connections may need (specmon/daemon/nofile.py)."""
+        web server's connections may need (specmon/process/nofile.py)."""
         short = files_short(
             targets=len(self._running), web_connections=self.web.options.max_connections
         )
@@ -535,7 +534,7 @@ class Daemon:
         self.bound_port = await self.web.listen(self._runner, host, port)
         if self.gc_schedule is not None:
             self._collector_task = asyncio.create_task(self.gc_schedule.run(), name="gc")
-        # The loop's lag and the collector's pauses, always measured (specmon/daemon/loopwatch.py).
+        # The loop's lag and the collector's pauses, always measured (specmon/process/loopwatch.py).
         self.loop_watch = LoopWatch(
             lag=self.metrics.loop_lag,
             gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),

@@ -20,9 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon import files
-from specmon.engines import Engine, PageLimits, check_engine
-from specmon.load import Profile, ProfileError, profile_from_json
-from specmon.parsing import (
+from specmon.config_values import (
     Checker,
     ConfigError,
     YamlLimits,
@@ -36,6 +34,8 @@ from specmon.parsing import (
     parse_duration,
     parse_size,
 )
+from specmon.engines import Engine, PageLimits, check_engine
+from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources

@@ -15,6 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specmon.config_values import (
+    YamlLimits,
+    check_chain_length,
+    check_unit_float,
+    join_path,
+    load_yaml,
+)
 from specmon.daemon.config import (
     MAX_CONFIG_BYTES,
     Config,
@@ -29,13 +36,6 @@ from specmon.daemon.config import (
     read_text_capped,
 )
 from specmon.engines import check_engine
-from specmon.parsing import (
-    YamlLimits,
-    check_chain_length,
-    check_unit_float,
-    join_path,
-    load_yaml,
-)
 
 __all__ = ["FileSD", "load_file_sd"]
 

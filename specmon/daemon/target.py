@@ -13,6 +13,7 @@ from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
 from specmon.engines import (
@@ -26,7 +27,6 @@ from specmon.engines import (
     SpecGauges,
 )
 from specmon.load import LoadHistory, LoadWindow, load_counters
-from specmon.parsing import format_duration
 from specmon.records import record
 from specmon.report import (
     AcceptanceReport,

@@ -21,7 +21,7 @@ from specmon.engines._common import (
     sum_positions,
 )
 from specmon.engines.model import Context, Engine, ModelReading, Rejection, SpecCounters
-from specmon.exposition import Page, Sample
+from specmon.parser import Page, Sample
 
 __all__ = ["LlamacppAdapter"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import field
 from enum import StrEnum
 
-from specmon.exposition import Problem
+from specmon.parser import Problem
 from specmon.records import record
 
 __all__ = [

@@ -18,7 +18,7 @@ at the same ``time``:
   is applied per name and the results are joined with ``or``.
 
 The value series are grouped by ``instance_labels``; each group becomes a
-:class:`specmon.exposition.Page` with the sample names and labels the engine would have printed
+:class:`specmon.parser.Page` with the sample names and labels the engine would have printed
 (minus ``__name__`` and the grouping labels; Prometheus's other target labels such as ``job``
 stay and are ignored by the adapters), so ``specmon.engines.read_parsed`` reads it with the
 same adapters and gets the same counters as a direct scrape.
@@ -66,8 +66,8 @@ from specmon.engines import (
     read_parsed,
     wanted_names,
 )
-from specmon.exposition import Page, Problem, Sample
-from specmon.gcpause import collector_paused
+from specmon.parser import Page, Problem, Sample
+from specmon.process.memory import collector_paused
 from specmon.secrets import redact
 from specmon.sources.http import open_session
 from specmon.sources.prometheus_config import (

@@ -51,8 +51,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon import files
-from specmon.engines import Engine, check_engine
-from specmon.parsing import (
+from specmon.config_values import (
     Checker,
     check_bool,
     check_chain_length,
@@ -62,6 +61,7 @@ from specmon.parsing import (
     parse_duration,
     parse_size,
 )
+from specmon.engines import Engine, check_engine
 from specmon.secrets import Secret
 
 __all__ = [
@@ -422,7 +422,7 @@ def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
 
 
 class _Checker(Checker):
-    """specmon.parsing's problem list, plus files and environment secrets resolved against
+    """specmon.config_values's problem list, plus files and environment secrets resolved against
     the config file's folder and the daemon's environment."""
 
     def __init__(self, base_dir: Path, environ: Mapping[str, str]) -> None:

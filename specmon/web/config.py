@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import yaml
 
 from specmon import files
-from specmon.parsing import ConfigError
+from specmon.config_values import ConfigError
 
 __all__ = [
     "MAX_BCRYPT_COST",

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specmon.config_values import ConfigError
 from specmon.daemon.config import FileSDConfig, load_config, parse_config
 from specmon.daemon.file_sd import load_file_sd
 from specmon.daemon.load_view import load_figures
 from specmon.engines import SpecCounters
 from specmon.load import LoadCounters, LoadHistory
-from specmon.parsing import ConfigError
 from specmon.sources.prometheus import instance_name
 
 

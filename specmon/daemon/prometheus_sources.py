@@ -42,6 +42,7 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from specmon.config_values import format_duration
 from specmon.daemon import metrics as m
 from specmon.daemon.config import (
     LABEL_NAME,
@@ -54,7 +55,6 @@ from specmon.daemon.metrics import InstanceState, Kind, MetricDef
 from specmon.daemon.target import BaselineWindow, Event, TargetState, TargetView
 from specmon.engines import RejectReason
 from specmon.logs import Logger
-from specmon.parsing import format_duration
 from specmon.sharding import Shard
 from specmon.sources import ScrapeResult
 from specmon.sources.prometheus import InstanceRead, PrometheusSource, ReadResult, ReadStatus
