@@ -73,10 +73,41 @@ def _trtllm(c: Counts) -> list[tuple[str, dict[str, str], str]]:
     return out
 
 
+def _tgi(c: Counts) -> list[tuple[str, dict[str, str], str]]:
+    """TGI's histogram of tokens accepted a step: bucket le=i counts the steps that accepted
+    at most i, so it is drafts less those that reached position i + 1."""
+    drafts, _, per_pos = c
+    deeper = (*per_pos, 0)
+    name = "tgi_request_skipped_tokens"
+    out = [(f"{name}_bucket", {"le": str(i)}, str(drafts - deeper[i])) for i in range(K + 1)]
+    out += [
+        (f"{name}_bucket", {"le": "+Inf"}, str(drafts)),
+        (f"{name}_sum", {}, str(sum(per_pos))),
+        (f"{name}_count", {}, str(drafts)),
+    ]
+    return out
+
+
+def _sglang(c: Counts) -> list[tuple[str, dict[str, str], str]]:
+    """SGLang's counters: verification steps (drafts), generated tokens and requests, from
+    which the accepted tokens are derived (generated - steps - requests)."""
+    drafts, _, per_pos = c
+    requests = drafts // 10
+    m = {"model_name": "q"}
+    return [
+        ("sglang:spec_verify_calls_total", m, str(drafts)),
+        ("sglang:generation_tokens_total", m, str(sum(per_pos) + drafts + requests)),
+        ("sglang:num_requests_total", m, str(requests)),
+        ("sglang:spec_num_steps", {**m, "tp_rank": "0"}, str(K)),
+    ]
+
+
 ENGINES: dict[str, Callable[[Counts], list[tuple[str, dict[str, str], str]]]] = {
     "vllm": _vllm,
     "llamacpp": _llamacpp,
     "trtllm": _trtllm,
+    "tgi": _tgi,
+    "sglang": _sglang,
 }
 
 
@@ -234,3 +265,21 @@ def test_llamacpp_past_a_million_drafts_is_within_two_percent_or_withheld() -> N
             shown += 1
         withheld += sum(1 for r in state.view.rejected if r.reason is RejectReason.IMPRECISE_WINDOW)
     assert shown > 0 and withheld > 0
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_every_format_reaches_the_windows(engine: str, path: str) -> None:
+    """The property above checks real windows: each engine's pages, on each path, give
+    figures for a plain sequence (so the property is not vacuous)."""
+    state = TargetState(
+        TargetConfig(name="t", url="http://127.0.0.1:1/metrics"), windows=(60.0,), retention=70.0
+    )
+    for step in range(1, 4):
+        counts = (1_000 * step, 3_000 * step, (800 * step, 500 * step, 200 * step))
+        at = 1_000.0 + 5.0 * step
+        state.observe(PATHS[path](engine, counts, at), mono=at, wall=at, duration=0.01)
+    (model,) = state.view.models
+    window = model.window("1m")
+    assert window is not None and window.report is not None
+    assert window.report.mean_acceptance_length == pytest.approx(1 + 1_500 / 1_000)
