@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("specmon.engines",),
     ("specmon.windows", "specmon.report"),
-    ("specmon.load",),
+    ("specmon.load", "specmon.settings"),
     ("specmon.recommend",),
     ("specmon.sources", "specmon.web"),
     ("specmon.daemon", "specmon.measure", "specmon.sim"),

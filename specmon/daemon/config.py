@@ -38,6 +38,7 @@ from specmon.engines import Engine, PageLimits, check_engine
 from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
+from specmon.settings import settle
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
 __all__ = [
@@ -424,13 +425,23 @@ def _check_target(
     )
     if timeout > interval:
         checker.add(_join(path, "scrape_timeout"), "must not exceed scrape_interval")
+    settings = settle(
+        {"draft_cost": glob.draft_cost, "chain_length": glob.chain_length},
+        {
+            "engine": checker.get(data, "engine", path, check_engine, None),
+            "draft_cost": checker.get(data, "draft_cost", path, check_unit_float, None),
+            "chain_length": checker.get(data, "chain_length", path, check_chain_length, None),
+            "model": checker.get(data, "model", path, _nonempty_str, None),
+            "baseline": checker.get(data, "baseline", path, _nonempty_str, None),
+        },
+    )
     target = TargetConfig(
         name=name,
         url=url,
-        engine=checker.get(data, "engine", path, check_engine, None),
-        draft_cost=checker.get(data, "draft_cost", path, check_unit_float, glob.draft_cost),
-        chain_length=checker.get(data, "chain_length", path, check_chain_length, glob.chain_length),
-        model=checker.get(data, "model", path, _nonempty_str, None),
+        engine=settings.engine,
+        draft_cost=settings.draft_cost,
+        chain_length=settings.chain_length,
+        model=settings.model,
         labels=check_labels(checker, data.get("labels"), _join(path, "labels")),
         headers=_check_headers(checker, data.get("headers"), _join(path, "headers")),
         bearer_token=_bearer(checker, data, path, environ),
@@ -438,7 +449,7 @@ def _check_target(
         scrape_timeout=timeout,
         enable_compression=checker.get(data, "enable_compression", path, check_bool, None),
         name_filter=checker.get(data, "name_filter", path, check_bool, None),
-        baseline=checker.get(data, "baseline", path, _nonempty_str, None),
+        baseline=settings.baseline,
         cost_profile=_cost_profile(checker, data.get("cost_profile"), _join(path, "cost_profile")),
     )
     if target.baseline is not None and target.cost_profile is not None:

@@ -36,6 +36,7 @@ from specmon.daemon.config import (
     read_text_capped,
 )
 from specmon.engines import check_engine
+from specmon.settings import settle
 
 __all__ = ["FileSD", "load_file_sd"]
 
@@ -113,26 +114,36 @@ def load_file_sd(
                 checker.add(join_path(gpath, "labels.__specmon_name__"), f"name {exc}")
                 continue
             get = checker.get
-            targets.append(
-                TargetConfig(
-                    name=name,
-                    url=url,
-                    engine=get(special, "__specmon_engine__", gpath, check_engine, sd.engine),
-                    draft_cost=get(
+            settings = settle(
+                {"draft_cost": glob_cfg.draft_cost, "chain_length": glob_cfg.chain_length},
+                {"engine": sd.engine, "draft_cost": sd.draft_cost, "chain_length": sd.chain_length},
+                {
+                    "engine": get(special, "__specmon_engine__", gpath, check_engine, None),
+                    "draft_cost": get(
                         special,
                         "__specmon_draft_cost__",
                         gpath,
                         lambda v: check_unit_float(float(v)),
-                        sd.draft_cost if sd.draft_cost is not None else glob_cfg.draft_cost,
+                        None,
                     ),
-                    chain_length=get(
+                    "chain_length": get(
                         special,
                         "__specmon_chain_length__",
                         gpath,
                         lambda v: check_chain_length(int(v)),
-                        sd.chain_length if sd.chain_length is not None else glob_cfg.chain_length,
+                        None,
                     ),
-                    model=special.get("__specmon_model__"),
+                    "model": special.get("__specmon_model__"),
+                },
+            )
+            targets.append(
+                TargetConfig(
+                    name=name,
+                    url=url,
+                    engine=settings.engine,
+                    draft_cost=settings.draft_cost,
+                    chain_length=settings.chain_length,
+                    model=settings.model,
                     labels=labels,
                     scrape_interval=glob_cfg.scrape_interval,
                     scrape_timeout=glob_cfg.scrape_timeout,

@@ -69,9 +69,9 @@ from specmon.engines import (
 from specmon.parser import Page, Problem, Sample
 from specmon.process.memory import collector_paused
 from specmon.secrets import redact
+from specmon.settings import TargetSettings
 from specmon.sources.http import open_session
 from specmon.sources.prometheus_config import (
-    InstanceSettings,
     PrometheusSourceConfig,
     QueryMethod,
     build_ssl_context,
@@ -177,7 +177,7 @@ class InstanceRead:
     engine: Engine | None
     #: The instance's series as an exposition page; None when they are unusable (``error``).
     page: Page | None
-    settings: InstanceSettings
+    settings: TargetSettings
     #: Newest and oldest sample time (Unix seconds) among its series; None if unknown.
     newest_sample: float | None
     oldest_sample: float | None

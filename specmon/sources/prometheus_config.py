@@ -62,11 +62,12 @@ from specmon.config_values import (
     parse_size,
 )
 from specmon.engines import Engine, check_engine
+from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
+from specmon.settings import TargetSettings, settle
 
 __all__ = [
     "BasicAuth",
-    "InstanceSettings",
     "MatchOp",
     "Matcher",
     "Override",
@@ -331,24 +332,13 @@ class Override:
 
 
 @dataclass(frozen=True, slots=True)
-class InstanceSettings:
-    """What one instance is read and computed with, after the overrides."""
-
-    draft_cost: float
-    chain_length: int | None = None
-    baseline: str | None = None
-    model: str | None = None
-    engine: Engine | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class PrometheusSourceConfig:
     url: str
     selector: Selector = field(default_factory=Selector)
     instance_labels: tuple[str, ...] = ("instance",)
     name_prefix: str = ""
     engine: Engine | None = None  # None = detect per instance
-    draft_cost: float = 0.1
+    draft_cost: float = DEFAULT_DRAFT_COST
     chain_length: int | None = None
     headers: Mapping[str, Secret] = field(default_factory=dict)
     bearer_token: Secret | None = None
@@ -374,30 +364,18 @@ class PrometheusSourceConfig:
     def api_url(self) -> str:
         return self.url.rstrip("/") + "/api/v1/query"
 
-    def settings_for(self, labels: Mapping[str, str]) -> InstanceSettings:
+    def settings_for(self, labels: Mapping[str, str]) -> TargetSettings:
         """The source's settings with every matching override applied in order (a later
-        entry overrides what an earlier one set)."""
-        draft_cost, chain_length = self.draft_cost, self.chain_length
-        baseline: str | None = None
-        model: str | None = None
-        for override in self.overrides:
-            if not override.match.matches(labels):
-                continue
-            if override.draft_cost is not None:
-                draft_cost = override.draft_cost
-            if override.chain_length is not None:
-                chain_length = override.chain_length
-            if override.baseline is not None:
-                baseline = override.baseline
-            if override.model is not None:
-                model = override.model
-        return InstanceSettings(
-            draft_cost=draft_cost,
-            chain_length=chain_length,
-            baseline=baseline,
-            model=model,
-            engine=self.engine,
-        )
+        entry overrides what an earlier one set): :func:`specmon.settings.settle`."""
+        return settle(
+            {"engine": self.engine, "draft_cost": self.draft_cost, "chain_length": self.chain_length},
+            *(
+                {"draft_cost": o.draft_cost, "chain_length": o.chain_length,
+                 "baseline": o.baseline, "model": o.model}
+                for o in self.overrides
+                if o.match.matches(labels)
+            ),
+        )  # fmt: skip
 
 
 def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
@@ -728,7 +706,7 @@ def check_prometheus_source(
     *,
     base_dir: Path,
     environ: Mapping[str, str],
-    draft_cost: float = 0.1,
+    draft_cost: float = DEFAULT_DRAFT_COST,
     chain_length: int | None = None,
 ) -> tuple[PrometheusSourceConfig | None, list[str]]:
     """One ``prometheus:`` block (the mapping under the key). Returns the config (None when
@@ -828,7 +806,7 @@ def check_sources(
     path: str = "sources",
     base_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
-    draft_cost: float = 0.1,
+    draft_cost: float = DEFAULT_DRAFT_COST,
     chain_length: int | None = None,
 ) -> tuple[tuple[PrometheusSourceConfig, ...], list[str]]:
     """Validate the value of ``sources:`` (plain parsed YAML; None = no sources).
