@@ -39,6 +39,7 @@ from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
 from specmon.settings import settle
+from specmon.sources.client_config import check_headers
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
 __all__ = [
@@ -58,7 +59,6 @@ __all__ = [
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = frozenset({"target", "engine", "model", "window", "position", "source"})
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 #: Largest configuration file specmon reads.
 MAX_CONFIG_BYTES = 1 << 20
 #: Longest label value or model name accepted from a config file.
@@ -253,24 +253,13 @@ def check_labels(checker: PathChecker, value: Any, path: str) -> dict[str, str]:
 
 
 def _check_headers(checker: PathChecker, value: Any, path: str) -> dict[str, Secret]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        checker.add(path, f"must be a mapping of header names to strings, not {_kind(value)}")
-        return {}
-    headers: dict[str, Secret] = {}
-    for key, item in value.items():
-        where = _join(path, str(key))
-        if not isinstance(key, str) or not _HEADER_NAME.match(key):
-            checker.add(where, "invalid header name")
-        elif key.lower() in ("authorization",):
-            checker.add(where, "use bearer_token_env or bearer_token_file for Authorization")
-        elif not isinstance(item, str) or "\n" in item or "\r" in item:
-            # Never echo the value: it may be a secret.
-            checker.add(where, "header values must be single-line strings")
-        else:
-            headers[key] = Secret(item)
-    return headers
+    return check_headers(
+        checker,
+        value,
+        path,
+        reserved=("authorization",),
+        hint="use bearer_token_env or bearer_token_file for Authorization",
+    )
 
 
 def _bearer(

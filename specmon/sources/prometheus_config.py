@@ -65,6 +65,7 @@ from specmon.engines import Engine, check_engine
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
 from specmon.settings import TargetSettings, settle
+from specmon.sources.client_config import check_headers
 
 __all__ = [
     "BasicAuth",
@@ -84,7 +85,6 @@ __all__ = [
 ]
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 #: Labels the engine adapters read (or engines publish per series): grouping instances by one
 #: of them would take it off the page and merge or rename models.
@@ -536,27 +536,13 @@ def _check_instance_labels(checker: _Checker, value: Any, path: str) -> tuple[st
 
 
 def _check_headers(checker: _Checker, value: Any, path: str) -> dict[str, Secret]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        checker.add(path, f"must be a mapping of header names to strings, not {kind_of(value)}")
-        return {}
-    headers: dict[str, Secret] = {}
-    for key, item in value.items():
-        where = join_path(path, str(key))
-        if not isinstance(key, str) or not _HEADER_NAME.match(key):
-            checker.add(where, "invalid header name")
-        elif key.lower() in _OWN_HEADERS:
-            checker.add(
-                where,
-                "set by specmon; use bearer_token_file or basic_auth for Authorization",
-            )
-        elif not isinstance(item, str) or "\n" in item or "\r" in item:
-            # Never echo the value: it may be a secret.
-            checker.add(where, "header values must be single-line strings")
-        else:
-            headers[key] = Secret(item)
-    return headers
+    return check_headers(
+        checker,
+        value,
+        path,
+        reserved=_OWN_HEADERS,
+        hint="set by specmon; use bearer_token_file or basic_auth for Authorization",
+    )
 
 
 def _check_basic_auth(checker: _Checker, value: Any, path: str) -> BasicAuth | None:
