@@ -48,9 +48,8 @@ from specmon.daemon.status_page import (
     render_status,
     targets_document,
 )
-from specmon.daemon.target import TargetState, TargetView
+from specmon.daemon.target import TargetState, TargetView, Twins
 from specmon.engines import RejectReason
-from specmon.load import LoadWindow
 from specmon.logs import LIMIT, get_logger
 from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.process.memory import CollectorSchedule, collector_paused
@@ -166,6 +165,8 @@ class Daemon:
         self.bound_port: int | None = None
         # fleet: Prometheus sources' instances, served beside the direct targets (fleet.py)
         self.shard = shard or Shard()
+        #: Every target's state by name, where a target finds its baseline twin.
+        self.twins = Twins()
         self.fleet = Fleet(
             session=self._get_session,
             direct=self._running.keys,
@@ -177,7 +178,7 @@ class Daemon:
             on_change=self._count_targets,
             on_view=self._view_changed,
             on_remove=self._fleet_instance_removed,
-            baseline_window=self._baseline_window,
+            twins=self.twins,
         )
         self.registry.register(FleetCollector(self.fleet))
 
@@ -350,8 +351,9 @@ class Daemon:
             windows=config.global_.windows,
             retention=config.retention,
             on_view=self._view_changed,
-            baseline_window=self._baseline_window,
+            twins=self.twins,
         )
+        self.twins.put(state)
         scraper = TargetScraper(
             state,
             source=self._source_for,
@@ -363,14 +365,9 @@ class Daemon:
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
 
-    def _baseline_window(self, target: str, model: str, seconds: float) -> LoadWindow | None:
-        """Another target's load window, for the targets that use it as their baseline."""
-        running = self._running.get(target)
-        state = running.state if running is not None else self.fleet.state(target)
-        return state.load_window(model, seconds) if state is not None else None
-
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
+        self.twins.drop(running.state)
         running.task.cancel()
         self._thaw()
         running.state.on_view = None

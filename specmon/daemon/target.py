@@ -43,17 +43,39 @@ from specmon.sources import ScrapeResult
 from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
 
 __all__ = [
-    "BaselineWindow",
     "Event",
     "ModelView",
     "TargetState",
     "TargetView",
+    "Twins",
     "WindowView",
     "display_url",
 ]
 
+
 #: (target, model, seconds) -> that target's load window: how a state reads its twin's.
-BaselineWindow = Callable[[str, str, float], "LoadWindow | None"]
+class Twins:
+    """Every target's state by name, scraped directly or read through a Prometheus source:
+    where a target finds the twin it compares with (``baseline:``). The daemon hands one to
+    every state it builds and keeps it current as targets come and go."""
+
+    __slots__ = ("_states",)
+
+    def __init__(self) -> None:
+        self._states: dict[str, TargetState] = {}
+
+    def put(self, state: TargetState) -> None:
+        self._states[state.config.name] = state
+
+    def drop(self, state: TargetState) -> None:
+        """Forget ``state`` (not another state that took its name since)."""
+        if self._states.get(state.config.name) is state:
+            del self._states[state.config.name]
+
+    def load_window(self, name: str, model: str, seconds: float) -> LoadWindow | None:
+        """Target ``name``'s load window of ``model`` (None: no such target or model)."""
+        state = self._states.get(name)
+        return state.load_window(model, seconds) if state is not None else None
 
 
 def display_url(url: str) -> str:
@@ -142,12 +164,12 @@ class TargetState:
         windows: tuple[float, ...],
         retention: float,
         on_view: Callable[[TargetView], None] | None = None,
-        baseline_window: BaselineWindow | None = None,
+        twins: Twins | None = None,
     ):
         #: Told of every new view (the exposition renders the target's series from it).
         self.on_view = on_view
-        #: Looks up another target's load window (the ``baseline:`` twin).
-        self.baseline_window = baseline_window
+        #: Where the ``baseline:`` twin is found.
+        self.twins = twins
         #: Per model (speculating or not), the load readings.
         self._loads: dict[str, LoadHistory] = {}
         self.config = config
@@ -382,8 +404,8 @@ class TargetState:
             return None
         cfg = self.config
         twin = None
-        if acceptance is not None and cfg.baseline is not None and self.baseline_window:
-            twin = self.baseline_window(cfg.baseline, model, seconds)
+        if acceptance is not None and cfg.baseline is not None and self.twins is not None:
+            twin = self.twins.load_window(cfg.baseline, model, seconds)
         if acceptance is None or (twin is None and cfg.cost_profile is None):
             # Nothing to compare with: the live figures straight off the window's sums.
             return live_load_figures(
