@@ -753,7 +753,7 @@ def test_name_prefix_applies_to_every_instance() -> None:
 
 
 def test_an_internal_error_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    import specmon.sources.prometheus as module
+    import specmon.sources.prometheus.client as module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("a bug")

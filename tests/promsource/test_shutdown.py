@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from specmon.daemon.app import Daemon
-from specmon.sources.prometheus import PrometheusSource, ReadStatus, _Failure
+from specmon.sources.prometheus import PrometheusSource, ReadStatus
+from specmon.sources.prometheus.answers import Failure as _Failure
 from tests.promsource.fake_prometheus import FakePrometheus, Reply, load, source_for
 
 SELECTOR = load("fleet")["source"]["selector"]
