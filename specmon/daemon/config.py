@@ -152,7 +152,7 @@ class Config:
     targets: tuple[TargetConfig, ...]
     file_sd: tuple[FileSDConfig, ...] = field(default=(), metadata=_keys("file_sd_configs"))
     source: str = field(default="", metadata=_keys())
-    #: Prometheus query sources (specmon.sources.prometheus_config; read by daemon/fleet.py).
+    #: Prometheus query sources (specmon.sources.prometheus_config; read by daemon/prometheus_sources.py).
     sources: tuple[PrometheusSourceConfig, ...] = field(default=(), metadata=_keys("sources"))
 
     @property
