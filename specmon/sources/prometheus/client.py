@@ -271,6 +271,8 @@ class PrometheusSource:
             )
             for q in queries
         ]
+        if not tasks:
+            return []
         try:
             async with asyncio.timeout(config.timeout):
                 await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
