@@ -55,3 +55,13 @@ def test_the_hook_reads_the_message_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert ok.returncode == 0
     assert refused.returncode == 1 and "area: what changed" in refused.stderr
+
+
+def test_the_pre_commit_config_parses_and_runs_the_same_script() -> None:
+    import yaml
+
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text("utf-8"))
+    hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
+    assert hooks["commit-subject"]["stages"] == ["commit-msg"]
+    assert "tools/commit_subjects.py" in hooks["commit-subject"]["entry"]
+    assert "tools/commit_subjects.py" in (ROOT / ".ci" / "run").read_text("utf-8")
