@@ -40,11 +40,15 @@ ensure_venv() {
 
 lint() {
     echo "==> ruff"
-    "$VENV/bin/ruff" check specmon tests bench deploy grafana
-    "$VENV/bin/ruff" format --check specmon tests bench deploy grafana
+    "$VENV/bin/ruff" check specmon tests bench deploy grafana tools
+    "$VENV/bin/ruff" format --check specmon tests bench deploy grafana tools
     echo "==> mypy --strict"
     "$VENV/bin/mypy"  # specmon, tests, bench, grafana, deploy (pyproject.toml)
 }
+
+# pytest rewrites every test module's asserts at collection; with bytecode writing off (some
+# environments set PYTHONDONTWRITEBYTECODE) it does so on every run: 10 s of 13 to collect.
+unset PYTHONDONTWRITEBYTECODE
 
 cmd="${1:-help}"
 shift || true

@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -41,12 +41,20 @@ def main(argv: list[str]) -> int:
         from bench import cost
 
         return cost.main(argv[1:])
+    if which == "promhostile":
+        from bench import promhostile
+
+        return promhostile.main(argv[1:])
+    if which == "shutdown":
+        from bench import shutdown
+
+        return shutdown.main(argv[1:])
     if which == "fleet":
         from bench import fleet
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, fleet, load or memory",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory, shutdown or promhostile",
         file=sys.stderr,
     )
     return 2

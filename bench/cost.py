@@ -108,7 +108,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specmon.parsing import format_duration, parse_duration
+from specmon.config_values import format_duration, parse_duration
 
 TICKS = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[1]

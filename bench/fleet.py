@@ -54,7 +54,7 @@ from bench.promsource import (
     status_mib,
     wait,
 )
-from specmon.parsing import parse_duration
+from specmon.config_values import parse_duration
 
 #: What Prometheus 2.42 sends when it scrapes (it also asks for gzip).
 PROMETHEUS_ACCEPT = (

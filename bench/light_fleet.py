@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from specmon.parsing import parse_listen_address
+from specmon.config_values import parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.pages import PageKind, restrict_page
 from specmon.sim.server import VirtualTarget, make_target

@@ -5,7 +5,7 @@ Run: ./dev.sh bench load [--scrapes 720] [--rounds 5] [--interval 5] [--windows 
 The daemon's per-scrape path without the network: ``read_page`` of the page text,
 ``TargetState.observe`` (windows, reports, load history and load figures) and the exposition's
 ``update`` (the target's series rendered to text), exactly as ``specmon run`` wires them
-(``on_view``, and ``baseline_window`` looking the twin up). The pages are the simulator's
+(``on_view``, and the twin found through ``Twins``). The pages are the simulator's
 (:class:`specmon.sim.server.VirtualTarget`, the real vLLM 0.32.0 page format, about 56 KB),
 rendered beforehand at simulated times ``--interval`` apart under the demo's load model with
 ``requests_running`` cycling through 1, 2, 4, 8, 16 and 4 (a minute each), so the load
@@ -47,12 +47,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import specmon.daemon.target as target_module
+from specmon.config_values import parse_duration
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.render import Exposition
-from specmon.daemon.target import TargetState
+from specmon.daemon.exposition import Exposition
+from specmon.daemon.target import TargetState, Twins
 from specmon.engines import read_page
-from specmon.load import LoadWindow
-from specmon.parsing import parse_duration
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL
 from specmon.sim.pages import PageKind
@@ -125,10 +124,7 @@ def run_variant(variant: Variant, *, windows: tuple[float, ...], interval: float
     """CPU seconds per target scrape over the whole run of ``variant``."""
     exposition = Exposition()
     states: dict[str, TargetState] = {}
-
-    def twin(name: str, model: str, seconds: float) -> LoadWindow | None:
-        state = states.get(name)
-        return state.load_window(model, seconds) if state is not None else None
+    twins = Twins()
 
     retention = max(windows) + 2 * interval
     for name, baseline, _ in variant.feeds:
@@ -137,8 +133,9 @@ def run_variant(variant: Variant, *, windows: tuple[float, ...], interval: float
             windows=windows,
             retention=retention,
             on_view=exposition.update,
-            baseline_window=twin,
+            twins=twins,
         )
+        twins.put(states[name])
     scrapes = len(variant.feeds[0][2])
     gc.collect()
     total = 0.0

@@ -21,11 +21,11 @@ import platform
 import tracemalloc
 
 from bench.loadcost import simulated_pages
+from specmon.config_values import parse_duration
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.render import Exposition
+from specmon.daemon.exposition import Exposition
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
-from specmon.parsing import parse_duration
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.engines import read_page
-from specmon.exposition import parse
+from specmon.parser import parse
 
 PAGE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "pages" / "vllm-single.txt"
 

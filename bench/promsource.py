@@ -43,8 +43,8 @@ from typing import Any
 
 import yaml
 
+from specmon.config_values import parse_duration
 from specmon.engines import wanted_names
-from specmon.parsing import parse_duration
 from specmon.sources.prometheus import (
     PrometheusSource,
     QueryStrategy,

@@ -55,7 +55,7 @@ from bench.cost import (
     wait_http,
     write_config,
 )
-from specmon.parsing import parse_duration
+from specmon.config_values import parse_duration
 
 __all__ = ["main"]
 

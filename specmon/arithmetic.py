@@ -36,6 +36,7 @@ __all__ = [
     "expected_tokens",
     "implied_draft_cost",
     "measured_speedup",
+    "rounding_error",
     "speedup",
     "survival",
 ]
@@ -255,7 +256,7 @@ def draft_cost_from_overhead(overhead: float, k: float) -> float | None:
     """c = o / (k (1 - o)): the draft cost c behind a measured draft overhead o.
 
     o is the share of a speculative iteration's wall time spent drafting (TensorRT-LLM's
-    ``spec_decode_draft_overhead`` = drafter time / iteration time). In the lesson's model an
+    ``spec_decode_draft_overhead`` = drafter time / iteration time). In the cost model an
     iteration costs T (1 + k c), of which k c T is drafting, so o = k c / (1 + k c); solved
     for c. k is the number of tokens drafted per request in that iteration. The result folds
     everything in the iteration besides drafting (verification, sampling, scheduling) into
@@ -269,3 +270,18 @@ def draft_cost_from_overhead(overhead: float, k: float) -> float | None:
     if not 0.0 < overhead < 1.0 or k <= 0.0:
         return None
     return overhead / (k * (1.0 - overhead))
+
+
+def rounding_error(value: float | None, digits: int | None, *, integer: bool = False) -> float:
+    """Worst-case absolute error of ``value`` printed with ``digits`` significant digits
+    (half a unit of the last printed digit; 0 when ``digits`` is None).
+
+    ``integer``: the true value is a whole number (a count), so it prints exactly while it
+    has at most ``digits`` digits."""
+    if digits is None or value is None or value == 0 or not math.isfinite(value):
+        return 0.0
+    exponent = math.floor(math.log10(abs(value)))
+    unit = 10.0 ** (exponent - digits + 1)
+    if integer and unit <= 1.0:
+        return 0.0
+    return unit / 2.0

@@ -29,6 +29,7 @@ from typing import Any
 from specmon import arithmetic
 from specmon.engines.model import SpecCounters
 from specmon.load import DEFAULT_SCHEME, Bucket, BucketScheme, Crossover, Profile, crossover
+from specmon.report import best_chain
 
 __all__ = [
     "BucketAdvice",
@@ -206,7 +207,10 @@ def recommend(data: RecommendInput) -> Recommendation:
             cost, how = got
         # A chain of k' drafts k' x (drafted / k) tokens per step: the proportion measured at
         # k carried to shorter chains (1 for draft models, below 1 for n-gram proposers).
-        best = arithmetic.best_chain_length(survival, max(cost, 0.0) * drafted / k)
+        best = best_chain(
+            draft_cost=cost, chain_length=k, survival=survival, drafted_per_draft=drafted
+        )
+        assert best is not None
         current = arithmetic.measured_speedup(math.fsum(survival), max(cost, 0.0), drafted)
         advice.append(BucketAdvice(bucket, at, cost, how, best.chain_length, best.speedup, current))
     notes = list(data.notes)
@@ -240,7 +244,7 @@ def recommend(data: RecommendInput) -> Recommendation:
 
 def survival_of(counters: SpecCounters, chain_length: int | None = None) -> tuple[float, ...]:
     """Per-position survival from counters; without per-position data, alpha^i from the
-    effective alpha at ``chain_length`` (the lesson's independence model)."""
+    effective alpha at ``chain_length`` (the cost model's independence assumption)."""
     if counters.drafts <= 0:
         return ()
     if counters.accepted_per_position:

@@ -5,6 +5,7 @@ reports, in one pure function shared by the daemon, ``specmon inspect`` and ``sp
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -19,8 +20,10 @@ __all__ = [
     "ChainLengthSource",
     "PositionStat",
     "basis",
+    "best_chain",
     "detected_chain_length",
     "engine_draft_cost",
+    "figure_out_of_range",
     "has_data",
     "report_from_counters",
     "report_from_gauges",
@@ -57,18 +60,56 @@ def basis(
     draft_cost: float,
     configured_chain_length: int | None = None,
     detected_chain_length: int | None = None,
+    inferred_chain_length: int | None = None,
 ) -> Basis:
-    """Resolve k (configured wins over detected; a detected 0 means unknown) and the
-    break-even alpha. The one place where either is decided."""
+    """Resolve k and the break-even alpha at (k, c): configured wins over detected (the
+    engine's position series or published k; 0 means unknown), detected over inferred (vLLM
+    V0: from its efficiency gauge). The one place where either is decided."""
+    k: int | None
+    source: ChainLengthSource | None
     if configured_chain_length is not None:
-        k: int | None = configured_chain_length
-        source: ChainLengthSource | None = ChainLengthSource.CONFIGURED
+        k, source = configured_chain_length, ChainLengthSource.CONFIGURED
     elif detected_chain_length:
         k, source = detected_chain_length, ChainLengthSource.DETECTED
+    elif inferred_chain_length:
+        k, source = inferred_chain_length, ChainLengthSource.INFERRED
     else:
         k, source = None, None
     breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k is not None else None
     return Basis(k, source, draft_cost, breakeven)
+
+
+def best_chain(
+    *,
+    draft_cost: float,
+    chain_length: int | None,
+    survival: Sequence[float] | None = None,
+    alpha: float | None = None,
+    drafted_per_draft: float | None = None,
+) -> arithmetic.BestChain | None:
+    """The chain length k' in 0..k that maximises the expected speed-up, and that speed-up
+    (0: speculation does not pay). The one place where the best chain length is chosen, for
+    the reports, the load view and ``specmon recommend``.
+
+    - ``survival``: per-position survival, cut at ``chain_length`` when it is known;
+    - else ``alpha`` and ``chain_length``: independent acceptance, survival alpha^i;
+    - the draft cost counts as 0 when negative (a measured c below 0 is noise); with
+      ``drafted_per_draft`` (tokens drafted per draft, measured at k) a chain of k' drafts
+      k' x drafted / k tokens, so the cost per position is c x drafted / k (1 for a draft
+      model, below 1 for proposers that vary their length).
+
+    None when neither survival nor (alpha, k) is known.
+    """
+    if survival:
+        rates = list(survival[:chain_length] if chain_length is not None else survival)
+    elif alpha is not None and chain_length is not None:
+        rates = [alpha**i for i in range(1, chain_length + 1)]
+    else:
+        return None
+    cost = max(draft_cost, 0.0)
+    if drafted_per_draft is not None and chain_length:
+        cost = cost * drafted_per_draft / chain_length
+    return arithmetic.best_chain_length(rates, cost)
 
 
 @record
@@ -223,10 +264,12 @@ def report_from_counters(
         if alpha is not None and breakeven is not None:
             margin = alpha - breakeven
         if survival is not None and k is not None:
-            best = arithmetic.best_chain_length(survival[:k], draft_cost)
+            best = best_chain(draft_cost=draft_cost, chain_length=k, survival=survival)
+            assert best is not None
             best_k, best_speed = best.chain_length, best.speedup
         elif not per_pos and alpha is not None and k is not None:
-            best = arithmetic.best_chain_length([alpha**i for i in range(1, k + 1)], draft_cost)
+            best = best_chain(draft_cost=draft_cost, chain_length=k, alpha=alpha)
+            assert best is not None
             best_k, best_speed = best.chain_length, best.speedup
             notes.append(
                 "no per-position series: the best chain length assumes independent "
@@ -253,6 +296,43 @@ def report_from_counters(
         best_speedup=best_speed,
         notes=tuple(notes),
     )
+
+
+#: Floats computed from valid counts may land this far outside their range.
+_EPSILON = 1e-9
+
+
+def figure_out_of_range(report: AcceptanceReport) -> str | None:
+    """The first figure of ``report`` outside what one engine page can give, or None:
+    survival and conditional acceptance in [0, 1] and survival not rising along the chain,
+    acceptance ratio and alpha in [0, 1], mean acceptance length in [1, k + 1] and the
+    speed-ups at most k + 1 (k: the longer of the chain length and the position series)."""
+    previous = 1.0
+    for pos in report.positions:
+        for name, value in (
+            ("survival", pos.survival),
+            ("conditional acceptance", pos.conditional),
+        ):
+            if value is not None and not -_EPSILON <= value <= 1.0 + _EPSILON:
+                return f"{name} {value:.4g} at position {pos.position}, outside [0, 1]"
+        if pos.survival is not None:
+            if pos.survival > previous + _EPSILON:
+                return f"survival rises to {pos.survival:.4g} at position {pos.position}"
+            previous = pos.survival
+    for name, ratio in (("draft acceptance ratio", report.draft_acceptance_ratio),
+                        ("alpha", report.alpha)):  # fmt: skip
+        if ratio is not None and not -_EPSILON <= ratio <= 1.0 + _EPSILON:
+            return f"{name} {ratio:.4g}, outside [0, 1]"
+    k = max(report.chain_length or 0, len(report.positions))
+    top = k + 1.0 if k else None
+    length = report.mean_acceptance_length
+    if length is not None and (length < 1.0 - _EPSILON or (top and length > top + _EPSILON)):
+        return f"mean acceptance length {length:.4g}, outside [1, {top or 'k + 1'}]"
+    for name, speedup in (("expected speed-up", report.expected_speedup),
+                          ("best speed-up", report.best_speedup)):  # fmt: skip
+        if speedup is not None and (speedup < 0 or (top and speedup > top + _EPSILON)):
+            return f"{name} {speedup:.4g}, above k + 1 = {top:g}" if top else f"{name} {speedup}"
+    return None
 
 
 def detected_chain_length(reading: ModelReading) -> int | None:
@@ -306,27 +386,36 @@ def report_from_gauges(
     independence model S(alpha, k', c); they are estimates, and the notes say so.
     """
     notes = [f"gauges over the engine's {gauges.scope}; no per-position data"]
-    k = configured_chain_length
-    k_source = ChainLengthSource.CONFIGURED if k is not None else None
-    if k is None and detected_chain_length:
-        k, k_source = detected_chain_length, ChainLengthSource.DETECTED
+    resolved = basis(
+        draft_cost=draft_cost,
+        configured_chain_length=configured_chain_length,
+        detected_chain_length=detected_chain_length,
+    )
     alpha: float | None = None
     mean_len = gauges.mean_acceptance_length
     if gauges.acceptance_rate is not None and gauges.mean_acceptance_length is None:
         # vLLM V0 counts every accepted position: the rate is a per-token alpha.
         alpha = gauges.acceptance_rate
-        if k is None and gauges.efficiency is not None:
-            k = infer_chain_length(alpha, gauges.efficiency)
-            k_source = ChainLengthSource.INFERRED if k is not None else None
-            if k is not None:
-                notes.append(f"chain length {k} inferred from spec_decode_efficiency")
-        if k is not None and gauges.efficiency is not None:
-            mean_len = gauges.efficiency * (k + 1)
-    elif mean_len is not None and k is not None:
-        alpha = arithmetic.effective_alpha(mean_len - 1.0, k)
+        if resolved.chain_length is None and gauges.efficiency is not None:
+            resolved = basis(
+                draft_cost=draft_cost,
+                inferred_chain_length=infer_chain_length(alpha, gauges.efficiency),
+            )
+            if resolved.chain_length is not None:
+                notes.append(
+                    f"chain length {resolved.chain_length} inferred from spec_decode_efficiency"
+                )
+        if resolved.chain_length is not None and gauges.efficiency is not None:
+            mean_len = gauges.efficiency * (resolved.chain_length + 1)
+    elif mean_len is not None and resolved.chain_length is not None:
+        alpha = arithmetic.effective_alpha(mean_len - 1.0, resolved.chain_length)
+    k, k_source, breakeven = (
+        resolved.chain_length,
+        resolved.chain_length_source,
+        resolved.breakeven_alpha,
+    )
     if k is None:
         notes.append("chain length unknown: configure chain_length")
-    breakeven = basis(draft_cost=draft_cost, configured_chain_length=k).breakeven_alpha
     margin = alpha - breakeven if alpha is not None and breakeven is not None else None
     expected = best_speed = None
     best_k: int | None = None
@@ -335,9 +424,8 @@ def report_from_gauges(
             expected = mean_len / (1.0 + k * draft_cost)
         elif alpha is not None:
             expected = arithmetic.speedup(alpha, k, draft_cost)
-        if alpha is not None:
-            survival = [alpha**i for i in range(1, k + 1)]
-            best = arithmetic.best_chain_length(survival, draft_cost)
+        best = best_chain(draft_cost=draft_cost, chain_length=k, alpha=alpha)
+        if best is not None:
             best_k, best_speed = best.chain_length, best.speedup
             notes.append("best chain length assumes independent acceptance (alpha^i)")
     return AcceptanceReport(

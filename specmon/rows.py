@@ -4,14 +4,14 @@ The rolling windows keep one record per reading (:class:`specmon.windows.Counter
 per interval between readings (:class:`specmon.load.LoadHistory`) for as long as the longest
 window: 182 records a target with the default 15-minute window at 5 s. Held as a Python object
 each (a ``bytes``, a tuple, a float), a record costs its object header and a pointer in a
-deque besides its numbers; here it costs its numbers only, 8 bytes a column (issue 15), and a
+deque besides its numbers; here it costs its numbers only, 8 bytes a column, and a
 history is one object for the cycle collector, not one per record.
 
 The array is allocated whole, ``capacity`` rows, and rows are written in place around it: a
 history that has filled its retention never allocates again. That matters as much as the
 bytes: 1,000 arrays growing a little at every scrape (``array.extend``) and shrinking when
 their dead front is dropped made glibc move and re-move them, and the daemon's RSS grew as
-fast as with an object per record (bench/RESULTS.md, 2026-12-02 evening). The owner says how
+fast as with an object per record (bench/results/HISTORY.md). The owner says how
 many rows it expects (:meth:`Rows.reserve`, from its retention and the interval between its
 readings); past that the ring grows by an eighth.
 

@@ -38,20 +38,53 @@ class Secret:
 
 
 def redact(text: str, secrets: Iterable[Secret | str], *, limit: int | None = None) -> str:
-    """``text`` with every occurrence of every secret replaced, then cut to ``limit`` chars.
+    """``text`` with every secret taken out, then cut to ``limit`` characters.
 
-    Used on what a remote server sends back (an error body that echoes request headers) before
-    it reaches a log line, the status page or the API. Longer secrets are replaced first, so a
-    secret that contains another is removed whole.
+    Used on what a remote server sends back (an error body that echoes request headers)
+    before it reaches a log line, the status page or the API. In this order, so that no cut
+    can leave part of a secret behind:
+
+    1. every whole occurrence of every secret is replaced (longer secrets first, so a secret
+       that contains another is removed whole), in the whole text;
+    2. the result is cut to ``limit``;
+    3. any run of 4 or more characters that is part of a secret (a secret the server itself
+       echoed in part, or cut) is replaced too.
     """
     values = sorted(
         {s.reveal() if isinstance(s, Secret) else s for s in secrets},
         key=len,
         reverse=True,
     )
+    values = [v for v in values if len(v) >= _MIN_SECRET]
     for value in values:
-        if len(value) >= _MIN_SECRET and value in text:
+        if value in text:
             text = text.replace(value, REDACTED)
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
-    return text
+    return _scrub(text, values) if values else text
+
+
+def _scrub(text: str, values: Iterable[str]) -> str:
+    """``text`` with every run of ``_MIN_SECRET`` or more characters that also occurs inside
+    one of ``values`` replaced by :data:`REDACTED`."""
+    n = _MIN_SECRET
+    grams = {v[i : i + n] for v in values for i in range(len(v) - n + 1)}
+    marked = [False] * len(text)
+    found = False
+    for i in range(len(text) - n + 1):
+        if text[i : i + n] in grams:
+            marked[i : i + n] = [True] * n
+            found = True
+    if not found:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if marked[i]:
+            while i < len(text) and marked[i]:
+                i += 1
+            out.append(REDACTED)
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)

@@ -21,7 +21,9 @@ import bisect
 import math
 from collections import deque
 
-from specmon.engines.model import SpecCounters
+from specmon.arithmetic import rounding_error
+from specmon.engines.model import RejectReason, SpecCounters
+from specmon.engines.validate import check_counters
 from specmon.records import record
 from specmon.rows import Rows
 
@@ -47,6 +49,9 @@ class WindowDelta:
     #: Counters the engine does not publish, and counters specmon derived (see SpecCounters).
     unknown: tuple[str, ...] = ()
     derived: tuple[str, ...] = ()
+    #: The largest relative error the engine's printed precision puts on the window's
+    #: drafts, draft tokens or accepted tokens (0 for engines that print exact counts).
+    uncertainty: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -76,6 +81,9 @@ class Observation:
     reason: str = ""
     #: The refused reading had some counters going down while the drafts counter did not.
     partial_decrease: bool = False
+    #: The reading was kept but the interval since the previous one broke the physics of
+    #: a single page (:func:`specmon.engines.validate.check_counters`): it adds nothing.
+    inconsistent: RejectReason | None = None
 
 
 def _vector(counters: SpecCounters, generated: int | None) -> tuple[int, ...]:
@@ -90,7 +98,14 @@ def _vector(counters: SpecCounters, generated: int | None) -> tuple[int, ...]:
 
 _SCALARS = 4
 _GENERATED = 3
+#: Significant digits of an engine that prints its counters rounded (llama.cpp).
+PRINTED_DIGITS = 6
+#: A window's figures are withheld when the printed precision could put them further off
+#: than this (see docs/engines.md: llama.cpp past a million drafts).
+MAX_WINDOW_ERROR = 0.02
 _NAMES = ("drafts", "draft tokens", "accepted tokens", "generated tokens")
+#: SpecCounters' names of the first three, as in ``SpecCounters.rounded``.
+_COUNTED = ("drafts", "draft_tokens", "accepted_tokens")
 
 
 def _series_name(index: int) -> str:
@@ -102,7 +117,7 @@ def _pad(values: tuple[int, ...], size: int) -> tuple[int, ...]:
 
 
 #: A reading is held as one row of 64-bit integers (:class:`specmon.rows.Rows`: all the
-#: readings of a history in one array, 8 bytes a number and nothing else, issue 15): the
+#: readings of a history in one array, 8 bytes a number and nothing else): the
 #: cumulative reset count, the number of position series the reading published, then the
 #: running totals (:func:`_vector`'s order). A reading's counters are at most 2**53
 #: (``engines._common.MAX_COUNT``), so a total passes this only after hundreds of restarts at
@@ -125,6 +140,8 @@ class CounterHistory:
         #: Added to the last total by totals(): what rebasing took off (see _REBASE_AT).
         self._offset: tuple[int, ...] = ()
         self._last_raw: tuple[int, ...] | None = None
+        #: The counters the newest reading printed rounded (SpecCounters.rounded).
+        self._last_rounded: tuple[str, ...] = ()
         #: The newest held reading's time and totals (what its rows hold, for add()).
         self._last_time: float | None = None
         self._last_total: tuple[int, ...] = ()
@@ -211,6 +228,7 @@ class CounterHistory:
             self._generated_seen = True
         self._has_generated = generated_tokens is not None
         raw = _vector(counters, generated)
+        inconsistent: tuple[RejectReason, str] | None = None
         if self._last_raw is None:
             total = tuple(0 for _ in raw)
             reset = False
@@ -235,8 +253,13 @@ class CounterHistory:
                         "did not: a broken page, not a restart",
                         partial_decrease=True,
                     )
-                reset = True  # persistent: only a restart explains it
-            if reset:
+                # Persistent: the engine restarted or changed what it counts. The drafts
+                # counter did not go down, so these are not counters that started again from
+                # zero and their values are no increase: the reading becomes the new
+                # baseline, with nothing added.
+                reset = True
+                increase = (0,) * size
+            elif reset:
                 increase = new_p
             else:
                 increase = tuple(
@@ -249,12 +272,18 @@ class CounterHistory:
                         new_p[_GENERATED],
                         *increase[_GENERATED + 1 :],
                     )
+                if len(raw) == len(previous):  # (position series appearing: counted from 0)
+                    broken = self._broken(increase, previous, raw, counters)
+                    if broken is not None:
+                        inconsistent = broken
+                        increase = (0,) * size
             base = _pad(base, size)
             total = tuple(b + d for b, d in zip(base, increase, strict=True))
         self._partial_decreases = 0
         if reset:
             self._reset_count += 1
         self._last_raw = raw
+        self._last_rounded = counters.rounded
         self._times.append((time,))
         if max(total) > _REBASE_AT:
             total = self._rebase(total)
@@ -272,7 +301,48 @@ class CounterHistory:
         self._prune(time)
         if restarted:
             return Observation(True, reason="the engine's counter set changed; windows restart")
+        if inconsistent is not None:
+            return Observation(
+                True,
+                reason="the interval since the previous reading is left out of every window: "
+                + inconsistent[1],
+                inconsistent=inconsistent[0],
+            )
         return Observation(True, reset=reset)
+
+    def _broken(
+        self,
+        increase: tuple[int, ...],
+        before: tuple[int, ...],
+        after: tuple[int, ...],
+        counters: SpecCounters,
+    ) -> tuple[RejectReason, str] | None:
+        """The physics of a single page, checked on an interval's increases; a counter
+        printed rounded at either end may be off by half a unit of its last digit there."""
+        rounded = set(counters.rounded) | set(self._last_rounded)
+
+        def slack(index: int, name: str) -> float:
+            if name not in rounded:
+                return 0.0
+            return rounding_error(before[index], PRINTED_DIGITS, integer=True) + rounding_error(
+                after[index], PRINTED_DIGITS, integer=True
+            )
+
+        delta = SpecCounters(
+            drafts=increase[0],
+            draft_tokens=increase[1],
+            accepted_tokens=increase[2],
+            accepted_per_position=increase[_SCALARS : len(after)],
+            rounded=counters.rounded,
+            unknown=counters.unknown,
+            derived=counters.derived,
+        )
+        broken = check_counters(
+            delta, slack_drafts=slack(0, "drafts"), slack_tokens=slack(1, "draft_tokens")
+        )
+        if broken is None:
+            return None
+        return RejectReason.INCONSISTENT_INTERVAL, f"{broken[0].value}: {broken[1]}"
 
     def _rebase(self, total: tuple[int, ...]) -> tuple[int, ...]:
         """Take the oldest retained total off every retained total and ``total`` (windows
@@ -330,7 +400,23 @@ class CounterHistory:
             generated_tokens=delta[_TOTALS + _GENERATED] if self._has_generated else None,
             unknown=self._kind[0] if self._kind else (),
             derived=self._kind[1] if self._kind else (),
+            uncertainty=self._uncertainty(delta, resets=delta[_RESETS]),
         )
+
+    def _uncertainty(self, delta: tuple[int, ...], *, resets: int) -> float:
+        """The largest relative error rounding puts on the window's drafts, draft tokens or
+        accepted tokens: each end of each stretch between restarts is off by at most half a
+        unit of its last printed digit, no larger than the newest reading's."""
+        if not self._last_rounded or self._last_raw is None:
+            return 0.0
+        worst = 0.0
+        for index, name in enumerate(_COUNTED):
+            increase = delta[_TOTALS + index]
+            if name not in self._last_rounded or increase <= 0:
+                continue
+            unit = rounding_error(self._last_raw[index], PRINTED_DIGITS, integer=True)
+            worst = max(worst, 2.0 * unit * (resets + 1) / increase)
+        return worst
 
 
 def increase(before: SpecCounters, after: SpecCounters) -> WindowDelta:

@@ -1,4 +1,4 @@
-"""collector_paused (specmon/gcpause.py): no automatic collection inside, the previous state after."""
+"""collector_paused (specmon/process/memory.py): no automatic collection inside, the previous state after."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from specmon.gcpause import collector_paused
+from specmon.process.memory import collector_paused
 
 
 def test_the_collector_is_off_inside_and_back_on_after_even_on_an_error() -> None:

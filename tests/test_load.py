@@ -24,7 +24,6 @@ from specmon.load import (
     LoadWindow,
     ProfileError,
     Thresholds,
-    _rounding,
     accumulate,
     compare,
     compare_with_twin,
@@ -35,6 +34,7 @@ from specmon.load import (
     measured_costs,
     profile_from_json,
     profile_to_json,
+    rounding_error,
     speedup_at_cost,
 )
 from specmon.report import ChainLengthSource, report_from_counters
@@ -127,14 +127,14 @@ def test_llamacpp_mapping_and_its_rounding() -> None:
 
 
 def test_rounding_bound_of_six_significant_digits() -> None:
-    assert _rounding(4800.0, 6, integer=True) == 0.0
-    assert _rounding(123456.0, 6, integer=True) == 0.0
-    assert _rounding(1.23457e6, 6, integer=True) == 5.0  # "1.23457e+06": to the nearest 10
-    assert _rounding(1000.0, 6) == pytest.approx(0.005)  # seconds printed "1000": +-0.005
-    assert _rounding(4.09413, 6) == pytest.approx(5e-6)
-    assert _rounding(1.94213, 6) == pytest.approx(5e-6)
-    assert _rounding(0.0, 6) == 0.0
-    assert _rounding(1.23457e6, None) == 0.0
+    assert rounding_error(4800.0, 6, integer=True) == 0.0
+    assert rounding_error(123456.0, 6, integer=True) == 0.0
+    assert rounding_error(1.23457e6, 6, integer=True) == 5.0  # "1.23457e+06": to the nearest 10
+    assert rounding_error(1000.0, 6) == pytest.approx(0.005)  # seconds printed "1000": +-0.005
+    assert rounding_error(4.09413, 6) == pytest.approx(5e-6)
+    assert rounding_error(1.94213, 6) == pytest.approx(5e-6)
+    assert rounding_error(0.0, 6) == 0.0
+    assert rounding_error(1.23457e6, None) == 0.0
 
 
 def test_no_series_no_counters() -> None:

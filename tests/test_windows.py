@@ -255,3 +255,27 @@ def test_a_rebase_when_a_reading_has_more_positions_than_the_held_ones() -> None
         want = [sum(column) for column in zip(*increases[-n:], strict=True)]
         assert w is not None and (w.drafts, w.accepted_tokens) == (want[0], want[2])
         assert w.accepted_per_position == tuple(want[3:]), seconds
+
+
+def test_a_counter_going_down_three_times_in_a_row_adds_nothing() -> None:
+    """A broken page whose accepted counter reads low three scrapes running, while drafts go
+    on rising: the third is taken as a restart, but the drafts' whole value is no increase
+    (they did not start again from zero): the window holds only the true increases."""
+    h = CounterHistory(retention=600)
+    drafts, accepted = 3_000, 2_400
+    for t in range(10):
+        h.add(t, SpecCounters(drafts, drafts * 2, accepted, (accepted,)))
+        drafts, accepted = drafts + 10, accepted + 8
+    low = accepted - 1_000  # three readings with the accepted counter far below
+    for t in range(10, 13):
+        h.add(t, SpecCounters(drafts, drafts * 2, low, (low,)))
+        drafts, low = drafts + 10, low + 8
+    for t in range(13, 20):
+        h.add(t, SpecCounters(drafts, drafts * 2, low, (low,)))
+        drafts, low = drafts + 10, low + 8
+    w = h.window(600)
+    assert w is not None
+    # 19 steps of 10 drafts, less the two refused readings' steps, less the restart step.
+    assert w.drafts <= 190
+    assert w.drafts >= 150
+    assert w.resets == 1

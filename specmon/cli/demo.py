@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli._args import positive_float
+from specmon.config_values import parse_listen_address
 from specmon.daemon.app import Daemon
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import TargetView
 from specmon.logs import configure_logging
-from specmon.parsing import parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
 from specmon.sim.pages import PageKind

@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import errno
 import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlencode
 
+from specmon import files
 from specmon.cli._args import int_at_least, positive_float
 from specmon.load import ProfileError, profile_from_json
 from specmon.recommend import (
@@ -93,12 +95,12 @@ async def _fetch_targets(url: str, name: str, timeout: float) -> object:
 def _input(args: argparse.Namespace) -> tuple[RecommendInput, str]:
     if args.profile is not None:
         try:
-            with args.profile.open("rb") as handle:
-                data = handle.read(MAX_BYTES + 1)
-            if len(data) > MAX_BYTES:
-                raise RecommendError([f"{args.profile}: larger than {MAX_BYTES} bytes"])
-            text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = files.read_text_capped(args.profile, max_bytes=MAX_BYTES)
+        except OSError as exc:
+            if exc.errno == errno.EFBIG:
+                raise RecommendError([f"{args.profile}: larger than {MAX_BYTES} bytes"]) from None
+            raise RecommendError([f"{args.profile}: {exc.strerror or exc}"]) from None
+        except UnicodeDecodeError as exc:
             raise RecommendError([f"{args.profile}: {exc}"]) from None
         try:
             document = json.loads(text)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import glob
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
+from specmon.config_values import ConfigError, format_duration, parse_listen_address
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import load_config
 from specmon.daemon.file_sd import load_file_sd
-from specmon.daemon.malloc import CollectorSchedule, tune_gc, tune_malloc
-from specmon.daemon.nofile import raise_open_files_limit
 from specmon.logs import LEVELS, configure_logging, get_logger
-from specmon.parsing import ConfigError, format_duration, parse_listen_address
+from specmon.process.memory import CollectorSchedule, tune_gc, tune_malloc
+from specmon.process.nofile import raise_open_files_limit
 from specmon.sharding import Shard, parse_shard
 
 __all__ = ["add_parsers"]
@@ -83,9 +85,9 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"specmon run: --shard: {exc}\n")
         return 2
     # A socket per target kept open between scrapes: the soft limit up to the hard one, as Go
-    # programs do (specmon/daemon/nofile.py; systemd's soft default is 1,024).
+    # programs do (specmon/process/nofile.py; systemd's soft default is 1,024).
     raise_open_files_limit()
-    tune_malloc()  # freed megabyte buffers go back to the system (specmon/daemon/malloc.py)
+    tune_malloc()  # freed megabyte buffers go back to the system (specmon/process/memory.py)
     tune_gc()  # the cycle collector stays out of the scrapes (same module) ...
     daemon = Daemon(
         gc_schedule=CollectorSchedule(log=get_logger()),  # ... and runs once a minute
@@ -94,7 +96,32 @@ def _run(args: argparse.Namespace) -> int:
         web_options=web_cli.web_options(args),  # security: specmon/web
         shard=shard,
     )
-    return asyncio.run(daemon.serve())
+    return _serve(daemon)
+
+
+def _serve(daemon: Daemon) -> int:
+    """Run the daemon to its end. Like :func:`asyncio.run`, except that the tasks a stop
+    abandoned at its deadline are not waited for again: the process exits at once, with the
+    status serve() returned (1), its log line naming what hung already written."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    code = loop.run_until_complete(daemon.serve())
+    if daemon.abandoned:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    try:
+        leftover = asyncio.all_tasks(loop)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            loop.run_until_complete(asyncio.wait(leftover, timeout=daemon.stop_deadline))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    return code
 
 
 def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:

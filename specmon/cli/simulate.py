@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.cli._args import chain_length, unit_ratio
-from specmon.parsing import ConfigError, parse_listen_address
+from specmon.config_values import ConfigError, parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import load_model_from
 from specmon.sim.pages import PageKind

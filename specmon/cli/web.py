@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specmon.parsing import parse_duration
+from specmon.config_values import parse_duration
 from specmon.web.config import WebConfigError
 from specmon.web.server import WebOptions, load_web_settings
 

@@ -7,6 +7,7 @@ import contextlib
 import platform
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 
 from specmon import __version__
+from specmon.config_values import format_duration, parse_listen_address
 from specmon.daemon import metrics as m
 from specmon.daemon.config import (
     Config,
@@ -34,13 +36,10 @@ from specmon.daemon.config import (
     default_config,
     load_config,
 )
+from specmon.daemon.exposition import Exposition
 from specmon.daemon.file_sd import FileSD
-from specmon.daemon.fleet import Fleet, FleetCollector
-from specmon.daemon.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
-from specmon.daemon.malloc import CollectorSchedule
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.nofile import files_short
-from specmon.daemon.render import Exposition
+from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import (
     MAX_PER_PAGE,
@@ -49,12 +48,12 @@ from specmon.daemon.status_page import (
     render_status,
     targets_document,
 )
-from specmon.daemon.target import TargetState, TargetView
+from specmon.daemon.target import TargetState, TargetView, Twins
 from specmon.engines import RejectReason
-from specmon.gcpause import collector_paused
-from specmon.load import LoadWindow
-from specmon.logs import get_logger
-from specmon.parsing import format_duration, parse_listen_address
+from specmon.logs import LIMIT, get_logger
+from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
+from specmon.process.memory import CollectorSchedule, collector_paused
+from specmon.process.nofile import files_short
 from specmon.sharding import Shard
 from specmon.sources import ScrapeResult, Source
 from specmon.sources.http import open_session
@@ -93,6 +92,7 @@ class _OwnMetrics:
         self.reload_time = gauge(m.RELOAD_TIME)
         self.targets = gauge(m.TARGETS)
         self.file_sd_errors = counter(m.FILE_SD_ERRORS)
+        self.log_lines_dropped = counter(m.LOG_LINES_DROPPED)
         self.loop_lag = histogram(m.LOOP_LAG, LAG_BUCKETS)
         self.gc_pause = histogram(m.GC_PAUSE, GC_BUCKETS)
         for generation in range(3):  # every generation's series from the start, at 0
@@ -104,6 +104,12 @@ class _OwnMetrics:
         )
 
 
+#: Seconds a stop waits for the daemon's tasks and servers before it abandons what is left
+#: and the process exits with status 1: under the 15 s most deployments allow between SIGTERM
+#: and SIGKILL, so the line naming what hung is always written.
+STOP_DEADLINE = 10.0
+
+
 class Daemon:
     def __init__(
         self,
@@ -111,6 +117,7 @@ class Daemon:
         config_path: Path | None,
         listen: str = ":10920",
         shutdown_timeout: float = 3.0,
+        stop_deadline: float = STOP_DEADLINE,
         web_options: WebOptions | None = None,  # security: --web.* flags (specmon/web)
         shard: Shard | None = None,  # fleet: --shard I/N (specmon/sharding.py)
         gc_schedule: CollectorSchedule | None = None,  # the cycle collector's runs (malloc.py)
@@ -118,6 +125,9 @@ class Daemon:
         self.config_path = config_path
         self.listen = listen
         self.shutdown_timeout = shutdown_timeout
+        self.stop_deadline = stop_deadline
+        #: What the last stop abandoned (see :meth:`stop`).
+        self.abandoned: list[str] = []
         self.log = get_logger()
         #: None: CPython's own schedule (tests in-process); ``specmon run`` passes one.
         self.gc_schedule = gc_schedule
@@ -132,8 +142,10 @@ class Daemon:
             with contextlib.suppress(ValueError):
                 self.registry.register(collector)
         self.metrics = _OwnMetrics(self.registry)
+        dropped = self.metrics.log_lines_dropped
+        LIMIT.on_drop = lambda event: dropped.labels(event=event).inc()
         self._export_errors_logged: set[tuple[str, str]] = set()
-        #: The target half of /metrics, rendered at each target's change (issue 15).
+        #: The target half of /metrics, rendered at each target's change.
         self.exposition = Exposition(on_error=self._export_failed)
         #: The status page's and the API's per-target pieces, made once per view.
         self._status = StatusCache()
@@ -153,6 +165,8 @@ class Daemon:
         self.bound_port: int | None = None
         # fleet: Prometheus sources' instances, served beside the direct targets (fleet.py)
         self.shard = shard or Shard()
+        #: Every target's state by name, where a target finds its baseline twin.
+        self.twins = Twins()
         self.fleet = Fleet(
             session=self._get_session,
             direct=self._running.keys,
@@ -164,7 +178,7 @@ class Daemon:
             on_change=self._count_targets,
             on_view=self._view_changed,
             on_remove=self._fleet_instance_removed,
-            baseline_window=self._baseline_window,
+            twins=self.twins,
         )
         self.registry.register(FleetCollector(self.fleet))
 
@@ -307,7 +321,7 @@ class Daemon:
 
     def _check_open_files(self) -> None:
         """Warn (once per change) when the open-files limit is below what the targets and the
-        web server's connections may need (specmon/daemon/nofile.py)."""
+        web server's connections may need (specmon/process/nofile.py)."""
         short = files_short(
             targets=len(self._running), web_connections=self.web.options.max_connections
         )
@@ -337,8 +351,9 @@ class Daemon:
             windows=config.global_.windows,
             retention=config.retention,
             on_view=self._view_changed,
-            baseline_window=self._baseline_window,
+            twins=self.twins,
         )
+        self.twins.put(state)
         scraper = TargetScraper(
             state,
             source=self._source_for,
@@ -350,14 +365,9 @@ class Daemon:
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
 
-    def _baseline_window(self, target: str, model: str, seconds: float) -> LoadWindow | None:
-        """Another target's load window, for the targets that use it as their baseline."""
-        running = self._running.get(target)
-        state = running.state if running is not None else self.fleet.state(target)
-        return state.load_window(model, seconds) if state is not None else None
-
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
+        self.twins.drop(running.state)
         running.task.cancel()
         self._thaw()
         running.state.on_view = None
@@ -521,7 +531,7 @@ class Daemon:
         self.bound_port = await self.web.listen(self._runner, host, port)
         if self.gc_schedule is not None:
             self._collector_task = asyncio.create_task(self.gc_schedule.run(), name="gc")
-        # The loop's lag and the collector's pauses, always measured (specmon/daemon/loopwatch.py).
+        # The loop's lag and the collector's pauses, always measured (specmon/process/loopwatch.py).
         self.loop_watch = LoopWatch(
             lag=self.metrics.loop_lag,
             gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),
@@ -547,24 +557,51 @@ class Daemon:
     async def wait(self) -> None:
         await self._stopping.wait()
 
-    async def stop(self) -> None:
+    async def stop(self) -> list[str]:
+        """Cancel every task, close the client session and the HTTP server, within
+        ``stop_deadline`` seconds in all. Returns what did not end by then (task names, or
+        the step that hung), logged as ``specmon_stop_abandoned``; empty on a clean stop."""
         self._shutting_down = True
         self.log.info("specmon_stopping")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.stop_deadline
         tasks = [r.task for r in self._running.values()] + self.fleet.tasks()
         for task in (self._file_sd_task, self._collector_task, self._watch_task):
             if task is not None:
                 tasks.append(task)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        hung: list[str] = []
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.stop_deadline)
+            hung.extend(sorted(task.get_name() for task in pending))
         if self.loop_watch is not None:
             self.loop_watch.uninstall()  # its task may have been cancelled before it ran
-        if self._session is not None:
-            await self._session.close()
-        await self.web.close()  # security: stop listening before the runner closes connections
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self.log.info("specmon_stopped")
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        session, runner = self._session, self._runner
+        if session is not None:
+            steps.append(("client session", session.close))
+        steps.append(("listener", self.web.close))  # stop listening before closing connections
+        if runner is not None:
+            steps.append(("http server", runner.cleanup))
+        for name, step in steps:
+            try:
+                async with asyncio.timeout_at(max(deadline, loop.time() + 0.5)):
+                    await step()
+            except TimeoutError:
+                hung.append(name)
+        self.abandoned = hung
+        LIMIT.flush()
+        if hung:
+            self.log.error(
+                "specmon_stop_abandoned",
+                hung=hung,
+                deadline_s=self.stop_deadline,
+                effect="left to the operating system; exiting with status 1",
+            )
+        else:
+            self.log.info("specmon_stopped")
+        return hung
 
     async def serve(self) -> int:
         """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the exit status."""
@@ -586,8 +623,8 @@ class Daemon:
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-            await self.stop()
-        return 0
+            hung = await self.stop()
+        return 1 if hung else 0
 
 
 def _int_param(raw: str | None, default: int, low: int, high: int) -> int:

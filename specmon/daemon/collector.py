@@ -3,7 +3,7 @@
 :func:`target_samples` reads one immutable :class:`~specmon.daemon.target.TargetView` and
 lists its samples against the families declared in :mod:`specmon.daemon.metrics`; nothing
 mutates global gauges, so a removed target or a window without drafts simply has no series.
-:mod:`specmon.daemon.render` turns the samples into exposition text once per change. One
+:mod:`specmon.daemon.exposition` turns the samples into exposition text once per change. One
 target's view can never break another's series: its samples are built apart and dropped whole
 if anything about them is wrong (:func:`health_samples` is what such a target still says).
 """
@@ -56,7 +56,7 @@ _WINDOW_FIGURES: tuple[tuple[MetricDef, Callable[[AcceptanceReport], float | int
 
 class Sink(Protocol):
     """Where a target's series go: :class:`_Out` keeps them as :class:`Sample` tuples,
-    :mod:`specmon.daemon.render` writes them straight to text. Either drops a value that is
+    :mod:`specmon.daemon.exposition` writes them straight to text. Either drops a value that is
     not a finite number and raises ValueError on label values that do not fit the family."""
 
     def add(

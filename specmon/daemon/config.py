@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.engines import Engine, PageLimits, check_engine
-from specmon.load import Profile, ProfileError, profile_from_json
-from specmon.parsing import (
+from specmon import files
+from specmon.config_values import (
     Checker,
     ConfigError,
     YamlLimits,
@@ -34,8 +34,12 @@ from specmon.parsing import (
     parse_duration,
     parse_size,
 )
+from specmon.engines import Engine, PageLimits, check_engine
+from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
+from specmon.settings import settle
+from specmon.sources.client_config import check_headers
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
 __all__ = [
@@ -55,7 +59,6 @@ __all__ = [
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = frozenset({"target", "engine", "model", "window", "position", "source"})
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 #: Largest configuration file specmon reads.
 MAX_CONFIG_BYTES = 1 << 20
 #: Longest label value or model name accepted from a config file.
@@ -149,7 +152,7 @@ class Config:
     targets: tuple[TargetConfig, ...]
     file_sd: tuple[FileSDConfig, ...] = field(default=(), metadata=_keys("file_sd_configs"))
     source: str = field(default="", metadata=_keys())
-    #: Prometheus query sources (specmon.sources.prometheus_config; read by daemon/fleet.py).
+    #: Prometheus query sources (specmon.sources.prometheus_config; read by daemon/prometheus_sources.py).
     sources: tuple[PrometheusSourceConfig, ...] = field(default=(), metadata=_keys("sources"))
 
     @property
@@ -190,6 +193,20 @@ def _nonempty_str(value: Any) -> str:
     if len(value) > MAX_LABEL_VALUE:
         raise ValueError(f"{len(value)} characters; the limit is {MAX_LABEL_VALUE}")
     return value
+
+
+def check_name(value: Any) -> str:
+    """A target's name: a non-empty string without control or invisible formatting characters
+    (a newline or NUL would split or end a log line, a bidi override would show another name
+    on the status page than the one in the config)."""
+    name = _nonempty_str(value)
+    bad = next((ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf")), None)
+    if bad is not None:
+        raise ValueError(
+            f"contains the control or formatting character U+{ord(bad):04X}; names must be "
+            "plain text"
+        )
+    return name
 
 
 def check_url(value: Any) -> str:
@@ -236,24 +253,13 @@ def check_labels(checker: PathChecker, value: Any, path: str) -> dict[str, str]:
 
 
 def _check_headers(checker: PathChecker, value: Any, path: str) -> dict[str, Secret]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        checker.add(path, f"must be a mapping of header names to strings, not {_kind(value)}")
-        return {}
-    headers: dict[str, Secret] = {}
-    for key, item in value.items():
-        where = _join(path, str(key))
-        if not isinstance(key, str) or not _HEADER_NAME.match(key):
-            checker.add(where, "invalid header name")
-        elif key.lower() in ("authorization",):
-            checker.add(where, "use bearer_token_env or bearer_token_file for Authorization")
-        elif not isinstance(item, str) or "\n" in item or "\r" in item:
-            # Never echo the value: it may be a secret.
-            checker.add(where, "header values must be single-line strings")
-        else:
-            headers[key] = Secret(item)
-    return headers
+    return check_headers(
+        checker,
+        value,
+        path,
+        reserved=("authorization",),
+        hint="use bearer_token_env or bearer_token_file for Authorization",
+    )
 
 
 def _bearer(
@@ -281,9 +287,12 @@ def _bearer(
             return None
         token_path = checker.base_dir / file_name
         try:
-            token = token_path.read_text(encoding="utf-8").strip()
+            token = files.read_text_capped(token_path, max_bytes=files.MAX_SECRET_BYTES).strip()
         except OSError as exc:
             checker.add(where, f"cannot read {token_path}: {exc.strerror or exc}")
+            return None
+        except UnicodeDecodeError:
+            checker.add(where, f"{token_path} is not UTF-8 text")
             return None
         if not token:
             checker.add(where, f"{token_path} is empty")
@@ -397,7 +406,7 @@ def _check_target(
     for required in ("name", "url"):
         if required not in data:
             checker.add(_join(path, required), "is required")
-    name = checker.get(data, "name", path, _nonempty_str, "")
+    name = checker.get(data, "name", path, check_name, "")
     url = checker.get(data, "url", path, check_url, "")
     interval = checker.get(data, "scrape_interval", path, parse_duration, glob.scrape_interval)
     timeout = checker.get(
@@ -405,13 +414,23 @@ def _check_target(
     )
     if timeout > interval:
         checker.add(_join(path, "scrape_timeout"), "must not exceed scrape_interval")
+    settings = settle(
+        {"draft_cost": glob.draft_cost, "chain_length": glob.chain_length},
+        {
+            "engine": checker.get(data, "engine", path, check_engine, None),
+            "draft_cost": checker.get(data, "draft_cost", path, check_unit_float, None),
+            "chain_length": checker.get(data, "chain_length", path, check_chain_length, None),
+            "model": checker.get(data, "model", path, _nonempty_str, None),
+            "baseline": checker.get(data, "baseline", path, _nonempty_str, None),
+        },
+    )
     target = TargetConfig(
         name=name,
         url=url,
-        engine=checker.get(data, "engine", path, check_engine, None),
-        draft_cost=checker.get(data, "draft_cost", path, check_unit_float, glob.draft_cost),
-        chain_length=checker.get(data, "chain_length", path, check_chain_length, glob.chain_length),
-        model=checker.get(data, "model", path, _nonempty_str, None),
+        engine=settings.engine,
+        draft_cost=settings.draft_cost,
+        chain_length=settings.chain_length,
+        model=settings.model,
         labels=check_labels(checker, data.get("labels"), _join(path, "labels")),
         headers=_check_headers(checker, data.get("headers"), _join(path, "headers")),
         bearer_token=_bearer(checker, data, path, environ),
@@ -419,7 +438,7 @@ def _check_target(
         scrape_timeout=timeout,
         enable_compression=checker.get(data, "enable_compression", path, check_bool, None),
         name_filter=checker.get(data, "name_filter", path, check_bool, None),
-        baseline=checker.get(data, "baseline", path, _nonempty_str, None),
+        baseline=settings.baseline,
         cost_profile=_cost_profile(checker, data.get("cost_profile"), _join(path, "cost_profile")),
     )
     if target.baseline is not None and target.cost_profile is not None:
@@ -578,14 +597,14 @@ def _check_source_intervals(
 def read_text_capped(path: Path, *, max_bytes: int) -> str:
     """A UTF-8 file of at most ``max_bytes``; :class:`ConfigError` otherwise."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
+        data = files.read_capped(path, max_bytes=max_bytes)
     except OSError as exc:
-        raise ConfigError(
-            [f"cannot read the file: {exc.strerror or exc}"], source=str(path)
-        ) from None
-    if len(data) > max_bytes:
-        raise ConfigError([f"the file is larger than the {max_bytes}-byte limit"], source=str(path))
+        problem = (
+            f"the file is {exc.strerror}"
+            if files.refused(exc)
+            else f"cannot read the file: {exc.strerror or exc}"
+        )
+        raise ConfigError([problem], source=str(path)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -15,6 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specmon.config_values import (
+    YamlLimits,
+    check_chain_length,
+    check_unit_float,
+    join_path,
+    load_yaml,
+)
 from specmon.daemon.config import (
     MAX_CONFIG_BYTES,
     Config,
@@ -24,17 +31,12 @@ from specmon.daemon.config import (
     PathChecker,
     TargetConfig,
     check_labels,
+    check_name,
     check_url,
     read_text_capped,
 )
 from specmon.engines import check_engine
-from specmon.parsing import (
-    YamlLimits,
-    check_chain_length,
-    check_unit_float,
-    join_path,
-    load_yaml,
-)
+from specmon.settings import settle
 
 __all__ = ["FileSD", "load_file_sd"]
 
@@ -106,27 +108,42 @@ def load_file_sd(
             name = special.get("__specmon_name__", host)
             if len(hosts) > 1 and "__specmon_name__" in special:
                 name = f"{name}-{host}"
+            try:
+                check_name(name)
+            except ValueError as exc:
+                checker.add(join_path(gpath, "labels.__specmon_name__"), f"name {exc}")
+                continue
             get = checker.get
-            targets.append(
-                TargetConfig(
-                    name=name,
-                    url=url,
-                    engine=get(special, "__specmon_engine__", gpath, check_engine, sd.engine),
-                    draft_cost=get(
+            settings = settle(
+                {"draft_cost": glob_cfg.draft_cost, "chain_length": glob_cfg.chain_length},
+                {"engine": sd.engine, "draft_cost": sd.draft_cost, "chain_length": sd.chain_length},
+                {
+                    "engine": get(special, "__specmon_engine__", gpath, check_engine, None),
+                    "draft_cost": get(
                         special,
                         "__specmon_draft_cost__",
                         gpath,
                         lambda v: check_unit_float(float(v)),
-                        sd.draft_cost if sd.draft_cost is not None else glob_cfg.draft_cost,
+                        None,
                     ),
-                    chain_length=get(
+                    "chain_length": get(
                         special,
                         "__specmon_chain_length__",
                         gpath,
                         lambda v: check_chain_length(int(v)),
-                        sd.chain_length if sd.chain_length is not None else glob_cfg.chain_length,
+                        None,
                     ),
-                    model=special.get("__specmon_model__"),
+                    "model": special.get("__specmon_model__"),
+                },
+            )
+            targets.append(
+                TargetConfig(
+                    name=name,
+                    url=url,
+                    engine=settings.engine,
+                    draft_cost=settings.draft_cost,
+                    chain_length=settings.chain_length,
+                    model=settings.model,
                     labels=labels,
                     scrape_interval=glob_cfg.scrape_interval,
                     scrape_timeout=glob_cfg.scrape_timeout,

@@ -20,13 +20,13 @@ from specmon.load import (
     LoadWindow,
     Profile,
     Speeds,
-    best_chain,
     compare_with_profile,
     compare_with_twin,
     crossover_at_acceptance,
     measured_costs,
 )
 from specmon.records import record
+from specmon.report import best_chain
 
 __all__ = ["PROFILE", "BucketFigures", "LoadFigures", "live_load_figures", "load_figures"]
 
@@ -121,7 +121,7 @@ def load_figures(
         now = concurrency
     current = DEFAULT_SCHEME.bucket_of(now) if now is not None else None
     survival = arithmetic.survival(acceptance.accepted_per_position, acceptance.drafts) or []
-    buckets = tuple(_bucket(v, survival) for v in verdicts)
+    buckets = tuple(_bucket(v, survival, chain_length) for v in verdicts)
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
     crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
     comparison = mine.comparison if mine is not None else None
@@ -139,7 +139,7 @@ def load_figures(
         concurrency, step_seconds, tpot, mean_draft, name,
         bucket=comparison.bucket.label,
         realized_speedup=comparison.realized_speedup,
-        measured_draft_cost=comparison.draft_cost,
+        measured_draft_cost=_exported_cost(comparison.draft_cost),
         measured_breakeven_alpha=report.breakeven_alpha if report else None,
         measured_alpha_margin=report.alpha_margin if report else None,
         crossover=crossing,
@@ -189,22 +189,32 @@ def _draft_length(
     return mean_draft, ()
 
 
-def _bucket(verdict: BucketVerdict, survival: list[float]) -> BucketFigures:
+def _bucket(
+    verdict: BucketVerdict, survival: list[float], chain_length: int | None
+) -> BucketFigures:
     """A bucket's figures; ``survival``: the window's per-position survival (empty without
-    drafts or position series: no best chain length)."""
+    drafts or position series: no best chain length), cut at the configured chain length."""
     c = verdict.comparison
     best_k = best_speed = None
     if c is not None and c.draft_cost is not None and survival:
-        best = best_chain(survival, max(c.draft_cost, 0.0))
-        best_k, best_speed = best.chain_length, best.speedup
+        best = best_chain(draft_cost=c.draft_cost, chain_length=chain_length, survival=survival)
+        if best is not None:
+            best_k, best_speed = best.chain_length, best.speedup
     return BucketFigures(
         label=verdict.bucket.label,
         low=verdict.bucket.low,
         high=verdict.bucket.high,
         concurrency=c.concurrency if c is not None else None,
         realized_speedup=c.realized_speedup if c is not None else None,
-        draft_cost=c.draft_cost if c is not None else None,
+        draft_cost=_exported_cost(c.draft_cost) if c is not None else None,
         best_chain_length=best_k,
         best_speedup=best_speed,
         reason=verdict.reason,
     )
+
+
+def _exported_cost(cost: float | None) -> float | None:
+    """A measured draft cost as exported: a cost below zero (the speculative step measured
+    faster than the baseline's: noise, or servers that differ beyond the draft) is no cost,
+    and the comparison's notes say so; the figures computed from it use 0."""
+    return cost if cost is not None and cost >= 0 else None

@@ -639,6 +639,13 @@ FILE_SD_ERRORS = _c(
     (),
     Scope.OWN,
 )
+LOG_LINES_DROPPED = _c(
+    "specmon_log_lines_dropped",
+    "Log lines specmon did not write because one event wrote more than 100 lines at once or "
+    "10 a second, by event; each event's drops are summed up in a log_lines_dropped line.",
+    ("event",),
+    Scope.OWN,
+)
 
 #: Every family, in the order /metrics serves the target families and the docs list them.
 FAMILIES: tuple[MetricDef, ...] = (
@@ -695,6 +702,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     RELOAD_TIME,
     TARGETS,
     FILE_SD_ERRORS,
+    LOG_LINES_DROPPED,
     WEB_RELOAD_OK,
     WEB_RELOAD_TIME,
     WEB_REJECTIONS,

@@ -42,7 +42,7 @@ def backoff_delay(interval: float, failures: int) -> float:
 #: The wake-up grid's step, in seconds, for intervals of two seconds and more (a twentieth of
 #: shorter ones). At 1,000 targets every 5 s about 20 targets share a tick; measured with
 #: 1,000 targets on loopback, waking each on its own cost 0.18 ms of CPU per scrape in the
-#: event loop alone, on a 0.1 s grid 0.065 ms (bench/RESULTS.md).
+#: event loop alone, on a 0.1 s grid 0.065 ms (bench/results/HISTORY.md).
 MAX_TICK = 0.1
 
 

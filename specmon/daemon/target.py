@@ -13,6 +13,7 @@ from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
 from specmon.engines import (
@@ -26,7 +27,6 @@ from specmon.engines import (
     SpecGauges,
 )
 from specmon.load import LoadHistory, LoadWindow, load_counters
-from specmon.parsing import format_duration
 from specmon.records import record
 from specmon.report import (
     AcceptanceReport,
@@ -34,25 +34,48 @@ from specmon.report import (
     basis,
     detected_chain_length,
     engine_draft_cost,
+    figure_out_of_range,
     has_data,
     report_from_counters,
     report_from_gauges,
 )
 from specmon.sources import ScrapeResult
-from specmon.windows import CounterHistory, GaugeHistory
+from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
 
 __all__ = [
-    "BaselineWindow",
     "Event",
     "ModelView",
     "TargetState",
     "TargetView",
+    "Twins",
     "WindowView",
     "display_url",
 ]
 
+
 #: (target, model, seconds) -> that target's load window: how a state reads its twin's.
-BaselineWindow = Callable[[str, str, float], "LoadWindow | None"]
+class Twins:
+    """Every target's state by name, scraped directly or read through a Prometheus source:
+    where a target finds the twin it compares with (``baseline:``). The daemon hands one to
+    every state it builds and keeps it current as targets come and go."""
+
+    __slots__ = ("_states",)
+
+    def __init__(self) -> None:
+        self._states: dict[str, TargetState] = {}
+
+    def put(self, state: TargetState) -> None:
+        self._states[state.config.name] = state
+
+    def drop(self, state: TargetState) -> None:
+        """Forget ``state`` (not another state that took its name since)."""
+        if self._states.get(state.config.name) is state:
+            del self._states[state.config.name]
+
+    def load_window(self, name: str, model: str, seconds: float) -> LoadWindow | None:
+        """Target ``name``'s load window of ``model`` (None: no such target or model)."""
+        state = self._states.get(name)
+        return state.load_window(model, seconds) if state is not None else None
 
 
 def display_url(url: str) -> str:
@@ -141,12 +164,12 @@ class TargetState:
         windows: tuple[float, ...],
         retention: float,
         on_view: Callable[[TargetView], None] | None = None,
-        baseline_window: BaselineWindow | None = None,
+        twins: Twins | None = None,
     ):
         #: Told of every new view (the exposition renders the target's series from it).
         self.on_view = on_view
-        #: Looks up another target's load window (the ``baseline:`` twin).
-        self.baseline_window = baseline_window
+        #: Where the ``baseline:`` twin is found.
+        self.twins = twins
         #: Per model (speculating or not), the load readings.
         self._loads: dict[str, LoadHistory] = {}
         self.config = config
@@ -282,9 +305,10 @@ class TargetState:
             events.extend(recorded)
             if refusal is not None:
                 rejected.append(refusal)
-                continue
+                if refusal.whole_model:
+                    continue
             self._record_load(model, mono)
-            view = self._model_view(model)
+            view = self._model_view(model, withheld=rejected)
             models.append(view)
             kept.append(model)
             events.extend(self._margin_events(view))
@@ -354,7 +378,7 @@ class TargetState:
         history = self._loads.get(model.model)
         if history is None:
             cfg = self.config
-            # Lean rows while nothing compares this target (issue 15's memory); a reload
+            # Lean rows while nothing compares this target (to save memory); a reload
             # that gives it a baseline, or a target that takes it as its twin, makes the
             # history whole at its first window (specmon.load.LoadHistory).
             history = self._loads[model.model] = LoadHistory(
@@ -380,8 +404,8 @@ class TargetState:
             return None
         cfg = self.config
         twin = None
-        if acceptance is not None and cfg.baseline is not None and self.baseline_window:
-            twin = self.baseline_window(cfg.baseline, model, seconds)
+        if acceptance is not None and cfg.baseline is not None and self.twins is not None:
+            twin = self.twins.load_window(cfg.baseline, model, seconds)
         if acceptance is None or (twin is None and cfg.cost_profile is None):
             # Nothing to compare with: the live figures straight off the window's sums.
             return live_load_figures(
@@ -438,6 +462,11 @@ class TargetState:
             )
             if observation.partial_decrease:
                 return [], Rejection(model.model, RejectReason.PARTIAL_DECREASE, observation.reason)
+            if observation.inconsistent is not None:
+                # The reading stays (the next interval starts from it); the interval does not.
+                return [], Rejection(
+                    model.model, observation.inconsistent, observation.reason, whole_model=False
+                )
             overhead = model.gauges.draft_overhead if model.gauges is not None else None
             # 0 means the engine timed no drafter in that iteration (one-model speculation, or
             # an iteration without drafts): not a measurement, so it is not averaged in.
@@ -468,8 +497,12 @@ class TargetState:
                 rate_h.add(mono, gauges.acceptance_rate)
         return [], None
 
-    def _model_view(self, model: ModelReading) -> ModelView:
-        """Figures for one model from its history and the current settings (no recording)."""
+    def _model_view(
+        self, model: ModelReading, *, withheld: list[Rejection] | None = None
+    ) -> ModelView:
+        """Figures for one model from its history and the current settings (no recording).
+        A window whose figures the engine's rounding makes too imprecise, or that fall
+        outside their physical range, gets none; ``withheld`` collects why (once a model)."""
         if model.counters is None:
             assert model.gauges is not None
             return replace(
@@ -504,6 +537,16 @@ class TargetState:
                 if has_data(counters)
                 else None
             )
+            if report is not None:
+                why = _withheld(delta, report)
+                if why is not None:
+                    report = None
+                    if withheld is not None and not any(
+                        r.model == model.model and r.reason is why[0] for r in withheld
+                    ):
+                        withheld.append(
+                            Rejection(model.model, why[0], f"{label}: {why[1]}", whole_model=False)
+                        )
             windows.append(
                 WindowView(
                     label,
@@ -619,3 +662,19 @@ class TargetState:
 
 def _engine_name(engine: Engine | None) -> str:
     return engine.value if engine is not None else "unknown"
+
+
+def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:
+    """Why a window's figures must not be shown, or None: the engine's printed precision
+    leaves them less certain than MAX_WINDOW_ERROR, or one lies outside its physical range
+    (what no single page can give; rounding within the bound still can, near 1)."""
+    if delta.uncertainty > MAX_WINDOW_ERROR:
+        return RejectReason.IMPRECISE_WINDOW, (
+            f"the engine prints its counters rounded: {delta.drafts} drafts in the window "
+            f"leave its figures {delta.uncertainty:.1%} uncertain (more than "
+            f"{MAX_WINDOW_ERROR:.0%})"
+        )
+    problem = figure_out_of_range(report)
+    if problem is not None:
+        return RejectReason.OUT_OF_RANGE, problem
+    return None

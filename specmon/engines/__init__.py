@@ -2,7 +2,7 @@
 
 ``read_page`` is the single entry point used by the daemon, the CLI and the A/B tool. With
 ``engine="auto"`` the engine is recognised from marker names on the page. ``read_parsed`` reads
-a :class:`~specmon.exposition.Page` built elsewhere (the Prometheus query source builds one per
+a :class:`~specmon.parser.Page` built elsewhere (the Prometheus query source builds one per
 instance from query results) with the same adapters.
 """
 
@@ -32,7 +32,7 @@ from specmon.engines.trtllm import TrtllmAdapter
 from specmon.engines.validate import check_model
 from specmon.engines.vllm import VllmAdapter
 from specmon.engines.vllm_v0 import VllmV0Adapter
-from specmon.exposition import Page, parse
+from specmon.parser import Page, parse
 
 __all__ = [
     "ENGINE_CHOICES",

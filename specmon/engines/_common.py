@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from specmon.engines.model import ModelReading, Rejection, RejectReason
-from specmon.exposition import Page, Sample
+from specmon.parser import Page, Sample
 
 __all__ = [
     "HARD_POSITION_CAP",

@@ -21,7 +21,7 @@ from specmon.engines._common import (
     sum_positions,
 )
 from specmon.engines.model import Context, Engine, ModelReading, Rejection, SpecCounters
-from specmon.exposition import Page, Sample
+from specmon.parser import Page, Sample
 
 __all__ = ["LlamacppAdapter"]
 
@@ -47,10 +47,9 @@ SIGNIFICANT_DIGITS = 6
 
 
 def _is_rounded(sample: Sample) -> bool:
-    """True when the printed value carries fewer digits than the integer it stands for."""
-    raw = sample.raw_value
-    if "e" not in raw and "E" not in raw:
-        return False
+    """True when the value may carry fewer digits than the integer it stands for: from a
+    million on, whatever its form (read back through Prometheus, ``1.23457e+06`` is
+    ``1234570``)."""
     return abs(sample.value) >= 1e6
 
 

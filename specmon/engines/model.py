@@ -7,10 +7,11 @@ only has to produce them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import field
 from enum import StrEnum
 
-from specmon.exposition import Problem
+from specmon.parser import Problem
 from specmon.records import record
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Rejection",
     "SpecCounters",
     "SpecGauges",
+    "add_counters",
 ]
 
 
@@ -62,6 +64,24 @@ class SpecCounters:
     def knows(self, name: str) -> bool:
         """True unless the engine publishes no counter ``name`` (drafts, draft_tokens)."""
         return name not in self.unknown
+
+
+def add_counters(parts: Iterable[SpecCounters]) -> SpecCounters:
+    """The sum of several counter increases (per-position element-wise, padded with zeros);
+    a counter rounded in any part is rounded in the sum."""
+    items = list(parts)
+    width = max((len(p.accepted_per_position) for p in items), default=0)
+    per_pos = [0] * width
+    for part in items:
+        for i, value in enumerate(part.accepted_per_position):
+            per_pos[i] += value
+    return SpecCounters(
+        drafts=sum(p.drafts for p in items),
+        draft_tokens=sum(p.draft_tokens for p in items),
+        accepted_tokens=sum(p.accepted_tokens for p in items),
+        accepted_per_position=tuple(per_pos),
+        rounded=tuple(sorted({r for p in items for r in p.rounded})),
+    )
 
 
 class GaugeScope(StrEnum):
@@ -168,6 +188,16 @@ class RejectReason(StrEnum):
     SERIES_LIMIT = "series_limit"
     #: Some counters went down while the drafts counter did not: not a restart, a bad page.
     PARTIAL_DECREASE = "partial_decrease"
+    #: Two pages each valid alone whose difference breaks the physics of one (accepted at
+    #: position 1 rising by 1,000 while drafts rise by 1): the interval between them is left
+    #: out of every window, the readings stay.
+    INCONSISTENT_INTERVAL = "inconsistent_interval"
+    #: A window whose figures would be less precise than 2 % because the engine prints its
+    #: counters rounded (llama.cpp past a million drafts) and the window holds too few
+    #: drafts: its figures are withheld (counted once a scrape).
+    IMPRECISE_WINDOW = "imprecise_window"
+    #: A window figure outside its physical range (a survival above 1): withheld.
+    OUT_OF_RANGE = "figure_out_of_range"
 
 
 @record

@@ -35,7 +35,7 @@ from specmon.engines.model import (
     SpecCounters,
     SpecGauges,
 )
-from specmon.exposition import Page
+from specmon.parser import Page
 
 __all__ = ["SglangAdapter"]
 

@@ -33,7 +33,7 @@ from specmon.engines.model import (
     RejectReason,
     SpecCounters,
 )
-from specmon.exposition import Page, Sample
+from specmon.parser import Page, Sample
 
 __all__ = ["TgiAdapter"]
 

@@ -44,7 +44,7 @@ from specmon.engines.model import (
     SpecCounters,
     SpecGauges,
 )
-from specmon.exposition import Page
+from specmon.parser import Page
 
 __all__ = ["TrtllmAdapter"]
 

@@ -23,7 +23,7 @@ from specmon.engines.model import (
     SpecGauges,
 )
 
-__all__ = ["check_model"]
+__all__ = ["check_counters", "check_model"]
 
 #: llama.cpp prints scalar counters with 6 significant digits: a rounded value may sit up to
 #: half a unit of the 6th digit below the exact one.
@@ -65,8 +65,23 @@ def _counters(c: SpecCounters, limits: PageLimits) -> tuple[RejectReason, str] |
             RejectReason.POSITION_LIMIT,
             f"{len(per_pos)} positions; the limit is {limits.max_position}",
         )
-    slack_drafts = c.drafts * _ROUNDING if "drafts" in c.rounded else 0.0
-    slack_tokens = c.draft_tokens * _ROUNDING if "draft_tokens" in c.rounded else 0.0
+    return check_counters(
+        c,
+        slack_drafts=c.drafts * _ROUNDING if "drafts" in c.rounded else 0.0,
+        slack_tokens=c.draft_tokens * _ROUNDING if "draft_tokens" in c.rounded else 0.0,
+    )
+
+
+def check_counters(
+    c: SpecCounters, *, slack_drafts: float = 0.0, slack_tokens: float = 0.0
+) -> tuple[RejectReason, str] | None:
+    """The physics every count of drafts obeys, on one page's lifetime counters or on their
+    increase between two pages (an interval, :mod:`specmon.windows`): per-position counts
+    that do not rise along the chain, no more accepted at position 1 than drafts, no more
+    accepted than drafted tokens, no more drafts than drafted tokens. ``slack_*``: how far a
+    rounded counter may be off (llama.cpp's 6 significant digits). The first broken law, or
+    None."""
+    per_pos = c.accepted_per_position
     # Engines without a drafts or draft-token counter (TensorRT-LLM, SGLang, TGI) publish no
     # bound to check against: those checks are skipped, the others still hold.
     knows_drafts, knows_tokens = c.knows("drafts"), c.knows("draft_tokens")

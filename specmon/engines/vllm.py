@@ -16,7 +16,7 @@ from specmon.engines._common import (
     sum_positions,
 )
 from specmon.engines.model import Context, Engine, ModelReading, Rejection, SpecCounters
-from specmon.exposition import Page
+from specmon.parser import Page
 
 __all__ = ["VllmAdapter"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from specmon.engines._common import mean_by_model
 from specmon.engines.model import Engine, GaugeScope, ModelReading, Rejection, SpecGauges
-from specmon.exposition import Page
+from specmon.parser import Page
 
 __all__ = ["VllmV0Adapter"]
 

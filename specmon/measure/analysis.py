@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmon import arithmetic
-from specmon.engines.model import SpecCounters
+from specmon.engines.model import SpecCounters, add_counters
 from specmon.load import LoadInterval
 from specmon.measure.breakeven import BreakEvenReading, breakeven_reading
 from specmon.measure.compare import Comparison, compare
@@ -102,23 +102,6 @@ def summarize_side(outcomes: Sequence[Outcome], seconds: float) -> SideSummary:
         latency_p95=percentile(latencies, 95),
         latency_mean=statistics.fmean(latencies) if latencies else None,
         latency_max=max(latencies) if latencies else None,
-    )
-
-
-def add_counters(parts: Iterable[SpecCounters]) -> SpecCounters:
-    """The sum of several counter increases (per-position element-wise)."""
-    items = list(parts)
-    width = max((len(p.accepted_per_position) for p in items), default=0)
-    per_pos = [0] * width
-    for part in items:
-        for i, value in enumerate(part.accepted_per_position):
-            per_pos[i] += value
-    return SpecCounters(
-        drafts=sum(p.drafts for p in items),
-        draft_tokens=sum(p.draft_tokens for p in items),
-        accepted_tokens=sum(p.accepted_tokens for p in items),
-        accepted_per_position=tuple(per_pos),
-        rounded=tuple(sorted({r for p in items for r in p.rounded})),
     )
 
 

@@ -1,6 +1,6 @@
 """How long a simulated decoding step takes, as concurrency and the chain length grow. Pure.
 
-The lesson's bandwidth argument, as a roofline: a decode step streams every weight of the
+The cost model's bandwidth argument (docs/background.md), as a roofline: a decode step streams every weight of the
 target once (``weights_seconds``, paid whatever the batch), while its arithmetic grows with
 the rows in the batch, n (k + 1) of them when n sequences each verify k drafted tokens plus
 their own (``token_seconds`` per row). The step takes the longer of the two: below the ridge
@@ -62,7 +62,7 @@ class LoadModel:
         return target + draft
 
     def draft_cost(self, concurrency: float, chain_length: int) -> float:
-        """The lesson's c at this concurrency: (T(n, k) / T(n, 0) - 1) / k."""
+        """The cost model's c at this concurrency: (T(n, k) / T(n, 0) - 1) / k."""
         if chain_length <= 0:
             return 0.0
         ratio = self.step_seconds(concurrency, chain_length) / self.step_seconds(concurrency, 0)

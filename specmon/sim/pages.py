@@ -18,7 +18,7 @@ from importlib import resources
 
 from prometheus_client.utils import floatToGoString as _float_to_go_string
 
-from specmon.exposition import family_names, name_trie
+from specmon.parser import family_names, name_trie
 from specmon.sim.engine import SimEngine
 
 __all__ = ["PAGE_KINDS", "PageKind", "PageTemplate", "load_template", "restrict_page"]

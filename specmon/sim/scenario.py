@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from specmon.parsing import ConfigError, parse_duration
+from specmon.config_values import ConfigError, parse_duration
 from specmon.sim.engine import Mode, SimSettings
 from specmon.sim.load_model import load_model_from
 

@@ -27,7 +27,7 @@ class ScrapeResult(StrEnum):
     PARSE_ERROR = "parse_error"
     #: A bug in specmon: logged with its traceback; the target keeps being scraped.
     INTERNAL_ERROR = "internal_error"
-    # Targets read through a Prometheus source (specmon.daemon.fleet): the read's own
+    # Targets read through a Prometheus source (specmon.daemon.prometheus_sources): the read's own
     # failures map to the values above (down: connection_error, bad answer: parse_error) or:
     #: Prometheus answered with a query error (``"status": "error"``).
     QUERY_ERROR = "query_error"

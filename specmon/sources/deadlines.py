@@ -3,7 +3,7 @@
 ``asyncio.timeout(d)`` puts one timer into the event loop's heap per request and takes it out
 again when the request ends in time, which nearly every request does. At a thousand targets
 that heap holds a thousand sleeping scrapes besides, and its pushes and pops (Python-level
-comparisons) were about 5 % of the daemon's CPU (py-spy, bench/RESULTS.md). :func:`deadline`
+comparisons) were about 5 % of the daemon's CPU (py-spy, bench/results/HISTORY.md). :func:`deadline`
 gives the same semantics (the block's task is cancelled at the deadline and the block raises
 :class:`TimeoutError`; a cancellation from elsewhere passes through unchanged), built on
 :class:`asyncio.Timeout` itself, but keeps pending deadlines in buckets of :data:`TICK`

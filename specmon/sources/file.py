@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+
+from specmon import files
 
 __all__ = ["read_page_file"]
 
 
 def read_page_file(path: Path, *, max_bytes: int) -> str:
-    with path.open("rb") as handle:
-        data = handle.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ValueError(f"{path}: larger than the {max_bytes}-byte cap")
+    try:
+        data = files.read_capped(path, max_bytes=max_bytes)
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise ValueError(f"{path}: larger than the {max_bytes}-byte cap") from None
+        raise
     return data.decode("utf-8", errors="replace")

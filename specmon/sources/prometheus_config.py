@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.engines import Engine, check_engine
-from specmon.parsing import (
+from specmon import files
+from specmon.config_values import (
     Checker,
     check_bool,
     check_chain_length,
@@ -61,11 +61,22 @@ from specmon.parsing import (
     parse_duration,
     parse_size,
 )
+from specmon.engines import Engine, check_engine
+from specmon.report import DEFAULT_DRAFT_COST
 from specmon.secrets import Secret
+from specmon.settings import TargetSettings, settle
+from specmon.sources.client_config import check_headers
+from specmon.sources.selectors import (
+    Matcher,
+    MatchOp,
+    Selector,
+    SelectorError,
+    parse_selector,
+    quote,
+)
 
 __all__ = [
     "BasicAuth",
-    "InstanceSettings",
     "MatchOp",
     "Matcher",
     "Override",
@@ -79,10 +90,10 @@ __all__ = [
     "check_sources",
     "default_source_name",
     "parse_selector",
+    "quote",
 ]
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 #: Labels the engine adapters read (or engines publish per series): grouping instances by one
 #: of them would take it off the page and merge or rename models.
@@ -95,198 +106,11 @@ _FRESHNESS_LABEL = "specmon_freshness"
 _OWN_HEADERS = frozenset({"authorization", "content-type", "content-length", "accept", "host"})
 MAX_INSTANCE_LABELS = 8
 MAX_OVERRIDES = 1000
-MAX_SELECTOR_CHARS = 4096
 MAX_SOURCE_NAME = 128
 
 
-class SelectorError(ValueError):
-    """A selector that is not a PromQL label-matcher list."""
-
-
-class MatchOp(StrEnum):
-    EQ = "="
-    NE = "!="
-    RE = "=~"
-    NRE = "!~"
-
-
-@dataclass(frozen=True, slots=True)
-class Matcher:
-    name: str
-    op: MatchOp
-    value: str
-    #: The compiled, anchored regular expression for ``=~`` and ``!~`` (Python ``re``).
-    pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        """PromQL semantics: a missing label has the empty value."""
-        value = labels.get(self.name, "")
-        if self.op is MatchOp.EQ:
-            return value == self.value
-        if self.op is MatchOp.NE:
-            return value != self.value
-        assert self.pattern is not None
-        found = self.pattern.fullmatch(value) is not None
-        return found if self.op is MatchOp.RE else not found
-
-    def promql(self) -> str:
-        return f"{self.name}{self.op.value}{quote(self.value)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Selector:
-    matchers: tuple[Matcher, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(m.matches(labels) for m in self.matchers)
-
-    def promql(self) -> str:
-        """The matchers, comma-separated, without braces (empty for the empty selector)."""
-        return ",".join(m.promql() for m in self.matchers)
-
-    def __str__(self) -> str:
-        return "{" + self.promql() + "}"
-
-
-def quote(value: str) -> str:
-    """A PromQL double-quoted string literal for ``value``."""
-    out = ['"']
-    for ch in value:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == '"':
-            out.append('\\"')
-        elif ch == "\n":
-            out.append("\\n")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-_SIMPLE_ESCAPES = {
-    "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-    "\\": "\\", '"': '"', "'": "'",
-}  # fmt: skip
-
-
-def _read_string(text: str, pos: int) -> tuple[str, int]:
-    """A PromQL string literal starting at ``pos``: "...", '...' or `...` (raw)."""
-    quote_char = text[pos]
-    end = len(text)
-    pos += 1
-    if quote_char == "`":
-        close = text.find("`", pos)
-        if close < 0:
-            raise SelectorError("unterminated `string`")
-        return text[pos:close], close + 1
-    chars: list[str] = []
-    while True:
-        if pos >= end:
-            raise SelectorError(f"unterminated {quote_char}string{quote_char}")
-        ch = text[pos]
-        if ch == quote_char:
-            return "".join(chars), pos + 1
-        if ch == "\n":
-            raise SelectorError("newline inside a string")
-        if ch != "\\":
-            chars.append(ch)
-            pos += 1
-            continue
-        if pos + 1 >= end:
-            raise SelectorError("unterminated escape")
-        esc = text[pos + 1]
-        if esc in _SIMPLE_ESCAPES:
-            chars.append(_SIMPLE_ESCAPES[esc])
-            pos += 2
-            continue
-        digits = {"x": 2, "u": 4, "U": 8}.get(esc)
-        if digits is not None:
-            hex_part = text[pos + 2 : pos + 2 + digits]
-            if len(hex_part) != digits or not all(c in "0123456789abcdefABCDEF" for c in hex_part):
-                raise SelectorError(f"invalid \\{esc} escape")
-            code = int(hex_part, 16)
-            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-                raise SelectorError(f"invalid \\{esc} escape")
-            chars.append(chr(code))
-            pos += 2 + digits
-            continue
-        if esc in "01234567":
-            octal = text[pos + 1 : pos + 4]
-            if len(octal) != 3 or not all(c in "01234567" for c in octal) or int(octal, 8) > 255:
-                raise SelectorError("invalid octal escape")
-            chars.append(chr(int(octal, 8)))
-            pos += 4
-            continue
-        raise SelectorError(f"unknown escape \\{esc}")
-
-
-def parse_selector(text: str, *, compile_regex: bool = False) -> Selector:
-    """Parse ``{name="v", name=~"re", ...}`` (PromQL label matchers; braces required).
-
-    ``compile_regex``: compile ``=~``/``!~`` values with Python's ``re`` (needed to evaluate
-    the selector here; selectors only sent to Prometheus are left to its RE2).
-    """
-    if not isinstance(text, str):
-        raise SelectorError("must be a string like '{job=~\"vllm.*\"}'")
-    if len(text) > MAX_SELECTOR_CHARS:
-        raise SelectorError(f"longer than {MAX_SELECTOR_CHARS} characters")
-    body = text.strip()
-    if not body.startswith("{"):
-        raise SelectorError(
-            "must be label matchers in braces, like '{job=~\"vllm.*\"}' "
-            "(metric names are chosen by specmon)"
-        )
-    if not body.endswith("}"):
-        raise SelectorError("missing the closing '}'")
-    pos, end = 1, len(body) - 1
-    matchers: list[Matcher] = []
-
-    def skip_space(p: int) -> int:
-        while p < end and body[p] in " \t\r\n":
-            p += 1
-        return p
-
-    while True:
-        pos = skip_space(pos)
-        if pos >= end:
-            break
-        m = _LABEL_NAME.match(body, pos, end)
-        if m is None:
-            raise SelectorError(f"expected a label name at position {pos + 1}")
-        name = m.group()
-        pos = skip_space(m.end())
-        op_text = body[pos : pos + 2]
-        if op_text in ("=~", "!~", "!="):
-            op = MatchOp(op_text)
-            pos += 2
-        elif body[pos : pos + 1] == "=":
-            op = MatchOp.EQ
-            pos += 1
-        else:
-            raise SelectorError(f"expected =, !=, =~ or !~ after {name!r}")
-        pos = skip_space(pos)
-        if pos >= end or body[pos] not in "\"'`":
-            raise SelectorError(f"expected a quoted value for {name!r}")
-        value, pos = _read_string(body, pos)
-        if pos > end:
-            raise SelectorError(f"unterminated value for {name!r}")
-        pattern = None
-        if op in (MatchOp.RE, MatchOp.NRE) and compile_regex:
-            try:
-                pattern = re.compile(value)
-            except re.error as exc:
-                raise SelectorError(f"invalid regular expression for {name!r}: {exc}") from None
-        matchers.append(Matcher(name, op, value, pattern))
-        pos = skip_space(pos)
-        if pos >= end:
-            break
-        if body[pos] != ",":
-            raise SelectorError(f"expected ',' or '}}' after the matcher on {name!r}")
-        pos += 1
-    return Selector(tuple(matchers))
+#: Certificates, keys and CA bundles are a few KiB; a larger file is not one.
+MAX_TLS_FILE_BYTES = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- config types
@@ -326,24 +150,13 @@ class Override:
 
 
 @dataclass(frozen=True, slots=True)
-class InstanceSettings:
-    """What one instance is read and computed with, after the overrides."""
-
-    draft_cost: float
-    chain_length: int | None = None
-    baseline: str | None = None
-    model: str | None = None
-    engine: Engine | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class PrometheusSourceConfig:
     url: str
     selector: Selector = field(default_factory=Selector)
     instance_labels: tuple[str, ...] = ("instance",)
     name_prefix: str = ""
     engine: Engine | None = None  # None = detect per instance
-    draft_cost: float = 0.1
+    draft_cost: float = DEFAULT_DRAFT_COST
     chain_length: int | None = None
     headers: Mapping[str, Secret] = field(default_factory=dict)
     bearer_token: Secret | None = None
@@ -369,30 +182,18 @@ class PrometheusSourceConfig:
     def api_url(self) -> str:
         return self.url.rstrip("/") + "/api/v1/query"
 
-    def settings_for(self, labels: Mapping[str, str]) -> InstanceSettings:
+    def settings_for(self, labels: Mapping[str, str]) -> TargetSettings:
         """The source's settings with every matching override applied in order (a later
-        entry overrides what an earlier one set)."""
-        draft_cost, chain_length = self.draft_cost, self.chain_length
-        baseline: str | None = None
-        model: str | None = None
-        for override in self.overrides:
-            if not override.match.matches(labels):
-                continue
-            if override.draft_cost is not None:
-                draft_cost = override.draft_cost
-            if override.chain_length is not None:
-                chain_length = override.chain_length
-            if override.baseline is not None:
-                baseline = override.baseline
-            if override.model is not None:
-                model = override.model
-        return InstanceSettings(
-            draft_cost=draft_cost,
-            chain_length=chain_length,
-            baseline=baseline,
-            model=model,
-            engine=self.engine,
-        )
+        entry overrides what an earlier one set): :func:`specmon.settings.settle`."""
+        return settle(
+            {"engine": self.engine, "draft_cost": self.draft_cost, "chain_length": self.chain_length},
+            *(
+                {"draft_cost": o.draft_cost, "chain_length": o.chain_length,
+                 "baseline": o.baseline, "model": o.model}
+                for o in self.overrides
+                if o.match.matches(labels)
+            ),
+        )  # fmt: skip
 
 
 def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
@@ -417,7 +218,7 @@ def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
 
 
 class _Checker(Checker):
-    """specmon.parsing's problem list, plus files and environment secrets resolved against
+    """specmon.config_values's problem list, plus files and environment secrets resolved against
     the config file's folder and the daemon's environment."""
 
     def __init__(self, base_dir: Path, environ: Mapping[str, str]) -> None:
@@ -431,7 +232,8 @@ class _Checker(Checker):
             return None
         file = self.base_dir / value
         try:
-            text = file.read_text(encoding="utf-8")
+            limit = files.MAX_SECRET_BYTES if secret else MAX_TLS_FILE_BYTES
+            text = files.read_text_capped(file, max_bytes=limit)
         except OSError as exc:
             self.add(path, f"cannot read {file}: {exc.strerror or exc}")
             return None
@@ -552,27 +354,13 @@ def _check_instance_labels(checker: _Checker, value: Any, path: str) -> tuple[st
 
 
 def _check_headers(checker: _Checker, value: Any, path: str) -> dict[str, Secret]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        checker.add(path, f"must be a mapping of header names to strings, not {kind_of(value)}")
-        return {}
-    headers: dict[str, Secret] = {}
-    for key, item in value.items():
-        where = join_path(path, str(key))
-        if not isinstance(key, str) or not _HEADER_NAME.match(key):
-            checker.add(where, "invalid header name")
-        elif key.lower() in _OWN_HEADERS:
-            checker.add(
-                where,
-                "set by specmon; use bearer_token_file or basic_auth for Authorization",
-            )
-        elif not isinstance(item, str) or "\n" in item or "\r" in item:
-            # Never echo the value: it may be a secret.
-            checker.add(where, "header values must be single-line strings")
-        else:
-            headers[key] = Secret(item)
-    return headers
+    return check_headers(
+        checker,
+        value,
+        path,
+        reserved=_OWN_HEADERS,
+        hint="set by specmon; use bearer_token_file or basic_auth for Authorization",
+    )
 
 
 def _check_basic_auth(checker: _Checker, value: Any, path: str) -> BasicAuth | None:
@@ -722,7 +510,7 @@ def check_prometheus_source(
     *,
     base_dir: Path,
     environ: Mapping[str, str],
-    draft_cost: float = 0.1,
+    draft_cost: float = DEFAULT_DRAFT_COST,
     chain_length: int | None = None,
 ) -> tuple[PrometheusSourceConfig | None, list[str]]:
     """One ``prometheus:`` block (the mapping under the key). Returns the config (None when
@@ -822,7 +610,7 @@ def check_sources(
     path: str = "sources",
     base_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
-    draft_cost: float = 0.1,
+    draft_cost: float = DEFAULT_DRAFT_COST,
     chain_length: int | None = None,
 ) -> tuple[tuple[PrometheusSourceConfig, ...], list[str]]:
     """Validate the value of ``sources:`` (plain parsed YAML; None = no sources).

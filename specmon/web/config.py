@@ -32,6 +32,7 @@ This module only parses; :mod:`specmon.web.security` turns a :class:`TLSServerCo
 from __future__ import annotations
 
 import enum
+import errno
 import re
 import ssl
 from collections.abc import Mapping, Sequence
@@ -41,7 +42,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from specmon.parsing import ConfigError
+from specmon import files
+from specmon.config_values import ConfigError
 
 __all__ = [
     "MAX_BCRYPT_COST",
@@ -707,16 +709,15 @@ def read_web_config(path: Path) -> WebConfig:
     """Read and parse ``path`` (at most :data:`MAX_WEB_CONFIG_BYTES`)."""
     source = str(path)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_WEB_CONFIG_BYTES + 1)
+        data = files.read_capped(path, max_bytes=MAX_WEB_CONFIG_BYTES)
     except OSError as exc:
-        raise WebConfigError(
-            [f"cannot read the file: {exc.strerror or type(exc).__name__}"], source=source
-        ) from None
-    if len(data) > MAX_WEB_CONFIG_BYTES:
-        raise WebConfigError(
-            [f"larger than {MAX_WEB_CONFIG_BYTES // 1024} KiB: not a web config"], source=source
-        )
+        if exc.errno == errno.EFBIG:
+            problem = f"larger than {MAX_WEB_CONFIG_BYTES // 1024} KiB: not a web config"
+        elif files.refused(exc):
+            problem = f"the file is {exc.strerror}"
+        else:
+            problem = f"cannot read the file: {exc.strerror or type(exc).__name__}"
+        raise WebConfigError([problem], source=source) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

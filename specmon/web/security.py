@@ -18,6 +18,7 @@ import base64
 import binascii
 import collections
 import enum
+import errno
 import hashlib
 import ipaddress
 import ssl
@@ -31,6 +32,7 @@ import bcrypt
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from specmon import files
 from specmon.web.config import (
     CIPHER_SUITES,
     ClientAuth,
@@ -59,17 +61,15 @@ MAX_PEM_BYTES = 1024 * 1024
 
 def _read(problems: list[str], path: Path, key: str) -> bytes | None:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_PEM_BYTES + 1)
+        return files.read_capped(path, max_bytes=MAX_PEM_BYTES)
     except OSError as exc:
-        problems.append(f"tls_server_config.{key}: cannot read {path}: {exc.strerror or exc}")
+        if exc.errno == errno.EFBIG:
+            problems.append(
+                f"tls_server_config.{key}: {path} is larger than {MAX_PEM_BYTES // 1024} KiB"
+            )
+        else:
+            problems.append(f"tls_server_config.{key}: cannot read {path}: {exc.strerror or exc}")
         return None
-    if len(data) > MAX_PEM_BYTES:
-        problems.append(
-            f"tls_server_config.{key}: {path} is larger than {MAX_PEM_BYTES // 1024} KiB"
-        )
-        return None
-    return data
 
 
 def _no_password() -> bytes:

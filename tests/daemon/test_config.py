@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from specmon.config_values import ConfigError, format_duration, parse_duration
 from specmon.daemon.config import FileSDConfig, GlobalConfig, parse_config
 from specmon.daemon.file_sd import load_file_sd
 from specmon.engines import Engine
-from specmon.parsing import ConfigError, format_duration, parse_duration
 
 GOOD = """\
 global:

@@ -1,4 +1,4 @@
-"""The event loop's lag and the cycle collector's pauses (specmon/daemon/loopwatch.py)."""
+"""The event loop's lag and the cycle collector's pauses (specmon/process/loopwatch.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import structlog
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specmon.daemon.loopwatch import LoopWatch
 from specmon.logs import get_logger
+from specmon.process.loopwatch import LoopWatch
 
 
 class Recorder:

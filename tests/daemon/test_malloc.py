@@ -1,4 +1,4 @@
-"""The daemon's memory management (specmon/daemon/malloc.py): the malloc tuning, applied on
+"""The daemon's memory management (specmon/process/memory.py): the malloc tuning, applied on
 glibc, never over the operator's own setting; the cycle collector's threshold and schedule."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.daemon.malloc import tune_malloc
+from specmon.process.memory import tune_malloc
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -33,7 +33,7 @@ def test_a_freed_large_block_leaves_the_process() -> None:
     served it from the heap, where it stays). Measured in a fresh process: RSS after."""
     script = """
 import sys
-from specmon.daemon.malloc import tune_malloc
+from specmon.process.memory import tune_malloc
 if sys.argv[1] == "tuned":
     assert tune_malloc()
 def rss():
@@ -62,7 +62,7 @@ def test_the_collector_stays_out_of_a_scrape_sized_churn() -> None:
     youngest generation again and again at CPython's default threshold, and none once tuned."""
     import gc
 
-    from specmon.daemon.malloc import GC_THRESHOLD0, tune_gc
+    from specmon.process.memory import GC_THRESHOLD0, tune_gc
 
     def collections_during_churn() -> int:
         before = gc.get_stats()[0]["collections"]
@@ -119,7 +119,7 @@ class Clock:
 
 
 def test_the_schedule_freezes_what_survives_its_first_run_and_then_only_collects() -> None:
-    from specmon.daemon.malloc import CollectorSchedule
+    from specmon.process.memory import CollectorSchedule
 
     fake, clock = FakeGc(), Clock()
     schedule = CollectorSchedule(every=60, refreeze_every=3600, collector=fake, clock=clock)
@@ -134,7 +134,7 @@ def test_the_schedule_freezes_what_survives_its_first_run_and_then_only_collects
 
 
 def test_a_thaw_hands_the_frozen_state_back_once_and_the_next_run_freezes_again() -> None:
-    from specmon.daemon.malloc import CollectorSchedule
+    from specmon.process.memory import CollectorSchedule
 
     fake = FakeGc()
     schedule = CollectorSchedule(collector=fake, clock=Clock())
@@ -149,7 +149,7 @@ def test_a_thaw_hands_the_frozen_state_back_once_and_the_next_run_freezes_again(
 
 
 def test_the_frozen_state_is_walked_again_every_refreeze_period() -> None:
-    from specmon.daemon.malloc import CollectorSchedule
+    from specmon.process.memory import CollectorSchedule
 
     fake, clock = FakeGc(), Clock()
     schedule = CollectorSchedule(every=60, refreeze_every=600, collector=fake, clock=clock)
@@ -166,7 +166,7 @@ def test_the_frozen_state_is_walked_again_every_refreeze_period() -> None:
 
 
 def test_the_schedule_rejects_a_period_that_is_not_positive() -> None:
-    from specmon.daemon.malloc import CollectorSchedule
+    from specmon.process.memory import CollectorSchedule
 
     for every, refreeze in ((0, 60), (-1, 60), (60, 0)):
         with pytest.raises(ValueError, match="positive"):
@@ -179,7 +179,7 @@ def test_garbage_in_a_cycle_of_frozen_objects_is_collected_after_a_thaw() -> Non
     import gc
     import weakref
 
-    from specmon.daemon.malloc import CollectorSchedule
+    from specmon.process.memory import CollectorSchedule
 
     class Node:
         other: Node | None = None
@@ -209,7 +209,7 @@ def test_the_daemon_runs_the_schedule_and_thaws_when_a_target_goes(tmp_path: Pat
     import asyncio
 
     from specmon.daemon.app import Daemon
-    from specmon.daemon.malloc import CollectorSchedule
+    from specmon.process.memory import CollectorSchedule
 
     config = tmp_path / "specmon.yml"
 

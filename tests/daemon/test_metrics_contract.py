@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from specmon.daemon import metrics
-from specmon.daemon.render import Exposition, _go_float, _numbers, _Text
+from specmon.daemon.exposition import Exposition, _go_float, _numbers, _Text
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views

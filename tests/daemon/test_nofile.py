@@ -1,5 +1,5 @@
 """The open-files limit: raised at start as Go programs do, and a warning when it is too low
-for the configuration (specmon/daemon/nofile.py)."""
+for the configuration (specmon/process/nofile.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.daemon.nofile import (
+from specmon.process.nofile import (
     MAX_OPEN_FILES,
     SPARE_FILES,
     files_needed,

@@ -26,8 +26,8 @@ import yaml
 
 from specmon import arithmetic
 from specmon.cli.main import build_parser
+from specmon.config_values import parse_duration
 from specmon.daemon.config import load_config
-from specmon.parsing import parse_duration
 from specmon.sim.scenario import load_scenario
 from tests.deploy import tools
 from tests.deploy.dockerfile import stages

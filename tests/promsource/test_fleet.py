@@ -1,4 +1,4 @@
-"""Fleet mode in-process (specmon/daemon/fleet.py): a Prometheus source's reads turned into
+"""Fleet mode in-process (specmon/daemon/prometheus_sources.py): a Prometheus source's reads turned into
 targets, exported as the daemon exports them. Reads come from the real Prometheus's captured
 answers moved in time (tests/promsource/moving.py) and grouped by the source's own code; the
 failing reads come from the real PrometheusSource against a fake /api/v1/query on loopback
@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from structlog.typing import EventDict
 
 from specmon.daemon.config import Config, GlobalConfig, TargetConfig
-from specmon.daemon.fleet import Fleet, FleetCollector, SourceRunner, constant_labels
+from specmon.daemon.exposition import Exposition
 from specmon.daemon.metrics import InstanceState
-from specmon.daemon.render import Exposition
+from specmon.daemon.prometheus_sources import Fleet, FleetCollector, SourceRunner, constant_labels
 from specmon.daemon.target import TargetState
 from specmon.logs import get_logger
 from specmon.sharding import Shard

@@ -635,7 +635,7 @@ def test_error_answers_are_truncated_cleaned_and_never_echo_secrets(tmp_path: Pa
     assert result.status is ReadStatus.HTTP_ERROR and result.http_status == 502
     message = result.message or ""
     assert "tok-abcdef-123456" not in message and "tenant-secret-42" not in message
-    assert "<hidden>" in message
+    assert "<redacted>" in message
     assert "\x00" not in message and "\x1b" not in message
     assert len(message) < 300
     long_error = json.dumps(
@@ -753,7 +753,7 @@ def test_name_prefix_applies_to_every_instance() -> None:
 
 
 def test_an_internal_error_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    import specmon.sources.prometheus as module
+    import specmon.sources.prometheus.client as module
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("a bug")

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specmon.exposition import Page, parse
+from specmon.parser import Page, parse
 from tests.realengines import capture_pages, models, servers
 
 SAMPLE_EVERY = 0.25

@@ -91,6 +91,7 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_config_last_reload_success_timestamp_seconds", own, _const(1000))
         add("specmon_targets", own, _const(len(_TARGETS) + 1))
         add("specmon_file_sd_read_errors_total", own, _const(0))
+        add("specmon_log_lines_dropped_total", {**own, "event": "target_down"}, _const(0))
         add(
             "specmon_rejected_readings_total",
             {**own, "target": _DOWN, "reason": "negative"},

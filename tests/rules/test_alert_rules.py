@@ -63,6 +63,7 @@ CONTRACT_LABELS = {
     "result",
     "baseline",
     "le",  # the bucket bound of specmon's own histograms
+    "reason",  # why a reading was refused (specmon_rejected_readings_total)
 }
 _RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")
 

@@ -410,10 +410,16 @@ MUTATIONS = [
         id="rejections-short-for",
     ),
     pytest.param(
-        r"rejected_readings_total\[15m\]\) > 0",
-        "rejected_readings_total[15m]) >= 0",
+        r'rejected_readings_total\{reason!="imprecise_window"\}\[15m\]\) > 0',
+        'rejected_readings_total{reason!="imprecise_window"}[15m]) >= 0',
         "readings rejected fires after 30 minutes",
         id="rejections-any-counter",
+    ),
+    pytest.param(
+        r'\{reason!="imprecise_window"\}',
+        "",
+        "readings rejected fires after 30 minutes",
+        id="rejections-withheld-windows",
     ),
     # specmon_draft_cost_ratio has a configured and an engine-measured source.
     pytest.param(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from specmon.arithmetic import effective_alpha
+from specmon.config_values import ConfigError
 from specmon.engines import read_page
-from specmon.parsing import ConfigError
 from specmon.report import report_from_counters
 from specmon.sim.engine import Mode, SimEngine, SimSettings
 from specmon.sim.pages import PageKind

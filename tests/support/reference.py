@@ -1,6 +1,6 @@
 """The reference rendering of the target families: prometheus_client's own custom-collector
 path (families built from the same samples, encoded by the library). Tests compare specmon's
-renderer (specmon/daemon/render.py) with it, and in-process tests use it to read views."""
+renderer (specmon/daemon/exposition.py) with it, and in-process tests use it to read views."""
 
 from __future__ import annotations
 

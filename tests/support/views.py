@@ -5,7 +5,7 @@ randomness, no I/O."""
 from __future__ import annotations
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.target import TargetState, TargetView
+from specmon.daemon.target import TargetState, TargetView, Twins
 from specmon.engines import (
     Context,
     Engine,
@@ -15,7 +15,7 @@ from specmon.engines import (
     SpecCounters,
     SpecGauges,
 )
-from specmon.load import PROFILE_FORMAT, PROFILE_VERSION, LoadWindow, Profile, profile_from_json
+from specmon.load import PROFILE_FORMAT, PROFILE_VERSION, Profile, profile_from_json
 from specmon.sources import ScrapeResult
 
 WINDOWS = (60.0, 300.0)
@@ -37,19 +37,12 @@ def page(engine: Engine | None, *models: ModelReading, malformed: int = 0) -> Pa
     return PageReading(engine=engine, models=models, malformed=malformed)
 
 
-def state(
-    name: str, *, fleet: dict[str, TargetState] | None = None, **config: object
-) -> TargetState:
-    """A target state; in ``fleet`` (name -> state) it finds its ``baseline`` twin."""
+def state(name: str, *, fleet: Twins | None = None, **config: object) -> TargetState:
+    """A target state; in ``fleet`` it finds its ``baseline`` twin (and is found)."""
     cfg = TargetConfig(name=name, url=f"http://127.0.0.1:9/{name}/metrics?token=x", **config)  # type: ignore[arg-type]
-    found = fleet if fleet is not None else {}
-
-    def twin(target: str, model: str, seconds: float) -> LoadWindow | None:
-        other = found.get(target)
-        return other.load_window(model, seconds) if other is not None else None
-
-    made = TargetState(cfg, windows=WINDOWS, retention=RETENTION, baseline_window=twin)
-    found[name] = made
+    twins = fleet if fleet is not None else Twins()
+    made = TargetState(cfg, windows=WINDOWS, retention=RETENTION, twins=twins)
+    twins.put(made)
     return made
 
 
@@ -232,7 +225,7 @@ def fleet() -> list[TargetState]:
     off = feed(state("vllm-off"), [page(Engine.VLLM)])
     # A load-aware pair: 12 intervals at concurrency 4 where speculation pays twice over, then
     # 12 at concurrency 16 where the speculative step costs 2.5x the twin's.
-    pair: dict[str, TargetState] = {}
+    pair = Twins()
     spec_pages, base_pages = load_pair(((12, 4.0, 0.010, 0.0125), (12, 16.0, 0.012, 0.030)))
     twin = state("vllm-twin", fleet=pair)
     loaded = state("vllm-loaded", fleet=pair, baseline="vllm-twin")

@@ -380,7 +380,7 @@ def test_written_pages_are_what_the_generator_renders(tmp_path: Path) -> None:
         cwd=ROOT.parent,
         timeout=120,
     )
-    from specmon.exposition import parse
+    from specmon.parser import parse
 
     for name in ("trtllm-serve-positions.txt", "trtllm-serve-iteration.txt", "sglang-current.txt"):
         fresh = parse((tmp_path / name).read_text())

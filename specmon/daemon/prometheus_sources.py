@@ -1,4 +1,4 @@
-"""Targets read through Prometheus query sources (``sources:``; issue 14, docs/fleet.md).
+"""Targets read through Prometheus query sources (``sources:``, docs/fleet.md).
 
 One asyncio task per source reads it every ``interval``
 (:class:`specmon.sources.prometheus.PrometheusSource`: a few instant queries for the whole
@@ -42,6 +42,7 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from specmon.config_values import format_duration
 from specmon.daemon import metrics as m
 from specmon.daemon.config import (
     LABEL_NAME,
@@ -51,10 +52,9 @@ from specmon.daemon.config import (
     TargetConfig,
 )
 from specmon.daemon.metrics import InstanceState, Kind, MetricDef
-from specmon.daemon.target import BaselineWindow, Event, TargetState, TargetView
+from specmon.daemon.target import Event, TargetState, TargetView, Twins
 from specmon.engines import RejectReason
 from specmon.logs import Logger
-from specmon.parsing import format_duration
 from specmon.sharding import Shard
 from specmon.sources import ScrapeResult
 from specmon.sources.prometheus import InstanceRead, PrometheusSource, ReadResult, ReadStatus
@@ -376,6 +376,7 @@ class SourceRunner:
 
     def _replace_state(self, name: str, entry: _Instance, target: TargetConfig) -> None:
         entry.state.on_view = None
+        self._fleet.twins.drop(entry.state)
         entry.state = self._fleet.new_state(target, retention=self.retention)
         entry.newest = None
 
@@ -383,6 +384,7 @@ class SourceRunner:
         entry = self.instances.pop(name, None)
         if entry is not None:
             entry.state.on_view = None
+            self._fleet.twins.drop(entry.state)
         self._fleet.release(name, self)
         if not keep_counters:  # a configured target holds the name: its series stay
             self._fleet.on_remove(name)
@@ -418,7 +420,7 @@ class Fleet:
         on_change: Callable[[], None] = lambda: None,
         on_view: Callable[[TargetView], None] = lambda view: None,
         on_remove: Callable[[str], None] = lambda name: None,
-        baseline_window: BaselineWindow | None = None,
+        twins: Twins | None = None,
     ) -> None:
         self.session = session
         self.direct = direct
@@ -434,18 +436,20 @@ class Fleet:
         self._on_change = on_change
         self._on_view = on_view
         self.on_remove = on_remove
-        self._baseline_window = baseline_window
+        self.twins = twins if twins is not None else Twins()
 
     def new_state(self, target: TargetConfig, *, retention: float) -> TargetState:
         """An instance's state, exported as a direct target's is (its view goes to the
         daemon's exposition on every change)."""
-        return TargetState(
+        state = TargetState(
             target,
             windows=self.windows,
             retention=retention,
             on_view=self._view,
-            baseline_window=self._baseline_window,
+            twins=self.twins,
         )
+        self.twins.put(state)
+        return state
 
     def _view(self, view: TargetView) -> None:
         # A configured target that took the name since the last read wins: its series stay.

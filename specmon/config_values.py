@@ -296,6 +296,9 @@ def load_yaml(text: str, *, source: str = "", limits: YamlLimits | None = None) 
             ],
             source=source,
         )
+    duplicates = _duplicate_keys(node)
+    if duplicates:
+        raise ConfigError(duplicates, source=source)
     try:
         loader = yaml.SafeLoader("")
         try:
@@ -304,6 +307,37 @@ def load_yaml(text: str, *, source: str = "", limits: YamlLimits | None = None) 
             loader.dispose()
     except yaml.YAMLError as exc:
         raise ConfigError([_yaml_problem(exc)], source=source) from None
+
+
+def _duplicate_keys(root: yaml.Node) -> list[str]:
+    """Every key given twice in one mapping, with both lines: YAML would silently keep the
+    last (``global:`` twice drops the first block without a word)."""
+    problems: list[str] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key, value in node.value:
+                stack.append(value)
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    stack.append(key)
+                    continue
+                line = key.start_mark.line + 1
+                if key.value in first:
+                    problems.append(
+                        f"line {line}: key {key.value[:80]!r} is given twice in one mapping "
+                        f"(first on line {first[key.value]}); YAML would keep only the last"
+                    )
+                else:
+                    first[key.value] = line
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return sorted(problems, key=lambda p: int(p.split(":")[0].removeprefix("line ")))
 
 
 def _expanded_nodes(node: yaml.Node, memo: dict[int, int], cap: int) -> int:

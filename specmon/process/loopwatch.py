@@ -1,5 +1,5 @@
 """How long the daemon's event loop is held, and by what: the loop's lag and the cycle
-collector's pauses, measured all the time (issue 15).
+collector's pauses, measured all the time.
 
 Every scrape, fetch and reload of the daemon runs on one event loop. Anything that holds it
 (a long collection, a large answer built in one piece, a starved core) delays every target's

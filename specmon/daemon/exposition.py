@@ -97,7 +97,7 @@ def _numbers(values: list[float]) -> list[str]:
     Why orjson: Python's ``repr`` of a float is its shortest round-trip text but costs about
     0.5 us for the 16-17 digits of a ratio, and a target's scrape renders 70-150 of them;
     orjson writes the same shortest text for the whole list in one call (about 2 us for 74
-    values), then the split (bench/RESULTS.md, 2026-12-03, night)."""
+    values), then the split (bench/results/HISTORY.md)."""
     if not values:
         return []
     texts = orjson.dumps(values)[1:-1].decode("ascii").split(",")
@@ -128,7 +128,7 @@ class _Text:
     ) -> None:
         # exportable() written out: this runs for each of a target's 70-150 series on every
         # scrape (side by side at 1,000 targets, the call was about 1 % of a scrape;
-        # bench/RESULTS.md, 2026-12-03, later).
+        # bench/results/HISTORY.md).
         if value is None:
             return
         number = float(value)  # OverflowError for an int beyond a double: the caller drops all
@@ -214,7 +214,7 @@ class _Built:
     not send: in-process, 1,000 targets, the default windows, 4.6 ms to join the 7 MB target
     half, 8.4 ms more to deflate it) and kept until the generation changes. The plain text
     is never kept: at fleet size a change comes every few milliseconds, so a kept page was
-    almost never served twice, but it held 7.6 MB until the next scrape (issue 15's memory,
+    almost never served twice, but it held 7.6 MB until the next scrape (to save memory,
     right after a fetch)."""
 
     deflated: bytes

@@ -8,19 +8,20 @@ its mmap threshold after the first such buffer is freed, so the later ones come 
 where a few long-lived objects allocated in between keep the freed space from ever being
 returned: the daemon's RSS settles tens of MiB above what it holds. Fixing the threshold at
 glibc's initial 128 KiB keeps every block of that size or more in its own mapping, returned to
-the system when freed (bench/RESULTS.md, fleet mode: peak RSS 309 -> 270 MiB at 2,000
+the system when freed (bench/results/HISTORY.md, fleet mode: peak RSS 309 -> 270 MiB at 2,000
 instances). ``MALLOC_MMAP_THRESHOLD_`` in the environment, the operator's own choice, wins.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from specmon.logs import Logger
@@ -31,6 +32,7 @@ __all__ = [
     "MMAP_THRESHOLD",
     "REFREEZE_EVERY",
     "CollectorSchedule",
+    "collector_paused",
     "tune_gc",
     "tune_malloc",
 ]
@@ -61,7 +63,7 @@ def tune_malloc(*, threshold: int = MMAP_THRESHOLD) -> bool:
 #: (:class:`CollectorSchedule`); this is the backstop for garbage in reference cycles piling up
 #: between two scheduled runs (a burst of failing scrapes): the count rises only with objects
 #: that stay alive or become such garbage, since every object freed counts one down. Why not
-#: CPython's own schedule, at 1,000 and 5,000 targets (bench/RESULTS.md): at 700 the collector
+#: CPython's own schedule, at 1,000 and 5,000 targets (bench/results/HISTORY.md): at 700 the collector
 #: ran in the middle of scrapes about 8 times a second, promoting the scrape's temporaries and
 #: setting off full collections that walked every target's history (109 of them, 66 s, in 4
 #: minutes at 5,000 targets); at 10,000 it still ran every few seconds, and each run walked
@@ -107,7 +109,7 @@ class CollectorSchedule:
     state is handed back to the collector (:meth:`thaw`) whenever a target is removed (its
     state may be such garbage) and every ``refreeze_every`` seconds in any case.
 
-    Measured at 5,000 targets over 7 minutes (bench/RESULTS.md): young and middle collections
+    Measured at 5,000 targets over 7 minutes (bench/results/HISTORY.md): young and middle collections
     at start-up only, then one run a minute of 0.2-0.3 s, no target marked down by a timeout
     (3,458 with CPython's own schedule), the collector's CPU 0.6 % of a core (6.2 %).
     """
@@ -172,3 +174,18 @@ class CollectorSchedule:
         while True:
             await asyncio.sleep(self.every)
             self.run_once()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic collection inside: for building a large answer (a status page, the targets
+    API, a decoded Prometheus answer) whose many containers are all alive until it is done.
+    An automatic collection in the middle would walk them and everything made since the last
+    scheduled run (at 5,000 targets, the views: hundreds of milliseconds) to find nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

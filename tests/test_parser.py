@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from specmon.exposition import MAX_PROBLEMS, parse
+from specmon.parser import MAX_PROBLEMS, parse
 
 TEXT_PAGE = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -231,7 +231,7 @@ def test_the_daemons_fast_path_reads_what_the_line_loop_reads() -> None:
 def test_label_sets_parsed_before_come_back_equal_and_independent() -> None:
     """The parse keeps label sets it has seen (the same series recur on every page): a
     second page gets equal labels in dicts of its own, and the cache stays bounded."""
-    from specmon import exposition
+    from specmon import parser as exposition
 
     page = 'm_total{a="1",b="x y"} 3\n'
     first = parse(page).samples["m_total"][0]
@@ -256,7 +256,7 @@ def test_the_name_trie_matches_exactly_the_names(names: set[str], others: list[s
     names themselves, whatever regular-expression characters they hold."""
     import re
 
-    from specmon.exposition import name_trie
+    from specmon.parser import name_trie
 
     pattern = re.compile(f"(?:{name_trie(names)})")
     candidates = {
@@ -311,7 +311,7 @@ _VALUES = ["1", "0", "1.5", "1e5", "1e", "1..2", "1.8432e+06", "12e-3", "1-2", "
 
 
 def _same_reading(line: str, *, openmetrics: bool) -> None:
-    from specmon import exposition
+    from specmon import parser as exposition
 
     def outcome(read: Callable[..., object]) -> object:
         try:
@@ -325,7 +325,7 @@ def _same_reading(line: str, *, openmetrics: bool) -> None:
 
 def _warm(body: str | None) -> None:
     """The careful parse caches a label set it parses."""
-    from specmon import exposition
+    from specmon import parser as exposition
 
     if body is not None:
         with contextlib.suppress(exposition._LineError):
@@ -356,7 +356,7 @@ def test_the_plain_line_shortcut_on_any_number_like_value(body: str | None, valu
 def test_the_plain_line_shortcut_is_taken() -> None:
     """The shortcut's pattern matches the daemon's common lines (else the test above proves
     nothing about it)."""
-    from specmon import exposition
+    from specmon import parser as exposition
 
     for line in ['vllm:x_total{engine="0",model_name="m"} 1.8432e+06', "m 3", "m{} 0.5"]:
         assert exposition._PLAIN_SAMPLE_RE.fullmatch(line) is not None

@@ -1,0 +1,130 @@
+"""One reading's load counters in engine-neutral terms, with the worst-case rounding of
+engines that print reduced precision (llama.cpp: 6 significant digits). Pure: no I/O."""
+
+from __future__ import annotations
+
+import math
+
+from specmon.arithmetic import rounding_error
+from specmon.engines.model import Context, SpecCounters
+from specmon.records import record
+
+#: A figure whose worst-case error from the engine's printed precision exceeds this share of
+#: its value is not reported (llama.cpp prints 6 significant digits).
+MAX_ROUNDING_ERROR = 0.01
+
+
+# --------------------------------------------------------------------------------------------
+# One reading: engine-neutral cumulative counters
+# --------------------------------------------------------------------------------------------
+
+
+@record
+class LoadCounters:
+    """One model's lifetime load counters at one scrape, in engine-neutral terms.
+
+    ``engine_steps`` and ``slot_steps`` are None when the engine publishes no step counter.
+    ``errors`` holds the worst-case rounding of (request_steps, decode_seconds, decode_tokens,
+    engine_steps, slot_steps) from the printed precision (all 0 for exact engines).
+    """
+
+    request_steps: float
+    decode_seconds: float
+    decode_tokens: float
+    engine_steps: float | None = None
+    slot_steps: float | None = None
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: tuple[int, ...] = ()
+    requests_running: float | None = None
+    errors: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
+    #: Which mapping produced it: "inter_token_latency" (vLLM) or "predicted_seconds"
+    #: (llama.cpp).
+    source: str = ""
+
+
+_NO_COUNTERS = SpecCounters(0, 0, 0)
+
+
+def load_counters(context: Context, counters: SpecCounters | None = None) -> LoadCounters | None:
+    """The engine-neutral counters of one reading, or None when the page lacks the series.
+
+    - vLLM-style (``inter_token_latency`` sum and count present): request-steps = ITL count,
+      decode seconds = ITL sum, decode tokens = generated - first tokens, engine steps =
+      ``iteration_tokens_total`` count, slot-steps = ITL count + first tokens.
+    - llama.cpp-style (``tokens_predicted_seconds`` present): request-steps = tokens -
+      accepted, decode seconds = predicted seconds, decode tokens = tokens, engine steps =
+      ``n_decode_total``, slot-steps = ``n_busy_slots_per_decode`` x ``n_decode_total``.
+    """
+    spec = counters or _NO_COUNTERS
+    digits = context.significant_digits
+    c = context
+    for v in (
+        c.inter_token_latency_sum_seconds,
+        c.generation_seconds,
+        c.busy_slots_per_decode,
+        c.requests_running,
+    ):
+        if v is not None and (not math.isfinite(v) or v < 0):
+            return None  # an adapter let a broken value through: no load figures, no guess
+    if c.inter_token_latency_sum_seconds is not None and c.inter_token_latency_count is not None:
+        if c.generation_tokens is None:
+            return None
+        first = c.first_token_count or 0
+        slots = None
+        if c.engine_steps is not None and c.first_token_count is not None:
+            slots = float(c.inter_token_latency_count + c.first_token_count)
+        return LoadCounters(
+            request_steps=float(c.inter_token_latency_count),
+            decode_seconds=c.inter_token_latency_sum_seconds,
+            decode_tokens=float(max(c.generation_tokens - first, 0)),
+            engine_steps=None if c.engine_steps is None else float(c.engine_steps),
+            slot_steps=slots,
+            drafts=spec.drafts,
+            draft_tokens=spec.draft_tokens,
+            accepted_tokens=spec.accepted_tokens,
+            accepted_per_position=spec.accepted_per_position,
+            requests_running=c.requests_running,
+            source="inter_token_latency",
+        )
+    if c.generation_seconds is not None and c.generation_tokens is not None:
+        tokens = float(c.generation_tokens)
+        accepted = float(spec.accepted_tokens)
+        # The accepted count is exact when it came from the per-position sum.
+        accepted_error = (
+            0.0 if spec.accepted_per_position else rounding_error(accepted, digits, integer=True)
+        )
+        tokens_error = rounding_error(tokens, digits, integer=True)
+        slots = slots_error = None
+        steps_error = 0.0
+        if c.engine_steps is not None:
+            steps_error = rounding_error(c.engine_steps, digits, integer=True)
+            if c.busy_slots_per_decode is not None:
+                ratio = c.busy_slots_per_decode
+                ratio_error = rounding_error(ratio, digits)
+                slots = ratio * c.engine_steps
+                slots_error = (
+                    ratio * steps_error + c.engine_steps * ratio_error + ratio_error * steps_error
+                )
+        return LoadCounters(
+            request_steps=max(tokens - accepted, 0.0),
+            decode_seconds=c.generation_seconds,
+            decode_tokens=tokens,
+            engine_steps=None if c.engine_steps is None else float(c.engine_steps),
+            slot_steps=slots,
+            drafts=spec.drafts,
+            draft_tokens=spec.draft_tokens,
+            accepted_tokens=spec.accepted_tokens,
+            accepted_per_position=spec.accepted_per_position,
+            requests_running=c.requests_running,
+            errors=(
+                tokens_error + accepted_error,
+                rounding_error(c.generation_seconds, digits),
+                tokens_error,
+                steps_error,
+                slots_error or 0.0,
+            ),
+            source="predicted_seconds",
+        )
+    return None

@@ -1,0 +1,318 @@
+"""One model's rolling load history for the daemon: the intervals between consecutive
+scrapes, with a sliding sum per window length (:class:`LoadHistory`), and a window's load
+(:class:`LoadWindow`)."""
+
+from __future__ import annotations
+
+from array import array
+
+from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme, BucketTotals
+from specmon.load.compare import CompareMemo
+from specmon.load.counters import LoadCounters
+from specmon.load.interval import LoadInterval, Speeds, bounded_ratio
+from specmon.load.rows import (
+    BUCKET,
+    DECODE_SECONDS,
+    DECODE_TOKENS,
+    DRAFTS,
+    ENGINE_MISSING,
+    ENGINE_STEPS,
+    ERRORS,
+    INTERVALS,
+    LEAN,
+    POSITIONS,
+    REQUEST_STEPS,
+    RESUM_EVERY,
+    SLOT_MISSING,
+    SLOT_STEPS,
+    IntervalRows,
+    Pairs,
+    Slide,
+    interval_of,
+    interval_row,
+    row_concurrency,
+)
+from specmon.records import record
+
+
+@record
+class LoadWindow:
+    """A window's load: all its intervals summed, and per concurrency bucket."""
+
+    totals: LoadInterval | None
+    buckets: tuple[BucketTotals, ...]
+    #: Mean of the requests-running gauge over the window's readings (a point-sampled
+    #: fallback for engines without step counters).
+    requests_running_mean: float | None
+    #: The most recent interval: the load the engine is under now (read by a comparison
+    #: with a baseline only: None for a window read without its buckets).
+    latest: LoadInterval | None = None
+
+
+class LoadHistory:
+    """One model's load readings, kept as the intervals between consecutive scrapes, with a
+    sliding sum per window length asked for (so a window costs O(its new and expired
+    intervals) per reading, not O(its length)).
+
+    ``lean``: keep only what :meth:`speeds` reads (17 doubles an interval, not 22 and the
+    positions: a target compared with no baseline, to save memory). The first
+    :meth:`window` or :attr:`latest` (a reload gave the target a baseline, or another target
+    takes it as its twin) makes the history whole: exactly, by laying the held rows out
+    again, when every dropped column was 0 (a server without speculation: what a twin is);
+    else the held intervals are let go and the history starts again from the last reading
+    (a speculating target's drafts cannot be made up)."""
+
+    def __init__(
+        self, *, retention: float, scheme: BucketScheme = DEFAULT_SCHEME, lean: bool = False
+    ) -> None:
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._retention = retention
+        self._scheme = scheme
+        self._lean = lean
+        #: A lean row dropped a column that was not 0: it cannot be made whole again.
+        self._lossy = False
+        self._last: tuple[float, LoadCounters] | None = None
+        #: The held intervals' rows, oldest first.
+        self._rows = IntervalRows()
+        #: The newest row as a LoadInterval, made when first asked for.
+        self._latest: LoadInterval | None = None
+        self._dropped = 0  # absolute index of the oldest held interval
+        #: (time, requests running) per reading that had the gauge.
+        self._running = Pairs()
+        self._running_dropped = 0
+        self._slides: dict[float, Slide] = {}
+        self._memos: dict[float, CompareMemo] = {}
+        #: window(seconds) with its buckets, until the next reading: a twin that several
+        #: speculating targets take as their baseline (a canary beside a pool) is read by
+        #: each of them on each of their scrapes.
+        self._windows: dict[float, LoadWindow] = {}
+
+    @property
+    def lean(self) -> bool:
+        """Whether the rows still hold only what :meth:`speeds` reads."""
+        return self._lean
+
+    def memo(self, seconds: float) -> CompareMemo:
+        """The comparison memo of the window of ``seconds`` (see :class:`CompareMemo`)."""
+        memo = self._memos.get(seconds)
+        if memo is None:
+            memo = self._memos[seconds] = CompareMemo()
+        return memo
+
+    def set_retention(self, retention: float) -> None:
+        if retention <= 0:
+            raise ValueError("retention must be positive")
+        self._retention = retention
+
+    def add(self, time: float, counters: LoadCounters) -> bool:
+        """Record a reading; True when it closed an interval since the previous one (False
+        for the first reading, or a reading not newer than the previous). The interval is
+        :attr:`latest`."""
+        last = self._last
+        if last is not None and time <= last[0]:
+            return False
+        if self._windows:
+            self._windows = {}
+        slides = self._slides.values()
+        if last is not None:
+            row = interval_row(last[1], counters, time - last[0], time)
+            if self._lean:
+                if not self._lossy and any(row[DRAFTS:]):
+                    self._lossy = True
+                del row[LEAN:]
+            else:
+                self._bucket(row)
+            rows = self._rows
+            rows.append(row)
+            if len(rows) == rows.capacity:  # room for the retention at this rate (rows.py)
+                rows.reserve_for(
+                    retention=self._retention, intervals=len(rows), span=time - rows.start(0)
+                )
+            self._latest = None
+            for slide in slides:
+                slide.put(row, 1)
+        if counters.requests_running is not None:
+            running = self._running
+            running.append((time, counters.requests_running))
+            if len(running) == running.capacity:
+                running.reserve_for(
+                    retention=self._retention,
+                    intervals=len(running) - 1,
+                    span=time - running.time(0),
+                )
+            for slide in slides:
+                slide.running_sum += counters.requests_running
+                slide.running_count += 1
+        self._last = (time, counters)
+        for slide in slides:
+            self._advance(slide, time)
+        cutoff = time - self._retention
+        rows = self._rows
+        while len(rows) and rows.start(0) < cutoff:
+            for slide in slides:
+                if slide.first <= self._dropped:  # still inside a window longer than retention
+                    slide.put(rows.row(0), -1)
+                    slide.first = self._dropped + 1
+            rows.popleft()
+            self._dropped += 1
+        running = self._running
+        while len(running) and running.time(0) < cutoff:
+            value = running.value(0)
+            running.popleft()
+            for slide in slides:
+                if slide.running_first <= self._running_dropped:
+                    slide.running_sum -= value
+                    slide.running_count -= 1
+                    slide.running_first = self._running_dropped + 1
+            self._running_dropped += 1
+        return last is not None
+
+    def _bucket(self, row: array[float]) -> None:
+        """Put a whole row in its concurrency bucket (it has none while its concurrency is
+        unknown or it saw no request step)."""
+        concurrency = row_concurrency(row)
+        if concurrency is not None and row[REQUEST_STEPS] > 0:
+            row[BUCKET] = float(self._scheme.index_of(concurrency))
+
+    def _widen(self) -> None:
+        """Make a lean history whole (see the class): its sums are made again."""
+        self._lean = False
+        old = self._rows
+        if self._lossy:
+            self._dropped += len(old)
+            self._rows = IntervalRows()
+        else:
+            rows = self._rows = IntervalRows()
+            padding = array("d", [-1.0]) + array("d", bytes(8 * (POSITIONS - 1 - LEAN)))
+            for index in range(len(old)):
+                row = old.row(index) + padding
+                self._bucket(row)
+                rows.append(row)
+                if index == 0:
+                    rows.reserve(old.capacity)
+        self._lossy = False
+        self._latest = None
+        for slide in self._slides.values():
+            slide.first = max(slide.first, self._dropped)
+            self._resum(slide)
+
+    @property
+    def latest(self) -> LoadInterval | None:
+        """The most recent interval still held (None before the second reading)."""
+        if self._lean:
+            self._widen()
+        if not len(self._rows):
+            return None
+        if self._latest is None:
+            self._latest = interval_of(self._rows.newest(), strip_positions=False)
+        return self._latest
+
+    def _advance(self, slide: Slide, now: float) -> None:
+        """Take out of ``slide`` what no longer lies inside it."""
+        start = now - slide.seconds - 1e-9
+        rows = self._rows
+        index, held = slide.first - self._dropped, len(rows)
+        while index < held:
+            if rows.start(index) >= start:
+                break
+            slide.put(rows.row(index), -1)
+            index += 1
+        slide.first = index + self._dropped
+        first = slide.running_first - self._running_dropped
+        index, slide.running_sum = self._running.skip_before(first, start, slide.running_sum)
+        slide.running_count -= index - first
+        slide.running_first = index + self._running_dropped
+        if slide.changes > RESUM_EVERY:
+            self._resum(slide)
+
+    def _resum(self, slide: Slide) -> None:
+        """Sum ``slide`` again from the intervals inside it."""
+        fresh = Slide(slide.seconds, bucketed=slide.bucketed, lean=self._lean)
+        fresh.first = slide.first
+        fresh.running_first = slide.running_first
+        rows = self._rows
+        for index in range(slide.first - self._dropped, len(rows)):
+            fresh.put(rows.row(index), 1)
+        running = self._running
+        for index in range(slide.running_first - self._running_dropped, len(running)):
+            fresh.running_sum += running.value(index)
+            fresh.running_count += 1
+        fresh.changes = 0
+        slide.total, slide.buckets, slide.changes = fresh.total, fresh.buckets, 0
+        slide.running_sum, slide.running_count = fresh.running_sum, fresh.running_count
+
+    def _slide(self, seconds: float) -> Slide:
+        slide = self._slides.get(seconds)
+        if slide is None:
+            slide = self._slides[seconds] = Slide(seconds, lean=self._lean)
+            slide.first, slide.running_first = self._dropped, self._running_dropped
+            if self._last is not None:
+                self._advance(slide, self._last[0])
+            self._resum(slide)
+        return slide
+
+    def window(self, seconds: float, *, buckets: bool = True) -> LoadWindow:
+        """The intervals that lie wholly inside the last ``seconds``; ``buckets=False``
+        leaves out what only a comparison with a baseline reads: the per-bucket sums and the
+        latest interval."""
+        if self._lean:
+            self._widen()
+        if self._last is None:
+            return LoadWindow(None, (), None)
+        if buckets:
+            cached = self._windows.get(seconds)
+            if cached is not None:
+                return cached
+        slide = self._slide(seconds)
+        if (buckets and not slide.bucketed) or slide.changes > RESUM_EVERY:
+            slide.bucketed = slide.bucketed or buckets
+            self._resum(slide)
+        total = slide.total.interval()
+        running = slide.running_sum / slide.running_count if slide.running_count > 0 else None
+        if not buckets:
+            return LoadWindow(total, (), running)
+        scheme = self._scheme.buckets
+        found = []
+        for index in sorted(slide.buckets):
+            summed = slide.buckets[index].interval()
+            if summed is not None:
+                found.append(BucketTotals(scheme[index], summed))
+        latest = self.latest if total is not None else None
+        window = self._windows[seconds] = LoadWindow(total, tuple(found), running, latest)
+        return window
+
+    def speeds(self, seconds: float) -> Speeds | None:
+        """The live figures of the window of ``seconds`` read straight from its sums: what
+        :meth:`window` with ``buckets=False`` gives through ``totals.concurrency`` (else the
+        mean of requests running), ``totals.step_seconds`` and
+        ``totals.time_per_output_token_seconds``, the same floats, with no
+        :class:`LoadInterval` or :class:`LoadWindow` made (the per-scrape path of a target
+        compared with no baseline: two objects of 13 and 4 fields a window a scrape, about a
+        sixth of the load figures' cost in-process). None when the window
+        holds no interval."""
+        if self._last is None:
+            return None
+        slide = self._slide(seconds)
+        if slide.changes > RESUM_EVERY:
+            self._resum(slide)
+        v = slide.total.values
+        if v[INTERVALS] < 0.5:
+            return None
+        # The clamps of interval_of: a sum's drift a few ulps below 0 reads as 0.
+        steps = v[REQUEST_STEPS] if v[REQUEST_STEPS] > 0.0 else 0.0
+        decode_seconds = v[DECODE_SECONDS] if v[DECODE_SECONDS] > 0.0 else 0.0
+        tokens = v[DECODE_TOKENS] if v[DECODE_TOKENS] > 0.0 else 0.0
+        e = ERRORS
+        concurrency = None
+        if v[ENGINE_MISSING] < 0.5 and v[SLOT_MISSING] < 0.5:
+            engine = v[ENGINE_STEPS] if v[ENGINE_STEPS] > 0.0 else 0.0
+            slots = v[SLOT_STEPS] if v[SLOT_STEPS] > 0.0 else 0.0
+            concurrency = bounded_ratio(slots, engine, v[e + 4], v[e + 3])
+        if concurrency is None and slide.running_count > 0:
+            concurrency = slide.running_sum / slide.running_count
+        return (
+            concurrency,
+            bounded_ratio(decode_seconds, steps, v[e + 1], v[e]),
+            bounded_ratio(decode_seconds, tokens, v[e + 1], v[e + 2]),
+        )
