@@ -17,6 +17,7 @@ from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState
 from specmon.secrets import Secret
 from specmon.sources import ScrapeResult
+from specmon.sources.client_config import ClientConfig
 from specmon.sources.http import FetchError, fetch_page, open_session
 from specmon.sources.page import HttpPageSource
 
@@ -60,8 +61,9 @@ def test_an_error_body_that_echoes_the_headers_is_redacted() -> None:
                 session=lambda: session,
                 timeout=5.0,
                 max_bytes=1 << 20,
-                headers={"Authorization": f"Bearer {TOKEN}", "X-Api-Key": TENANT},
-                secrets=[Secret(TOKEN), Secret(TENANT)],
+                client=ClientConfig(
+                    headers={"X-Api-Key": Secret(TENANT)}, bearer_token=Secret(TOKEN)
+                ),
             )
             with pytest.raises(FetchError) as info:
                 await source.read()

@@ -420,8 +420,7 @@ class Daemon:
                 if target.enable_compression is None
                 else target.enable_compression
             ),
-            headers=target.request_headers(),
-            secrets=target.secrets(),
+            client=target.client,
             engine=target.engine,
             model=target.model,
             name_filter=glob.name_filter if target.name_filter is None else target.name_filter,

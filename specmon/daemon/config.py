@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 from specmon import files
 from specmon.config_values import (
-    Checker,
     ConfigError,
     YamlLimits,
     check_bool,
@@ -37,9 +36,8 @@ from specmon.config_values import (
 from specmon.engines import Engine, PageLimits, check_engine
 from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.report import DEFAULT_DRAFT_COST
-from specmon.secrets import Secret
 from specmon.settings import settle
-from specmon.sources.client_config import check_headers
+from specmon.sources.client_config import CLIENT_KEYS, ClientConfig, FileChecker, check_client
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
 __all__ = [
@@ -61,6 +59,8 @@ LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = frozenset({"target", "engine", "model", "window", "position", "source"})
 #: Largest configuration file specmon reads.
 MAX_CONFIG_BYTES = 1 << 20
+#: Headers a target config may not set: Authorization comes from the credentials keys.
+_OWN_HEADERS = frozenset({"authorization"})
 #: Longest label value or model name accepted from a config file.
 MAX_LABEL_VALUE = 1024
 _MAX_URL = 2048
@@ -100,10 +100,8 @@ class TargetConfig:
     chain_length: int | None = None
     model: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
-    headers: Mapping[str, Secret] = field(default_factory=dict)
-    bearer_token: Secret | None = field(
-        default=None, metadata=_keys("bearer_token_env", "bearer_token_file")
-    )
+    #: Headers, credentials and TLS (specmon.sources.client_config).
+    client: ClientConfig = field(default_factory=ClientConfig, metadata=_keys(*CLIENT_KEYS))
     scrape_interval: float = 5.0
     scrape_timeout: float = 3.0
     #: Ask this target for gzip; None: ``global.enable_compression``.
@@ -122,19 +120,6 @@ class TargetConfig:
     def identity(self) -> tuple[object, ...]:
         """What the counters depend on: change any of it and the windows start again."""
         return (self.url, self.engine, self.model)
-
-    def request_headers(self) -> dict[str, str]:
-        headers = {name: value.reveal() for name, value in self.headers.items()}
-        if self.bearer_token is not None:
-            headers["Authorization"] = f"Bearer {self.bearer_token.reveal()}"
-        return headers
-
-    def secrets(self) -> list[Secret]:
-        """Every secret this target sends: redacted from whatever its server answers."""
-        found = list(self.headers.values())
-        if self.bearer_token is not None:
-            found.append(self.bearer_token)
-        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +158,6 @@ DEFAULT_TARGETS = (
     ("127.0.0.1:8000", "http://127.0.0.1:8000/metrics"),  # vLLM's default port
     ("127.0.0.1:8080", "http://127.0.0.1:8080/metrics"),  # llama-server's default port
 )
-
-
-class PathChecker(Checker):
-    """The problem list, plus the directory relative paths in the file are resolved from."""
-
-    def __init__(self, base_dir: Path) -> None:
-        super().__init__()
-        self.base_dir = base_dir
 
 
 _join = join_path
@@ -226,11 +203,11 @@ def check_url(value: Any) -> str:
     except ValueError:
         raise ValueError(f"{shown!r} has an invalid port (0-65535)") from None
     if parts.username or parts.password:
-        raise ValueError("credentials in the URL are not allowed; use bearer_token_env/_file")
+        raise ValueError("credentials in the URL are not allowed; use basic_auth or a bearer token")
     return value
 
 
-def check_labels(checker: PathChecker, value: Any, path: str) -> dict[str, str]:
+def check_labels(checker: FileChecker, value: Any, path: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -252,62 +229,13 @@ def check_labels(checker: PathChecker, value: Any, path: str) -> dict[str, str]:
     return labels
 
 
-def _check_headers(checker: PathChecker, value: Any, path: str) -> dict[str, Secret]:
-    return check_headers(
-        checker,
-        value,
-        path,
-        reserved=("authorization",),
-        hint="use bearer_token_env or bearer_token_file for Authorization",
-    )
-
-
-def _bearer(
-    checker: PathChecker, data: Mapping[str, Any], path: str, environ: Mapping[str, str]
-) -> Secret | None:
-    env_name = data.get("bearer_token_env")
-    file_name = data.get("bearer_token_file")
-    if env_name is not None and file_name is not None:
-        checker.add(path, "set bearer_token_env or bearer_token_file, not both")
-        return None
-    if env_name is not None:
-        where = _join(path, "bearer_token_env")
-        if not isinstance(env_name, str) or not env_name:
-            checker.add(where, "must be the name of an environment variable")
-            return None
-        token = environ.get(env_name)
-        if not token:
-            checker.add(where, f"environment variable {env_name} is not set or empty")
-            return None
-        return Secret(token.strip())
-    if file_name is not None:
-        where = _join(path, "bearer_token_file")
-        if not isinstance(file_name, str) or not file_name:
-            checker.add(where, "must be a file path")
-            return None
-        token_path = checker.base_dir / file_name
-        try:
-            token = files.read_text_capped(token_path, max_bytes=files.MAX_SECRET_BYTES).strip()
-        except OSError as exc:
-            checker.add(where, f"cannot read {token_path}: {exc.strerror or exc}")
-            return None
-        except UnicodeDecodeError:
-            checker.add(where, f"{token_path} is not UTF-8 text")
-            return None
-        if not token:
-            checker.add(where, f"{token_path} is empty")
-            return None
-        return Secret(token)
-    return None
-
-
 _GLOBAL_KEYS = config_keys(GlobalConfig)
 _TARGET_KEYS = config_keys(TargetConfig)
 _FILE_SD_KEYS = config_keys(FileSDConfig)
 _TOP_KEYS = config_keys(Config)
 
 
-def _check_global(checker: PathChecker, raw: Any) -> GlobalConfig:
+def _check_global(checker: FileChecker, raw: Any) -> GlobalConfig:
     data = checker.mapping(raw, "global", _GLOBAL_KEYS)
     if data is None:
         return GlobalConfig()
@@ -370,7 +298,7 @@ LIMIT_BOUNDS = {
 }
 
 
-def _check_limits(checker: PathChecker, raw: Any) -> PageLimits:
+def _check_limits(checker: FileChecker, raw: Any) -> PageLimits:
     """``global.limits``: every PageLimits field, each a positive integer within its bounds."""
     data = checker.mapping(raw, "global.limits", config_keys(PageLimits))
     values: dict[str, int] = {}
@@ -393,11 +321,7 @@ def _check_limits(checker: PathChecker, raw: Any) -> PageLimits:
 
 
 def _check_target(
-    checker: PathChecker,
-    raw: Any,
-    path: str,
-    glob: GlobalConfig,
-    environ: Mapping[str, str],
+    checker: FileChecker, raw: Any, path: str, glob: GlobalConfig
 ) -> TargetConfig | None:
     data = checker.mapping(raw, path, _TARGET_KEYS)
     if data is None:
@@ -432,8 +356,7 @@ def _check_target(
         chain_length=settings.chain_length,
         model=settings.model,
         labels=check_labels(checker, data.get("labels"), _join(path, "labels")),
-        headers=_check_headers(checker, data.get("headers"), _join(path, "headers")),
-        bearer_token=_bearer(checker, data, path, environ),
+        client=check_client(checker, data, path, url=url, reserved=_OWN_HEADERS),
         scrape_interval=interval,
         scrape_timeout=timeout,
         enable_compression=checker.get(data, "enable_compression", path, check_bool, None),
@@ -452,7 +375,7 @@ def _check_target(
 MAX_PROFILE_BYTES = 1 << 20
 
 
-def _cost_profile(checker: PathChecker, value: Any, path: str) -> Profile | None:
+def _cost_profile(checker: FileChecker, value: Any, path: str) -> Profile | None:
     """The profile file named by ``cost_profile`` (relative to the config), parsed and checked;
     every problem of the file is reported under ``path``."""
     if value is None:
@@ -475,7 +398,7 @@ def _cost_profile(checker: PathChecker, value: Any, path: str) -> Profile | None
     return None
 
 
-def _check_file_sd(checker: PathChecker, raw: Any) -> list[FileSDConfig]:
+def _check_file_sd(checker: FileChecker, raw: Any) -> list[FileSDConfig]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -513,7 +436,7 @@ def parse_config(
 ) -> Config:
     """Validate a YAML document; raise :class:`ConfigError` listing every problem."""
     env = os.environ if environ is None else environ
-    checker = PathChecker(base_dir or Path.cwd())
+    checker = FileChecker(base_dir or Path.cwd(), env)
     raw = load_yaml(text, source=source, limits=YamlLimits(max_bytes=MAX_CONFIG_BYTES))
     top = checker.mapping(raw, "", _TOP_KEYS)
     if top is None:
@@ -528,7 +451,7 @@ def parse_config(
     seen: dict[str, int] = {}
     for index, item in enumerate(raw_targets or []):
         path = f"targets[{index}]"
-        target = _check_target(checker, item, path, glob, env)
+        target = _check_target(checker, item, path, glob)
         name = item.get("name") if isinstance(item, dict) else None
         if isinstance(name, str) and name:
             if name in seen:
@@ -580,7 +503,7 @@ def parse_config(
 
 
 def _check_source_intervals(
-    checker: PathChecker, sources: tuple[PrometheusSourceConfig, ...], glob: GlobalConfig
+    checker: FileChecker, sources: tuple[PrometheusSourceConfig, ...], glob: GlobalConfig
 ) -> None:
     """A window needs two readings: a source read less often than every half of the shortest
     window would never fill it."""

@@ -28,7 +28,6 @@ from specmon.daemon.config import (
     ConfigError,
     FileSDConfig,
     GlobalConfig,
-    PathChecker,
     TargetConfig,
     check_labels,
     check_name,
@@ -37,6 +36,7 @@ from specmon.daemon.config import (
 )
 from specmon.engines import check_engine
 from specmon.settings import settle
+from specmon.sources.client_config import FileChecker
 
 __all__ = ["FileSD", "load_file_sd"]
 
@@ -62,7 +62,7 @@ def load_file_sd(
     ``__specmon_model__`` set the target's URL and settings. The name defaults to host:port.
     Returns the targets and the problems (a file with problems contributes no target).
     """
-    checker = PathChecker(path.parent)
+    checker = FileChecker(path.parent)
     try:
         text = read_text_capped(path, max_bytes=MAX_CONFIG_BYTES)
         if path.suffix == ".json":

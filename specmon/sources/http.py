@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
@@ -125,6 +126,13 @@ async def read_capped(resp: aiohttp.ClientResponse, cap: int, *, truncate: bool 
 
 def describe_error(exc: BaseException) -> str:
     """One line for a client-side failure (never request headers: they may carry secrets)."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return (
+            f"cannot connect to {exc.host}:{exc.port}: the server's certificate is not trusted "
+            f"({str(exc.certificate_error)[:_ERROR_SNIPPET]}; set tls.ca_file)"
+        )
+    if isinstance(exc, aiohttp.ClientConnectorSSLError):
+        return f"cannot connect to {exc.host}:{exc.port}: TLS handshake failed ({exc.os_error})"
     if isinstance(exc, aiohttp.ClientConnectorError):
         err = exc.os_error
         reason = os.strerror(err.errno) if err.errno else (err.strerror or str(err))
@@ -169,11 +177,13 @@ async def fetch_page(
     headers: Mapping[str, str] | None = None,
     secrets: Iterable[Secret | str] = (),
     accept: str = ACCEPT,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> FetchResult:
     """GET ``url``; raise :class:`FetchError` for anything but a page within the limits.
 
     ``headers`` (tokens, tenant or API-key headers) go to ``url``'s origin only: a redirect
-    to another origin is followed without them. ``secrets`` are redacted from every message.
+    to another origin is followed without them. ``ssl_context``: the configured ``tls``
+    (None: the system's trust store). ``secrets`` are redacted from every message.
     ``compression``: ask for gzip (else ``identity``; a server that compresses anyway is
     still read, and the cap counts the decompressed bytes either way). On by default here,
     for the one-off fetches (``specmon inspect``, ``recommend --from``, ``measure``), which
@@ -197,7 +207,10 @@ async def fetch_page(
                 # server's choice, and must not fill a cache.
                 target = _parsed(url) if current == url else current
                 async with session.get(
-                    target, headers=request_headers, allow_redirects=False
+                    target,
+                    headers=request_headers,
+                    allow_redirects=False,
+                    ssl=True if ssl_context is None else ssl_context,
                 ) as resp:
                     if resp.status in (301, 302, 303, 307, 308) and "Location" in resp.headers:
                         current = urljoin(current, resp.headers["Location"])

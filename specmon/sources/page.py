@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 
 import aiohttp
 
 from specmon.engines import Engine, PageLimits, read_page, wanted_names
-from specmon.secrets import Secret
 from specmon.sources import Reading, ScrapeResult
+from specmon.sources.client_config import ClientConfig, ssl_reason
 from specmon.sources.http import (
     ACCEPT,
     ACCEPT_CLASSIC,
@@ -53,8 +54,7 @@ class HttpPageSource:
         timeout: float,
         max_bytes: int,
         compression: bool = False,
-        headers: Mapping[str, str] | None = None,
-        secrets: Iterable[Secret] = (),
+        client: ClientConfig | None = None,
         engine: Engine | None = None,
         model: str | None = None,
         limits: PageLimits | None = None,
@@ -67,23 +67,34 @@ class HttpPageSource:
         self._timeout = timeout
         self._max_bytes = max_bytes
         self._compression = compression
-        self._headers = dict(headers or {})
-        self._secrets = tuple(secrets)
+        self._client = client
         self._engine = engine
         self._model = model
         self._limits = limits
 
     async def read(self) -> Reading:
         started = time.perf_counter()
+        headers: dict[str, str] = {}
+        secrets: list[str] = []
+        context: ssl.SSLContext | None = None
+        if self._client is not None:
+            try:
+                context = self._client.ssl_context()
+                if self._client.sends_credentials:
+                    credentials = self._client.credentials()
+                    headers, secrets = credentials.headers, credentials.secrets
+            except (OSError, ssl.SSLError) as exc:
+                raise FetchError(ScrapeResult.CREDENTIALS_ERROR, _unusable(exc)) from None
         result = await fetch_page(
             self._session(),
             self._fetch_url,
             timeout=self._timeout,
             max_bytes=self._max_bytes,
             compression=self._compression,
-            headers=self._headers,
-            secrets=self._secrets,
+            headers=headers,
+            secrets=secrets,
             accept=self._accept,
+            ssl_context=context,
         )
         read = functools.partial(
             read_page,
@@ -97,3 +108,12 @@ class HttpPageSource:
         if not page.is_exposition:
             raise FetchError(ScrapeResult.PARSE_ERROR, page.message or "unparseable page")
         return Reading(page=page, size=result.size, duration=time.perf_counter() - started)
+
+
+def _unusable(exc: OSError | ssl.SSLError) -> str:
+    """A credentials or TLS file that was usable at load and is not now: which, and why
+    (never its content)."""
+    if isinstance(exc, ssl.SSLError):
+        return f"cannot use the tls files: {ssl_reason(exc)}"
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"cannot read a credentials file: {exc.strerror or type(exc).__name__}{where}"

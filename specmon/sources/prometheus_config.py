@@ -42,7 +42,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,9 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon import files
 from specmon.config_values import (
-    Checker,
     check_bool,
     check_chain_length,
     check_unit_float,
@@ -63,9 +60,8 @@ from specmon.config_values import (
 )
 from specmon.engines import Engine, check_engine
 from specmon.report import DEFAULT_DRAFT_COST
-from specmon.secrets import Secret
 from specmon.settings import TargetSettings, settle
-from specmon.sources.client_config import check_headers
+from specmon.sources.client_config import CLIENT_KEYS, ClientConfig, FileChecker, check_client
 from specmon.sources.selectors import (
     Matcher,
     MatchOp,
@@ -76,7 +72,6 @@ from specmon.sources.selectors import (
 )
 
 __all__ = [
-    "BasicAuth",
     "MatchOp",
     "Matcher",
     "Override",
@@ -84,8 +79,6 @@ __all__ = [
     "QueryMethod",
     "Selector",
     "SelectorError",
-    "TLSConfig",
-    "build_ssl_context",
     "check_prometheus_source",
     "check_sources",
     "default_source_name",
@@ -109,33 +102,12 @@ MAX_OVERRIDES = 1000
 MAX_SOURCE_NAME = 128
 
 
-#: Certificates, keys and CA bundles are a few KiB; a larger file is not one.
-MAX_TLS_FILE_BYTES = 1024 * 1024
-
-
 # --------------------------------------------------------------------------- config types
 
 
 class QueryMethod(StrEnum):
     POST = "POST"
     GET = "GET"
-
-
-@dataclass(frozen=True, slots=True)
-class BasicAuth:
-    username: str
-    #: From ``password_env`` (read once) ...
-    password: Secret | None = None
-    #: ... or ``password_file`` (re-read on every read).
-    password_file: Path | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TLSConfig:
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    insecure_skip_verify: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,11 +130,8 @@ class PrometheusSourceConfig:
     engine: Engine | None = None  # None = detect per instance
     draft_cost: float = DEFAULT_DRAFT_COST
     chain_length: int | None = None
-    headers: Mapping[str, Secret] = field(default_factory=dict)
-    bearer_token: Secret | None = None
-    bearer_token_file: Path | None = None
-    basic_auth: BasicAuth | None = None
-    tls: TLSConfig | None = None
+    #: Headers, credentials and TLS (specmon.sources.client_config).
+    client: ClientConfig = field(default_factory=ClientConfig)
     method: QueryMethod = QueryMethod.POST
     interval: float = 30.0
     timeout: float = 10.0
@@ -196,64 +165,7 @@ class PrometheusSourceConfig:
         )  # fmt: skip
 
 
-def build_ssl_context(tls: TLSConfig | None) -> ssl.SSLContext | None:
-    """An SSL context for ``tls`` (None: the default verification). Raises OSError or
-    ssl.SSLError for unreadable or invalid files."""
-    if tls is None:
-        return None
-    context = ssl.create_default_context(
-        cafile=str(tls.ca_file) if tls.ca_file is not None else None
-    )
-    if tls.cert_file is not None:
-        context.load_cert_chain(
-            str(tls.cert_file), str(tls.key_file) if tls.key_file is not None else None
-        )
-    if tls.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 # --------------------------------------------------------------------------- validation
-
-
-class _Checker(Checker):
-    """specmon.config_values's problem list, plus files and environment secrets resolved against
-    the config file's folder and the daemon's environment."""
-
-    def __init__(self, base_dir: Path, environ: Mapping[str, str]) -> None:
-        super().__init__()
-        self.base_dir = base_dir
-        self.environ = environ
-
-    def readable_file(self, value: Any, path: str, *, secret: bool) -> Path | None:
-        if not isinstance(value, str) or not value:
-            self.add(path, "must be a file path")
-            return None
-        file = self.base_dir / value
-        try:
-            limit = files.MAX_SECRET_BYTES if secret else MAX_TLS_FILE_BYTES
-            text = files.read_text_capped(file, max_bytes=limit)
-        except OSError as exc:
-            self.add(path, f"cannot read {file}: {exc.strerror or exc}")
-            return None
-        except UnicodeDecodeError:
-            self.add(path, f"{file} is not UTF-8 text")
-            return None
-        if secret and not text.strip():
-            self.add(path, f"{file} is empty")
-            return None
-        return file
-
-    def env_secret(self, value: Any, path: str) -> Secret | None:
-        if not isinstance(value, str) or not value:
-            self.add(path, "must be the name of an environment variable")
-            return None
-        secret = self.environ.get(value)
-        if not secret or not secret.strip():
-            self.add(path, f"environment variable {value} is not set or empty")
-            return None
-        return Secret(secret.strip())
 
 
 def _nonempty_str(value: Any) -> str:
@@ -293,9 +205,7 @@ def _url(value: Any) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{value!r} is not an http(s) URL with a host")
     if parts.username or parts.password:
-        raise ValueError(
-            "credentials in the URL are not allowed; use bearer_token_file or basic_auth"
-        )
+        raise ValueError("credentials in the URL are not allowed; use basic_auth or a bearer token")
     if parts.query or parts.fragment:
         raise ValueError("must not have a query string or fragment (the base URL of the API)")
     if parts.path.rstrip("/").endswith("/api/v1/query") or parts.path.rstrip("/").endswith(
@@ -325,7 +235,7 @@ def _match(value: Any) -> Selector:
     return selector
 
 
-def _check_instance_labels(checker: _Checker, value: Any, path: str) -> tuple[str, ...]:
+def _check_instance_labels(checker: FileChecker, value: Any, path: str) -> tuple[str, ...]:
     if value is None:
         return ("instance",)
     if not isinstance(value, list) or not value:
@@ -353,77 +263,7 @@ def _check_instance_labels(checker: _Checker, value: Any, path: str) -> tuple[st
     return tuple(out) or ("instance",)
 
 
-def _check_headers(checker: _Checker, value: Any, path: str) -> dict[str, Secret]:
-    return check_headers(
-        checker,
-        value,
-        path,
-        reserved=_OWN_HEADERS,
-        hint="set by specmon; use bearer_token_file or basic_auth for Authorization",
-    )
-
-
-def _check_basic_auth(checker: _Checker, value: Any, path: str) -> BasicAuth | None:
-    data = checker.mapping(value, path, ("username", "password_file", "password_env"))
-    if data is None:
-        return None
-    username = checker.get(data, "username", path, _nonempty_str, None)
-    if "username" not in data:
-        checker.add(join_path(path, "username"), "is required")
-    if ":" in (username or ""):
-        checker.add(join_path(path, "username"), "must not contain ':'")
-        username = None
-    has_file, has_env = "password_file" in data, "password_env" in data
-    if has_file == has_env:
-        checker.add(path, "set password_file or password_env (exactly one)")
-        return None
-    if has_file:
-        file = checker.readable_file(
-            data["password_file"], join_path(path, "password_file"), secret=True
-        )
-        if username is None or file is None:
-            return None
-        return BasicAuth(username=username, password_file=file)
-    password = checker.env_secret(data["password_env"], join_path(path, "password_env"))
-    if username is None or password is None:
-        return None
-    return BasicAuth(username=username, password=password)
-
-
-def _check_tls(checker: _Checker, value: Any, path: str) -> TLSConfig | None:
-    keys = ("ca_file", "cert_file", "key_file", "insecure_skip_verify")
-    data = checker.mapping(value, path, keys)
-    if data is None:
-        return None
-    before = len(checker.problems)
-    files: dict[str, Path | None] = {}
-    for key in ("ca_file", "cert_file", "key_file"):
-        files[key] = (
-            checker.readable_file(data[key], join_path(path, key), secret=False)
-            if data.get(key) is not None
-            else None
-        )
-    if ("key_file" in data) != ("cert_file" in data):
-        checker.add(path, "cert_file and key_file go together")
-    tls = TLSConfig(
-        ca_file=files["ca_file"],
-        cert_file=files["cert_file"],
-        key_file=files["key_file"],
-        insecure_skip_verify=checker.get(data, "insecure_skip_verify", path, check_bool, False),
-    )
-    if len(checker.problems) != before:
-        return None
-    try:
-        build_ssl_context(tls)
-    except (OSError, ssl.SSLError) as exc:
-        # The ssl module's messages name the failing step, not the file contents.
-        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
-        checker.add(path, f"cannot use these files: {reason}")
-        return None
-    return tls
-
-
-def _check_override(checker: _Checker, value: Any, path: str) -> Override | None:
+def _check_override(checker: FileChecker, value: Any, path: str) -> Override | None:
     keys = ("match", "draft_cost", "chain_length", "baseline", "model")
     data = checker.mapping(value, path, keys)
     if data is None:
@@ -453,11 +293,7 @@ _PROMETHEUS_KEYS = (
     "engine",
     "draft_cost",
     "chain_length",
-    "headers",
-    "bearer_token_env",
-    "bearer_token_file",
-    "basic_auth",
-    "tls",
+    *CLIENT_KEYS,
     "method",
     "interval",
     "timeout",
@@ -515,13 +351,13 @@ def check_prometheus_source(
 ) -> tuple[PrometheusSourceConfig | None, list[str]]:
     """One ``prometheus:`` block (the mapping under the key). Returns the config (None when
     there is any problem) and the problems."""
-    checker = _Checker(base_dir, environ)
+    checker = FileChecker(base_dir, environ)
     source = _check_prometheus(checker, raw, path, draft_cost, chain_length)
     return (source if not checker.problems else None), checker.problems
 
 
 def _check_prometheus(
-    checker: _Checker, raw: Any, path: str, draft_cost: float, chain_length: int | None
+    checker: FileChecker, raw: Any, path: str, draft_cost: float, chain_length: int | None
 ) -> PrometheusSourceConfig | None:
     data = checker.mapping(raw, path, _PROMETHEUS_KEYS)
     if data is None:
@@ -535,32 +371,7 @@ def _check_prometheus(
     timeout = get(data, "timeout", path, _duration, min(10.0, interval))
     if timeout > interval:
         checker.add(join_path(path, "timeout"), "must not exceed interval")
-    env_name, file_name = data.get("bearer_token_env"), data.get("bearer_token_file")
-    auth_kinds = [k for k in ("bearer_token_env", "bearer_token_file", "basic_auth") if k in data]
-    if len(auth_kinds) > 1:
-        checker.add(path, f"set one of {', '.join(auth_kinds)}, not several")
-    bearer = (
-        checker.env_secret(env_name, join_path(path, "bearer_token_env"))
-        if env_name is not None
-        else None
-    )
-    bearer_file = (
-        checker.readable_file(file_name, join_path(path, "bearer_token_file"), secret=True)
-        if file_name is not None
-        else None
-    )
-    basic = (
-        _check_basic_auth(checker, data["basic_auth"], join_path(path, "basic_auth"))
-        if data.get("basic_auth") is not None
-        else None
-    )
-    tls = (
-        _check_tls(checker, data["tls"], join_path(path, "tls"))
-        if data.get("tls") is not None
-        else None
-    )
-    if tls is not None and url.startswith("http://"):
-        checker.add(join_path(path, "tls"), "set for an http:// URL (use https:// or drop tls)")
+    client = check_client(checker, data, path, url=url, reserved=_OWN_HEADERS)
     overrides: list[Override] = []
     raw_overrides = data.get("overrides")
     if raw_overrides is not None:
@@ -584,11 +395,7 @@ def _check_prometheus(
         engine=get(data, "engine", path, check_engine, None),
         draft_cost=get(data, "draft_cost", path, check_unit_float, draft_cost),
         chain_length=get(data, "chain_length", path, check_chain_length, chain_length),
-        headers=_check_headers(checker, data.get("headers"), join_path(path, "headers")),
-        bearer_token=bearer,
-        bearer_token_file=bearer_file,
-        basic_auth=basic,
-        tls=tls,
+        client=client,
         method=get(data, "method", path, _method, QueryMethod.POST),
         interval=interval,
         timeout=timeout,
@@ -619,7 +426,7 @@ def check_sources(
     Returns the configs and every problem with its path; any problem means the caller must
     reject the whole config (the configs returned are then incomplete).
     """
-    checker = _Checker(base_dir or Path.cwd(), os.environ if environ is None else environ)
+    checker = FileChecker(base_dir or Path.cwd(), os.environ if environ is None else environ)
     if raw is None:
         return (), []
     if not isinstance(raw, list):

@@ -142,10 +142,10 @@ targets:
             "targets[2].labels.target: label 'target' is set by specmon and cannot be overridden",
             "targets[2].labels.bad-name: invalid label name",
             "targets[2].headers.X-Api-Key: header values must be single-line strings",
-            "targets[2].headers.Authorization: use bearer_token_env or bearer_token_file for Authorization",
+            "targets[2].headers.Authorization: use bearer_token_env, bearer_token_file or basic_auth for Authorization",
             "targets[2].bearer_token_env: environment variable NOPE_NOT_SET is not set or empty",
             "targets[3].name: is required",
-            "targets[3].url: credentials in the URL are not allowed; use bearer_token_env/_file",
+            "targets[3].url: credentials in the URL are not allowed; use basic_auth or a bearer token",
             "targets[4]: must be a mapping, not a string",
         ],
     ),
@@ -179,7 +179,9 @@ targets:
     bearer_token_file: does-not-exist
 """,
         [
-            "targets[0]: set bearer_token_env or bearer_token_file, not both",
+            "targets[0]: set one of bearer_token_env, bearer_token_file, not several",
+            "targets[0].bearer_token_env: environment variable X is not set or empty",
+            "targets[0].bearer_token_file: cannot read {dir}/f: No such file or directory",
             "targets[1].bearer_token_file: cannot read {dir}/does-not-exist: No such file or directory",
         ],
     ),
@@ -215,8 +217,8 @@ def test_token_from_env_and_file(tmp_path: Path) -> None:
         environ={"T": "env-token"},
     )
     a, b = config.targets
-    assert a.request_headers() == {"Authorization": "Bearer env-token"}
-    assert b.request_headers() == {"Authorization": "Bearer file-token"}
+    assert a.client.credentials().headers == {"Authorization": "Bearer env-token"}
+    assert b.client.credentials().headers == {"Authorization": "Bearer file-token"}
     assert "env-token" not in repr(a) and "file-token" not in repr(b)
 
 

@@ -55,8 +55,8 @@ def test_the_issue_example(tmp_path: Path) -> None:
     assert source.api_url == "http://prometheus:9090/api/v1/query"
     assert str(source.selector) == '{job=~"vllm.*"}'
     assert source.instance_labels == ("namespace", "pod")
-    assert source.bearer_token_file == tmp_path / "token"
-    assert source.headers == {"X-Scope-OrgID": Secret("team-a")}
+    assert source.client.bearer_token_file == tmp_path / "token"
+    assert source.client.headers == {"X-Scope-OrgID": Secret("team-a")}
     assert "'X-Scope-OrgID': Secret('<hidden>')" in repr(source)
     assert (source.interval, source.timeout, source.stale_after) == (30.0, 10.0, 120.0)
     assert source.method is QueryMethod.POST
@@ -81,7 +81,11 @@ def test_defaults() -> None:
         10_000,
     )
     assert source.engine is None and not source.accept_partial and source.overrides == ()
-    assert source.bearer_token is None and source.basic_auth is None and source.tls is None
+    assert (
+        source.client.bearer_token is None
+        and source.client.basic_auth is None
+        and source.client.tls is None
+    )
     assert check(None) == ((), [])
 
 
@@ -126,6 +130,9 @@ def test_every_problem_at_once_with_its_path(tmp_path: Path) -> None:
         f"{p}.intervall: unknown key (did you mean 'interval'?)",
         f"{p}.url: 'ftp://user:pw@x' is not an http(s) URL with a host",
         f"{p}.timeout: must not exceed interval",
+        f"{p}.headers.Authorization: use bearer_token_env, bearer_token_file or basic_auth for Authorization",
+        f"{p}.headers.X-Ok: header values must be single-line strings",
+        f"{p}.headers.bad header: invalid header name",
         f"{p}: set one of bearer_token_file, basic_auth, not several",
         f"{p}.bearer_token_file: cannot read {tmp_path / 'missing-token'}: No such file or directory",
         f"{p}.basic_auth.password_env: environment variable NOPE is not set or empty",
@@ -144,9 +151,6 @@ def test_every_problem_at_once_with_its_path(tmp_path: Path) -> None:
         f"{p}.instance_labels[3]: must be a label name",
         f"{p}.engine: must be one of auto, vllm, vllm_v0, llamacpp, sglang, trtllm, tgi",
         f"{p}.draft_cost: must be between 0 and 1",
-        f"{p}.headers.Authorization: set by specmon; use bearer_token_file or basic_auth for Authorization",
-        f"{p}.headers.X-Ok: header values must be single-line strings",
-        f"{p}.headers.bad header: invalid header name",
         f"{p}.method: must be POST or GET",
         f"{p}.stale_after: '-1s' is not a duration like 5s, 1m30s or 500ms",
         f"{p}.accept_partial: must be true or false, not a string",
@@ -177,9 +181,10 @@ def test_credentials_and_tls_forms(tmp_path: Path) -> None:
         environ={"TOKEN": " t0k3n \n", "PW": "pw-from-env"},
     )  # fmt: skip
     assert problems == []
-    assert ok[0].bearer_token == Secret("t0k3n")
-    assert ok[1].basic_auth is not None and ok[1].basic_auth.password_file == tmp_path / "pw"
-    assert ok[2].basic_auth is not None and ok[2].basic_auth.password == Secret("pw-from-env")
+    assert ok[0].client.bearer_token == Secret("t0k3n")
+    by_file, by_env = ok[1].client.basic_auth, ok[2].client.basic_auth
+    assert by_file is not None and by_file.password_file == tmp_path / "pw"
+    assert by_env is not None and by_env.password == Secret("pw-from-env")
     _, problems = check(
         [
             {"prometheus": {"url": "http://p:9090", "bearer_token_file": "empty"}},

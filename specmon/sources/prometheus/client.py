@@ -4,20 +4,19 @@ timeout and the process's budget of response bytes, every outcome a ReadResult."
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import ssl
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from specmon import files
 from specmon.process.memory import collector_paused
 from specmon.secrets import redact
+from specmon.sources.client_config import Credentials, ssl_reason
 from specmon.sources.http import open_session
 from specmon.sources.prometheus.answers import (
     Failure,
@@ -35,11 +34,7 @@ from specmon.sources.prometheus.model import (
     ReadStatus,
 )
 from specmon.sources.prometheus.queries import freshness_query, value_queries
-from specmon.sources.prometheus_config import (
-    PrometheusSourceConfig,
-    QueryMethod,
-    build_ssl_context,
-)
+from specmon.sources.prometheus_config import PrometheusSourceConfig, QueryMethod
 
 
 class InFlight:
@@ -79,12 +74,6 @@ class _Budget:
         self.held = 0
 
 
-@dataclass
-class _Secrets:
-    headers: dict[str, str] = field(default_factory=dict)
-    values: list[str] = field(default_factory=list)
-
-
 class PrometheusSource:
     """Reads one configured Prometheus source. Use as an async context manager, or call
     :meth:`close`; pass ``session`` to share the daemon's (it is then not closed here).
@@ -110,10 +99,9 @@ class PrometheusSource:
         self._tls_error: str | None = None
         self._ssl: ssl.SSLContext | None = None
         try:
-            self._ssl = build_ssl_context(config.tls)
+            self._ssl = config.client.ssl_context()
         except (OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            self._tls_error = f"cannot use the tls files: {clean(reason, 160)}"
+            self._tls_error = f"cannot use the tls files: {clean(ssl_reason(exc), 160)}"
         self._concurrency = max(1, concurrency)
         self._values = value_queries(config, strategy)
         self._freshness = freshness_query(config)
@@ -177,7 +165,7 @@ class PrometheusSource:
                 duration_seconds=time.perf_counter() - started,
             )
         try:
-            secrets = self._secrets()
+            secrets = self._credentials()
         except OSError as exc:
             return ReadResult(
                 status=ReadStatus.CREDENTIALS_ERROR,
@@ -193,7 +181,7 @@ class PrometheusSource:
             budget.release()
 
     async def _read_within(
-        self, budget: _Budget, at: float, started: float, secrets: _Secrets
+        self, budget: _Budget, at: float, started: float, secrets: Credentials
     ) -> ReadResult:
         config = self.config
         queries = self.queries
@@ -209,7 +197,7 @@ class PrometheusSource:
             with collector_paused():
                 for body in bodies:
                     check_shape(body, max_series=config.max_series)
-                answers = [parse_answer(body, secrets=secrets.values) for body in bodies]
+                answers = [parse_answer(body, secrets=secrets.secrets) for body in bodies]
                 del bodies  # decoded: the bodies' megabytes go before the grouping
                 budget.release()
                 values, freshness = answers[:-1], answers[-1]
@@ -241,7 +229,7 @@ class PrometheusSource:
             message=(
                 "Prometheus answered with warnings; some series may be missing" if partial else None
             ),
-            warnings=tuple(redact(w, secrets.values) for w in warnings),
+            warnings=tuple(redact(w, secrets.secrets) for w in warnings),
             problems=tuple(problems),
             usable=not partial or config.accept_partial,
             queries=len(queries),
@@ -252,7 +240,7 @@ class PrometheusSource:
         )
 
     async def _fetch_all(
-        self, queries: Sequence[str], *, at: float, budget: _Budget, secrets: _Secrets
+        self, queries: Sequence[str], *, at: float, budget: _Budget, secrets: Credentials
     ) -> list[bytes]:
         """Every query's answer body, concurrently, within the read's timeout; the most
         specific failure when any fails.
@@ -305,13 +293,13 @@ class PrometheusSource:
         at: float,
         started: float,
         budget: _Budget,
-        secrets: _Secrets,
+        secrets: Credentials,
         cpu: float = 0.0,
     ) -> ReadResult:
         return ReadResult(
             status=failure.status,
             at=at,
-            message=redact(failure.message, secrets.values),
+            message=redact(failure.message, secrets.secrets),
             error_type=failure.error_type,
             http_status=failure.http_status,
             queries=len(self.queries),
@@ -320,33 +308,11 @@ class PrometheusSource:
             parse_cpu_seconds=cpu,
         )
 
-    def _secrets(self) -> _Secrets:
+    def _credentials(self) -> Credentials:
         """Request headers, with token and password files read now (they rotate)."""
-        config = self.config
-        out = _Secrets()
-        for name, value in config.headers.items():
-            out.headers[name] = value.reveal()
-            out.values.append(value.reveal())
-        token: str | None = None
-        if config.bearer_token is not None:
-            token = config.bearer_token.reveal()
-        elif config.bearer_token_file is not None:
-            token = _read_secret_file(config.bearer_token_file)
-        if token is not None:
-            out.headers["Authorization"] = f"Bearer {token}"
-            out.values.append(token)
-        auth = config.basic_auth
-        if auth is not None:
-            if auth.password is not None:
-                password = auth.password.reveal()
-            else:
-                assert auth.password_file is not None
-                password = _read_secret_file(auth.password_file)
-            pair = base64.b64encode(f"{auth.username}:{password}".encode()).decode("ascii")
-            out.headers["Authorization"] = f"Basic {pair}"
-            out.values.extend([password, pair])
-        out.headers["Accept"] = "application/json"
-        return out
+        credentials = self.config.client.credentials()
+        credentials.headers["Accept"] = "application/json"
+        return credentials
 
     async def _query(
         self,
@@ -355,7 +321,7 @@ class PrometheusSource:
         at: float,
         deadline: float,
         budget: _Budget,
-        secrets: _Secrets,
+        secrets: Credentials,
         gate: asyncio.Semaphore,
     ) -> bytes:
         config = self.config
@@ -398,13 +364,13 @@ class PrometheusSource:
                         raise Failure(
                             ReadStatus.HTTP_ERROR,
                             f"HTTP {resp.status}: redirected"
-                            + (f" to {clean(shown, 120, secrets.values)}" if shown else "")
+                            + (f" to {clean(shown, 120, secrets.secrets)}" if shown else "")
                             + "; set url to the final address",
                             http_status=resp.status,
                         )
-                    parse_answer(body, http_status=resp.status, secrets=secrets.values)
+                    parse_answer(body, http_status=resp.status, secrets=secrets.secrets)
                     raise http_failure(
-                        resp.status, body, secrets.values
+                        resp.status, body, secrets.secrets
                     )  # not reached: parse_answer raises
             except Failure:
                 raise
@@ -412,7 +378,7 @@ class PrometheusSource:
                 raise Failure(
                     ReadStatus.DOWN,
                     f"TLS certificate of {self.display_url} not accepted: "
-                    f"{clean(exc.certificate_error, 160, secrets.values)}",
+                    f"{clean(exc.certificate_error, 160, secrets.secrets)}",
                 ) from None
             except aiohttp.ClientConnectorError as exc:
                 err = exc.os_error
@@ -431,18 +397,18 @@ class PrometheusSource:
             except aiohttp.ClientPayloadError as exc:
                 raise Failure(
                     ReadStatus.BAD_RESPONSE,
-                    f"broken response body: {clean(exc, 160, secrets.values)}",
+                    f"broken response body: {clean(exc, 160, secrets.secrets)}",
                 ) from None
             except aiohttp.ClientResponseError as exc:
                 raise Failure(
                     ReadStatus.HTTP_ERROR,
-                    f"HTTP error {exc.status}: {clean(exc.message, 120, secrets.values)}",
+                    f"HTTP error {exc.status}: {clean(exc.message, 120, secrets.secrets)}",
                     http_status=exc.status,
                 ) from None
             except (aiohttp.ClientError, OSError) as exc:
                 raise Failure(
                     ReadStatus.DOWN,
-                    f"{type(exc).__name__} talking to {self.display_url}: {clean(exc, 160, secrets.values)}",
+                    f"{type(exc).__name__} talking to {self.display_url}: {clean(exc, 160, secrets.secrets)}",
                 ) from None
 
 
@@ -466,16 +432,6 @@ def _severity(failure: BaseException) -> int:
     )
     status = getattr(failure, "status", None)
     return order.index(status) if status in order else len(order)
-
-
-def _read_secret_file(path: os.PathLike[str]) -> str:
-    try:
-        value = files.read_text_capped(path, max_bytes=files.MAX_SECRET_BYTES).strip()
-    except UnicodeDecodeError:
-        raise OSError(0, "the file is not UTF-8 text", str(path)) from None
-    if not value:
-        raise OSError(0, "the file is empty", str(path))
-    return value
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, budget: _Budget, cap: int) -> bytes:
