@@ -38,6 +38,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.exposition import Exposition
 from specmon.daemon.file_sd import FileSD
+from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper
@@ -49,13 +50,12 @@ from specmon.daemon.status_page import (
     targets_document,
 )
 from specmon.daemon.target import TargetState, TargetView, Twins
-from specmon.engines import RejectReason
 from specmon.logs import LIMIT, get_logger
 from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.process.memory import CollectorSchedule, collector_paused
 from specmon.process.nofile import files_short
 from specmon.sharding import Shard
-from specmon.sources import ScrapeResult, Source
+from specmon.sources import Source
 from specmon.sources.http import open_session
 from specmon.sources.page import HttpPageSource
 from specmon.web.server import WebMetrics, WebOptions, WebServer
@@ -167,11 +167,16 @@ class Daemon:
         self.shard = shard or Shard()
         #: Every target's state by name, where a target finds its baseline twin.
         self.twins = Twins()
+        #: The one path from a read to a target, for scraped targets and fleet instances.
+        self.ingest = Ingest(
+            scrapes_total=self.metrics.scrapes_total,
+            rejected_total=self.metrics.rejected_total,
+            log=self.log,
+        )
         self.fleet = Fleet(
             session=self._get_session,
             direct=self._running.keys,
-            scrapes_total=self.metrics.scrapes_total,
-            rejected_total=self.metrics.rejected_total,
+            ingest=self.ingest,
             log=self.log,
             shard=self.shard,
             on_first_read=self._pending_first.discard,
@@ -357,8 +362,7 @@ class Daemon:
         scraper = TargetScraper(
             state,
             source=self._source_for,
-            scrapes_total=self.metrics.scrapes_total,
-            rejected_total=self.metrics.rejected_total,
+            ingest=self.ingest,
             log=self.log,
             on_scraped=self._pending_first.discard,
         )
@@ -373,12 +377,7 @@ class Daemon:
         running.state.on_view = None
         self.exposition.remove(name)
         self._pending_first.discard(name)
-        for result in ScrapeResult:
-            with contextlib.suppress(KeyError):
-                self.metrics.scrapes_total.remove(name, result)
-        for reason in RejectReason:
-            with contextlib.suppress(KeyError):
-                self.metrics.rejected_total.remove(name, reason)
+        self.ingest.forget(name)
 
     def _fleet_instance_removed(self, name: str) -> None:
         self.exposition.remove(name)

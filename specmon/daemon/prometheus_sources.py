@@ -31,14 +31,11 @@ scrape of ``/metrics`` from the runners' current state (:class:`FleetCollector`)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 import aiohttp
-from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -51,16 +48,23 @@ from specmon.daemon.config import (
     Config,
     TargetConfig,
 )
+from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import InstanceState, Kind, MetricDef
 from specmon.daemon.target import Event, TargetState, TargetView, Twins
-from specmon.engines import RejectReason
 from specmon.logs import Logger
 from specmon.sharding import Shard
-from specmon.sources import ScrapeResult
-from specmon.sources.prometheus import InstanceRead, PrometheusSource, ReadResult, ReadStatus
+from specmon.sources import Failure, ScrapeResult
+from specmon.sources.prometheus import (
+    InstanceRead,
+    PrometheusSource,
+    ReadResult,
+    ReadStatus,
+    instance_outcome,
+    read_failure,
+)
 from specmon.sources.prometheus_config import PrometheusSourceConfig
 
-__all__ = ["Fleet", "FleetCollector", "SourceRunner", "constant_labels", "scrape_result"]
+__all__ = ["Fleet", "FleetCollector", "SourceRunner", "constant_labels"]
 
 #: Instances processed between two yields to the event loop: a read of thousands of
 #: instances must not hold ``/metrics`` and the scrapers up for its whole duration.
@@ -69,23 +73,6 @@ YIELD_EVERY = 200
 #: Labels never copied from an instance's labels onto its series: Prometheus's own target
 #: labels (it renames them to ``exported_*`` when it scrapes specmon) and specmon's own.
 _NOT_CONSTANT = frozenset({"instance", "job"}) | RESERVED_LABELS
-
-_SCRAPE_RESULT: Mapping[ReadStatus, ScrapeResult] = {
-    ReadStatus.PARTIAL: ScrapeResult.PARTIAL,
-    ReadStatus.DOWN: ScrapeResult.CONNECTION_ERROR,
-    ReadStatus.TIMEOUT: ScrapeResult.TIMEOUT,
-    ReadStatus.HTTP_ERROR: ScrapeResult.HTTP_ERROR,
-    ReadStatus.QUERY_ERROR: ScrapeResult.QUERY_ERROR,
-    ReadStatus.BAD_RESPONSE: ScrapeResult.PARSE_ERROR,
-    ReadStatus.TOO_LARGE: ScrapeResult.TOO_LARGE,
-    ReadStatus.CREDENTIALS_ERROR: ScrapeResult.CREDENTIALS_ERROR,
-    ReadStatus.INTERNAL_ERROR: ScrapeResult.INTERNAL_ERROR,
-}
-
-
-def scrape_result(status: ReadStatus) -> ScrapeResult:
-    """The scrape result every instance gets when a read with this status is not usable."""
-    return _SCRAPE_RESULT.get(status, ScrapeResult.INTERNAL_ERROR)
 
 
 def constant_labels(labels: Mapping[str, str]) -> dict[str, str]:
@@ -100,12 +87,6 @@ def constant_labels(labels: Mapping[str, str]) -> dict[str, str]:
         and LABEL_NAME.match(k)
         and len(v) <= MAX_LABEL_VALUE
     }
-
-
-def _sample_time(stamp: float | None) -> str:
-    if stamp is None:
-        return "unknown"
-    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -284,20 +265,16 @@ class SourceRunner:
         elif entry.state.config != target:
             entry.state.reconfigure(target, windows=self._fleet.windows, retention=self.retention)
         entry.common = inst.common_labels
-        duration = result.duration_seconds
-        if inst.stale:
-            message = (
-                f"stale: Prometheus has no sample of this instance newer than stale_after "
-                f"({format_duration(self.config.stale_after)}); its newest is from "
-                f"{_sample_time(inst.newest_sample)}"
+        outcome = instance_outcome(
+            inst, stale_after=self.config.stale_after, duration=result.duration_seconds
+        )
+        if isinstance(outcome, Failure):
+            self._failed(entry, outcome, new=new, first=first)
+            return (
+                InstanceState.STALE
+                if outcome.kind is ScrapeResult.STALE
+                else InstanceState.BAD_SERIES
             )
-            self._failed(entry, ScrapeResult.STALE, message, duration, new=new, first=first)
-            return InstanceState.STALE
-        reading = inst.reading() if inst.error is None else None
-        if reading is None:
-            message = inst.error or "no usable series"
-            self._failed(entry, ScrapeResult.BAD_SERIES, message, duration, new=new, first=first)
-            return InstanceState.BAD_SERIES
         newest = inst.newest_sample
         assert newest is not None  # not stale
         if entry.state.view.up and entry.newest == newest:
@@ -305,32 +282,18 @@ class SourceRunner:
         # Prometheus's sample time as the windows' clock: a window spans the engine's scrape
         # times in Prometheus, as a direct target's windows span specmon's own scrapes. (An
         # unchanged time after a failure restores the view without a new reading.)
-        events = entry.state.observe(reading, mono=newest, wall=newest, duration=duration)
+        events = self._fleet.ingest.deliver(entry.state, outcome, mono=newest, wall=newest)
         entry.newest = newest
-        self._fleet.scrapes_total.labels(target=name, result=ScrapeResult.SUCCESS).inc()
-        for rejection in entry.state.view.rejected:
-            self._fleet.rejected_total.labels(target=name, reason=rejection.reason).inc()
         if entry.source_down:
             events = [e for e in events if e.event != "target_up"]
             entry.source_down = False
         self._emit(name, events, new=new, first=first)
         return InstanceState.CURRENT
 
-    def _failed(
-        self,
-        entry: _Instance,
-        kind: ScrapeResult,
-        message: str,
-        duration: float,
-        *,
-        new: bool,
-        first: bool,
-    ) -> None:
-        name = entry.state.config.name
-        events = entry.state.fail(kind=kind, message=message, duration=duration)
+    def _failed(self, entry: _Instance, failure: Failure, *, new: bool, first: bool) -> None:
+        events = self._fleet.ingest.fail(entry.state, failure)
         entry.source_down = False
-        self._fleet.scrapes_total.labels(target=name, result=kind).inc()
-        self._emit(name, events, new=new, first=first)
+        self._emit(entry.state.config.name, events, new=new, first=first)
 
     def _emit(self, name: str, events: list[Event], *, new: bool, first: bool) -> None:
         if not events and not new:
@@ -351,10 +314,9 @@ class SourceRunner:
             emit(event.event, **event.fields)
 
     def _source_failed(self, result: ReadResult) -> None:
-        kind = scrape_result(result.status)
-        message = f"Prometheus source {self.name}: {result.status.value}: {result.message or ''}"
-        failure = (result.status, message)
-        if self.up is not False or self._failure != failure:
+        failure = read_failure(result, source=self.name)
+        key = (result.status, failure.message)
+        if self.up is not False or self._failure != key:
             self._log.warning(
                 "source_down" if self.up is not False else "source_error_changed",
                 status=result.status.value,
@@ -365,11 +327,10 @@ class SourceRunner:
                 effect="every instance of the source is down until a usable read",
             )
         self.up = False
-        self._failure = failure
-        for name, entry in self.instances.items():
-            entry.state.fail(kind=kind, message=message, duration=result.duration_seconds)
+        self._failure = key
+        for entry in self.instances.values():
+            self._fleet.ingest.fail(entry.state, failure)
             entry.source_down = True
-            self._fleet.scrapes_total.labels(target=name, result=kind).inc()
         self._fleet.changed()
 
     # -- instances --------------------------------------------------------------------------
@@ -388,8 +349,7 @@ class SourceRunner:
         self._fleet.release(name, self)
         if not keep_counters:  # a configured target holds the name: its series stay
             self._fleet.on_remove(name)
-        if not keep_counters:
-            self._fleet.forget_counters(name)
+            self._fleet.ingest.forget(name)
 
     def close(self) -> None:
         """The source is gone (reload): drop its instances and their series."""
@@ -412,8 +372,7 @@ class Fleet:
         *,
         session: Callable[[], aiohttp.ClientSession | None],
         direct: Callable[[], Collection[str]],
-        scrapes_total: Counter,
-        rejected_total: Counter,
+        ingest: Ingest,
         log: Logger,
         shard: Shard | None = None,
         on_first_read: Callable[[str], None] = lambda key: None,
@@ -424,8 +383,7 @@ class Fleet:
     ) -> None:
         self.session = session
         self.direct = direct
-        self.scrapes_total = scrapes_total
-        self.rejected_total = rejected_total
+        self.ingest = ingest
         self.log = log
         self.shard = shard or Shard()
         self.windows: tuple[float, ...] = (60.0, 300.0, 900.0)
@@ -455,12 +413,6 @@ class Fleet:
         # A configured target that took the name since the last read wins: its series stay.
         if view.name not in self.direct():
             self._on_view(view)
-
-    def state(self, name: str) -> TargetState | None:
-        """The state of the instance called ``name`` (None: no source holds it)."""
-        owner = self._owners.get(name)
-        entry = owner.instances.get(name) if owner is not None else None
-        return entry.state if entry is not None else None
 
     @staticmethod
     def pending_key(name: str) -> str:
@@ -525,14 +477,6 @@ class Fleet:
     def release(self, name: str, runner: SourceRunner) -> None:
         if self._owners.get(name) is runner:
             del self._owners[name]
-
-    def forget_counters(self, name: str) -> None:
-        for result in ScrapeResult:
-            with contextlib.suppress(KeyError):
-                self.scrapes_total.remove(name, result)
-        for reason in RejectReason:
-            with contextlib.suppress(KeyError):
-                self.rejected_total.remove(name, reason)
 
     # -- readers ----------------------------------------------------------------------------
 

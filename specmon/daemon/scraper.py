@@ -20,12 +20,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import Counter
-
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.ingest import Ingest, internal_error
 from specmon.daemon.target import Event, TargetState
 from specmon.logs import Logger
-from specmon.sources import ScrapeResult, Source
+from specmon.sources import Failure, Outcome, Reading, ScrapeResult, Source
 from specmon.sources.http import FetchError
 
 __all__ = ["MAX_TICK", "TargetScraper", "backoff_delay", "next_due", "wake_time"]
@@ -101,28 +100,25 @@ def _waker(loop: asyncio.AbstractEventLoop) -> _Waker:
 
 
 class TargetScraper:
+    """Scrapes one target on its schedule; each outcome goes to the target through
+    :class:`~specmon.daemon.ingest.Ingest`."""
+
     def __init__(
         self,
         state: TargetState,
         *,
         source: Callable[[TargetConfig], Source],
-        scrapes_total: Counter,
-        rejected_total: Counter,
+        ingest: Ingest,
         log: Logger,
         on_scraped: Callable[[str], None],
     ) -> None:
         self.state = state
         self._source = source
-        self._scrapes_total = scrapes_total
-        self._rejected_total = rejected_total
+        self._ingest = ingest
         #: Bound once: every line this scraper logs names its target.
         self._log = log.bind(target=state.config.name)
         self._on_scraped = on_scraped
         self.failures = 0
-        #: This target's ``result="success"`` child, made at the first success (made before,
-        #: it would export a zero for a target never scraped): ``labels()`` costs about 3 us,
-        #: five times the increment, on every scrape otherwise.
-        self._successes: Counter | None = None
 
     async def run(self, *, first_delay: float | None = None) -> None:
         """Scrape until cancelled. The first scrape waits a random part of the interval so
@@ -146,56 +142,34 @@ class TargetScraper:
             due = next_due(due, wait=backoff_delay(interval, self.failures), now=loop.time())
 
     async def scrape_once(self) -> None:
-        cfg = self.state.config
         started = time.perf_counter()
+        outcome: Outcome
         try:
-            reading = await self._source(cfg).read()
+            outcome = await self._source(self.state.config).read()
         except FetchError as exc:
-            self._failed(exc.kind, str(exc), time.perf_counter() - started)
-            return
+            outcome = Failure(
+                kind=exc.kind, message=str(exc), duration=time.perf_counter() - started
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug must cost one scrape, never the target or the daemon
             self._log.exception("read_failed")
-            self._failed(
-                ScrapeResult.INTERNAL_ERROR,
-                f"internal error: {type(exc).__name__}: {str(exc)[:200]}",
-                time.perf_counter() - started,
-            )
-            return
-        duration = time.perf_counter() - started
-        try:
-            events = self.state.observe(
-                reading.page, mono=time.monotonic(), wall=time.time(), duration=duration
-            )
-        except Exception as exc:  # a bug must cost one scrape, never the target
-            self._log.exception("observe_failed")
-            self._failed(
-                ScrapeResult.INTERNAL_ERROR,
-                f"internal error: {type(exc).__name__}: {str(exc)[:200]}",
-                duration,
-            )
-            return
-        self.failures = 0
-        if self._successes is None:
-            self._successes = self._scrapes_total.labels(
-                target=cfg.name, result=ScrapeResult.SUCCESS
-            )
-        self._successes.inc()
-        for rejection in self.state.view.rejected:
-            self._rejected_total.labels(target=cfg.name, reason=rejection.reason).inc()
+            outcome = internal_error(exc, time.perf_counter() - started)
+        events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
         self._emit(events)
-        self._canonical(
-            ScrapeResult.SUCCESS, duration, size=reading.size, malformed=reading.page.malformed
-        )
-        self._on_scraped(cfg.name)
-
-    def _failed(self, kind: ScrapeResult, message: str, duration: float) -> None:
-        self.failures += 1
-        self._scrapes_total.labels(target=self.state.config.name, result=kind).inc()
-        events = self.state.fail(kind=kind, message=message, duration=duration)
-        self._emit(events)
-        self._canonical(kind, duration, error=message)
+        view = self.state.view
+        if view.up and isinstance(outcome, Reading):
+            self.failures = 0
+            self._canonical(
+                ScrapeResult.SUCCESS,
+                outcome.duration,
+                size=outcome.size,
+                malformed=outcome.page.malformed,
+            )
+        else:
+            self.failures += 1
+            kind = view.error_kind or ScrapeResult.INTERNAL_ERROR
+            self._canonical(kind, outcome.duration, error=view.error)
         self._on_scraped(self.state.config.name)
 
     def _emit(self, events: list[Event]) -> None:

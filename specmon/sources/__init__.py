@@ -1,7 +1,15 @@
-"""Where readings come from. A :class:`Source` answers one question, "what does this target
-say now?", with a :class:`Reading` (the page read through the engine adapters) or a
-:class:`~specmon.sources.http.FetchError` that says why not. The daemon's scraper calls
-sources and never knows whether the numbers came from an HTTP page, a file or a query API.
+"""Where readings come from. Every source answers, per target, "what does this target say
+now?" with a :class:`Reading` (the page read through the engine adapters) or a
+:class:`Failure` (a :class:`ScrapeResult` and a message that says why not):
+
+- a page source (:class:`Source`: an engine's ``/metrics``, a saved page) reads one target and
+  raises :class:`~specmon.sources.http.FetchError`, the failure as an exception;
+- a Prometheus source (:mod:`specmon.sources.prometheus`) reads a whole fleet at once and
+  turns each instance into a reading or a failure
+  (:func:`~specmon.sources.prometheus.instance_outcome`,
+  :func:`~specmon.sources.prometheus.read_failure`).
+
+Either way the outcome reaches the target through one path, :mod:`specmon.daemon.ingest`.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from typing import Protocol
 from specmon.engines import PageReading
 from specmon.records import record
 
-__all__ = ["Reading", "ScrapeResult", "Source"]
+__all__ = ["Failure", "Outcome", "Reading", "ScrapeResult", "Source"]
 
 
 class ScrapeResult(StrEnum):
@@ -45,11 +53,26 @@ class ScrapeResult(StrEnum):
 
 @record
 class Reading:
-    """One successful read: the page's readings, its size in bytes and how long it took."""
+    """One successful read: the page's readings, its size in bytes (0 when it was not a
+    page) and how long it took."""
 
     page: PageReading
     size: int
     duration: float
+
+
+@record
+class Failure:
+    """One read without a reading: the target's scrape result, what went wrong (for an
+    operator: no secrets) and how long it took."""
+
+    kind: ScrapeResult
+    message: str
+    duration: float
+
+
+#: What one read of one target comes to.
+Outcome = Reading | Failure
 
 
 class Source(Protocol):

@@ -13,6 +13,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.ingest import Ingest
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
@@ -55,8 +56,11 @@ def _scrape_lines(level: int, scrapes: int) -> list[dict[str, object]]:
     scraper = TargetScraper(
         state,
         source=lambda _cfg: source,
-        scrapes_total=Counter("s", "s", ["target", "result"], registry=registry),
-        rejected_total=Counter("r", "r", ["target", "reason"], registry=registry),
+        ingest=Ingest(
+            scrapes_total=Counter("s", "s", ["target", "result"], registry=registry),
+            rejected_total=Counter("r", "r", ["target", "reason"], registry=registry),
+            log=log,
+        ),
         log=log,
         on_scraped=scraped.append,
     )

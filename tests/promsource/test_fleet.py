@@ -20,6 +20,7 @@ from structlog.typing import EventDict
 
 from specmon.daemon.config import Config, GlobalConfig, TargetConfig
 from specmon.daemon.exposition import Exposition
+from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import InstanceState
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector, SourceRunner, constant_labels
 from specmon.daemon.target import TargetState
@@ -61,8 +62,9 @@ class Harness:
         self.fleet = Fleet(
             session=lambda: None,
             direct=lambda: self.direct,
-            scrapes_total=self.scrapes,
-            rejected_total=self.rejected,
+            ingest=Ingest(
+                scrapes_total=self.scrapes, rejected_total=self.rejected, log=get_logger()
+            ),
             log=get_logger(),
             shard=shard,
             on_view=self.exposition.update,

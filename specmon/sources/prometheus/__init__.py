@@ -38,7 +38,8 @@ tokens or passwords (remote text is truncated, cleaned and scrubbed of them).
 
 The package: ``model`` (statuses, instances, results, limits) -> ``queries`` (what one read
 asks) -> ``answers`` (one answer decoded within bounds) -> ``grouping`` (series into
-instances, pure) -> ``client`` (:class:`PrometheusSource`: one read, its budget, its failures).
+instances, pure) -> ``client`` (:class:`PrometheusSource`: one read, its budget, its failures)
+-> ``outcomes`` (the read as a reading or a failure per instance, as every source answers).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from specmon.sources.prometheus.model import (
     ReadResult,
     ReadStatus,
 )
+from specmon.sources.prometheus.outcomes import instance_outcome, read_failure, scrape_result
 from specmon.sources.prometheus.queries import (
     freshness_names,
     freshness_query,
@@ -82,6 +84,9 @@ __all__ = [
     "freshness_names",
     "freshness_query",
     "instance_name",
+    "instance_outcome",
     "parse_answer",
+    "read_failure",
+    "scrape_result",
     "value_queries",
 ]
