@@ -1,4 +1,4 @@
-"""Cost benchmark (issue 15): what serving /metrics, the status page and scraping cost at fleet
+"""Cost benchmark: what serving /metrics, the status page and scraping cost at fleet
 size, for one or more source trees in the same run, so a change is measured as a ratio.
 
 Run: ./dev.sh bench cost [--rev REV ...] [--targets 200,1000,5000] [--windows 1m,5m]
@@ -53,10 +53,10 @@ What some figures mean:
 - the simulator's CPU (every simulator process, and the busiest one): a busiest process near
   100 % of a core would mean the simulator, not the daemon, set the pace.
 
-Issue 13's load-aware figures: ``--twins`` makes every odd target of the fleet a twin of the
+The load-aware figures: ``--twins`` makes every odd target of the fleet a twin of the
 target before it without speculation (same traffic, no draft), and a revision given as
 ``REV+baseline`` (``worktree+baseline``) runs with every speculating target configured with
-``baseline:`` its twin, so one run can compare the daemon before issue 13, with its load
+``baseline:`` its twin, so one run can compare the daemon without load figures, with its load
 figures and with the bucket-by-bucket comparison against a twin:
 ``--twins --rev 90ac6ae~1 --rev worktree --rev worktree+baseline``. ``REV+noload`` (also
 after ``+baseline``) runs the same tree without its load processing (``load_counters``
@@ -115,8 +115,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKTREE = ("worktree", ".")
 #: A revision spec ending in this runs with every speculating target's ``baseline:`` set.
 BASELINE = "+baseline"
-#: A revision spec ending in this runs the daemon without its load processing (issue 13's
-#: "load off"): ``specmon.daemon.target.load_counters`` replaced by a function returning None
+#: A revision spec ending in this runs the daemon without its load processing
+#: ("load off"): ``specmon.daemon.target.load_counters`` replaced by a function returning None
 #: before ``specmon run`` starts, so no reading yields load counters (no load history, no load
 #: figures; the adapters still read the series), exactly as ``bench load``'s "load off".
 NOLOAD = "+noload"
@@ -484,7 +484,7 @@ class Counters:
     by_result: dict[str, float] = field(default_factory=dict)  # summed over targets
     series: int = 0
     #: specmon_event_loop_lag_seconds's buckets (le -> cumulative count), its _count and
-    #: _sum; specmon_gc_pause_seconds's _count and _sum by generation (absent before 2026-12-04).
+    #: _sum; specmon_gc_pause_seconds's _count and _sum by generation (absent from older revisions).
     loop_lag_buckets: dict[str, float] = field(default_factory=dict)
     loop_lag_count: float = 0.0
     loop_lag_sum: float = 0.0
@@ -909,7 +909,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--twins", action="store_true",
                    help="every odd target is a twin of the one before it without speculation "
                    "(same model and traffic); with --rev REV+baseline the speculating target "
-                   "of each pair gets baseline: its twin (issue 13's load-aware figures)")  # fmt: skip
+                   "of each pair gets baseline: its twin")  # fmt: skip
     p.add_argument("--sim-procs", type=int, default=0, help="0: one per 2,500 targets")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--markdown-out", type=Path, default=None)

@@ -3,7 +3,7 @@
 Run: python -m bench.light_fleet --targets N [--first I] [--listen 127.0.0.1:PORT] [--gzip-level 1]
      [--twins]
 
-Why not ``specmon simulate --shared-port``: measured on this 2-core machine (2026-12-01), the
+Why not ``specmon simulate --shared-port``: measured on a 2-core machine, the
 stock simulator costs about 1.06 ms of CPU per page served, 0.77 ms of it compressing the
 56 KB page with zlib level 6 (aiohttp's default, because the daemon asks for gzip, as
 Prometheus does). 5,000 targets every 5 s is 1,000 pages/s: more than one core for the
@@ -12,7 +12,7 @@ the same pages (the same :class:`specmon.sim.server.VirtualTarget`, real vLLM 0.
 format, the same counters model) and still gzips them when asked, but at zlib level 1
 (0.21 ms a page; the daemon inflates either in about 0.1 ms), with no routing beyond one path.
 The daemon sees the same bytes after decompression; only the compressed size differs
-(about 7.2 KB instead of 6.1 KB). Since 2026-12-01 the daemon asks for gzip only with
+(about 7.2 KB instead of 6.1 KB). The daemon asks for gzip only with
 ``enable_compression: true``, so by default this server sends the page as it is. Several of
 these processes can share a fleet
 (``--first``), so the simulator can use a second core.

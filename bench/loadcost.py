@@ -1,4 +1,4 @@
-"""What the load signals (issue 13) add to the daemon's CPU per scrape, in-process.
+"""What the load signals add to the daemon's CPU per scrape, in-process.
 
 Run: ./dev.sh bench load [--scrapes 720] [--rounds 5] [--interval 5] [--windows 1m,5m,15m]
 
@@ -18,14 +18,14 @@ Variants, each fed the same pages in order with fresh state (the CPU time of eve
 - ``one target, load on``: a speculating vLLM target, no baseline (load figures per window);
 - ``one target, load off``: the same pages with ``specmon.daemon.target.load_counters``
   replaced by a function returning None, so the target keeps no load history and exports no
-  load figures, as before issue 13 (the adapter still reads the load series);
+  load figures, as a daemon without load figures did (the adapter still reads the load series);
 - ``one target, load series stripped``: the pages without the load series' lines
   (inter-token latency, TTFT, iteration tokens, per-request TPOT, waiting requests): the
   adapter's reading of them is out too;
 - ``twin pair, baseline``: the speculating target with ``baseline:`` its twin (same load
   model, no speculation), both fed, per scrape = both targets' CPU / (2 x scrapes);
 - ``twin pair, load off``: the same pair with ``load_counters`` replaced (no history, no
-  figures; the twin's plain model then has no view, as before issue 13).
+  figures; the twin's plain model then has no view).
 
 The variants run ``--rounds`` times in rotating order (drift on a shared machine hits all
 alike); the table gives the median and the best round, and the load signals' share as

@@ -51,7 +51,7 @@ async def echo_headers(request: web.Request) -> web.Response:
 
 
 def test_an_error_body_that_echoes_the_headers_is_redacted() -> None:
-    """Issue 12: a target that echoed request headers in an error body put the bearer token
+    """A target that echoed request headers in an error body put the bearer token
     and configured header values into /api/v1/targets, the status page and the logs."""
 
     async def scenario() -> FetchError:
@@ -91,7 +91,7 @@ def test_an_error_body_that_echoes_the_headers_is_redacted() -> None:
 
 
 def test_configured_headers_do_not_follow_a_redirect_to_another_origin() -> None:
-    """Issue 12: on a redirect to another origin, Authorization was dropped but configured
+    """On a redirect to another origin, Authorization was dropped but configured
     headers (a tenant or API key header) were forwarded."""
     seen: dict[str, dict[str, str]] = {}
 

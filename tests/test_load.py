@@ -516,7 +516,7 @@ def test_a_window_is_made_once_per_reading() -> None:
 
 def test_a_window_without_buckets_has_the_same_totals() -> None:
     """``buckets=False`` (no baseline reads them) leaves out only the per-bucket sums and the
-    latest interval; the history keeps one row of doubles per interval (memory, issue 15)."""
+    latest interval; the history keeps one row of doubles per interval (memory)."""
     h = LoadHistory(retention=100)
     h.add(0.0, lc(0, 0.0, 0, 0, 0, running=1))
     h.add(10.0, lc(100, 1.0, 100, 100, 100, running=1))
@@ -771,7 +771,7 @@ def _modelled(start: float, end: float, rise: float, *, k: int) -> LoadInterval:
 
 
 def test_the_interval_that_straddles_a_load_rise_forms_no_bucket() -> None:
-    """The e2e flake of 2026-12-01, in-process: load rises from 2 to 16 requests per step on
+    """An end-to-end flake, in-process: load rises from 2 to 16 requests per step on
     both servers (the twin's rise 0.6 s before the target's, their scrapes 0.2 s apart). Each
     side's 0.5 s interval across the rise lands in bucket "4" with its own mixture; alone, the
     target's against the twin's gave c for a bucket no load ever ran at, and a crossover of 4.75
@@ -1098,7 +1098,7 @@ def _readings(seed: int, count: int, *, speculating: bool) -> list[tuple[float, 
 
 @pytest.mark.parametrize("speculating", [False, True])
 def test_a_lean_history_gives_the_same_speeds(speculating: bool) -> None:
-    """A lean history (a target compared with nothing: issue 15's memory) keeps 17 doubles
+    """A lean history (a target compared with nothing: the memory it saves) keeps 17 doubles
     an interval and gives exactly the speeds a whole history gives, every window, every
     reading."""
     lean, whole = LoadHistory(retention=300.0, lean=True), LoadHistory(retention=300.0)

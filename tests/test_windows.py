@@ -210,7 +210,7 @@ def test_totals_past_64_bits_are_rebased_without_changing_any_figure() -> None:
 
 
 def test_readings_are_rows_of_64_bit_integers_in_one_array() -> None:
-    """Memory and collector pauses (issue 15): the readings are one row each of 64-bit
+    """Memory and collector pauses: the readings are one row each of 64-bit
     integers (reset count, position count, then the totals) in one array, and their times
     in another, not an object a reading."""
     h = CounterHistory(retention=50)

@@ -382,7 +382,7 @@ targets: [{name: a, url: 'http://h:1/metrics'}]
 
 
 def test_an_alias_bomb_is_refused_at_once() -> None:
-    """Issue 12: a 612-byte alias bomb ran check-config 51 s into a MemoryError at 2.2 GB."""
+    """A 612-byte alias bomb ran check-config 51 s into a MemoryError at 2.2 GB."""
     assert len(ALIAS_BOMB) < 1000
     with pytest.raises(ConfigError) as info:
         parse_config(ALIAS_BOMB, environ={})
@@ -391,7 +391,7 @@ def test_an_alias_bomb_is_refused_at_once() -> None:
 
 
 def test_deep_nesting_is_refused_without_a_recursion_error() -> None:
-    """Issue 12: 100,000-deep nesting gave a RecursionError traceback from check-config."""
+    """100,000-deep nesting gave a RecursionError traceback from check-config."""
     deep = "targets: " + "[" * 100_000 + "]" * 100_000 + "\n"
     with pytest.raises(ConfigError) as info:
         parse_config(deep, environ={})
@@ -418,7 +418,7 @@ def test_anchors_of_normal_size_still_work() -> None:
     ],
 )
 def test_urls_that_cannot_work_fail_check_config(url: str, problem: str) -> None:
-    """Issue 12: http://[::1]:99999 and URLs with spaces passed check-config."""
+    """Http://[::1]:99999 and URLs with spaces passed check-config."""
     with pytest.raises(ConfigError) as info:
         parse_config(f"targets: [{{name: a, url: '{url}'}}]\n", environ={})
     [found] = info.value.problems

@@ -1,4 +1,4 @@
-"""The daemon finds a crossover known by construction (issue 13, "What it must show"): two
+"""The daemon finds a crossover known by construction: two
 simulated vLLM engines under the same load model (specmon.sim.load_model) and the same
 scenario of rising ``requests_running``, one speculating (k = 4, survival 0.9/0.7/0.5/0.3) and
 its twin without speculation, watched by ``specmon run`` (a subprocess, real HTTP) with

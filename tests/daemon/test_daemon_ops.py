@@ -128,7 +128,7 @@ def test_reload_keeps_windows_and_rejects_bad_config(tmp_path: Path) -> None:
             assert not m.series("specmon_up", target="a")
             assert not m.series("specmon_scrapes_total", target="a")
             assert m.value("specmon_config_last_reload_successful") == 1
-            # Hostile files by SIGHUP (issue 12): an alias bomb and 100,000-deep nesting are
+            # Hostile files by SIGHUP: an alias bomb and 100,000-deep nesting are
             # refused at once, said in the logs and the metric; the daemon keeps answering.
             for hostile_file, problem in (
                 (ALIAS_BOMB, "an alias bomb?"),

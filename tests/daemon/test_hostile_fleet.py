@@ -1,4 +1,4 @@
-"""The running daemon against every hostile case of issue 12 at once, beside healthy simulated
+"""The running daemon against every hostile case at once, beside healthy simulated
 engines: /metrics always answers 200, the healthy targets stay scraped on time and within
 sampling error of the simulator's truth, no secret comes back, memory stays bounded."""
 

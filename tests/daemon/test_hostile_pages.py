@@ -1,4 +1,4 @@
-"""Hostile or buggy engine pages, in-process: each case of issue 12 through the same path the
+"""Hostile or buggy engine pages, in-process: each hostile case through the same path the
 daemon takes (page text -> read_page -> TargetState -> collector -> prometheus_client's
 parser). A bad page must never break another target's series, never export an impossible
 figure, and never cost work proportional to what the page claims."""
@@ -32,7 +32,7 @@ def healthy_steps(fleet: Fleet, start: float, steps: int) -> None:
 
 
 def test_counters_at_1e308_and_back_never_break_metrics_for_anyone() -> None:
-    """Issue 12: counters jumping 1e308, 0, 1e308, 0, 1e308, then steady made /metrics answer
+    """Counters jumping 1e308, 0, 1e308, 0, 1e308, then steady made /metrics answer
     HTTP 500 for every target, permanently (OverflowError converting exact integer sums)."""
     fleet = Fleet("bad", "healthy")
     values = [1e308, 0, 1e308, 0, 1e308, 200, 300, 400]
@@ -46,7 +46,7 @@ def test_counters_at_1e308_and_back_never_break_metrics_for_anyone() -> None:
 
 
 def test_a_huge_position_costs_nothing_and_exports_nothing() -> None:
-    """Issue 12: position="999999" made per-scrape work and memory grow with the position
+    """Position="999999" made per-scrape work and memory grow with the position
     number (2.45 GB, 30-65 s stalls)."""
     text = vllm("b") + (
         'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="b",'
@@ -73,7 +73,7 @@ def test_a_huge_position_costs_nothing_and_exports_nothing() -> None:
 
 
 def test_per_position_counts_above_drafts_or_accepted_above_drafted_are_refused() -> None:
-    """Issue 12: survival 5.0, acceptance ratio 100, mean length 301, expected speed-up 231.5
+    """Survival 5.0, acceptance ratio 100, mean length 301, expected speed-up 231.5
     were exported as valid."""
     fleet = Fleet("bad", "healthy")
     fleet.feed("bad", vllm("b", d=10, p0=5, p1=2, t=20), 0.0)
@@ -89,7 +89,7 @@ def test_per_position_counts_above_drafts_or_accepted_above_drafted_are_refused(
 
 
 def test_one_position_series_going_backwards_is_not_a_restart() -> None:
-    """Issue 12: one per-position series going backwards counted as an engine restart and
+    """One per-position series going backwards counted as an engine restart and
     exported survival 2.35-2.65."""
     fleet = Fleet("bad")
     fleet.feed("bad", vllm("b", d=1000, p0=700, p1=400), 0.0)
@@ -108,7 +108,7 @@ def test_one_position_series_going_backwards_is_not_a_restart() -> None:
 
 
 def test_exact_duplicate_series_are_refused_not_summed() -> None:
-    """Issue 12: exact duplicate series were summed (survival 0.233 instead of 0.7) with 0
+    """Exact duplicate series were summed (survival 0.233 instead of 0.7) with 0
     malformed lines."""
     text = vllm("b") + vllm("b")
     reading = read_page(text)
@@ -121,7 +121,7 @@ def test_exact_duplicate_series_are_refused_not_summed() -> None:
 
 
 def test_gauges_at_1e308_and_bad_requests_running_are_refused() -> None:
-    """Issue 12: SGLang spec_accept_length or vLLM V0 efficiency at 1e308 exported a +Inf
+    """SGLang spec_accept_length or vLLM V0 efficiency at 1e308 exported a +Inf
     speed-up; requests_running NaN, -Inf or -5 was exported as is."""
     sglang = read_page('sglang:spec_accept_length{model_name="s"} 1e308\n')
     assert sglang.models == () and sglang.rejected[0].reason == "gauge_out_of_range"
@@ -142,7 +142,7 @@ def test_gauges_at_1e308_and_bad_requests_running_are_refused() -> None:
 
 
 def test_nan_or_negative_counters_say_why_and_keep_the_good_model() -> None:
-    """Issue 12: NaN or negative spec counters showed "speculation is off, or this build is
+    """NaN or negative spec counters showed "speculation is off, or this build is
     too old", the real reason was never logged, and one bad model dropped the good one."""
     fleet = Fleet("t")
     for i, bad in enumerate((math.nan, -3.0)):
@@ -159,7 +159,7 @@ def test_nan_or_negative_counters_say_why_and_keep_the_good_model() -> None:
 
 
 def test_a_huge_line_is_refused_before_any_regular_expression() -> None:
-    """Issue 12: a 10 MB label on an unrelated first line blocked the event loop 1.5-1.8 s
+    """A 10 MB label on an unrelated first line blocked the event loop 1.5-1.8 s
     per scrape and took 1.2 GB transiently (a regex over the whole line before any length
     check). The line is now refused by its length alone."""
     text = 'unrelated{x="' + "a" * 10_000_000 + '"} 1\n' + vllm("good")
@@ -170,7 +170,7 @@ def test_a_huge_line_is_refused_before_any_regular_expression() -> None:
 
 
 def test_label_length_and_model_count_are_capped() -> None:
-    """Issue 12: a 2.4 MB model name made /metrics 81.6 MB; 20,000 models made it 31.6 MB."""
+    """A 2.4 MB model name made /metrics 81.6 MB; 20,000 models made it 31.6 MB."""
     long_name = "m" * 20_000
     reading = read_page(vllm(long_name))
     assert reading.models == () and reading.rejected[0].reason == "label_too_long"

@@ -35,7 +35,7 @@ def _state(**overrides: object) -> TargetState:
 
 
 def test_detected_chain_length_is_reported_as_detected() -> None:
-    """Issue 11: without chain_length in the config the window reports said "configured"."""
+    """Without chain_length in the config the window reports said "configured"."""
     state = _state()
     state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)
     state.observe(_reading(200, 600, (160, 120, 80)), mono=5.0, wall=5.0, duration=0.01)
@@ -51,7 +51,7 @@ def test_detected_chain_length_is_reported_as_detected() -> None:
 
 
 def test_restart_with_a_shorter_chain_adds_no_false_configured_note() -> None:
-    """Issue 11: after an engine restart with a shorter chain the report claimed a configured
+    """After an engine restart with a shorter chain the report claimed a configured
     chain length that differs from the position series."""
     state = _state()
     state.observe(_reading(100, 300, (80, 60, 40)), mono=0.0, wall=0.0, duration=0.01)

@@ -1,4 +1,4 @@
-"""The daemon's load-aware figures against ``specmon measure`` on the same traffic (issue 13):
+"""The daemon's load-aware figures against ``specmon measure`` on the same traffic:
 shared by the real llama.cpp and vLLM tests (test_load_daemon.py, test_vllm_load_daemon.py).
 
 ``specmon measure`` drives a speculating server and its twin without speculation, one level

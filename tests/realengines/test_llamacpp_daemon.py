@@ -1,4 +1,4 @@
-"""The daemon (``specmon run`` as a subprocess) against real llama-servers (issues 3 and 5):
+"""The daemon (``specmon run`` as a subprocess) against real llama-servers:
 several windows equal a hand computation from raw pages, a server without ``--metrics`` is
 reported down with the fix, and a server killed and restarted mid-run never makes specmon
 export a negative or absurd value."""
@@ -39,7 +39,7 @@ def _labels(target: str) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 3 against a real engine: windows equal the hand computation
+# Against a real engine: windows equal the hand computation
 # --------------------------------------------------------------------------------------------
 
 

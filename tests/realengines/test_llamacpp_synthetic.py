@@ -1,8 +1,8 @@
 """A real llama-server with ``--spec-synth-rates`` (a known ground truth) under specmon.
 
-Issue 5: the daemon's exported survival over a window covering the whole run lies within a
+The daemon's exported survival over a window covering the whole run lies within a
 sample-size bound of the configured rates, and alpha, break-even, margin and speed-up equal
-the arithmetic on the window's counters. Issue 2: ``specmon inspect URL --before FILE --json``
+the arithmetic on the window's counters. ``specmon inspect URL --before FILE --json``
 reports survival within 0.03 of ``0.9,0.7,0.5,0.3`` and has the documented JSON shape.
 
 One server per rate set (k = 2, 4, 6, and k = 4 with every rate 1.0 as a calibration), shared
@@ -43,7 +43,7 @@ K4 = (0.9, 0.7, 0.5, 0.3)
 K6 = (0.95, 0.85, 0.7, 0.55, 0.4, 0.25)
 K4_ONES = (1.0, 1.0, 1.0, 1.0)
 
-#: Drafts to collect per rate set: the k = 4 set also serves issue 2's 0.03 check (see there).
+#: Drafts to collect per rate set: the k = 4 set also serves the inspect 0.03 check (see there).
 TARGET_DRAFTS = {K2: 5000, K4: 8000, K6: 5000, K4_ONES: 1500}
 MAX_TOKENS = 600
 CONCURRENCY = 4
@@ -205,7 +205,7 @@ def test_exported_survival_matches_synthetic_rates(
 def test_inspect_before_json_matches_rates_within_003(
     synth_runs: Callable[[tuple[float, ...]], SynthRun], tmp_path: Path
 ) -> None:
-    """Issue 2: ``specmon inspect URL --before FILE --json`` against a live llama-server with
+    """``specmon inspect URL --before FILE --json`` against a live llama-server with
     ``--spec-synth-rates 0.9,0.7,0.5,0.3``: survival within 0.03 of the rates, the documented
     JSON shape, positions numbered from 1.
 

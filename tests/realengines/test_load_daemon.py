@@ -1,4 +1,4 @@
-"""The daemon's load-aware verdict on real llama-servers (issue 13, "What it must show"): a
+"""The daemon's load-aware verdict on real llama-servers: a
 29 M-parameter target with a tiny draft (``--spec-synth-rates`` fixes acceptance) and its twin
 without a draft (tests/realengines/load_pair.py), watched by ``specmon run`` (a subprocess)
 with the speculative target configured ``baseline: llama-base``, while ``specmon measure``

@@ -1,4 +1,4 @@
-"""Real vLLM (CPU build, n-gram speculation, k = 3) under specmon (issue 5).
+"""Real vLLM (CPU build, n-gram speculation, k = 3) under specmon.
 
 - Per-position figures equal the hand computation from the raw counters, and agree with
   vLLM's own ``SpecDecoding metrics`` log lines over the same interval within their printed

@@ -1,4 +1,4 @@
-"""The daemon's load-aware verdict on real vLLM 0.32.0 CPU (issue 13, "What it must show"): the
+"""The daemon's load-aware verdict on real vLLM 0.32.0 CPU: the
 session's vLLM server with n-gram speculation (k = 3, conftest's ``vllm_single``) and a twin
 without speculation started beside it (same model, ``--max-num-seqs``, context length and
 flags), both running at once, watched by ``specmon run`` (the speculative target configured

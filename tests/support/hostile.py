@@ -1,4 +1,4 @@
-"""A server of hostile and buggy engine pages on loopback, one path per case of issue 12, each
+"""A server of hostile and buggy engine pages on loopback, one path per hostile case, each
 scrape of a path advancing its own sequence. Runs on its own event loop in a thread."""
 
 from __future__ import annotations
