@@ -118,6 +118,27 @@ class _LineError(ValueError):
     pass
 
 
+#: A series: its sample name and its sorted labels.
+_SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+_DUPLICATE = "duplicate series (same name and labels)"
+
+
+def _keep(page: Page, sample: Sample, seen: set[_SeriesKey], max_samples: int) -> bool:
+    """Materialise a wanted sample unless ``max_samples`` series are kept already (the page is
+    then truncated). False for a repeat of a kept series: it goes to ``page.duplicates`` and
+    the caller reports its line."""
+    if len(seen) >= max_samples:
+        page.truncated = True
+        return True
+    key = (sample.name, tuple(sorted(sample.labels.items())))
+    if key in seen:
+        page.duplicates.append(sample)
+        return False
+    seen.add(key)
+    page.samples.setdefault(sample.name, []).append(sample)
+    return True
+
+
 def parse(
     text: str,
     *,
@@ -148,8 +169,7 @@ def parse(
     # startswith() with a tuple runs in C: a cheap first filter before the exact check.
     prefixes = tuple(sorted(wanted_set))
     first_sample_checked = False
-    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    materialised = 0
+    seen: set[_SeriesKey] = set()
 
     for index, line in enumerate(text.split("\n")):
         if not line:
@@ -175,18 +195,10 @@ def parse(
                 page._problem(index + 1, line, str(exc))
                 continue
             page.valid_lines += 1
-            if want_all or sample.name in wanted_set:
-                if materialised >= max_samples:
-                    page.truncated = True
-                    continue
-                key = (sample.name, tuple(sorted(sample.labels.items())))
-                if key in seen:
-                    page.duplicates.append(sample)
-                    page._problem(index + 1, line, "duplicate series (same name and labels)")
-                    continue
-                seen.add(key)
-                materialised += 1
-                page.samples.setdefault(sample.name, []).append(sample)
+            if (want_all or sample.name in wanted_set) and not _keep(
+                page, sample, seen, max_samples
+            ):
+                page._problem(index + 1, line, _DUPLICATE)
             continue
         if validate_all or not first_sample_checked:
             # Always validate the first unrelated sample line, so that a page of garbage is
@@ -274,8 +286,7 @@ def _parse_wanted(
     framed = "\n" + text
     finder, prefixes = _finders(wanted)
     page.declared = "\n# TYPE " in framed
-    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    materialised = 0
+    seen: set[_SeriesKey] = set()
     types = page.types
     #: Where the first "# EOF" line ends, found by the same pass (a separate search for it
     #: scanned the whole page again whenever it had none: every text-format page).
@@ -302,21 +313,8 @@ def _parse_wanted(
             page._problem(_line_number(framed, match), line, str(exc))
             continue
         page.valid_lines += 1
-        if sample.name not in wanted:
-            continue
-        if materialised >= max_samples:
-            page.truncated = True
-            continue
-        key = (sample.name, tuple(sorted(sample.labels.items())))
-        if key in seen:
-            page.duplicates.append(sample)
-            page._problem(
-                _line_number(framed, match), line, "duplicate series (same name and labels)"
-            )
-            continue
-        seen.add(key)
-        materialised += 1
-        page.samples.setdefault(sample.name, []).append(sample)
+        if sample.name in wanted and not _keep(page, sample, seen, max_samples):
+            page._problem(_line_number(framed, match), line, _DUPLICATE)
     if not wanted:
         eof_end = _eof_end(framed)
     if eof_end >= 0 and framed[eof_end:].strip():

@@ -242,8 +242,8 @@ def report_from_counters(
             for i in range(len(per_pos))
         )
 
-    mean_len = alpha = margin = expected = best_speed = None
-    best_k: int | None = None
+    mean_len = alpha = expected = None
+    best: arithmetic.BestChain | None = None
     accept_ratio = (
         counters.accepted_tokens / draft_tokens
         if draft_tokens is not None and draft_tokens > 0
@@ -261,16 +261,12 @@ def report_from_counters(
                     f"mean accepted tokens per draft ({mean_accepted:.3f}) exceeds the chain "
                     f"length {k}: the configured chain length is too short"
                 )
-        if alpha is not None and breakeven is not None:
-            margin = alpha - breakeven
         if survival is not None and k is not None:
             best = best_chain(draft_cost=draft_cost, chain_length=k, survival=survival)
             assert best is not None
-            best_k, best_speed = best.chain_length, best.speedup
         elif not per_pos and alpha is not None and k is not None:
             best = best_chain(draft_cost=draft_cost, chain_length=k, alpha=alpha)
             assert best is not None
-            best_k, best_speed = best.chain_length, best.speedup
             notes.append(
                 "no per-position series: the best chain length assumes independent "
                 "acceptance (alpha^i)"
@@ -278,22 +274,54 @@ def report_from_counters(
     elif drafts is not None or draft_tokens is None or draft_tokens == 0:
         notes.append("no drafts counted: nothing to compute acceptance from")
 
-    return AcceptanceReport(
+    return _report(
+        resolved,
         drafts=counters.drafts if counters.knows("drafts") else None,
         draft_tokens=counters.draft_tokens if counters.knows("draft_tokens") else None,
         accepted_tokens=counters.accepted_tokens,
-        chain_length=k,
-        chain_length_source=k_source,
-        draft_cost=draft_cost,
         positions=positions,
         mean_acceptance_length=mean_len,
         draft_acceptance_ratio=accept_ratio,
         alpha=alpha,
-        breakeven_alpha=breakeven,
-        alpha_margin=margin,
         expected_speedup=expected,
-        best_chain_length=best_k,
-        best_speedup=best_speed,
+        best=best,
+        notes=notes,
+    )
+
+
+def _report(
+    resolved: Basis,
+    *,
+    drafts: int | None,
+    draft_tokens: int | None,
+    accepted_tokens: int | None,
+    positions: tuple[PositionStat, ...],
+    mean_acceptance_length: float | None,
+    draft_acceptance_ratio: float | None,
+    alpha: float | None,
+    expected_speedup: float | None,
+    best: arithmetic.BestChain | None,
+    notes: list[str],
+) -> AcceptanceReport:
+    """The report of figures computed on ``resolved``; the alpha margin is alpha less the
+    break-even alpha when both are known."""
+    breakeven = resolved.breakeven_alpha
+    return AcceptanceReport(
+        drafts=drafts,
+        draft_tokens=draft_tokens,
+        accepted_tokens=accepted_tokens,
+        chain_length=resolved.chain_length,
+        chain_length_source=resolved.chain_length_source,
+        draft_cost=resolved.draft_cost,
+        positions=positions,
+        mean_acceptance_length=mean_acceptance_length,
+        draft_acceptance_ratio=draft_acceptance_ratio,
+        alpha=alpha,
+        breakeven_alpha=breakeven,
+        alpha_margin=alpha - breakeven if alpha is not None and breakeven is not None else None,
+        expected_speedup=expected_speedup,
+        best_chain_length=best.chain_length if best is not None else None,
+        best_speedup=best.speedup if best is not None else None,
         notes=tuple(notes),
     )
 
@@ -409,16 +437,11 @@ def report_from_gauges(
             mean_len = gauges.efficiency * (resolved.chain_length + 1)
     elif mean_len is not None and resolved.chain_length is not None:
         alpha = arithmetic.effective_alpha(mean_len - 1.0, resolved.chain_length)
-    k, k_source, breakeven = (
-        resolved.chain_length,
-        resolved.chain_length_source,
-        resolved.breakeven_alpha,
-    )
+    k = resolved.chain_length
     if k is None:
         notes.append("chain length unknown: configure chain_length")
-    margin = alpha - breakeven if alpha is not None and breakeven is not None else None
-    expected = best_speed = None
-    best_k: int | None = None
+    expected = None
+    best: arithmetic.BestChain | None = None
     if k is not None:
         if mean_len is not None:
             expected = mean_len / (1.0 + k * draft_cost)
@@ -426,23 +449,17 @@ def report_from_gauges(
             expected = arithmetic.speedup(alpha, k, draft_cost)
         best = best_chain(draft_cost=draft_cost, chain_length=k, alpha=alpha)
         if best is not None:
-            best_k, best_speed = best.chain_length, best.speedup
             notes.append("best chain length assumes independent acceptance (alpha^i)")
-    return AcceptanceReport(
+    return _report(
+        resolved,
         drafts=None,
         draft_tokens=None,
         accepted_tokens=None,
-        chain_length=k,
-        chain_length_source=k_source,
-        draft_cost=draft_cost,
         positions=(),
         mean_acceptance_length=mean_len,
         draft_acceptance_ratio=gauges.acceptance_rate,
         alpha=alpha,
-        breakeven_alpha=breakeven,
-        alpha_margin=margin,
         expected_speedup=expected,
-        best_chain_length=best_k,
-        best_speedup=best_speed,
-        notes=tuple(notes),
+        best=best,
+        notes=notes,
     )

@@ -11,6 +11,7 @@ __all__ = [
     "float_list",
     "int_at_least",
     "int_list",
+    "integer",
     "positive_float",
     "unit_ratio",
 ]
@@ -42,14 +43,26 @@ def float_list(text: str) -> list[float]:
     return values
 
 
+def integer(text: str) -> int:
+    """``text`` as an integer, or the argparse error saying it is not one."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
 def int_at_least(low: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``low``."""
 
     def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        value = integer(text)
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}")
         return value
@@ -58,20 +71,14 @@ def int_at_least(low: int) -> Callable[[str], int]:
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not value > 0:  # also rejects NaN
         raise argparse.ArgumentTypeError("must be positive")
     return value
 
 
 def unit_ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
     return value

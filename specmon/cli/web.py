@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon.cli._args import integer
 from specmon.config_values import parse_duration
 from specmon.web.config import WebConfigError
 from specmon.web.server import WebOptions, load_web_settings
@@ -23,10 +24,7 @@ def _duration(text: str) -> float:
 
 
 def _connections(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = integer(text)
     if not 1 <= value <= 65536:
         raise argparse.ArgumentTypeError("must be between 1 and 65536")
     return value

@@ -151,14 +151,6 @@ def read_parsed(
     validated like :func:`read_page`. Never raises on bad values."""
     chosen = engine if engine is not None else detect_engine_from_names(page.samples)
     is_exposition = page.valid_lines > 0 or not page.samples
-    if chosen is None:
-        return PageReading(
-            engine=None,
-            models=(),
-            malformed=page.malformed,
-            problems=tuple(page.problems),
-            is_exposition=is_exposition,
-        )
     return _read_with(
         chosen, page, model=model, limits=limits or PageLimits(), is_exposition=is_exposition
     )
@@ -189,23 +181,29 @@ def read_page(
         max_line_length=lim.max_line_length,
         max_samples=lim.max_samples,
     )
-    if chosen is None:
-        return PageReading(
-            engine=None,
-            models=(),
-            malformed=page.malformed,
-            problems=tuple(page.problems),
-            is_exposition=_is_exposition(text, page),
-        )
     return _read_with(
         chosen, page, model=model, limits=lim, is_exposition=_is_exposition(text, page)
     )
 
 
 def _read_with(
-    engine: Engine, page: Page, *, model: str | None, limits: PageLimits, is_exposition: bool
+    engine: Engine | None,
+    page: Page,
+    *,
+    model: str | None,
+    limits: PageLimits,
+    is_exposition: bool,
 ) -> PageReading:
-    """The adapter's validated models, notes and refusals for a parsed page."""
+    """The adapter's validated models, notes and refusals for a parsed page (no engine: the
+    page's parse results alone)."""
+    if engine is None:
+        return PageReading(
+            engine=None,
+            models=(),
+            malformed=page.malformed,
+            problems=tuple(page.problems),
+            is_exposition=is_exposition,
+        )
     notes: list[str] = []
     rejected: list[Rejection] = []
     models: list[ModelReading] = []

@@ -7,7 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from specmon.engines.model import ModelReading, Rejection, RejectReason
+from specmon.engines.model import Context, ModelReading, Rejection, RejectReason
 from specmon.parser import Page, Sample
 
 __all__ = [
@@ -17,7 +17,9 @@ __all__ = [
     "context_count",
     "count",
     "first_present",
+    "load_context",
     "mean_by_model",
+    "note_once",
     "per_model",
     "positions_tuple",
     "sum_by",
@@ -134,6 +136,23 @@ def context_count(
     except AdapterError as exc:
         dropped.append(Rejection(model or "default", exc.reason, str(exc)[:200], whole_model=False))
         return None
+
+
+def load_context(model: str, running: dict[str, float], generated: dict[str, float]) -> Context:
+    """``model``'s load: requests running (a gauge's mean) and generation tokens (a counter
+    summed per model), each None when the page has no series for it."""
+    return Context(
+        requests_running=running.get(model),
+        generation_tokens=(
+            count(generated[model], "generation_tokens") if model in generated else None
+        ),
+    )
+
+
+def note_once(notes: list[str], note: str) -> None:
+    """Append ``note`` unless ``notes`` already has it."""
+    if note not in notes:
+        notes.append(note)
 
 
 def per_model(

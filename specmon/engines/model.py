@@ -65,6 +65,15 @@ class SpecCounters:
         """True unless the engine publishes no counter ``name`` (drafts, draft_tokens)."""
         return name not in self.unknown
 
+    def counts_dict(self) -> dict[str, object]:
+        """The four counts, as written to JSON documents (results, lab book, profiles)."""
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "accepted_per_position": list(self.accepted_per_position),
+        }
+
 
 def add_counters(parts: Iterable[SpecCounters]) -> SpecCounters:
     """The sum of several counter increases (per-position element-wise, padded with zeros);

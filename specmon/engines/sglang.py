@@ -25,9 +25,15 @@ Written from SGLang's ``python/sglang/srt/observability/metrics_collector.py`` (
 
 from __future__ import annotations
 
-from specmon.engines._common import count, mean_by_model, per_model, sum_by
+from specmon.engines._common import (
+    count,
+    load_context,
+    mean_by_model,
+    note_once,
+    per_model,
+    sum_by,
+)
 from specmon.engines.model import (
-    Context,
     Engine,
     GaugeScope,
     ModelReading,
@@ -118,21 +124,14 @@ class SglangAdapter:
             if counters is None:
                 if gauges.acceptance_rate is None and gauges.mean_acceptance_length is None:
                     return None
-                note = NOTE if chain is None else NOTE_GAUGES
-                if note not in notes:
-                    notes.append(note)
-            if chain is not None and NOTE_STEPS not in notes:
-                notes.append(NOTE_STEPS)
+                note_once(notes, NOTE if chain is None else NOTE_GAUGES)
+            if chain is not None:
+                note_once(notes, NOTE_STEPS)
             return ModelReading(
                 model=model,
                 counters=counters,
                 gauges=gauges,
-                context=Context(
-                    requests_running=running.get(model),
-                    generation_tokens=(
-                        count(generated[model], "generation_tokens") if model in generated else None
-                    ),
-                ),
+                context=load_context(model, running, generated),
                 chain_length=chain,
             )
 
@@ -167,8 +166,7 @@ class SglangAdapter:
                 "accepted tokens cannot be derived from this page; gauges used"
             )
             return None
-        if NOTE_COUNTERS not in notes:
-            notes.append(NOTE_COUNTERS)
+        note_once(notes, NOTE_COUNTERS)
         return SpecCounters(
             drafts=v,
             draft_tokens=0,

@@ -29,14 +29,15 @@ from collections import defaultdict
 
 from specmon.engines._common import (
     count,
+    load_context,
     mean_by_model,
+    note_once,
     per_model,
     positions_tuple,
     sum_by,
     sum_positions,
 )
 from specmon.engines.model import (
-    Context,
     Engine,
     GaugeScope,
     ModelReading,
@@ -136,8 +137,7 @@ class TrtllmAdapter:
                     accepted_tokens=sum(per_pos),
                     accepted_per_position=per_pos,
                 )
-                if NOTE_POSITIONS not in notes:
-                    notes.append(NOTE_POSITIONS)
+                note_once(notes, NOTE_POSITIONS)
             elif model in draft_tokens or model in accepted:
                 counters = SpecCounters(
                     drafts=0,
@@ -145,8 +145,7 @@ class TrtllmAdapter:
                     accepted_tokens=count(accepted.get(model, 0.0), "accepted_tokens"),
                     unknown=("drafts",),
                 )
-                if NOTE_NO_POSITIONS not in notes:
-                    notes.append(NOTE_NO_POSITIONS)
+                note_once(notes, NOTE_NO_POSITIONS)
             # The gauges read 0 until the first iteration that drafted: no data, not a value.
             # Any other value is checked by validation.
             length = lengths.get(model) or None
@@ -156,20 +155,15 @@ class TrtllmAdapter:
                 mean_acceptance_length=length,
                 draft_overhead=overhead,
             )
-            if gauges.draft_overhead is not None and NOTE_OVERHEAD not in notes:
-                notes.append(NOTE_OVERHEAD)
+            if gauges.draft_overhead is not None:
+                note_once(notes, NOTE_OVERHEAD)
             if counters is None and gauges.mean_acceptance_length is None:
                 return None
             return ModelReading(
                 model=model,
                 counters=counters,
                 gauges=gauges,
-                context=Context(
-                    requests_running=running.get(model),
-                    generation_tokens=(
-                        count(generated[model], "generation_tokens") if model in generated else None
-                    ),
-                ),
+                context=load_context(model, running, generated),
                 chain_length=chains.get(model),
             )
 

@@ -75,17 +75,13 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
         slots = None
         if c.engine_steps is not None and c.first_token_count is not None:
             slots = float(c.inter_token_latency_count + c.first_token_count)
-        return LoadCounters(
+        return _mapped(
+            c,
+            spec,
             request_steps=float(c.inter_token_latency_count),
             decode_seconds=c.inter_token_latency_sum_seconds,
             decode_tokens=float(max(c.generation_tokens - first, 0)),
-            engine_steps=None if c.engine_steps is None else float(c.engine_steps),
             slot_steps=slots,
-            drafts=spec.drafts,
-            draft_tokens=spec.draft_tokens,
-            accepted_tokens=spec.accepted_tokens,
-            accepted_per_position=spec.accepted_per_position,
-            requests_running=c.requests_running,
             source="inter_token_latency",
         )
     if c.generation_seconds is not None and c.generation_tokens is not None:
@@ -107,17 +103,13 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
                 slots_error = (
                     ratio * steps_error + c.engine_steps * ratio_error + ratio_error * steps_error
                 )
-        return LoadCounters(
+        return _mapped(
+            c,
+            spec,
             request_steps=max(tokens - accepted, 0.0),
             decode_seconds=c.generation_seconds,
             decode_tokens=tokens,
-            engine_steps=None if c.engine_steps is None else float(c.engine_steps),
             slot_steps=slots,
-            drafts=spec.drafts,
-            draft_tokens=spec.draft_tokens,
-            accepted_tokens=spec.accepted_tokens,
-            accepted_per_position=spec.accepted_per_position,
-            requests_running=c.requests_running,
             errors=(
                 tokens_error + accepted_error,
                 rounding_error(c.generation_seconds, digits),
@@ -128,3 +120,32 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
             source="predicted_seconds",
         )
     return None
+
+
+def _mapped(
+    context: Context,
+    spec: SpecCounters,
+    *,
+    request_steps: float,
+    decode_seconds: float,
+    decode_tokens: float,
+    slot_steps: float | None,
+    source: str,
+    errors: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0),
+) -> LoadCounters:
+    """What one mapping gives, with what every mapping takes as published: the engine's step
+    counter, the speculative counters and the running requests."""
+    return LoadCounters(
+        request_steps=request_steps,
+        decode_seconds=decode_seconds,
+        decode_tokens=decode_tokens,
+        engine_steps=None if context.engine_steps is None else float(context.engine_steps),
+        slot_steps=slot_steps,
+        drafts=spec.drafts,
+        draft_tokens=spec.draft_tokens,
+        accepted_tokens=spec.accepted_tokens,
+        accepted_per_position=spec.accepted_per_position,
+        requests_running=context.requests_running,
+        errors=errors,
+        source=source,
+    )

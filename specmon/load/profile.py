@@ -186,14 +186,7 @@ def profile_to_json(profile: Profile) -> dict[str, Any]:
                 "speculative": _side_json(lv.speculative),
                 "tokens_per_step": lv.tokens_per_step,
                 "drafted_tokens_per_step": lv.drafted_per_step,
-                "acceptance": None
-                if acc is None
-                else {
-                    "drafts": acc.drafts,
-                    "draft_tokens": acc.draft_tokens,
-                    "accepted_tokens": acc.accepted_tokens,
-                    "accepted_per_position": list(acc.accepted_per_position),
-                },
+                "acceptance": None if acc is None else acc.counts_dict(),
                 "speed_ratio": lv.speed_ratio,
                 "realized_speedup": lv.realized_speedup,
                 "draft_cost": {

@@ -166,7 +166,7 @@ class Acceptance:
         return {
             "source": self.source,
             "ratio": self.ratio,
-            "counters": _counters_dict(self.counters),
+            "counters": None if self.counters is None else self.counters.counts_dict(),
             "mean_acceptance_length": self.mean_acceptance_length,
             "drafted_per_iteration": self.drafted_per_iteration,
             "survival": list(self.survival),
@@ -182,24 +182,13 @@ class Acceptance:
             "per_request": None
             if self.per_request is None
             else {
-                **(_counters_dict(self.per_request) or {}),
+                **self.per_request.counts_dict(),
                 "acceptance_histogram": list(self.per_request_histogram),
                 "agrees_with_counters": self.per_request_agree,
                 "requests": [r.as_dict() for r in self.requests],
             },
             "notes": list(self.notes),
         }
-
-
-def _counters_dict(c: SpecCounters | None) -> dict[str, object] | None:
-    if c is None:
-        return None
-    return {
-        "drafts": c.drafts,
-        "draft_tokens": c.draft_tokens,
-        "accepted_tokens": c.accepted_tokens,
-        "accepted_per_position": list(c.accepted_per_position),
-    }
 
 
 def _timings(outcomes: Sequence[Outcome]) -> tuple[int, int] | None:

@@ -58,14 +58,7 @@ def labbook_records(report: MeasureReport) -> list[dict[str, Any]]:
                 "acceptance_histogram": list(a.per_request_histogram) or None,
                 "per_request": [r.as_dict() for r in a.requests] or None,
                 "per_request_agrees_with_counters": a.per_request_agree,
-                "counters": None
-                if a.counters is None
-                else {
-                    "drafts": a.counters.drafts,
-                    "draft_tokens": a.counters.draft_tokens,
-                    "accepted_tokens": a.counters.accepted_tokens,
-                    "accepted_per_position": list(a.counters.accepted_per_position),
-                },
+                "counters": None if a.counters is None else a.counters.counts_dict(),
                 "mean_acceptance_length": a.mean_acceptance_length,
                 "drafted_per_iteration": a.drafted_per_iteration,
                 "implied_draft_cost": None if b is None else b.implied_draft_cost,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specmon.sim.engine import SimEngine
@@ -131,10 +132,7 @@ class Batcher:
                     request.drafts += 1
                     request.draft_tokens += drafted
                     request.accepted += accepted
-                    if len(request.per_pos) < len(positions):
-                        request.per_pos += [0] * (len(positions) - len(request.per_pos))
-                    for i, count in enumerate(positions):
-                        request.per_pos[i] += count
+                    _add_positions(request.per_pos, positions)
                     if live:
                         self._add_spec(drafted, accepted, positions)
                 request.tokens += emitted
@@ -170,8 +168,14 @@ class Batcher:
         c.drafts += drafts
         c.draft_tokens += draft_tokens
         c.accepted += accepted
-        if len(c.per_pos) < len(positions):
-            c.per_pos += [0] * (len(positions) - len(c.per_pos))
-        for i, count in enumerate(positions):
-            c.per_pos[i] += count
+        _add_positions(c.per_pos, positions)
         c.positions_published = True
+
+
+def _add_positions(per_pos: list[int], positions: Sequence[int]) -> None:
+    """Add a step's per-position acceptances to a running per-position count, growing it to
+    the step's length."""
+    if len(per_pos) < len(positions):
+        per_pos += [0] * (len(positions) - len(per_pos))
+    for i, count in enumerate(positions):
+        per_pos[i] += count

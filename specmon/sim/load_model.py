@@ -20,6 +20,7 @@ therefore known by construction (:meth:`LoadModel.crossover`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -36,14 +37,7 @@ class LoadModel:
     draft_token_seconds: float = 0.0
 
     def validate(self) -> None:
-        for name in (
-            "weights_seconds",
-            "token_seconds",
-            "fixed_seconds",
-            "draft_fixed_seconds",
-            "draft_weights_seconds",
-            "draft_token_seconds",
-        ):
+        for name in _FIELDS:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be finite and >= 0")
@@ -112,14 +106,8 @@ DEMO_LOAD_MODEL = LoadModel(
 )
 
 
-_FIELDS = (
-    "weights_seconds",
-    "token_seconds",
-    "fixed_seconds",
-    "draft_fixed_seconds",
-    "draft_weights_seconds",
-    "draft_token_seconds",
-)
+#: The step-time fields, in declaration order.
+_FIELDS = tuple(f.name for f in dataclasses.fields(LoadModel))
 
 
 def load_model_from(value: object) -> LoadModel | None:

@@ -337,22 +337,17 @@ class PrometheusSource:
             session = self._get_session()
             ssl_arg: Any = self._ssl if self._ssl is not None else True
             try:
-                if config.method is QueryMethod.POST:
-                    request = session.post(
-                        config.api_url,
-                        data=params,
-                        headers=secrets.headers,
-                        ssl=ssl_arg,
-                        allow_redirects=False,
-                    )
-                else:
-                    request = session.get(
-                        config.api_url,
-                        params=params,
-                        headers=secrets.headers,
-                        ssl=ssl_arg,
-                        allow_redirects=False,
-                    )
+                # POST sends the parameters as a form body, GET in the URL.
+                post = config.method is QueryMethod.POST
+                request = session.request(
+                    config.method.value,
+                    config.api_url,
+                    params=None if post else params,
+                    data=params if post else None,
+                    headers=secrets.headers,
+                    ssl=ssl_arg,
+                    allow_redirects=False,
+                )
                 async with request as resp:
                     if resp.status == 200:
                         return await _read_capped(resp, budget, config.max_response_bytes)
