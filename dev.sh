@@ -50,9 +50,6 @@ lint() {
 # environments set PYTHONDONTWRITEBYTECODE) it does so on every run: 10 s of 13 to collect.
 unset PYTHONDONTWRITEBYTECODE
 
-# Test workers (pytest-xdist; tests/conftest.py keeps the real engines on one of them).
-WORKERS="${SPECMON_TEST_WORKERS:-2}"
-
 cmd="${1:-help}"
 shift || true
 case "$cmd" in
@@ -65,14 +62,13 @@ case "$cmd" in
         lint
         echo "==> provisioning real engines and tools (cached after the first run)"
         "$PY" -m tests.realengines.provision all
-        echo "==> pytest (fast tier and real-engine tier, $WORKERS workers)"
-        exec "$PY" -m pytest -n "$WORKERS" --dist loadgroup "$@"
+        echo "==> pytest (fast tier and real-engine tier)"
+        exec "$PY" -m pytest "$@"
         ;;
     test-fast)
         ensure_venv
         lint
-        exec "$PY" -m pytest -n "$WORKERS" --dist loadgroup \
-            -m "not realengine and not prometheus and not browser and not deploytools" "$@"
+        exec "$PY" -m pytest -m "not realengine and not prometheus and not browser and not deploytools" "$@"
         ;;
     provision)
         ensure_venv
