@@ -2,7 +2,8 @@
 # specmon developer entry point. Every command sets up what it needs by itself.
 #
 #   ./dev.sh demo [ARGS]   run specmon's main job on the built-in demo fleet (no engine needed)
-#   ./dev.sh test          the whole test suite, as CI runs it: lint, types, fast tier, real engines
+#   ./dev.sh test [ARGS]   the whole test suite, as CI runs it: lint, types, fast tier, real engines
+#                          (with ARGS: one pytest run with those arguments instead)
 #   ./dev.sh test-fast     lint, types and the fast tier only (no real engines, no downloads)
 #   ./dev.sh provision     build/install the real engines and Debian tools the slow tier needs
 #   ./dev.sh bench [NAME]  run a benchmark in bench/ (parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory)
@@ -62,8 +63,11 @@ case "$cmd" in
         lint
         echo "==> provisioning real engines and tools (cached after the first run)"
         "$PY" -m tests.realengines.provision all
-        echo "==> pytest (fast tier and real-engine tier)"
-        exec "$PY" -m pytest "$@"
+        if [[ $# -gt 0 ]]; then  # a selection: one plain pytest run
+            exec "$PY" -m pytest "$@"
+        fi
+        echo "==> pytest: the real-engine tier and the rest side by side (tools/run_tests.py)"
+        exec "$PY" tools/run_tests.py
         ;;
     test-fast)
         ensure_venv
