@@ -30,6 +30,8 @@ class TargetSettings:
     model: str | None = None
     #: The target to compare with at matched concurrency.
     baseline: str | None = None
+    #: Whether some layer set ``draft_cost`` (False: ``DEFAULT_DRAFT_COST``, a guess).
+    draft_cost_configured: bool = False
 
 
 def settle(*layers: Mapping[str, Any]) -> TargetSettings:
@@ -42,4 +44,4 @@ def settle(*layers: Mapping[str, Any]) -> TargetSettings:
             value = layer.get(key)
             if value is not None:
                 values[key] = value
-    return TargetSettings(**values)
+    return TargetSettings(**values, draft_cost_configured="draft_cost" in values)

@@ -20,7 +20,10 @@ def test_later_layers_win_and_none_sets_nothing() -> None:
         {"draft_cost": None, "engine": Engine.VLLM},
         {"chain_length": 3, "model": "m", "ignored": 1},
     )
-    assert got == TargetSettings(engine=Engine.VLLM, draft_cost=0.2, chain_length=3, model="m")
+    assert got == TargetSettings(
+        engine=Engine.VLLM, draft_cost=0.2, chain_length=3, model="m", draft_cost_configured=True
+    )
+    assert settle({"draft_cost": None}).draft_cost_configured is False
 
 
 def test_static_file_sd_and_prometheus_targets_settle_alike(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from specmon.daemon import metrics as m
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.target import ModelView, TargetView
+from specmon.daemon.verdict import Verdict
 from specmon.report import AcceptanceReport
 
 __all__ = ["Sample", "Sink", "emit_target", "exportable", "health_samples", "target_samples"]
@@ -159,6 +160,8 @@ def _model_samples(out: Sink, labels: tuple[str, str, str], model: ModelView) ->
         out.add(m.WINDOW_SECONDS, wl, window.covered_seconds)
         if window.load is not None:
             _load_samples(out, wl, window.load)
+        if window.verdict is not None:
+            _verdict_samples(out, wl, window.verdict)
         report = window.report
         if report is None:
             continue
@@ -189,6 +192,14 @@ def _load_samples(out: Sink, wl: tuple[str, ...], load: LoadFigures) -> None:
         out.add(m.BUCKET_DRAFT_COST, bc, bucket.draft_cost)
         out.add(m.BUCKET_BEST_CHAIN, bc, bucket.best_chain_length)
         out.add(m.BUCKET_BEST_SPEEDUP, bc, bucket.best_speedup)
+
+
+def _verdict_samples(out: Sink, wl: tuple[str, ...], verdict: Verdict) -> None:
+    out.add(m.VERDICT_INFO, (*wl, verdict.basis.value), 1.0)
+    out.add(m.VERDICT_SPEEDUP, wl, verdict.speedup)
+    out.add(m.VERDICT_MARGIN, wl, verdict.alpha_margin)
+    out.add(m.VERDICT_BREAKEVEN, wl, verdict.breakeven_alpha)
+    out.add(m.VERDICT_DRAFT_COST, wl, verdict.draft_cost)
 
 
 def health_samples(view: TargetView) -> list[Sample]:

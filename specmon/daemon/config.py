@@ -76,7 +76,8 @@ class GlobalConfig:
     scrape_interval: float = 5.0
     scrape_timeout: float = 3.0
     windows: tuple[float, ...] = (60.0, 300.0, 900.0)
-    draft_cost: float = DEFAULT_DRAFT_COST
+    #: None: not set (targets without their own fall back to DEFAULT_DRAFT_COST, a guess).
+    draft_cost: float | None = None
     chain_length: int | None = None
     max_response_bytes: int = 10 * 2**20
     #: Ask targets for gzip (Prometheus's ``enable_compression``). Off by default: a 56 KB
@@ -98,6 +99,9 @@ class TargetConfig:
     engine: Engine | None = None  # None = auto-detect
     draft_cost: float = DEFAULT_DRAFT_COST
     chain_length: int | None = None
+    #: Whether ``draft_cost`` was configured (global, source, file_sd or target), or is the
+    #: default guess: the verdict says which (specmon.verdict).
+    draft_cost_configured: bool = field(default=False, metadata=_keys())
     model: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Headers, credentials and TLS (specmon.sources.client_config).
@@ -353,6 +357,7 @@ def _check_target(
         url=url,
         engine=settings.engine,
         draft_cost=settings.draft_cost,
+        draft_cost_configured=settings.draft_cost_configured,
         chain_length=settings.chain_length,
         model=settings.model,
         labels=check_labels(checker, data.get("labels"), _join(path, "labels")),
@@ -546,7 +551,6 @@ def default_config() -> Config:
         TargetConfig(
             name=name,
             url=url,
-            draft_cost=glob.draft_cost,
             scrape_interval=glob.scrape_interval,
             scrape_timeout=glob.scrape_timeout,
         )

@@ -142,6 +142,7 @@ def load_file_sd(
                     url=url,
                     engine=settings.engine,
                     draft_cost=settings.draft_cost,
+                    draft_cost_configured=settings.draft_cost_configured,
                     chain_length=settings.chain_length,
                     model=settings.model,
                     labels=labels,

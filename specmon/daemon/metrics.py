@@ -465,6 +465,50 @@ BUCKET_BEST_SPEEDUP = _g(
     Scope.WINDOW,
     note=_AGAINST_BASELINE,
 )
+_VERDICT = (
+    "The best-evidence verdict (specmon_verdict_info says its basis): realized against the "
+    "baseline twin, else against the cost profile, at the current load; else at the draft "
+    "cost the engine measures, the configured one, or the default guess."
+)
+VERDICT_INFO = _g(
+    "specmon_verdict_info",
+    "1 for the basis the window's verdict rests on, best first: twin, profile, engine, "
+    "configured, default (no draft_cost configured: the default c, a guess).",
+    (*_W, "basis"),
+    Scope.WINDOW,
+    "1 for the evidence the window's `specmon_verdict_*` figures rest on, best first: "
+    "`twin` (realized against the baseline twin at the current load), `profile` (against "
+    "the cost profile), `engine` (the draft cost the engine measures: TensorRT-LLM), "
+    "`configured` (the configured `draft_cost`), `default` (no `draft_cost` configured "
+    "anywhere: the default 0.1, a guess). A series apart from the values, so a change of "
+    "basis does not restart an alert's `for:`",
+)
+VERDICT_SPEEDUP = _g(
+    "specmon_verdict_speedup_ratio",
+    "Speed-up over no speculation specmon believes now, on the best evidence. " + _VERDICT,
+    _W,
+    Scope.WINDOW,
+)
+VERDICT_MARGIN = _g(
+    "specmon_verdict_alpha_margin_ratio",
+    "Effective alpha minus the break-even alpha, on the same basis as "
+    "specmon_verdict_speedup_ratio; negative means speculation costs time. " + _VERDICT,
+    _W,
+    Scope.WINDOW,
+)
+VERDICT_BREAKEVEN = _g(
+    "specmon_verdict_breakeven_alpha_ratio",
+    "Break-even alpha on the same basis as specmon_verdict_speedup_ratio. " + _VERDICT,
+    _W,
+    Scope.WINDOW,
+)
+VERDICT_DRAFT_COST = _g(
+    "specmon_verdict_draft_cost_ratio",
+    "Draft cost c the verdict rests on (measured against the twin or profile, the engine's, "
+    "the configured or the default one). " + _VERDICT,
+    _W,
+    Scope.WINDOW,
+)
 SCRAPES = _c(
     "specmon_scrapes",
     "Scrapes of each target by specmon, by result ("
@@ -687,6 +731,11 @@ FAMILIES: tuple[MetricDef, ...] = (
     BUCKET_DRAFT_COST,
     BUCKET_BEST_CHAIN,
     BUCKET_BEST_SPEEDUP,
+    VERDICT_INFO,
+    VERDICT_SPEEDUP,
+    VERDICT_MARGIN,
+    VERDICT_BREAKEVEN,
+    VERDICT_DRAFT_COST,
     SOURCE_UP,
     SOURCE_READS,
     SOURCE_QUERIES,

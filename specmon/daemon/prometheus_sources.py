@@ -141,6 +141,7 @@ class SourceRunner:
             url=self.source.display_url,
             engine=settings.engine,
             draft_cost=settings.draft_cost,
+            draft_cost_configured=settings.draft_cost_configured,
             chain_length=settings.chain_length,
             model=settings.model,
             labels=constant_labels(labels),

@@ -494,6 +494,7 @@ def _report_json(window: WindowView) -> dict[str, Any]:
         "generated_tokens": window.generated_tokens,
         "report": window.report.as_dict() if window.report else None,
         "load": _load_json(window.load),
+        "verdict": dataclasses.asdict(window.verdict) if window.verdict else None,
     }
 
 

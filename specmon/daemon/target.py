@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
+from specmon.daemon.verdict import Verdict, verdict
 from specmon.engines import (
     Engine,
     GaugeScope,
@@ -98,6 +99,8 @@ class WindowView:
     generated_tokens: int | None = None
     #: Load, speed and (with a baseline) the load-aware verdict; None without load series.
     load: LoadFigures | None = None
+    #: The best-evidence verdict (specmon.daemon.verdict); None with nothing to judge.
+    verdict: Verdict | None = None
 
 
 @record
@@ -519,6 +522,15 @@ class TargetState:
             configured_chain_length=cfg.chain_length,
             detected_chain_length=detected,
         )
+        overhead: float | None = None
+        overheads = self._overheads.get(model.model)
+        if overheads is not None:
+            mean = overheads.mean(self._primary_seconds)
+            overhead = mean[0] if mean else None
+        engine_cost = engine_draft_cost(
+            SpecGauges(scope=GaugeScope.ENGINE, draft_overhead=overhead),
+            chain_length=model_basis.chain_length,
+        )
         windows = []
         for seconds in self._windows:
             label = format_duration(seconds)
@@ -547,6 +559,12 @@ class TargetState:
                         withheld.append(
                             Rejection(model.model, why[0], f"{label}: {why[1]}", whole_model=False)
                         )
+            load = self._load(
+                model.model,
+                seconds,
+                counters if has_data(counters) else None,
+                model_basis.chain_length,
+            )
             windows.append(
                 WindowView(
                     label,
@@ -556,20 +574,16 @@ class TargetState:
                     report,
                     delta.readings,
                     delta.generated_tokens,
-                    load=self._load(
-                        model.model,
-                        seconds,
-                        counters if has_data(counters) else None,
-                        model_basis.chain_length,
+                    load=load,
+                    verdict=verdict(
+                        report,
+                        load,
+                        engine_draft_cost=engine_cost,
+                        draft_cost_configured=cfg.draft_cost_configured,
                     ),
                 )
             )
         totals = history.totals()
-        overhead: float | None = None
-        overheads = self._overheads.get(model.model)
-        if overheads is not None:
-            mean = overheads.mean(self._primary_seconds)
-            overhead = mean[0] if mean else None
         return ModelView(
             model=model.model,
             basis=model_basis,
@@ -581,10 +595,7 @@ class TargetState:
             resets=history.resets,
             windows=tuple(windows),
             requests_running=model.context.requests_running,
-            engine_draft_cost=engine_draft_cost(
-                SpecGauges(scope=GaugeScope.ENGINE, draft_overhead=overhead),
-                chain_length=model_basis.chain_length,
-            ),
+            engine_draft_cost=engine_cost,
             engine_draft_overhead=overhead,
         )
 
@@ -604,7 +615,13 @@ class TargetState:
                 configured_chain_length=cfg.chain_length,
                 detected_chain_length=chain_length,
             )
-            windows.append(WindowView("lifetime", 0.0, None, None, report))
+            windows.append(
+                WindowView(
+                    "lifetime", 0.0, None, None, report,
+                    verdict=verdict(report, None, engine_draft_cost=None,
+                                    draft_cost_configured=cfg.draft_cost_configured),
+                )
+            )  # fmt: skip
             model_basis = report.basis
         else:
             length_h, rate_h = self._gauges[model]
@@ -622,7 +639,13 @@ class TargetState:
                     configured_chain_length=cfg.chain_length,
                     detected_chain_length=chain_length,
                 )
-                windows.append(WindowView(format_duration(seconds), seconds, None, None, report))
+                windows.append(
+                    WindowView(
+                        format_duration(seconds), seconds, None, None, report,
+                        verdict=verdict(report, None, engine_draft_cost=None,
+                                        draft_cost_configured=cfg.draft_cost_configured),
+                    )
+                )  # fmt: skip
             model_basis = basis(
                 draft_cost=cfg.draft_cost,
                 configured_chain_length=cfg.chain_length,

@@ -128,7 +128,8 @@ class PrometheusSourceConfig:
     instance_labels: tuple[str, ...] = ("instance",)
     name_prefix: str = ""
     engine: Engine | None = None  # None = detect per instance
-    draft_cost: float = DEFAULT_DRAFT_COST
+    #: None: not set here or globally (DEFAULT_DRAFT_COST, a guess, applies).
+    draft_cost: float | None = None
     chain_length: int | None = None
     #: Headers, credentials and TLS (specmon.sources.client_config).
     client: ClientConfig = field(default_factory=ClientConfig)
@@ -357,7 +358,7 @@ def check_prometheus_source(
 
 
 def _check_prometheus(
-    checker: FileChecker, raw: Any, path: str, draft_cost: float, chain_length: int | None
+    checker: FileChecker, raw: Any, path: str, draft_cost: float | None, chain_length: int | None
 ) -> PrometheusSourceConfig | None:
     data = checker.mapping(raw, path, _PROMETHEUS_KEYS)
     if data is None:
@@ -417,7 +418,7 @@ def check_sources(
     path: str = "sources",
     base_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
-    draft_cost: float = DEFAULT_DRAFT_COST,
+    draft_cost: float | None = None,
     chain_length: int | None = None,
 ) -> tuple[tuple[PrometheusSourceConfig, ...], list[str]]:
     """Validate the value of ``sources:`` (plain parsed YAML; None = no sources).

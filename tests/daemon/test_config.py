@@ -33,7 +33,7 @@ def test_the_issue_example_parses() -> None:
     config = parse_config(GOOD, environ={})
     (target,) = config.targets
     assert target.engine is None  # auto
-    assert target.draft_cost == 0.12
+    assert target.draft_cost == 0.12 and target.draft_cost_configured
     assert target.chain_length == 3
     assert config.global_.windows == (60.0, 300.0, 900.0)
     assert target.scrape_interval == 5.0 and target.scrape_timeout == 3.0
@@ -48,8 +48,10 @@ def test_defaults() -> None:
         5.0,
         3.0,
         (60.0, 300.0, 900.0),
-        0.1,
+        None,  # not configured: targets fall back to the default guess, and say so
     )
+    assert config.targets[0].draft_cost == 0.1
+    assert config.targets[0].draft_cost_configured is False
     assert g.max_response_bytes == 10 * 2**20
     assert g.enable_compression is False
     assert config.targets[0].engine is Engine.SGLANG

@@ -125,7 +125,8 @@ def test_instances_export_the_same_figures_as_direct_targets_fed_the_same_pages(
     equal those of a direct target's state fed the same readings at the same times."""
     fleet = moving(draft_cost=0.2)
     h = Harness(fleet.config)
-    direct = {name: TargetState(TargetConfig(name=name, url="http://x/metrics", draft_cost=0.2),
+    direct = {name: TargetState(TargetConfig(name=name, url="http://x/metrics", draft_cost=0.2,
+                                          draft_cost_configured=True),
                                 windows=WINDOWS, retention=120.0)
               for name in fleet.instances}  # fmt: skip
     for step in range(3):
@@ -513,7 +514,7 @@ def test_sources_in_the_daemon_config_and_check_config(tmp_path: Path) -> None:
     )
     config = parse_config(text, base_dir=tmp_path, environ={})
     (source,) = config.sources
-    assert not config.targets and source.name == "prometheus:9090" and source.draft_cost == 0.1
+    assert not config.targets and source.name == "prometheus:9090" and source.draft_cost is None
     path = tmp_path / "c.yml"
     path.write_text(text)
     out = io.StringIO()

@@ -1,0 +1,130 @@
+"""The best-evidence verdict: one answer per target, model and window to "is speculation paying
+now?", with what it rests on. Pure: the figures are the window's report and load figures.
+
+The evidence, best first:
+
+1. ``twin``: the speed-up realized against the baseline twin at the current load (its buckets
+   of the same concurrency), with the draft cost measured there;
+2. ``profile``: the same against the cost profile (``specmon measure --profile-out``);
+3. ``engine``: the draft cost the engine measures itself (TensorRT-LLM's draft overhead),
+   applied to the window's acceptance by the cost model (docs/background.md);
+4. ``configured``: the configured ``draft_cost``, applied the same way;
+5. ``default``: no draft cost configured anywhere: ``DEFAULT_DRAFT_COST``, a guess.
+
+The margin and the break-even alpha are on the same basis as the speed-up. The configured-cost
+figures (``specmon_expected_speedup_ratio``, ``specmon_alpha_margin_ratio``, ...) stay as they
+are; this is the headline beside them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from specmon import arithmetic
+from specmon.daemon.load_view import PROFILE, LoadFigures
+from specmon.records import record
+from specmon.report import AcceptanceReport
+
+__all__ = ["Evidence", "Verdict", "at_cost", "verdict"]
+
+
+class Evidence(StrEnum):
+    """What a verdict rests on: the ``basis`` label of ``specmon_verdict_info``, best first."""
+
+    TWIN = "twin"
+    PROFILE = "profile"
+    ENGINE = "engine"
+    CONFIGURED = "configured"
+    DEFAULT = "default"
+
+
+@record
+class Verdict:
+    basis: Evidence
+    #: The speed-up believed now (tokens/s with speculation over without); None when the
+    #: evidence gives none yet (then the margin may still say which side of break-even).
+    speedup: float | None
+    #: The draft cost c on this basis (None: the twin or profile measured none usable).
+    draft_cost: float | None
+    breakeven_alpha: float | None
+    alpha_margin: float | None
+    #: One line for an operator: what the answer rests on, and how to get better evidence.
+    detail: str
+
+
+def at_cost(
+    report: AcceptanceReport, draft_cost: float
+) -> tuple[float | None, float | None, float | None]:
+    """The window's expected speed-up, break-even alpha and margin at ``draft_cost`` instead of
+    the report's own: the cost model's S = L / (1 + c d), with L the mean acceptance length
+    and d the tokens drafted per draft (k when the engine counts only one of the two)."""
+    k = report.chain_length
+    drafted: float | None = float(k) if k else None
+    if report.drafts and report.draft_tokens is not None:
+        drafted = report.draft_tokens / report.drafts
+    speedup: float | None = None
+    if report.mean_acceptance_length is not None and drafted is not None:
+        speedup = report.mean_acceptance_length / (1.0 + draft_cost * drafted)
+    elif report.alpha is not None and k:
+        speedup = arithmetic.speedup(report.alpha, k, draft_cost)
+    breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k else None
+    margin = (
+        report.alpha - breakeven if report.alpha is not None and breakeven is not None else None
+    )
+    return speedup, breakeven, margin
+
+
+def verdict(
+    report: AcceptanceReport | None,
+    load: LoadFigures | None,
+    *,
+    engine_draft_cost: float | None,
+    draft_cost_configured: bool,
+) -> Verdict | None:
+    """The best-evidence verdict of one window (None: nothing to judge, no report and no
+    comparison)."""
+    if load is not None and load.baseline is not None and load.realized_speedup is not None:
+        twin = load.baseline != PROFILE
+        return Verdict(
+            basis=Evidence.TWIN if twin else Evidence.PROFILE,
+            speedup=load.realized_speedup,
+            draft_cost=load.measured_draft_cost,
+            breakeven_alpha=load.measured_breakeven_alpha,
+            alpha_margin=load.measured_alpha_margin,
+            detail=(
+                f"realized against the twin {load.baseline} at this load (bucket {load.bucket})"
+                if twin
+                else f"realized against the cost profile at this load (bucket {load.bucket})"
+            ),
+        )
+    if report is None:
+        return None
+    if engine_draft_cost is not None:
+        speedup, breakeven, margin = at_cost(report, engine_draft_cost)
+        return Verdict(
+            basis=Evidence.ENGINE,
+            speedup=speedup,
+            draft_cost=engine_draft_cost,
+            breakeven_alpha=breakeven,
+            alpha_margin=margin,
+            detail=f"at the draft cost the engine measures (c = {engine_draft_cost:.3g})",
+        )
+    better = (
+        "a baseline twin (baseline:) or a cost profile (specmon measure --profile-out) "
+        "would measure it at this load"
+    )
+    if draft_cost_configured:
+        detail = f"at the configured draft cost c = {report.draft_cost:g}; {better}"
+    else:
+        detail = (
+            f"at the default draft cost c = {report.draft_cost:g}, a guess (no draft_cost "
+            f"configured); {better}"
+        )
+    return Verdict(
+        basis=Evidence.CONFIGURED if draft_cost_configured else Evidence.DEFAULT,
+        speedup=report.expected_speedup,
+        draft_cost=report.draft_cost,
+        breakeven_alpha=report.breakeven_alpha,
+        alpha_margin=report.alpha_margin,
+        detail=detail,
+    )
