@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from specmon import __version__
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import ModelView, TargetView, WindowView
+from specmon.daemon.verdict import Evidence, Verdict
 from specmon.formatting import number
 
 __all__ = [
@@ -65,6 +66,30 @@ def _margin(value: float | None) -> str:
         return '<span class="muted">&ndash;</span>'
     cls = "pos" if value >= 0 else "neg"
     return f'<span class="{cls}">{value:+.3f}</span>'
+
+
+#: How a verdict's basis reads under its figure.
+_BASIS_TEXT = {
+    Evidence.TWIN: "vs its twin",
+    Evidence.PROFILE: "vs its profile",
+    Evidence.ENGINE: "engine's c",
+    Evidence.CONFIGURED: "configured c",
+    Evidence.DEFAULT: "default c: a guess",
+}
+
+
+def _verdict(verdict: Verdict | None) -> str:
+    """The speed-up believed now and, under it, what it rests on (the whole line on hover)."""
+    if verdict is None:
+        return '<span class="muted">&ndash;</span>'
+    value = verdict.speedup
+    figure = (
+        '<span class="muted">&ndash;</span>'
+        if value is None
+        else f'<span class="{"pos" if value >= 1.0 else "neg"}">{value:.2f}&times;</span>'
+    )
+    basis = escape(_BASIS_TEXT[verdict.basis])
+    return f'{figure}<br><span class="muted" title="{escape(verdict.detail)}">{basis}</span>'
 
 
 def _bars(window: WindowView | None) -> str:
@@ -131,6 +156,7 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
             )
         )
         load = window.load if window else None
+        verdict = window.verdict if window else None
         notes = "".join(
             f'<div class="note">{escape(n)}</div>'
             for n in (*view.notes, *(load.notes if load else ()))
@@ -154,9 +180,9 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
             f"<td class='num'>{escape(window.window) if window else '&ndash;'}"
             f"<br><span class='muted'>{_drafts(window)}</span></td>"
             f"<td class='num'>{_fmt(report.alpha if report else None)}</td>"
-            f"<td class='num'>{_fmt(model.basis.breakeven_alpha)}</td>"
-            f"<td class='num'>{_margin(report.alpha_margin if report else None)}</td>"
-            f"<td class='num'>{_fmt(report.expected_speedup if report else None, 2, '&times;')}</td>"
+            f"<td class='num'>{_fmt(verdict.breakeven_alpha if verdict else None)}</td>"
+            f"<td class='num'>{_margin(verdict.alpha_margin if verdict else None)}</td>"
+            f"<td class='num'>{_verdict(verdict)}</td>"
             f"<td class='num'>{model.basis.chain_length if model.basis.chain_length is not None else '&ndash;'}"
             f" / {best_text}</td>"
             f"<td class='num'>{model.basis.draft_cost:g}{_engine_cost(model)}</td>"
@@ -436,7 +462,7 @@ def render_status(
 {nav}
 <table>
 <thead><tr><th>target</th><th>state</th><th>engine</th><th>model</th><th>window</th>
-<th>alpha</th><th>break-even</th><th>margin</th><th>expected speed-up</th>
+<th>alpha</th><th>break-even</th><th>margin</th><th>verdict</th>
 <th>k / best k</th><th>draft cost</th><th>load and baseline</th>
 <th>survival by position</th></tr></thead>
 <tbody>

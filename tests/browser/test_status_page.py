@@ -94,11 +94,12 @@ def test_status_page_in_chromium(tmp_path: Path) -> None:
                 assert page.locator("tbody i").count() == 0
                 assert page.evaluate("window.__pwned") is None
                 assert page.locator("tbody img").count() == 0
-                # state, margins and bars
+                # state, margins, verdicts and bars
                 losing = page.locator("tr", has_text="vllm-losing")
-                assert losing.locator(".neg").count() == 1
+                assert losing.locator(".neg").count() == 2  # its margin and its verdict
                 eagle = page.locator("tr", has_text="vllm-eagle")
-                assert eagle.locator(".pos").count() == 1
+                assert eagle.locator(".pos").count() == 2
+                assert "configured c" in eagle.inner_text()
                 widths = eagle.locator(".fill").evaluate_all("els => els.map(e => e.style.width)")
                 assert [float(w.rstrip("%")) for w in widths] == pytest.approx(
                     [90, 75, 60, 45], abs=0.2
