@@ -26,6 +26,7 @@ from specmon.config_values import parse_listen_address
 from specmon.daemon.app import Daemon
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import TargetView
+from specmon.daemon.verdict import Evidence
 from specmon.logs import configure_logging
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
@@ -238,6 +239,16 @@ def _spark(values: list[float | None]) -> str:
     return "".join(out)
 
 
+#: A verdict's basis in the terminal view ("guess": no draft_cost configured).
+_BASIS_WORD = {
+    Evidence.TWIN: "twin",
+    Evidence.PROFILE: "profile",
+    Evidence.ENGINE: "engine",
+    Evidence.CONFIGURED: "config",
+    Evidence.DEFAULT: "guess",
+}
+
+
 def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[str]:
     """One line per target and model: the terminal view (also used for plain output)."""
 
@@ -246,7 +257,7 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
 
     header = (
         f"{'target':<16} {'engine':<9} {'state':<6} {'alpha':>6} {'b-even':>6} {'margin':>7} "
-        f"{'speed-up':>8} {'k':>2} {'best':>4}  survival by position"
+        f"{'verdict':>8} {'basis':<7} {'k':>2} {'best':>4}  survival by position"
     )
     rows = [paint(header, _BOLD) if color else header]
     for view in views:
@@ -277,20 +288,24 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
             if r is None:
                 rows.append(f"{view.name:<16} {engine:<9} {'up':<6} {'(window filling)':>6}")
                 continue
-            margin = r.alpha_margin
+            v = w.verdict if w else None
+            margin = v.alpha_margin if v else r.alpha_margin
             margin_text = f"{margin:+7.3f}" if margin is not None else f"{'-':>7}"
             if margin is not None:
                 margin_text = paint(
                     margin_text, _GREEN if margin >= 0.05 else (_YELLOW if margin >= 0 else _RED)
                 )
             best = "-" if r.best_chain_length is None else str(r.best_chain_length)
-            speed = f"{r.expected_speedup:7.2f}x" if r.expected_speedup is not None else f"{'-':>8}"
+            speedup = v.speedup if v else r.expected_speedup
+            speed = f"{speedup:7.2f}x" if speedup is not None else f"{'-':>8}"
+            basis = _BASIS_WORD[v.basis] if v else "-"
+            if v is not None and v.basis is Evidence.DEFAULT:
+                basis = paint(f"{basis:<7}", _YELLOW)
+            else:
+                basis = f"{basis:<7}"
             alpha = f"{r.alpha:6.3f}" if r.alpha is not None else f"{'-':>6}"
-            be = (
-                f"{model.basis.breakeven_alpha:6.3f}"
-                if model.basis.breakeven_alpha is not None
-                else f"{'-':>6}"
-            )
+            breakeven = v.breakeven_alpha if v else model.basis.breakeven_alpha
+            be = f"{breakeven:6.3f}" if breakeven is not None else f"{'-':>6}"
             k = "-" if model.basis.chain_length is None else str(model.basis.chain_length)
             spark = _spark([p.survival for p in r.positions])
             survival = " ".join(f"{p.survival:.2f}" for p in r.positions if p.survival is not None)
@@ -299,7 +314,7 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
             up = paint("up    ", _GREEN)
             rows.append(
                 f"{view.name:<16} {engine:<9} {up} {alpha} {be} "
-                f"{margin_text} {speed} {k:>2} {best:>4}  {spark:<6} {survival}"
+                f"{margin_text} {speed} {basis} {k:>2} {best:>4}  {spark:<6} {survival}"
             )
             load = w.load if w else None
             if load is not None and load.baseline is not None:
