@@ -66,7 +66,7 @@ case "$cmd" in
         if [[ $# -gt 0 ]]; then  # a selection: one plain pytest run
             exec "$PY" -m pytest "$@"
         fi
-        echo "==> pytest: the real-engine tier and the rest side by side (tools/run_tests.py)"
+        echo "==> pytest: real engines, services and the fast tier side by side (tools/run_tests.py)"
         exec "$PY" tools/run_tests.py
         ;;
     test-fast)

@@ -1,11 +1,16 @@
-"""The whole suite as ``./dev.sh test`` runs it: the real-engine tier and every other test in
-two pytest processes side by side.
+"""The whole suite as ``./dev.sh test`` runs it: three pytest processes side by side.
 
-Why two processes and not pytest-xdist's workers: the real-engine tests must run one after
-another (two would take each other's cores, and several share a session's servers), and they
-are about half of the suite's time, mostly waiting on the engines; the rest waits on
-Prometheus, browsers and subprocesses as much as it computes. Side by side the two halves take
-about as long as the longer one. Each process has its own ``--basetemp`` under ``.tmp/``, and
+- ``engines``: the real-engine tier, one test after another (two would take each other's
+  cores, and several share a session's servers): the longest part, mostly waiting on the
+  engines' decoding;
+- ``services``: the tests that run Prometheus, Alertmanager, Chromium and the deployment
+  tools, mostly waiting on them (rule evaluation, scrapes, page loads);
+- ``fast``: the fast tier, in-process and CPU-bound.
+
+Why processes and not pytest-xdist's workers: xdist's ``loadgroup`` cannot keep the real
+engines on one worker with pytest 9.2 (its group suffix on node ids no longer takes), and
+what is to run side by side is exactly these three kinds. Side by side the suite takes about
+as long as its longest part. Each process has its own ``--basetemp`` under ``.tmp/``, and
 every line it prints is prefixed with its tier, so the log stays readable.
 
 Exit status: 0 when both pass, else the first non-zero status (engines first).
@@ -24,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (prefix, pytest arguments) of each process.
 TIERS = (
     ("engines", ["-m", "realengine"]),
-    ("rest", ["-m", "not realengine"]),
+    ("services", ["-m", "not realengine and (prometheus or browser or deploytools)"]),
+    ("fast", ["-m", "not realengine and not prometheus and not browser and not deploytools"]),
 )
 
 
