@@ -36,7 +36,7 @@ from specmon.config_values import (
 from specmon.engines import Engine, PageLimits, check_engine
 from specmon.load import Profile, ProfileError, profile_from_json
 from specmon.report import DEFAULT_DRAFT_COST
-from specmon.settings import settle
+from specmon.settings import SETTINGS, TargetSettings, settle
 from specmon.sources.client_config import CLIENT_KEYS, ClientConfig, FileChecker, check_client
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
@@ -121,9 +121,23 @@ class TargetConfig:
     #: Where the target came from: "config" or a file_sd path.
     origin: str = field(default="config", metadata=_keys())
 
+    @classmethod
+    def settled(
+        cls, settings: TargetSettings, /, *, name: str, url: str, **rest: Any
+    ) -> TargetConfig:
+        """A target with ``settings`` (:func:`specmon.settings.settle`'s answer) applied: the
+        one place settings become a target's fields, for static targets, file_sd entries and
+        Prometheus sources' instances alike."""
+        settled = {key: getattr(settings, key) for key in _SETTLED}
+        return cls(name=name, url=url, **settled, **rest)
+
     def identity(self) -> tuple[object, ...]:
         """What the counters depend on: change any of it and the windows start again."""
         return (self.url, self.engine, self.model)
+
+
+#: The fields of a target that :class:`TargetSettings` decides.
+_SETTLED = (*SETTINGS, "draft_cost_configured")
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,21 +366,16 @@ def _check_target(
             "baseline": checker.get(data, "baseline", path, _nonempty_str, None),
         },
     )
-    target = TargetConfig(
+    target = TargetConfig.settled(
+        settings,
         name=name,
         url=url,
-        engine=settings.engine,
-        draft_cost=settings.draft_cost,
-        draft_cost_configured=settings.draft_cost_configured,
-        chain_length=settings.chain_length,
-        model=settings.model,
         labels=check_labels(checker, data.get("labels"), _join(path, "labels")),
         client=check_client(checker, data, path, url=url, reserved=_OWN_HEADERS),
         scrape_interval=interval,
         scrape_timeout=timeout,
         enable_compression=checker.get(data, "enable_compression", path, check_bool, None),
         name_filter=checker.get(data, "name_filter", path, check_bool, None),
-        baseline=settings.baseline,
         cost_profile=_cost_profile(checker, data.get("cost_profile"), _join(path, "cost_profile")),
     )
     if target.baseline is not None and target.cost_profile is not None:

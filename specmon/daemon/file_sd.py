@@ -137,14 +137,10 @@ def load_file_sd(
                 },
             )
             targets.append(
-                TargetConfig(
+                TargetConfig.settled(
+                    settings,
                     name=name,
                     url=url,
-                    engine=settings.engine,
-                    draft_cost=settings.draft_cost,
-                    draft_cost_configured=settings.draft_cost_configured,
-                    chain_length=settings.chain_length,
-                    model=settings.model,
                     labels=labels,
                     scrape_interval=glob_cfg.scrape_interval,
                     scrape_timeout=glob_cfg.scrape_timeout,

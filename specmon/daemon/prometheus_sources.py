@@ -136,14 +136,10 @@ class SourceRunner:
         self, name: str, labels: Mapping[str, str], common: Mapping[str, str]
     ) -> TargetConfig:
         settings = self.config.settings_for(common)
-        return TargetConfig(
+        return TargetConfig.settled(
+            settings,
             name=name,
             url=self.source.display_url,
-            engine=settings.engine,
-            draft_cost=settings.draft_cost,
-            draft_cost_configured=settings.draft_cost_configured,
-            chain_length=settings.chain_length,
-            model=settings.model,
             labels=constant_labels(labels),
             scrape_interval=self.config.interval,
             scrape_timeout=self.config.timeout,

@@ -85,46 +85,38 @@ def verdict(
     comparison)."""
     if load is not None and load.baseline is not None and load.realized_speedup is not None:
         twin = load.baseline != PROFILE
-        return Verdict(
-            basis=Evidence.TWIN if twin else Evidence.PROFILE,
-            speedup=load.realized_speedup,
-            draft_cost=load.measured_draft_cost,
-            breakeven_alpha=load.measured_breakeven_alpha,
-            alpha_margin=load.measured_alpha_margin,
-            detail=(
-                f"realized against the twin {load.baseline} at this load (bucket {load.bucket})"
-                if twin
-                else f"realized against the cost profile at this load (bucket {load.bucket})"
-            ),
+        basis = Evidence.TWIN if twin else Evidence.PROFILE
+        against = f"the twin {load.baseline}" if twin else "the cost profile"
+        figures: tuple[float | None, float | None, float | None, float | None] = (
+            load.realized_speedup,
+            load.measured_draft_cost,
+            load.measured_breakeven_alpha,
+            load.measured_alpha_margin,
         )
-    if report is None:
+        detail = f"realized against {against} at this load (bucket {load.bucket})"
+    elif report is None:
         return None
-    if engine_draft_cost is not None:
+    elif engine_draft_cost is not None:
+        basis = Evidence.ENGINE
         speedup, breakeven, margin = at_cost(report, engine_draft_cost)
-        return Verdict(
-            basis=Evidence.ENGINE,
-            speedup=speedup,
-            draft_cost=engine_draft_cost,
-            breakeven_alpha=breakeven,
-            alpha_margin=margin,
-            detail=f"at the draft cost the engine measures (c = {engine_draft_cost:.3g})",
-        )
-    better = (
-        "a baseline twin (baseline:) or a cost profile (specmon measure --profile-out) "
-        "would measure it at this load"
-    )
-    if draft_cost_configured:
-        detail = f"at the configured draft cost c = {report.draft_cost:g}; {better}"
+        figures = (speedup, engine_draft_cost, breakeven, margin)
+        detail = f"at the draft cost the engine measures (c = {engine_draft_cost:.3g})"
     else:
-        detail = (
-            f"at the default draft cost c = {report.draft_cost:g}, a guess (no draft_cost "
-            f"configured); {better}"
+        basis = Evidence.CONFIGURED if draft_cost_configured else Evidence.DEFAULT
+        figures = (
+            report.expected_speedup,
+            report.draft_cost,
+            report.breakeven_alpha,
+            report.alpha_margin,
         )
-    return Verdict(
-        basis=Evidence.CONFIGURED if draft_cost_configured else Evidence.DEFAULT,
-        speedup=report.expected_speedup,
-        draft_cost=report.draft_cost,
-        breakeven_alpha=report.breakeven_alpha,
-        alpha_margin=report.alpha_margin,
-        detail=detail,
-    )
+        cost = f"c = {report.draft_cost:g}"
+        detail = (
+            f"at the configured draft cost {cost}; "
+            if draft_cost_configured
+            else f"at the default draft cost {cost}, a guess (no draft_cost configured); "
+        ) + (
+            "a baseline twin (baseline:) or a cost profile (specmon measure --profile-out) "
+            "would measure it at this load"
+        )
+    speedup, cost_c, breakeven, margin = figures
+    return Verdict(basis, speedup, cost_c, breakeven, margin, detail)
