@@ -137,6 +137,12 @@ class AcceptanceReport:
     best_chain_length: int | None
     best_speedup: float | None
     notes: tuple[str, ...] = ()
+    #: Tokens drafted per draft, when both are counted or estimated (not when one is assumed
+    #: from k).
+    mean_draft_length: float | None = None
+    #: True when the per-draft figures rest on the engine's own acceptance-length gauge
+    #: (TensorRT-LLM without a drafts counter or k): estimates, not counts.
+    engine_estimate: bool = False
 
     @property
     def basis(self) -> Basis:
@@ -154,6 +160,7 @@ def report_from_counters(
     draft_cost: float,
     configured_chain_length: int | None = None,
     detected_chain_length: int | None = None,
+    engine_acceptance_length: float | None = None,
 ) -> AcceptanceReport:
     """Every figure from counter values (lifetime or a window's increase).
 
@@ -165,6 +172,9 @@ def report_from_counters(
     where a figure needs it and k is known, it assumes every draft carried k tokens and says
     so in the notes: TensorRT-LLM without per-position series has no drafts counter (drafts
     ~ draft tokens / k), TGI and SGLang have no draft-token counter (draft tokens ~ k drafts).
+    Without a drafts counter and without k, ``engine_acceptance_length`` (TensorRT-LLM's own
+    tokens per step, averaged over the window's scrapes) gives the per-draft figures as
+    estimates: drafts ~ accepted / (L - 1).
     """
     notes: list[str] = []
     per_pos = counters.accepted_per_position
@@ -199,6 +209,7 @@ def report_from_counters(
         notes.append(f"no alpha breaks even at draft cost {draft_cost}: speculation cannot pay")
 
     # What was counted, and what has to be assumed for the rest.
+    estimate = False
     drafts: float | None = counters.drafts if counters.knows("drafts") else None
     draft_tokens: float | None = counters.draft_tokens if counters.knows("draft_tokens") else None
     if drafts is None and draft_tokens is not None and draft_tokens > 0:
@@ -208,6 +219,22 @@ def report_from_counters(
                 "the engine counts no drafts: per-draft figures (mean acceptance length, "
                 f"alpha, speed-up) assume every draft carried k = {k} tokens "
                 "(drafts = draft tokens / k)"
+            )
+        elif (
+            engine_acceptance_length is not None
+            and engine_acceptance_length > 1.0
+            and counters.accepted_tokens > 0
+        ):
+            drafts = counters.accepted_tokens / (engine_acceptance_length - 1.0)
+            estimate = True
+            notes.append(
+                "the engine counts no drafts and the chain length is unknown: per-draft figures "
+                f"rest on its own acceptance length L = {engine_acceptance_length:.3f} "
+                "(spec_decode_acceptance_length: tokens per step of the engine's last "
+                "iterations, averaged over the scrapes; an estimate, not a count): drafts ~ "
+                "accepted / "
+                f"(L - 1), mean draft length (L - 1) / acceptance ratio = "
+                f"{draft_tokens / drafts:.2f}; configure chain_length for alpha"
             )
         else:
             notes.append(
@@ -286,6 +313,14 @@ def report_from_counters(
         expected_speedup=expected,
         best=best,
         notes=notes,
+        mean_draft_length=(
+            draft_tokens / drafts
+            if drafts
+            and draft_tokens is not None
+            and (estimate or (counters.knows("drafts") and counters.knows("draft_tokens")))
+            else None
+        ),
+        engine_estimate=estimate,
     )
 
 
@@ -302,6 +337,8 @@ def _report(
     expected_speedup: float | None,
     best: arithmetic.BestChain | None,
     notes: list[str],
+    mean_draft_length: float | None = None,
+    engine_estimate: bool = False,
 ) -> AcceptanceReport:
     """The report of figures computed on ``resolved``; the alpha margin is alpha less the
     break-even alpha when both are known."""
@@ -323,6 +360,8 @@ def _report(
         best_chain_length=best.chain_length if best is not None else None,
         best_speedup=best.speedup if best is not None else None,
         notes=tuple(notes),
+        mean_draft_length=mean_draft_length,
+        engine_estimate=engine_estimate,
     )
 
 

@@ -5,11 +5,15 @@ computations from the raw numbers on the page."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 
 import pytest
 
 from specmon import arithmetic
+from specmon.cli.main import main
 from specmon.engines import ADAPTERS, MARKER_STEMS, Engine, detect_engine, read_page
 from specmon.report import (
     detected_chain_length,
@@ -150,6 +154,54 @@ def test_trtllm_without_positions_has_no_drafts_counter() -> None:
     assert report.positions == ()
     assert any("assume every draft carried k = 4" in n for n in report.notes)
     assert any("independent acceptance" in n for n in report.notes)
+
+
+def test_trtllm_without_drafts_or_k_uses_its_own_acceptance_length() -> None:
+    """No drafts counter, no position series, no k: the engine's acceptance-length gauge L
+    gives the per-draft figures as estimates: drafts ~ accepted / (L - 1), mean draft length
+    (L - 1) / acceptance ratio, the speed-up at that length."""
+    reading = read_page((WRITTEN / "trtllm-serve-iteration.txt").read_text())
+    (model,) = reading.models
+    assert model.counters is not None and model.gauges is not None
+    length = model.gauges.mean_acceptance_length
+    assert length == 3.25
+    report = report_from_counters(
+        model.counters, draft_cost=0.1, detected_chain_length=0, engine_acceptance_length=length
+    )
+    ratio = 2230 / 4100
+    assert report.engine_estimate and report.mean_acceptance_length == pytest.approx(3.25)
+    assert report.mean_draft_length == pytest.approx(2.25 / ratio)
+    assert report.expected_speedup == pytest.approx(3.25 / (1 + 0.1 * 2.25 / ratio))
+    assert report.alpha is None and report.chain_length is None  # alpha needs k
+    assert report.drafts is None  # still not a count
+    assert any("an estimate, not a count" in n for n in report.notes)
+    # With k known the stated assumption stays, and no estimate is made.
+    with_k = report_from_counters(
+        model.counters, draft_cost=0.1, detected_chain_length=4, engine_acceptance_length=length
+    )
+    assert not with_k.engine_estimate and with_k.mean_acceptance_length == pytest.approx(
+        1 + 4 * ratio
+    )
+    # A gauge that has not moved yet (L <= 1) estimates nothing.
+    idle = report_from_counters(
+        model.counters, draft_cost=0.1, detected_chain_length=0, engine_acceptance_length=1.0
+    )
+    assert not idle.engine_estimate and idle.mean_acceptance_length is None
+
+
+def test_inspect_reports_trtllms_acceptance_length(tmp_path: Path) -> None:
+    text = (WRITTEN / "trtllm-serve-iteration.txt").read_text()
+    page = tmp_path / "trtllm.txt"
+    page.write_text(
+        "".join(line for line in text.splitlines(keepends=True) if "speculative_config" not in line)
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", str(page), "--json"]) == 0
+    (report,) = json.loads(out.getvalue())["models"]
+    assert report["mean_acceptance_length"] == pytest.approx(3.25)
+    assert report["engine_estimate"] is True
+    assert report["mean_draft_length"] == pytest.approx(2.25 * 4100 / 2230)
 
 
 def test_trtllm_draft_overhead_becomes_a_draft_cost() -> None:

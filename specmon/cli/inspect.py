@@ -137,6 +137,9 @@ def _report(
             draft_cost=cost,
             configured_chain_length=args.chain_length,
             detected_chain_length=detected_chain_length(after),
+            engine_acceptance_length=(
+                after.gauges.mean_acceptance_length if after.gauges is not None else None
+            ),
         ), notes
     assert after.gauges is not None
     if before is not None:

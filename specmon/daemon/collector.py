@@ -167,6 +167,11 @@ def _model_samples(out: Sink, labels: tuple[str, str, str], model: ModelView) ->
             continue
         for family, getter in _WINDOW_FIGURES:
             out.add(family, wl, getter(report))
+        if report.engine_estimate and (
+            window.load is None or window.load.mean_draft_length is None
+        ):
+            # TensorRT-LLM without a drafts counter or k: from its own acceptance length.
+            out.add(m.MEAN_DRAFT_LENGTH, wl, report.mean_draft_length)
         for pos in report.positions:
             pl = (*wl, str(pos.position))
             out.add(m.POSITION_SURVIVAL, pl, pos.survival)

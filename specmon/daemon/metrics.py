@@ -400,7 +400,12 @@ MEAN_DRAFT_LENGTH = _g(
     "specmon_chain_length when the engine varies its draft length.",
     _W,
     Scope.WINDOW,
-    note=f"Computed with the load figures: {_ONLY_LOAD_ENGINES}",
+    note=(
+        f"Computed with the load figures: {_ONLY_LOAD_ENGINES}; and for TensorRT-LLM without "
+        "a drafts counter or a chain length, estimated as (L - 1) / acceptance ratio from its "
+        "own spec_decode_acceptance_length L (with specmon_mean_acceptance_length = L: "
+        "estimates from the engine's last iterations, the API's report says engine_estimate)"
+    ),
 )
 REALIZED_SPEEDUP = _g(
     "specmon_realized_speedup_ratio",

@@ -182,6 +182,9 @@ class TargetState:
         self._gauges: dict[str, tuple[GaugeHistory, GaugeHistory]] = {}
         #: Per model, the engine's draft overhead readings (TensorRT-LLM).
         self._overheads: dict[str, GaugeHistory] = {}
+        #: The engine's own acceptance length per model (TensorRT-LLM), for counters that
+        #: cannot give one (no drafts counter, no k).
+        self._lengths: dict[str, GaugeHistory] = {}
         self._engine: Engine | None = None
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
@@ -284,6 +287,7 @@ class TargetState:
             self._histories.clear()
             self._gauges.clear()
             self._overheads.clear()
+            self._lengths.clear()
             self._loads.clear()
             self._margin_sign.clear()
             self._engine = reading.engine
@@ -329,6 +333,8 @@ class TargetState:
             del self._gauges[gone]
         for gone in set(self._overheads) - present:
             del self._overheads[gone]
+        for gone in set(self._lengths) - present:
+            del self._lengths[gone]
         events.extend(self._rejection_events(rejected))
         message = reading.message
         if not models and rejected and reading.speculation:
@@ -477,6 +483,11 @@ class TargetState:
                 self._overheads.setdefault(
                     model.model, GaugeHistory(retention=self._retention)
                 ).add(mono, overhead)
+            length = model.gauges.mean_acceptance_length if model.gauges is not None else None
+            if length is not None and not model.counters.knows("drafts"):
+                self._lengths.setdefault(model.model, GaugeHistory(retention=self._retention)).add(
+                    mono, length
+                )
             if observation.reset:
                 return [Event("warning", "counter_reset", {"model": model.model})], None
             if observation.reason and observation.accepted:
@@ -539,12 +550,15 @@ class TargetState:
                 windows.append(WindowView(label, seconds, None, None, None))
                 continue
             counters = delta.as_counters()
+            lengths = self._lengths.get(model.model)
+            length = lengths.mean(seconds) if lengths is not None else None
             report = (
                 report_from_counters(
                     counters,
                     draft_cost=cfg.draft_cost,
                     configured_chain_length=cfg.chain_length,
                     detected_chain_length=detected,
+                    engine_acceptance_length=length[0] if length else None,
                 )
                 if has_data(counters)
                 else None

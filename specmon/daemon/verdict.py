@@ -59,9 +59,9 @@ def at_cost(
     the report's own: the cost model's S = L / (1 + c d), with L the mean acceptance length
     and d the tokens drafted per draft (k when the engine counts only one of the two)."""
     k = report.chain_length
-    drafted: float | None = float(k) if k else None
-    if report.drafts and report.draft_tokens is not None:
-        drafted = report.draft_tokens / report.drafts
+    drafted = report.mean_draft_length
+    if drafted is None and k:
+        drafted = float(k)
     speedup: float | None = None
     if report.mean_acceptance_length is not None and drafted is not None:
         speedup = report.mean_acceptance_length / (1.0 + draft_cost * drafted)

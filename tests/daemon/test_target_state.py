@@ -5,6 +5,8 @@ No HTTP, no subprocess, no sleep: readings are built by hand and fed with explic
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from specmon.daemon import metrics
@@ -12,7 +14,7 @@ from specmon.daemon.collector import target_samples
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import views_json
 from specmon.daemon.target import Event, ModelView, TargetState
-from specmon.engines import Engine, ModelReading, PageReading, SpecCounters
+from specmon.engines import Engine, ModelReading, PageReading, SpecCounters, read_page
 from specmon.sources import ScrapeResult
 from tests.support.views import small_profile
 
@@ -300,3 +302,39 @@ def test_only_compared_targets_keep_whole_load_rows() -> None:
     window = states["plain"].load_window("m", 60.0)
     assert window is not None and window.totals is not None and window.totals.intervals == 2
     assert not states["plain"]._loads["m"].lean
+
+
+def test_trtllm_without_drafts_or_k_exports_its_estimates() -> None:
+    """TensorRT-LLM with iteration counters only and no speculative-config gauge: the window
+    gets a mean acceptance length and a mean draft length from the engine's own acceptance
+    length, averaged over the window's scrapes, and says they are estimates."""
+    page = (
+        Path(__file__).parents[1] / "fixtures" / "pages" / "written" / "trtllm-serve-iteration.txt"
+    )
+    lines = [line for line in page.read_text().splitlines() if "speculative_config" not in line]
+
+    def scaled(factor: float, length: float) -> str:
+        out = []
+        for line in lines:
+            name, _, value = line.rpartition(" ")
+            if "_total{" in line and "spec_decode" in line:
+                value = str(float(value) * factor)
+            elif "acceptance_length{" in line:
+                value = str(length)
+            out.append(f"{name} {value}")
+        return "\n".join(out) + "\n"
+
+    state = TargetState(
+        TargetConfig(name="t", url="http://h/metrics"), windows=(60.0,), retention=70.0
+    )
+    for at, factor, length in ((100.0, 1.0, 3.0), (110.0, 2.0, 3.5)):
+        state.observe(read_page(scaled(factor, length)), mono=at, wall=at, duration=0.01)
+    (model,) = state.view.models
+    report = model.windows[0].report
+    assert report is not None and report.engine_estimate
+    assert report.mean_acceptance_length == pytest.approx(3.25)  # (3.0 + 3.5) / 2
+    assert report.mean_draft_length == pytest.approx(2.25 * 4100 / 2230)
+    names = {s.family.name for s in target_samples(state.view)}
+    assert {"specmon_mean_acceptance_length", "specmon_mean_draft_length"} <= names
+    window = views_json([state.view])[0]["models"][0]["windows"][0]
+    assert window["report"]["engine_estimate"] is True
