@@ -9,11 +9,8 @@ daemon serves a family that is not declared here.
 
 from __future__ import annotations
 
-import re
-import sys
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
 from specmon.engines import RejectReason
 from specmon.sources import ScrapeResult
@@ -27,7 +24,6 @@ __all__ = [
     "MetricDef",
     "Scope",
     "by_name",
-    "render_markdown",
 ]
 
 
@@ -400,12 +396,8 @@ MEAN_DRAFT_LENGTH = _g(
     "specmon_chain_length when the engine varies its draft length.",
     _W,
     Scope.WINDOW,
-    note=(
-        f"Computed with the load figures: {_ONLY_LOAD_ENGINES}; and for TensorRT-LLM without "
-        "a drafts counter or a chain length, estimated as (L - 1) / acceptance ratio from its "
-        "own spec_decode_acceptance_length L (with specmon_mean_acceptance_length = L: "
-        "estimates from the engine's last iterations, the API's report says engine_estimate)"
-    ),
+    note=f"Computed with the load figures: {_ONLY_LOAD_ENGINES}; TensorRT-LLM without drafts "
+    "counter or k: (L - 1) / acceptance ratio from its acceptance length L, an estimate.",
 )
 REALIZED_SPEEDUP = _g(
     "specmon_realized_speedup_ratio",
@@ -470,27 +462,22 @@ BUCKET_BEST_SPEEDUP = _g(
     Scope.WINDOW,
     note=_AGAINST_BASELINE,
 )
-_VERDICT = (
-    "The best-evidence verdict (specmon_verdict_info says its basis): realized against the "
-    "baseline twin, else against the cost profile, at the current load; else at the draft "
-    "cost the engine measures, the configured one, or the default guess."
-)
+_VERDICT = "On the best evidence: the basis is specmon_verdict_info's."
 VERDICT_INFO = _g(
     "specmon_verdict_info",
     "1 for the basis the window's verdict rests on, best first: twin, profile, engine, "
     "configured, default (no draft_cost configured: the default c, a guess).",
     (*_W, "basis"),
     Scope.WINDOW,
-    "1 for the evidence the window's `specmon_verdict_*` figures rest on, best first: "
-    "`twin` (realized against the baseline twin at the current load), `profile` (against "
-    "the cost profile), `engine` (the draft cost the engine measures: TensorRT-LLM), "
-    "`configured` (the configured `draft_cost`), `default` (no `draft_cost` configured "
-    "anywhere: the default 0.1, a guess). A series apart from the values, so a change of "
-    "basis does not restart an alert's `for:`",
+    "1 for what the window's `specmon_verdict_*` figures rest on, best first: `twin` "
+    "(realized against the baseline twin at the current load), `profile`, `engine` (the "
+    "engine's measured c: TensorRT-LLM), `configured`, `default` (no `draft_cost`: 0.1, a "
+    "guess). A series apart, so a change of basis does not restart an alert's `for:`",
 )
 VERDICT_SPEEDUP = _g(
     "specmon_verdict_speedup_ratio",
-    "Speed-up over no speculation specmon believes now, on the best evidence. " + _VERDICT,
+    "Speed-up over no speculation specmon believes now: realized against the twin or "
+    "profile at the current load, else at the engine's, configured or default c. " + _VERDICT,
     _W,
     Scope.WINDOW,
 )
@@ -775,46 +762,3 @@ def by_name(name: str) -> MetricDef | None:
         if name == definition.name or name in definition.sample_names:
             return definition
     return None
-
-
-# -- docs/metrics.md ----------------------------------------------------------------------------
-
-BEGIN = "<!-- BEGIN GENERATED from specmon/daemon/metrics.py; do not edit by hand -->"
-END = "<!-- END GENERATED -->"
-
-
-def render_markdown() -> str:
-    """The generated part of docs/metrics.md: one table per scope."""
-    out: list[str] = [BEGIN, ""]
-    for scope in Scope:
-        out += [
-            f"### {scope.value}",
-            "",
-            "| metric | type | labels | meaning |",
-            "|---|---|---|---|",
-        ]
-        for d in FAMILIES:
-            if d.scope is scope:
-                labels = ", ".join((*d.labels, *(f"[{o}]" for o in d.optional)))
-                meaning = d.meaning.replace("|", "\\|")
-                out.append(f"| `{d.sample_name}` | {d.kind.value} | {labels} | {meaning} |")
-        out.append("")
-    out.append(END)
-    return "\n".join(out)
-
-
-def update_doc(path: Path) -> bool:
-    """Rewrite the generated part of ``path``; True when it changed."""
-    text = path.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise ValueError(f"{path}: no generated section ({BEGIN!r} ... {END!r})")
-    new = pattern.sub(lambda _: render_markdown(), text)
-    if new != text:
-        path.write_text(new, encoding="utf-8")
-    return new != text
-
-
-if __name__ == "__main__":  # pragma: no cover - a developer tool
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/metrics.md")
-    print(f"{target}: {'updated' if update_doc(target) else 'up to date'}")

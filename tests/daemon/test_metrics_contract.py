@@ -25,7 +25,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from specmon.daemon import metrics
+from specmon.daemon import metrics, metrics_doc
 from specmon.daemon.exposition import Exposition, _go_float, _numbers, _Text
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
@@ -183,8 +183,8 @@ def test_served_labels_match_the_table() -> None:
 
 def test_docs_are_generated_from_the_table() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    assert metrics.render_markdown() in text, (
-        "docs/metrics.md is out of date: run python -m specmon.daemon.metrics docs/metrics.md"
+    assert metrics_doc.render_markdown() in text, (
+        "docs/metrics.md is out of date: run python -m specmon.daemon.metrics_doc docs/metrics.md"
     )
 
 
