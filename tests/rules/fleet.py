@@ -179,6 +179,16 @@ def fleet_series() -> list[dict[str, str]]:
                     add("specmon_step_seconds", w, _const(0.0125))
                     add("specmon_time_per_output_token_seconds", w, _const(0.005))
                     add("specmon_mean_draft_length", w, _const(t.k))
+                # The verdict: realized against the twin where there is one, else the engine's
+                # measured c, else the configured one (the fleet configures every c).
+                basis = (
+                    "twin" if twin else ("engine" if t.engine_cost is not None else "configured")
+                )
+                add("specmon_verdict_info", {**w, "basis": basis}, _const(1))
+                add("specmon_verdict_speedup_ratio", w, _const(1.8 if twin else 1.6))
+                add("specmon_verdict_alpha_margin_ratio", w, _const(0.3 if twin else 0.31))
+                add("specmon_verdict_breakeven_alpha_ratio", w, _const(0.3 if twin else 0.29))
+                add("specmon_verdict_draft_cost_ratio", w, _const(0.12 if twin else 0.1))
                 for position in range(1, t.k + 1):
                     p = {**w, "position": str(position)}
                     add("specmon_position_survival_ratio", p, _const(0.8**position))
