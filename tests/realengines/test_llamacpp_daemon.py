@@ -196,7 +196,13 @@ class Poller:
             thread.join(10)
 
 
-_SPEEDUPS = {"specmon_expected_speedup_ratio", "specmon_best_speedup_ratio"}
+_SPEEDUPS = {
+    "specmon_expected_speedup_ratio",
+    "specmon_best_speedup_ratio",
+    "specmon_verdict_speedup_ratio",
+}
+#: Margins: alpha less a break-even alpha, so in [-1, 1].
+_MARGINS = {"specmon_alpha_margin_ratio", "specmon_verdict_alpha_margin_ratio"}
 _WINDOW_SECONDS = {"5s": 5.0, "1m": 60.0}
 
 
@@ -214,7 +220,7 @@ def insane_values(m: Exported, target: str, *, k: int, max_drafts: int) -> list[
             elif name in _SPEEDUPS:
                 if not 0 < value <= k + 1:
                     bad.append(where)
-            elif name == "specmon_alpha_margin_ratio":
+            elif name in _MARGINS:
                 if not -1 <= value <= 1:
                     bad.append(where)
             elif name.endswith("_ratio"):
