@@ -225,13 +225,19 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _is_problem(view: TargetView) -> bool:
-    """Down, refused readings, a negative margin or slower than its baseline."""
+    """Down, refused readings, a negative margin or slower than its baseline, at the configured
+    cost or on the verdict's best evidence."""
     if view.scraped and not view.up:
         return True
     if view.rejected:
         return True
     for model in view.models:
         for window in model.windows:
+            verdict = window.verdict
+            if verdict is not None and (
+                (verdict.alpha_margin or 0.0) < 0 or (verdict.speedup or 1.0) < 1.0
+            ):
+                return True
             if window.report is not None and (window.report.alpha_margin or 0.0) < 0:
                 return True
             if window.load is not None and (window.load.realized_speedup or 1.0) < 1.0:

@@ -17,6 +17,7 @@ from specmon.daemon.status_page import (
     targets_document,
     views_json,
 )
+from specmon.daemon.verdict import Evidence, Verdict
 from tests.support.views import fleet_views
 
 
@@ -147,3 +148,23 @@ def test_the_api_names_every_bad_parameter_at_once() -> None:
     assert parse_targets_query({"per_page": str(MAX_PER_PAGE)}) == TargetsQuery(
         page=1, per_page=MAX_PER_PAGE
     )
+
+
+def test_a_verdict_below_break_even_is_a_problem() -> None:
+    """A target whose configured-cost figures look fine but whose best evidence (here the
+    engine's own measured draft cost) says speculation costs time is listed as a problem."""
+    views = {v.name: v for v in fleet_views()}
+    healthy = views["llama-b"]
+    assert not set(rows_of(render_status([healthy], primary_window="5m", ready=True,
+                                         problems_only=True)))  # fmt: skip
+    losing = Verdict(
+        Evidence.ENGINE, 0.93, 0.4, 0.8, -0.06, "at the draft cost the engine measures"
+    )
+    model = healthy.models[0]
+    windows = tuple(dataclasses.replace(w, verdict=losing) for w in model.windows)
+    changed = dataclasses.replace(
+        healthy, models=(dataclasses.replace(model, windows=windows), *healthy.models[1:])
+    )
+    html = render_status([changed], primary_window="5m", ready=True, problems_only=True)
+    assert rows_of(html) == ["llama-b"]
+    assert "engine&#x27;s c" in html and "0.93&times;" in html
