@@ -72,7 +72,10 @@ case "$cmd" in
     test-fast)
         ensure_venv
         lint
-        exec "$PY" -m pytest -m "not realengine and not prometheus and not browser and not deploytools" "$@"
+        if [[ $# -gt 0 ]]; then  # a selection within the fast tier: one plain pytest run
+            exec "$PY" -m pytest -m "not realengine and not prometheus and not browser and not deploytools" "$@"
+        fi
+        exec "$PY" tools/run_tests.py --fast
         ;;
     provision)
         ensure_venv

@@ -13,7 +13,9 @@ what is to run side by side is exactly these three kinds. Side by side the suite
 as long as its longest part. Each process has its own ``--basetemp`` under ``.tmp/``, and
 every line it prints is prefixed with its tier, so the log stays readable.
 
-Exit status: 0 when both pass, else the first non-zero status (engines first).
+``--fast``: the fast tier alone, in two processes (``./dev.sh test-fast``).
+
+Exit status: 0 when every process passes, else the first non-zero status in the order above.
 """
 
 from __future__ import annotations
@@ -26,11 +28,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: (prefix, pytest arguments) of each process.
+FAST = "not realengine and not prometheus and not browser and not deploytools"
+#: (prefix, pytest arguments) of each process of the whole suite.
 TIERS = (
     ("engines", ["-m", "realengine"]),
     ("services", ["-m", "not realengine and (prometheus or browser or deploytools)"]),
-    ("fast", ["-m", "not realengine and not prometheus and not browser and not deploytools"]),
+    ("fast", ["-m", FAST]),
+)
+#: The fast tier alone (``--fast``, ``./dev.sh test-fast``) in two halves: the daemon and web
+#: tests (in-process daemons and a few subprocess ones) and everything else.
+_HEAVY = ("tests/daemon", "tests/web")
+FAST_TIERS = (
+    ("fast-daemon", ["-m", FAST, *_HEAVY]),
+    ("fast-rest", ["-m", FAST, *(f"--ignore={path}" for path in _HEAVY)]),
 )
 
 
@@ -43,10 +53,13 @@ def _stream(process: subprocess.Popen[bytes], prefix: str, lock: threading.Lock)
 
 
 def main(argv: list[str]) -> int:
+    tiers = TIERS
+    if argv[:1] == ["--fast"]:
+        tiers, argv = FAST_TIERS, argv[1:]
     started = time.monotonic()
     lock = threading.Lock()
     running: list[tuple[str, subprocess.Popen[bytes], threading.Thread]] = []
-    for prefix, args in TIERS:
+    for prefix, args in tiers:
         basetemp = ROOT / ".tmp" / f"pytest-{prefix}"
         basetemp.parent.mkdir(exist_ok=True)
         command = [sys.executable, "-m", "pytest", f"--basetemp={basetemp}", *args, *argv]
