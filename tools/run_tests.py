@@ -53,7 +53,7 @@ def _stream(process: subprocess.Popen[bytes], prefix: str, lock: threading.Lock)
 
 
 def main(argv: list[str]) -> int:
-    tiers = TIERS
+    tiers: tuple[tuple[str, list[str]], ...] = TIERS
     if argv[:1] == ["--fast"]:
         tiers, argv = FAST_TIERS, argv[1:]
     started = time.monotonic()
