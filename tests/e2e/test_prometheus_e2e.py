@@ -1111,8 +1111,10 @@ def test_load_alerts_fire_for_the_loaded_target_only(stack: Stack, load_cycle: L
     assert cycle.rise + 0.8 * window < cycle.above_scraped < cycle.rise + window + 3
     for name, scraped in ((SLOWER, cycle.slower_scraped), (ABOVE, cycle.above_scraped)):
         assert scraped <= cycle.pending[name] < scraped + 2.5, name
+        # Firing at the first evaluation after `for:`; on a busy 2-core machine (three test
+        # processes side by side) an evaluation was seen 3.0 s late, so 4 s of slack.
         assert (
-            for_seconds[name] <= cycle.firing[name] - cycle.pending[name] <= for_seconds[name] + 2.5
+            for_seconds[name] <= cycle.firing[name] - cycle.pending[name] <= for_seconds[name] + 4
         ), name
 
     firing = [
