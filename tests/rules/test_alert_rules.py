@@ -107,8 +107,15 @@ def test_only_the_severe_break_even_tier_pages(alerts: list[dict[str, Any]]) -> 
         for a in alerts
         if a["alert"] == "SpecmonBelowBreakEven" and a["labels"]["severity"] == "warning"
     )
-    assert 'specmon_alpha_margin_ratio{window="5m"} < 0' in critical[0]["expr"]
-    assert "specmon_expected_speedup_ratio" in critical[0]["expr"]
+    # Both tiers read the best-evidence verdict, the page at a lower speed-up than the warning.
+    tiers = {}
+    for tier in (warning, critical[0]):
+        found = re.findall(r'specmon_verdict_speedup_ratio\{window="5m"\} < ([0-9.]+)', tier["expr"])
+        assert len(found) == 1, tier["expr"]
+        tiers[tier["labels"]["severity"]] = float(found[0])
+        assert "specmon_expected_speedup_ratio" not in tier["expr"], tier["expr"]
+        assert "specmon_alpha_margin_ratio" not in tier["expr"], tier["expr"]
+    assert tiers == {"warning": 1.0, "critical": 0.75}
     assert critical[0]["for"] == warning["for"]
 
 
@@ -159,11 +166,15 @@ def test_acceptance_descriptions_quote_the_live_values(alerts: list[dict[str, An
             "$labels.model",
             "$labels.window",
             "$value",
-            "specmon_breakeven_alpha_ratio{",
+            "_breakeven_alpha_ratio{",
             "specmon_window_drafts{",
         ):
             assert needle in text, f"{alert['alert']}: description lacks {needle}"
         assert "alpha" in text and "margin" in text, alert["alert"]
+        # The alerts that read the verdict say what it rests on.
+        if "specmon_verdict_" in alert["expr"]:
+            assert "specmon_verdict_info{" in text, alert["alert"]
+            assert "specmon_breakeven_alpha_ratio{" not in text, alert["alert"]
 
 
 def test_load_alerts_join_the_guard_across_the_baseline_label(

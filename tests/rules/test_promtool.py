@@ -449,18 +449,38 @@ MUTATIONS = [
     pytest.param(
         r',source=\\"configured\\"\}',
         "}",
-        # Both alerts quote the configured c; whichever series comes first decides which fails.
-        (
-            "the description quotes the configured draft cost",
-            "slower than baseline fires after 30 minutes",
-        ),
+        # SpecmonSlowerThanBaseline quotes the configured c; whichever series comes first
+        # decides whether it fails.
+        "slower than baseline fires after 30 minutes",
         id="draft-cost-any-source",
     ),
+    # SpecmonBelowBreakEven on the best evidence, both tiers, and its basis in the text.
     pytest.param(
-        r',source=\\"engine\\"\}',
-        ',source=\\"configured\\"}',
-        "the description quotes the configured draft cost",
-        id="engine-cost-from-the-config",
+        r'specmon_verdict_speedup_ratio\{window="5m"\} < 1\)',
+        'specmon_expected_speedup_ratio{window="5m"} < 1)',
+        "a loss pages on each basis of the verdict",
+        id="warning-on-the-configured-cost",
+    ),
+    pytest.param(
+        r'specmon_verdict_speedup_ratio\{window="5m"\} < 0\.75\)',
+        'specmon_expected_speedup_ratio{window="5m"} < 0.75)',
+        "a loss pages on each basis of the verdict",
+        id="page-on-the-configured-cost",
+    ),
+    pytest.param(
+        r'\{\{ if eq \$basis "default" \}\} No draft_cost',
+        "{{ if false }} No draft_cost",
+        "a loss pages on each basis of the verdict",
+        id="guess-not-said",
+    ),
+    pytest.param(
+        r'\$basis = \. \| first \| label "basis"',
+        '$basis = "configured"',
+        (
+            "a loss pages on each basis of the verdict",
+            "the verdict on the engine's measured cost fires",
+        ),
+        id="basis-not-read",
     ),
     # The load alerts (group specmon-load).
     pytest.param(
@@ -572,7 +592,7 @@ def test_shortened_rules_fire_fast(tmp_path: Path) -> None:
             {
                 "interval": "15s",
                 "input_series": [
-                    {"series": f"specmon_alpha_margin_ratio{{{labels}}}", "values": "-0.1x20"},
+                    {"series": f"specmon_verdict_speedup_ratio{{{labels}}}", "values": "0.9x20"},
                     {"series": f"specmon_window_drafts{{{labels}}}", "values": "1000x20"},
                 ],
                 "alert_rule_test": [
@@ -593,12 +613,12 @@ def test_shortened_rules_fire_fast(tmp_path: Path) -> None:
                                     "summary": "Speculative decoding is slower than no "
                                     "speculation.",
                                     "description": "gpu1 (engine vllm, model llama): over the "
-                                    "last 5m the effective acceptance rate alpha is , below the "
-                                    "break-even alpha  for chain length k =  and draft cost c =  "
-                                    "(configured; margin -0.100 over 1000 drafts; expected "
-                                    "speed-up x). "
-                                    "Drafting costs more time than it saves; the output itself "
-                                    "is unaffected.",
+                                    "last 5m speculative decoding ran at 0.90x the speed of "
+                                    "decoding without it, on an unknown basis (basis ): "
+                                    "effective alpha unknown against a break-even alpha of "
+                                    "unknown at k = unknown and draft cost c = unknown (margin "
+                                    "unknown over 1000 drafts). Drafting costs more time than "
+                                    "it saves; the output itself is unaffected.",
                                     "runbook_url": "https://github.com/specmon/specmon/blob/main"
                                     "/docs/runbook.md#specmonbelowbreakeven",
                                 },
@@ -624,7 +644,7 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     config = str(PROM_DIR / "alertmanager.example.yml")
     result = run_tool(["amtool", "check-config", config])
     _ok(result)
-    assert "3 inhibit rules" in result.stdout
+    assert "4 inhibit rules" in result.stdout
     inhibit = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     (tier,) = [r for r in inhibit["inhibit_rules"] if 'severity="critical"' in r["source_matchers"]]
     assert 'severity="warning"' in tier["target_matchers"]
@@ -650,6 +670,17 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     ]
     assert load["source_matchers"] == ['alertname="SpecmonSlowerThanBaseline"']
     assert set(load["equal"]) == {"target", "model"}
+    # One situation pages once: SpecmonBelowBreakEven (either tier) hides both load alerts.
+    (verdict,) = [
+        r
+        for r in inhibit["inhibit_rules"]
+        if r["source_matchers"] == ['alertname="SpecmonBelowBreakEven"']
+        and "Slower" in r["target_matchers"][0]
+    ]
+    assert verdict["target_matchers"] == [
+        'alertname=~"SpecmonSlowerThanBaseline|SpecmonAboveCrossover"'
+    ]
+    assert set(verdict["equal"]) == {"target", "model"}
 
 
 # --------------------------------------------------------------------------- dashboards
