@@ -110,7 +110,9 @@ def test_only_the_severe_break_even_tier_pages(alerts: list[dict[str, Any]]) -> 
     # Both tiers read the best-evidence verdict, the page at a lower speed-up than the warning.
     tiers = {}
     for tier in (warning, critical[0]):
-        found = re.findall(r'specmon_verdict_speedup_ratio\{window="5m"\} < ([0-9.]+)', tier["expr"])
+        found = re.findall(
+            r'specmon_verdict_speedup_ratio\{window="5m"\} < ([0-9.]+)', tier["expr"]
+        )
         assert len(found) == 1, tier["expr"]
         tiers[tier["labels"]["severity"]] = float(found[0])
         assert "specmon_expected_speedup_ratio" not in tier["expr"], tier["expr"]
