@@ -38,6 +38,7 @@ __all__ = [
     "measured_speedup",
     "rounding_error",
     "speedup",
+    "speedup_from_length",
     "survival",
 ]
 
@@ -196,14 +197,20 @@ def conditional_acceptance(accepted_per_position: Sequence[int], drafts: int) ->
     return out
 
 
+def speedup_from_length(mean_length: float, c: float, drafted_per_draft: float) -> float:
+    """The cost model's S = L / (1 + c d): L the mean acceptance length (tokens per
+    verification step), d the tokens drafted per draft (k for full chains)."""
+    if c < 0:
+        raise ValueError("draft cost must be >= 0")
+    return mean_length / (1.0 + c * drafted_per_draft)
+
+
 def measured_speedup(accepted_per_draft: float, c: float, draft_tokens_per_draft: float) -> float:
     """(1 + accepted / drafts) / (1 + c * draft tokens / drafts): the expected speed-up from
     measured counters. accepted / drafts = sum s_i, so no independence is assumed; using the
     drafted tokens per draft (not k) charges only what was drafted (n-gram proposers and
     dynamic speculation draft fewer than k)."""
-    if c < 0:
-        raise ValueError("draft cost must be >= 0")
-    return (1.0 + accepted_per_draft) / (1.0 + c * draft_tokens_per_draft)
+    return speedup_from_length(1.0 + accepted_per_draft, c, draft_tokens_per_draft)
 
 
 @record

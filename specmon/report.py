@@ -483,7 +483,7 @@ def report_from_gauges(
     best: arithmetic.BestChain | None = None
     if k is not None:
         if mean_len is not None:
-            expected = mean_len / (1.0 + k * draft_cost)
+            expected = arithmetic.speedup_from_length(mean_len, draft_cost, k)
         elif alpha is not None:
             expected = arithmetic.speedup(alpha, k, draft_cost)
         best = best_chain(draft_cost=draft_cost, chain_length=k, alpha=alpha)

@@ -64,7 +64,7 @@ def at_cost(
         drafted = float(k)
     speedup: float | None = None
     if report.mean_acceptance_length is not None and drafted is not None:
-        speedup = report.mean_acceptance_length / (1.0 + draft_cost * drafted)
+        speedup = arithmetic.speedup_from_length(report.mean_acceptance_length, draft_cost, drafted)
     elif report.alpha is not None and k:
         speedup = arithmetic.speedup(report.alpha, k, draft_cost)
     breakeven = arithmetic.breakeven_alpha(k, draft_cost) if k else None
