@@ -65,7 +65,7 @@ th{background:#eef0f4;font-weight:600;font-size:12px;text-transform:uppercase;co
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pos{color:#1a7f37}.neg{color:#cf222e;font-weight:600}.warn{color:#9a6700;font-weight:600}
 .muted{color:#6b7385}
-.mk{font-weight:700;white-space:nowrap}
+.mk{font-weight:700}
 .s0 .mk,.s1 .mk,.s2 .mk,.s3 .mk{color:#cf222e}.s4 .mk{color:#9a6700}
 .s5 .mk{color:#5b6475}.s6 .mk{color:#1a7f37}
 .big{font-size:17px;font-weight:700;white-space:nowrap}
@@ -89,7 +89,9 @@ font-size:12px}
 tbody.s0 td:first-child,tbody.s1 td:first-child,tbody.s2 td:first-child,
 tbody.s3 td:first-child{box-shadow:inset 4px 0 #cf222e}
 tbody.s4 td:first-child{box-shadow:inset 4px 0 #d4a72c}
-col.c-target{width:22%}
+table.targets{table-layout:fixed}
+col.c1{width:21%}col.c2{width:15%}col.c3{width:10%}col.c4{width:15%}col.c5{width:11%}
+col.c6{width:10%}col.c7{width:18%}
 @media (max-width:760px){
 body{margin:8px}
 table{background:none;box-shadow:none}
@@ -104,7 +106,6 @@ td{border:0;padding:2px 12px}
 td.num{text-align:left}
 td[data-l]::before{content:attr(data-l) ": ";color:#6b7385;font-size:12px}
 td.wide{display:none}
-.url{white-space:normal;overflow-wrap:anywhere}
 }
 """
 )
@@ -601,8 +602,9 @@ now over the {escape(primary_window)} window (or the first window with data), on
 evidence (its basis under it); margin = alpha &minus; break-even; {escape(readiness)}.</p>
 <p class="sub">{escape(counts)} {_problem_summary(problems, per_page)}</p>
 {nav}
-<table>
-<colgroup><col class="c-target"><col><col><col><col><col><col></colgroup>
+<table class="targets">
+<colgroup><col class="c1"><col class="c2"><col class="c3"><col class="c4"><col class="c5">
+<col class="c6"><col class="c7"></colgroup>
 <thead><tr><th>target</th><th>state</th><th>verdict</th><th>model &middot; window</th>
 <th>margin<br>&alpha; / break-even</th><th>k / best k<br>draft cost</th>
 <th>load and baseline</th></tr></thead>
