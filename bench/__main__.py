@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile|status]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -49,12 +49,16 @@ def main(argv: list[str]) -> int:
         from bench import shutdown
 
         return shutdown.main(argv[1:])
+    if which == "status":
+        from bench import statuspage
+
+        return statuspage.main(argv[1:])
     if which == "fleet":
         from bench import fleet
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory, shutdown or promhostile",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory, shutdown, promhostile or status",
         file=sys.stderr,
     )
     return 2

@@ -38,6 +38,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.exposition import Exposition
 from specmon.daemon.file_sd import FileSD
+from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
@@ -50,6 +51,7 @@ from specmon.daemon.status_page import (
     targets_document,
 )
 from specmon.daemon.target import TargetState, TargetView, Twins
+from specmon.daemon.target_page import render_missing, render_target
 from specmon.logs import LIMIT, get_logger
 from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.process.memory import CollectorSchedule, collector_paused
@@ -149,6 +151,8 @@ class Daemon:
         self.exposition = Exposition(on_error=self._export_failed)
         #: The status page's and the API's per-target pieces, made once per view.
         self._status = StatusCache()
+        #: The last 15 minutes of every target's verdict, for its page's charts.
+        self.history = History()
         # security: the listening socket, --web.config.file, lifecycle flag (specmon/web)
         self.web = WebServer(web_options or WebOptions(), metrics=self.metrics.web, log=self.log)
         self.config: Config | None = None
@@ -346,6 +350,7 @@ class Daemon:
         and the status page's and the API's pieces made from the old view are let go."""
         self.exposition.update(view)
         self._status.changed(view.name)
+        self.history.record(view, window=self.primary_window(), now=time.time())
 
     def _count_targets(self) -> None:
         self.metrics.targets.set(len(self._running) + self.fleet.count())
@@ -376,11 +381,13 @@ class Daemon:
         self._thaw()
         running.state.on_view = None
         self.exposition.remove(name)
+        self.history.forget(name)
         self._pending_first.discard(name)
         self.ingest.forget(name)
 
     def _fleet_instance_removed(self, name: str) -> None:
         self.exposition.remove(name)
+        self.history.forget(name)
         self._thaw()
 
     def _thaw(self) -> None:
@@ -434,6 +441,10 @@ class Daemon:
         app.router.add_post("/-/reload", self._reload_http)
         app.router.add_put("/-/reload", self._reload_http)  # as Prometheus
         app.router.add_get("/api/v1/targets", self._targets_json)
+        # One target's page: the name percent-encoded whole (status_page.target_href); a
+        # name of dots only comes as ?name=.
+        app.router.add_get("/target", self._target_page)
+        app.router.add_get("/target/{name:.+}", self._target_page)
         return app
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -490,6 +501,32 @@ class Daemon:
             )
         return web.Response(text=html, content_type="text/html", charset="utf-8")
 
+    def view_of(self, name: str) -> TargetView | None:
+        """One target's current view, scraped directly or read through a fleet source."""
+        running = self._running.get(name)
+        if running is not None:
+            return running.state.view
+        return next((v for v in self.fleet.views(exclude=self._running) if v.name == name), None)
+
+    async def _target_page(self, request: web.Request) -> web.Response:
+        """``/target/NAME`` (or ``/target?name=NAME``): one target's page; 404 for a name no
+        target has. The name is at most ``MAX_NAME`` characters (a longer one is no name)."""
+        name = request.match_info.get("name")
+        if name is None:
+            name = request.query.get("name", "")
+        view = self.view_of(name) if 0 < len(name) <= _MAX_NAME else None
+        if view is None:
+            return web.Response(
+                status=404, text=render_missing(name), content_type="text/html", charset="utf-8"
+            )
+        html = render_target(
+            view,
+            primary_window=self.primary_window(),
+            series=self.history.series(name),
+            events=self.history.events(name),
+        )
+        return web.Response(text=html, content_type="text/html", charset="utf-8")
+
     async def _targets_json(self, request: web.Request) -> web.Response:
         """Every target's document (each made once per change of its view); ``?target=NAME``
         for one; ``q``, ``problems``, ``page`` and ``per_page`` as on the status page
@@ -498,7 +535,13 @@ class Daemon:
         if isinstance(asked, list):
             return web.json_response({"error": "; ".join(asked)}, status=400)
         with collector_paused():  # each changed view's document: many containers at once
-            body = targets_document(self.views(), ready=self.ready, asked=asked, cache=self._status)
+            body = targets_document(
+                self.views(),
+                ready=self.ready,
+                asked=asked,
+                cache=self._status,
+                primary_window=self.primary_window(),
+            )
         return web.Response(text=body, content_type="application/json")
 
     async def _reload_all(self) -> tuple[bool, str]:
@@ -623,6 +666,10 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             hung = await self.stop()
         return 1 if hung else 0
+
+
+#: Longest target name the target page looks up.
+_MAX_NAME = 2048
 
 
 def _int_param(raw: str | None, default: int, low: int, high: int) -> int:

@@ -1,7 +1,11 @@
 """The HTML status page at ``/`` and its JSON twin: every target at a glance.
 
-Everything a target provides (model names, error messages, notes) is escaped. The page has
-no scripts and no external resources; it refreshes itself every few seconds.
+Problems first: targets in severity order (specmon.daemon.severity), each marked by a word and
+an icon, not only a colour; one verdict per row as its first figure; the engines' derivation
+notes on the target's own page (specmon.daemon.target_page), a badge here. On a narrow screen
+each target is a card. Everything a target provides (names, model names, error messages,
+notes) is escaped. The page has no scripts and no external resources; it refreshes itself
+every few seconds.
 """
 
 from __future__ import annotations
@@ -11,57 +15,151 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from specmon import __version__
 from specmon.daemon.load_view import LoadFigures
+from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.daemon.verdict import Evidence, Verdict
 from specmon.formatting import number
 
 __all__ = [
+    "BASE_CSS",
     "MAX_PER_PAGE",
     "Selection",
     "StatusCache",
     "TargetsQuery",
+    "bars",
+    "fmt",
+    "margin_html",
+    "marker",
     "parse_targets_query",
     "render_status",
     "select_views",
+    "target_href",
     "target_rows",
     "targets_document",
+    "verdict_html",
     "views_json",
 ]
 
 #: The most targets one page (of the status page or ``/api/v1/targets``) holds.
 MAX_PER_PAGE = 5000
+#: Problem targets named in the summary (the rest: "and N more", a link to the filter).
+_NAMED_PROBLEMS = 10
 
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;
-background:#f6f7f9}
-h1{font-size:20px;margin:0 0 4px}
-.sub{color:#5b6475;margin:0 0 16px}
+#: Shared with the target page.
+BASE_CSS = """
+*{box-sizing:border-box}
+body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 20px;
+color:#1d2330;background:#f6f7f9}
+h1{font-size:20px;margin:0 0 4px;overflow-wrap:anywhere}
+h2{font-size:16px;margin:20px 0 6px;overflow-wrap:anywhere}
+a{color:#0b5cad}
+.sub{color:#5b6475;margin:0 0 12px;overflow-wrap:anywhere}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;width:100%}
-th,td{padding:6px 10px;border-bottom:1px solid #e6e8ec;text-align:left;vertical-align:top}
+th,td{padding:6px 8px;border-bottom:1px solid #e6e8ec;text-align:left;vertical-align:top;
+overflow-wrap:anywhere}
 th{background:#eef0f4;font-weight:600;font-size:12px;text-transform:uppercase;color:#404859}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-.up{color:#1a7f37;font-weight:600}.down{color:#cf222e;font-weight:600}
-.off{color:#9a6700;font-weight:600}
-.pos{color:#1a7f37}.neg{color:#cf222e;font-weight:600}.muted{color:#8a93a5}
-.bars{display:grid;grid-template-columns:auto 120px auto;gap:2px 6px;align-items:center;
-font-size:12px}
+.pos{color:#1a7f37}.neg{color:#cf222e;font-weight:600}.warn{color:#9a6700;font-weight:600}
+.muted{color:#6b7385}
+.mk{font-weight:700}
+.s0 .mk,.s1 .mk,.s2 .mk,.s3 .mk{color:#cf222e}.s4 .mk{color:#9a6700}
+.s5 .mk{color:#5b6475}.s6 .mk{color:#1a7f37}
+.big{font-size:17px;font-weight:700;white-space:nowrap}
+.bars{display:grid;grid-template-columns:auto minmax(60px,160px) auto;gap:2px 6px;
+align-items:center;font-size:12px;max-width:320px}
 .track{background:#e6e8ec;height:10px;border-radius:2px;overflow:hidden}
 .fill{background:#3b82f6;height:10px}
-.err{color:#cf222e;font-size:12px;max-width:420px;word-break:break-word}
-.note{color:#5b6475;font-size:12px;max-width:420px}
-footer{margin-top:16px;color:#8a93a5;font-size:12px}
+.err{color:#cf222e;font-size:12px;overflow-wrap:anywhere}
+.note{color:#5b6475;font-size:12px}
+.badge{display:inline-block;font-size:11px;padding:0 6px;margin:2px 2px 0 0;border-radius:8px;
+background:#eef0f4;color:#404859;border:1px solid #d0d5de;white-space:nowrap}
+footer{margin-top:16px;color:#6b7385;font-size:12px}
 """
 
+_CSS = (
+    BASE_CSS
+    + """
+.name{font-weight:700}
+.url{display:block;max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;
+font-size:12px}
+tbody.s0 td:first-child,tbody.s1 td:first-child,tbody.s2 td:first-child,
+tbody.s3 td:first-child{box-shadow:inset 4px 0 #cf222e}
+tbody.s4 td:first-child{box-shadow:inset 4px 0 #d4a72c}
+table.targets{table-layout:fixed}
+col.c1{width:21%}col.c2{width:15%}col.c3{width:10%}col.c4{width:15%}col.c5{width:11%}
+col.c6{width:10%}col.c7{width:18%}
+@media (max-width:760px){
+body{margin:8px}
+table{background:none;box-shadow:none}
+table,tbody,tr,td{display:block;width:100%}
+thead{display:none}
+tbody{background:#fff;margin:0 0 10px;border-radius:6px;box-shadow:0 1px 2px #0003;
+padding:6px 0}
+tbody.s0,tbody.s1,tbody.s2,tbody.s3{border-left:5px solid #cf222e}
+tbody.s4{border-left:5px solid #d4a72c}
+tbody td:first-child{box-shadow:none!important}
+td{border:0;padding:2px 12px}
+td.num{text-align:left}
+td[data-l]::before{content:attr(data-l) ": ";color:#6b7385;font-size:12px}
+td.wide{display:none}
+}
+"""
+)
 
-def _fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
+#: The word (and icon) each severity shows: read by screen readers, seen by the colour-blind.
+_MARKS = {
+    Severity.DOWN: ("\u2716", "DOWN"),
+    Severity.REFUSED: ("\u26a0", "REFUSED"),
+    Severity.SLOWER: ("\u25bc", "SLOWER"),
+    Severity.BELOW: ("\u25bc", "BELOW BREAK-EVEN"),
+    Severity.NEAR: ("\u25c6", "NEAR BREAK-EVEN"),
+    Severity.UNJUDGED: ("\u2026", "NO VERDICT"),
+    Severity.FINE: ("\u2714", "FINE"),
+}
+_MARK_TITLES = {
+    Severity.DOWN: "the last scrape failed",
+    Severity.REFUSED: "readings refused at the last scrape (their figures are left out)",
+    Severity.SLOWER: "slower than without speculation, on the verdict's evidence",
+    Severity.BELOW: "acceptance below break-even on the verdict's evidence",
+    Severity.NEAR: "within 0.05 of break-even, or under 1.05x",
+    Severity.UNJUDGED: "nothing to judge yet",
+    Severity.FINE: "speculation pays on the verdict's evidence",
+}
+
+
+def marker(view: TargetView, severity: Severity) -> str:
+    """The state's icon and word (``PENDING`` or ``NO SPEC DATA`` for an unjudged target
+    that has not been scraped or publishes no speculative figures)."""
+    icon, word = _MARKS[severity]
+    if severity is Severity.UNJUDGED:
+        if not view.scraped:
+            word = "PENDING"
+        elif view.up and not view.speculation:
+            word = "NO SPEC DATA"
+    return (
+        f'<span class="mk" title="{_MARK_TITLES[severity]}">'
+        f'<span aria-hidden="true">{icon}</span> {word}</span>'
+    )
+
+
+def target_href(name: str) -> str:
+    """The target page's address: the name percent-encoded whole (``/``, ``?``, ``#`` and
+    ``%`` included); a name of dots only goes in the query (a path segment of dots is a
+    directory step to a browser, encoded or not)."""
+    if name.strip(".") == "":
+        return "/target?name=" + quote(name, safe="")
+    return "/target/" + quote(name, safe="")
+
+
+def fmt(value: float | None, digits: int = 3, suffix: str = "") -> str:
     return number(value, digits, suffix=suffix, missing="&ndash;")
 
 
-def _margin(value: float | None) -> str:
+def margin_html(value: float | None) -> str:
     if value is None:
         return '<span class="muted">&ndash;</span>'
     cls = "pos" if value >= 0 else "neg"
@@ -77,22 +175,33 @@ _BASIS_TEXT = {
     Evidence.DEFAULT: "default c: a guess",
 }
 
+#: The verdict figure's colour: green only when the window is fine.
+_FIGURE_CLASS = {
+    Severity.SLOWER: "neg",
+    Severity.BELOW: "neg",
+    Severity.NEAR: "warn",
+    Severity.FINE: "pos",
+}
 
-def _verdict(verdict: Verdict | None) -> str:
-    """The speed-up believed now and, under it, what it rests on (the whole line on hover)."""
+
+def verdict_html(verdict: Verdict | None, severity: Severity) -> str:
+    """The speed-up believed now, coloured by the window's severity (never green for a
+    window slower than its baseline), and what it rests on (the whole line on hover)."""
     if verdict is None:
         return '<span class="muted">&ndash;</span>'
     value = verdict.speedup
+    cls = _FIGURE_CLASS.get(severity, "muted")
     figure = (
-        '<span class="muted">&ndash;</span>'
+        '<span class="big muted">&ndash;</span>'
         if value is None
-        else f'<span class="{"pos" if value >= 1.0 else "neg"}">{value:.2f}&times;</span>'
+        else f'<span class="big {cls}">{value:.2f}&times;</span>'
     )
     basis = escape(_BASIS_TEXT[verdict.basis])
     return f'{figure}<br><span class="muted" title="{escape(verdict.detail)}">{basis}</span>'
 
 
-def _bars(window: WindowView | None) -> str:
+def bars(window: WindowView | None) -> str:
+    """Survival by position as bars."""
     if window is None or window.report is None or not window.report.positions:
         return '<span class="muted">no per-position data</span>'
     rows = []
@@ -102,31 +211,31 @@ def _bars(window: WindowView | None) -> str:
         rows.append(
             f'<span>{pos.position}</span><div class="track" title="survival {survival:.3f}">'
             f'<div class="fill" style="width:{width:.1f}%"></div></div>'
-            f"<span>{_fmt(pos.survival)}</span>"
+            f"<span>{fmt(pos.survival)}</span>"
         )
     return '<div class="bars">' + "".join(rows) + "</div>"
 
 
-def _pick_window(model: ModelView, preferred: str) -> WindowView | None:
-    window = model.window(preferred)
-    if window is not None and window.report is not None:
-        return window
-    with_data = [w for w in model.windows if w.report is not None]
-    return with_data[0] if with_data else window
+def _badges(view: TargetView, loads: Iterable[LoadFigures | None]) -> str:
+    badges = []
+    if view.notes:
+        badges.append(("derived counts", len(view.notes)))
+    load_notes = {n for load in loads if load is not None for n in load.notes}
+    if load_notes:
+        badges.append(("load notes", len(load_notes)))
+    return "".join(
+        f'<span class="badge" title="{count} note(s): the full text is on the target page">'
+        f"{label}</span>"
+        for label, count in badges
+    )
 
 
 def target_rows(view: TargetView, *, primary_window: str) -> str:
-    """The status page's rows of one target (one per model), escaped."""
+    """One target's ``<tbody>`` (a card on a narrow screen): a row per model, the target's
+    name, link, state and badges once. Escaped."""
+    severity = target_severity(view, primary_window)
     name = escape(view.name)
     url = escape(view.url)
-    if not view.scraped:
-        state = '<span class="muted">pending</span>'
-    elif not view.up:
-        state = '<span class="down">DOWN</span>'
-    elif not view.speculation:
-        state = '<span class="off">NO SPEC DATA</span>'
-    else:
-        state = '<span class="up">UP</span>'
     engine = escape(view.engine.value) if view.engine else "&ndash;"
     detail = ""
     if view.error:
@@ -136,15 +245,40 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
     if view.up and view.rejected:
         shown = "; ".join(str(r) for r in view.rejected[:3])
         detail += f'<div class="err">refused: {escape(shown)}</div>'
-    if not view.models or not view.up:
+    models = view.models if view.up else ()
+    picked = [(m, pick_window(m, primary_window)) for m in models]
+    span = max(1, len(picked))
+    head = (
+        f'<td rowspan="{span}"><a class="name" href="{escape(target_href(view.name))}">'
+        f'{name}</a><span class="url muted" title="{url}">{url}</span>'
+        f'<span class="muted">{engine}</span> '
+        f"{_badges(view, (w.load if w else None for _, w in picked))}</td>"
+        f'<td rowspan="{span}" data-l="state">{marker(view, severity)}{detail}</td>'
+    )
+    if not picked:
         return (
-            f"<tr><td><b>{name}</b><br><span class='muted'>{url}</span></td><td>{state}"
-            f"{detail}</td><td>{engine}</td>" + '<td colspan="10"></td></tr>'
+            f'<tbody class="s{int(severity)}"><tr>{head}'
+            '<td colspan="5" class="wide"></td></tr></tbody>'
         )
     rows = []
-    for model in view.models:
-        window = _pick_window(model, primary_window)
+    for index, (model, window) in enumerate(picked):
+        first = head if index == 0 else ""
         report = window.report if window else None
+        load = window.load if window else None
+        verdict = window.verdict if window else None
+        where = (
+            f'<td data-l="model">{escape(model.model)}<br><span class="muted">'
+            f"{escape(window.window) if window else '&ndash;'} &middot; {_drafts(window)}"
+            "</span></td>"
+        )
+        if not model.speculating:
+            rows.append(
+                f"<tr>{first}"
+                '<td class="num" data-l="verdict"><span class="muted">no speculation</span></td>'
+                f"{where}<td class='wide'></td><td class='wide'></td>"
+                f"<td class='wide'>{_load_cell(load)}</td></tr>"
+            )
+            continue
         best = report.best_chain_length if report else None
         best_text = (
             "&ndash;"
@@ -152,45 +286,26 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
             else (
                 "0 (off)"
                 if best == 0
-                else f"{best} ({_fmt(report.best_speedup if report else None, 2, '&times;')})"
+                else f"{best} ({fmt(report.best_speedup if report else None, 2, '&times;')})"
             )
         )
-        load = window.load if window else None
-        verdict = window.verdict if window else None
-        notes = "".join(
-            f'<div class="note">{escape(n)}</div>'
-            for n in (*view.notes, *(load.notes if load else ()))
-        )
-        if not model.speculating:
-            rows.append(
-                "<tr>"
-                f"<td><b>{name}</b><br><span class='muted'>{url}</span></td>"
-                f"<td>{state}<div class='note'>no speculation: load and speed only</div></td>"
-                f"<td>{engine}</td><td>{escape(model.model)}{notes}</td>"
-                f"<td class='num'>{escape(window.window) if window else '&ndash;'}</td>"
-                f"<td colspan='6'></td><td>{_load_cell(load)}</td><td></td></tr>"
-            )
-            continue
+        k = model.basis.chain_length
         rows.append(
-            "<tr>"
-            f"<td><b>{name}</b><br><span class='muted'>{url}</span></td>"
-            f"<td>{state}{detail}</td>"
-            f"<td>{engine}</td>"
-            f"<td>{escape(model.model)}{notes}</td>"
-            f"<td class='num'>{escape(window.window) if window else '&ndash;'}"
-            f"<br><span class='muted'>{_drafts(window)}</span></td>"
-            f"<td class='num'>{_fmt(report.alpha if report else None)}</td>"
-            f"<td class='num'>{_fmt(verdict.breakeven_alpha if verdict else None)}</td>"
-            f"<td class='num'>{_margin(verdict.alpha_margin if verdict else None)}</td>"
-            f"<td class='num'>{_verdict(verdict)}</td>"
-            f"<td class='num'>{model.basis.chain_length if model.basis.chain_length is not None else '&ndash;'}"
-            f" / {best_text}</td>"
-            f"<td class='num'>{model.basis.draft_cost:g}{_engine_cost(model)}</td>"
-            f"<td>{_load_cell(load)}</td>"
-            f"<td>{_bars(window)}</td>"
+            f"<tr>{first}"
+            f'<td class="num" data-l="verdict">'
+            f"{verdict_html(verdict, window_severity(window))}</td>"
+            f"{where}"
+            f'<td class="num" data-l="margin">'
+            f"{margin_html(verdict.alpha_margin if verdict else None)}"
+            f'<br><span class="muted">&alpha; {fmt(report.alpha if report else None)}'
+            f" / {fmt(verdict.breakeven_alpha if verdict else None)}</span></td>"
+            f'<td class="num wide">{k if k is not None else "&ndash;"} / {best_text}'
+            f'<br><span class="muted">c {model.basis.draft_cost:g}{_engine_cost(model)}</span>'
+            "</td>"
+            f'<td class="wide">{_load_cell(load)}</td>'
             "</tr>"
         )
-    return "\n".join(rows)
+    return f'<tbody class="s{int(severity)}">' + "".join(rows) + "</tbody>"
 
 
 def _load_cell(load: LoadFigures | None) -> str:
@@ -198,8 +313,8 @@ def _load_cell(load: LoadFigures | None) -> str:
     if load is None:
         return '<span class="muted">no load series</span>'
     parts = [
-        f"n &asymp; {_fmt(load.concurrency, 1)}",
-        f"<span class='muted'>{_fmt(_ms(load.time_per_output_token_seconds), 1)} ms/token</span>",
+        f"n &asymp; {fmt(load.concurrency, 1)}"
+        f" <span class='muted'>{fmt(_ms(load.time_per_output_token_seconds), 1)} ms/token</span>"
     ]
     if load.baseline is not None:
         against = escape(load.baseline)
@@ -208,7 +323,7 @@ def _load_cell(load: LoadFigures | None) -> str:
             cls = "pos" if realized >= 1.0 else "neg"
             parts.append(
                 f"<span class='{cls}'>{realized:.2f}&times;</span> vs {against}"
-                f"<br><span class='muted'>c {_fmt(load.measured_draft_cost, 3)}</span>"
+                f" <span class='muted'>c {fmt(load.measured_draft_cost, 3)}</span>"
             )
         else:
             parts.append(
@@ -224,25 +339,16 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1000.0
 
 
-def _is_problem(view: TargetView) -> bool:
-    """Down, refused readings, a negative margin or slower than its baseline, at the configured
-    cost or on the verdict's best evidence."""
-    if view.scraped and not view.up:
-        return True
-    if view.rejected:
-        return True
-    for model in view.models:
-        for window in model.windows:
-            verdict = window.verdict
-            if verdict is not None and (
-                (verdict.alpha_margin or 0.0) < 0 or (verdict.speedup or 1.0) < 1.0
-            ):
-                return True
-            if window.report is not None and (window.report.alpha_margin or 0.0) < 0:
-                return True
-            if window.load is not None and (window.load.realized_speedup or 1.0) < 1.0:
-                return True
-    return False
+def _drafts(window: WindowView | None) -> str:
+    if window is not None and window.drafts is None and window.report is not None:
+        return "drafts not counted"
+    return f"{window.drafts if window and window.drafts is not None else 0} drafts"
+
+
+def _engine_cost(model: ModelView) -> str:
+    if model.engine_draft_cost is None:
+        return ""
+    return f" &middot; engine {model.engine_draft_cost:.3g}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -261,18 +367,27 @@ class Selection:
 def select_views(
     views: Sequence[TargetView],
     *,
+    primary_window: str,
     query: str = "",
     problems_only: bool = False,
     page: int = 1,
     per_page: int | None = None,
+    severities: StatusCache | None = None,
 ) -> Selection:
     """The status page's filter and pages, shared with ``/api/v1/targets``: targets whose
-    name holds ``query`` (any case), only those with a problem when ``problems_only``, in
-    pages of ``per_page`` (None: all on one page)."""
+    name holds ``query`` (any case), only those with a problem (on the window the page
+    shows, ``primary_window``) when ``problems_only``, in pages of ``per_page`` (None: all
+    on one page), in the order given."""
     needle = query.lower()
+
+    def problem(view: TargetView) -> bool:
+        if severities is not None:
+            return severities.severity(view, primary_window).problem
+        return target_severity(view, primary_window).problem
+
     chosen = [
         v for v in views
-        if (not needle or needle in v.name.lower()) and (not problems_only or _is_problem(v))
+        if (not needle or needle in v.name.lower()) and (not problems_only or problem(v))
     ]  # fmt: skip
     size = max(1, len(chosen) if per_page is None else per_page)
     pages = max(1, -(-len(chosen) // size))
@@ -353,7 +468,12 @@ def parse_targets_query(params: Mapping[str, str]) -> TargetsQuery | list[str]:
 
 
 def targets_document(
-    views: Sequence[TargetView], *, ready: bool, asked: TargetsQuery, cache: StatusCache
+    views: Sequence[TargetView],
+    *,
+    ready: bool,
+    asked: TargetsQuery,
+    cache: StatusCache,
+    primary_window: str,
 ) -> str:
     """The JSON of ``/api/v1/targets``: ``ready``, ``total`` (targets chosen, on every page),
     ``targets`` (this page's documents, each made once per view) and, when a page was asked
@@ -362,6 +482,8 @@ def targets_document(
         views = [v for v in views if v.name == asked.target]
     chosen = select_views(
         views,
+        primary_window=primary_window,
+        severities=cache,
         query=asked.query,
         problems_only=asked.problems_only,
         page=asked.page or 1,
@@ -392,6 +514,14 @@ class StatusCache:
     def __init__(self) -> None:
         self._rows: dict[str, tuple[TargetView, str, str]] = {}
         self._json: dict[str, tuple[TargetView, str]] = {}
+        self._severity: dict[str, tuple[TargetView, str, Severity]] = {}
+
+    def severity(self, view: TargetView, primary_window: str) -> Severity:
+        cached = self._severity.get(view.name)
+        if cached is None or cached[0] is not view or cached[1] != primary_window:
+            cached = (view, primary_window, target_severity(view, primary_window))
+            self._severity[view.name] = cached
+        return cached[2]
 
     def rows(self, view: TargetView, primary_window: str) -> str:
         cached = self._rows.get(view.name)
@@ -411,11 +541,12 @@ class StatusCache:
         """``name`` has a new view: its pieces are stale."""
         self._rows.pop(name, None)
         self._json.pop(name, None)
+        self._severity.pop(name, None)
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the targets no longer configured."""
         names = set(keep)
-        for cache in (self._rows, self._json):
+        for cache in (self._rows, self._json, self._severity):
             for name in set(cache) - names:
                 del cache[name]
 
@@ -431,28 +562,32 @@ def render_status(
     problems_only: bool = False,
     cache: StatusCache | None = None,
 ) -> str:
-    """The status page: a summary of every target, then one page of rows (filtered by name
-    and by problems), with links to the other pages."""
+    """The status page: a summary naming the targets with problems, then one page of targets
+    worst first (severity, then name; filtered by name and by problems), with links to the
+    other pages."""
     store = cache if cache is not None else StatusCache()
+    ranked = sorted(views, key=lambda v: (store.severity(v, primary_window), v.name))
     up = sum(1 for v in views if v.up)
     down = sum(1 for v in views if v.scraped and not v.up)
     spec_off = sum(1 for v in views if v.up and not v.speculation)
-    problem_count = sum(1 for v in views if _is_problem(v))
+    problems = [v for v in ranked if store.severity(v, primary_window).problem]
     chosen = select_views(
-        views, query=query, problems_only=problems_only, page=page, per_page=per_page
+        ranked,
+        primary_window=primary_window,
+        query=query,
+        problems_only=problems_only,
+        page=page,
+        per_page=per_page,
+        severities=store,
     )
     page, pages = chosen.page, chosen.pages
     body = "\n".join(store.rows(v, primary_window) for v in chosen.views) or (
-        '<tr><td colspan="13" class="muted">no targets'
+        '<tbody><tr><td colspan="7" class="muted">no targets'
         + (" match" if query or problems_only else " configured")
-        + "</td></tr>"
+        + "</td></tr></tbody>"
     )
     readiness = "ready" if ready else "starting: waiting for the first scrape of every target"
-    summary = (
-        f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data; "
-        f"{problem_count} with a problem (down, refused readings, negative margin, or slower "
-        "than its baseline)"
-    )
+    counts = f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data."
     nav = _nav(page, pages, per_page, query, problems_only, chosen.total)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -462,23 +597,46 @@ def render_status(
 <title>specmon</title><style>{_CSS}</style></head>
 <body>
 <h1>specmon</h1>
-<p class="sub">Speculative decoding, live. Figures over the {escape(primary_window)} window
-(or the first window with data); margin = alpha &minus; break-even; {escape(readiness)}.</p>
-<p class="sub">{escape(summary)}</p>
+<p class="sub">Speculative decoding, live. Worst first; each verdict is the speed-up believed
+now over the {escape(primary_window)} window (or the first window with data), on the best
+evidence (its basis under it); margin = alpha &minus; break-even; {escape(readiness)}.</p>
+<p class="sub">{escape(counts)} {_problem_summary(problems, per_page)}</p>
 {nav}
-<table>
-<thead><tr><th>target</th><th>state</th><th>engine</th><th>model</th><th>window</th>
-<th>alpha</th><th>break-even</th><th>margin</th><th>verdict</th>
-<th>k / best k</th><th>draft cost</th><th>load and baseline</th>
-<th>survival by position</th></tr></thead>
-<tbody>
+<table class="targets">
+<colgroup><col class="c1"><col class="c2"><col class="c3"><col class="c4"><col class="c5">
+<col class="c6"><col class="c7"></colgroup>
+<thead><tr><th>target</th><th>state</th><th>verdict</th><th>model &middot; window</th>
+<th>margin<br>&alpha; / break-even</th><th>k / best k<br>draft cost</th>
+<th>load and baseline</th></tr></thead>
 {body}
-</tbody></table>
+</table>
 <footer>specmon {escape(__version__)} &middot; <a href="/metrics">/metrics</a> &middot;
 <a href="/api/v1/targets">/api/v1/targets</a> &middot; <a href="/healthz">/healthz</a> &middot;
 <a href="/readyz">/readyz</a></footer>
 </body></html>
 """
+
+
+def _problem_summary(problems: Sequence[TargetView], per_page: int) -> str:
+    """ "No problems", or how many and which (the first few, linked; the rest by the filter)."""
+    if not problems:
+        return '<span class="pos"><span aria-hidden="true">\u2714</span> no problems</span>'
+    named = ", ".join(
+        f'<a href="{escape(target_href(v.name))}">{escape(v.name)}</a>'
+        for v in problems[:_NAMED_PROBLEMS]
+    )
+    more = len(problems) - _NAMED_PROBLEMS
+    rest = (
+        f' and <a href="?{escape(urlencode({"problems": "1", "per_page": str(per_page)}))}">'
+        f"{more} more</a>"
+        if more > 0
+        else ""
+    )
+    return (
+        f'<b class="neg"><span aria-hidden="true">\u26a0</span> {len(problems)} with a problem'
+        f"</b> (down, refused readings, slower than without speculation or below break-even):"
+        f" {named}{rest}"
+    )
 
 
 def _nav(page: int, pages: int, per_page: int, query: str, problems: bool, count: int) -> str:
@@ -497,23 +655,12 @@ def _nav(page: int, pages: int, per_page: int, query: str, problems: bool, count
     checked = " checked" if problems else ""
     return (
         '<form class="sub" method="get">'
-        f'<input name="q" value="{escape(query)}" placeholder="target name">'
+        f'<input name="q" value="{escape(query)}" placeholder="target name" aria-label="target'
+        ' name"> '
         f'<label><input type="checkbox" name="problems" value="1"{checked}> problems only</label>'
-        '<button type="submit">filter</button> '
+        ' <button type="submit">filter</button> '
         f"page {page} of {pages} ({count} targets) {' '.join(links)}</form>"
     )
-
-
-def _drafts(window: WindowView | None) -> str:
-    if window is not None and window.drafts is None and window.report is not None:
-        return "drafts not counted"
-    return f"{window.drafts if window and window.drafts is not None else 0} drafts"
-
-
-def _engine_cost(model: ModelView) -> str:
-    if model.engine_draft_cost is None:
-        return ""
-    return f"<br><span class='muted'>engine {model.engine_draft_cost:.3g}</span>"
 
 
 def _report_json(window: WindowView) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from html import unescape
 from typing import Any
 
 from specmon.daemon.status_page import (
@@ -22,18 +23,28 @@ from tests.support.views import fleet_views
 
 
 def rows_of(html: str) -> list[str]:
-    return re.findall(r"<tr><td><b>([^<]+)</b>", html)
+    """The targets in the table, in order (one per target: its name cell spans its rows)."""
+    return [unescape(n) for n in re.findall(r'<a class="name" href="[^"]*">([^<]+)</a>', html)]
 
 
-def test_summary_counts_every_target_and_its_problems() -> None:
+def test_summary_counts_every_target_and_names_its_problems() -> None:
     views = fleet_views()
     html = render_status(views, primary_window="5m", ready=True)
     # 11 targets: one down, one never scraped, one without speculation (vllm-off) and the
-    # twin (a baseline without speculation); problems: the down one and vllm-loaded, whose
-    # realized speed-up at its current load (concurrency 16) is 1.0: not below 1, so not one.
+    # twin (a baseline without speculation); problems: the down one only: vllm-loaded's
+    # realized speed-up at its current load (concurrency 16) is 1.0: not below 1, so near
+    # break-even, not a problem.
     assert "11 targets: 9 up, 1 down, 2 without speculative data" in html
-    names = rows_of(html)
-    assert names == sorted(names) and "vllm-loaded" in names
+    assert re.search(r"1 with a problem</b> \([^)]*\): <a href=\"/target/down\">down</a></p>",
+                     html, re.M)  # fmt: skip
+    # Worst first: down, near break-even, nothing to judge yet, fine; by name within each.
+    assert rows_of(html) == [
+        "down", "vllm-loaded", "pending", "vllm-idle", "vllm-off", "vllm-twin",
+        "llama-b", "sglang-c", "vllm-a", "vllm-profiled", "vllm-v0",
+    ]  # fmt: skip
+    marks = re.findall(r'<span aria-hidden="true">.</span> ([A-Z -]+)</span>', html)
+    assert marks[:3] == ["DOWN", "NEAR BREAK-EVEN", "PENDING"] and marks[-1] == "FINE"
+    assert "NO SPEC DATA" in marks
 
 
 def test_filter_by_name_and_problems_and_pages() -> None:
@@ -57,7 +68,7 @@ def test_the_load_column_says_what_the_baseline_says() -> None:
     )
     assert "1.00&times;</span> vs vllm-twin" in html
     assert "stops paying at n &asymp; 16.2" in html
-    assert "no speculation: load and speed only" in html  # the twin's row
+    assert "no speculation</span>" in html  # the twin's row
     profiled = render_status([views["vllm-profiled"]], primary_window="5m", ready=True)
     assert "1.86&times;</span> vs profile" in profiled
 
@@ -101,7 +112,7 @@ def document(views: list[Any], **params: str) -> dict[str, Any]:
     asked = parse_targets_query(params)
     assert isinstance(asked, TargetsQuery), asked
     doc: dict[str, Any] = json.loads(
-        targets_document(views, ready=True, asked=asked, cache=StatusCache())
+        targets_document(views, ready=True, asked=asked, cache=StatusCache(), primary_window="5m")
     )
     return doc
 
@@ -125,10 +136,13 @@ def test_the_api_pages_and_filters_as_the_status_page_does() -> None:
     one = document(views, target="llama-b")
     assert [t["target"] for t in one["targets"]] == ["llama-b"] and one["total"] == 1
     assert document(views, target="LLAMA-B")["targets"] == []  # exact name, not a search
-    # The HTML page chooses the same targets from the same parameters.
-    html = render_status(views, primary_window="5m", ready=True, per_page=4, page=2)
-    # (a target with two models has two rows)
-    assert list(dict.fromkeys(rows_of(html))) == [t["target"] for t in pages[1]["targets"]]
+    # The HTML page chooses the same targets from the same parameters, worst first.
+    html = [
+        rows_of(render_status(views, primary_window="5m", ready=True, per_page=4, page=n))
+        for n in (1, 2, 3)
+    ]
+    assert sorted(n for names in html for n in names) == names
+    assert html[0][:2] == ["down", "vllm-loaded"]
 
 
 def test_the_api_names_every_bad_parameter_at_once() -> None:
