@@ -16,6 +16,23 @@ docs.vllm.ai, features/speculative_decoding/dynamic_speculative_decoding): a lis
 ranges, sorted, non-overlapping, the first starting at 1; values above
 ``num_speculative_tokens`` are capped to it, 0 turns speculation off for that range, gaps
 carry the previous value forward and batch sizes past the last range keep the last value.
+
+TensorRT-LLM's schedule (``speculative_config.draft_len_schedule`` in the YAML given to
+``trtllm-serve --extra_llm_api_options``; ``DecodingBaseConfig`` in
+``tensorrt_llm/llmapi/llm_args.py``, NVIDIA/TensorRT-LLM @ fcd3f31682808ae56118ae43c1d7864a3a945e6f):
+``{batch size: draft length}`` where a key is the *largest* batch size of its range (``{4: 4,
+8: 2, 32: 1}``: 1-4 draft 4, 5-8 draft 2, 9-32 draft 1, 33 and more 0: speculation off).
+Keys >= 1, lengths >= 0 and <= ``max_draft_len``; the smallest key's length must equal
+``max_draft_len`` (older releases instead require a key 1 equal to it: the schedule written
+here has both); mutually exclusive with ``max_concurrency``.
+
+SGLang's per-batch-size adaptive speculation (``--speculative-adaptive
+--speculative-adaptive-config FILE``; ``load_bs_config`` in
+``python/sglang/srt/speculative/adaptive_spec_params.py``): a JSON object whose integer keys
+are the *smallest* batch size of their range (``{"1": {...}, "64": {...}}``: 1-63, 64 and
+more), each with ``"steps"``, the candidate ``speculative_num_steps`` the adaptive controller
+may pick from there; a single candidate pins the chain length. Steps are >= 1: SGLang cannot
+switch speculation off by batch size (its source: "TODO: add step=0 (nospec fallback)").
 """
 
 from __future__ import annotations
@@ -115,6 +132,46 @@ class Recommendation:
                 out.append([first, end, advice.best_chain_length])
         return out
 
+    def trtllm_schedule(self) -> dict[int, int] | None:
+        """TensorRT-LLM's ``draft_len_schedule``: each range's last batch size to its chain
+        length, with a key 1 (older releases require it) and adjacent equal values merged;
+        the open last bucket ends at the highest measured concurrency (TensorRT-LLM drafts 0
+        above the largest key); trailing zeros are left out (implicit); a length above the
+        first range's is capped to it (``max_draft_len``). None when the first range's length
+        is 0: ``max_draft_len`` must equal it, so speculation belongs off."""
+        ranges = self.vllm_schedule()
+        if not ranges or ranges[0][2] == 0:
+            return None
+        top = max(ranges[-1][0], math.floor(self.measured_to))
+        ranges[-1][1] = max(ranges[-1][1], top)
+        cap = ranges[0][2]
+        out: dict[int, int] = {1: cap}
+        for _first, last, k in ranges:
+            out[last] = min(k, cap)
+        while len(out) > 1 and out[max(out)] == 0:
+            del out[max(out)]
+        return out
+
+    def trtllm_config(self) -> dict[str, Any] | None:
+        """The ``speculative_config`` entries to merge into ``--extra_llm_api_options``."""
+        schedule = self.trtllm_schedule()
+        if schedule is None:
+            return None
+        return {"max_draft_len": schedule[1], "draft_len_schedule": schedule}
+
+    def sglang_adaptive_config(self) -> dict[str, dict[str, list[int]]]:
+        """SGLang's ``--speculative-adaptive-config`` JSON: each range's first batch size (as
+        a string key, as JSON has them) to ``{"steps": [k]}``, adjacent equal values merged;
+        a range whose best length is 0 gets 1, the least SGLang can run."""
+        out: dict[str, dict[str, list[int]]] = {}
+        previous: int | None = None
+        for first, _last, k in self.vllm_schedule():
+            steps = max(k, 1)
+            if steps != previous:
+                out[str(first)] = {"steps": [steps]}
+            previous = steps
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "chain_length": self.chain_length,
@@ -139,6 +196,8 @@ class Recommendation:
                 {"bucket": a.bucket.label, "spec_draft_n_max": a.best_chain_length}
                 for a in self.buckets
             ],
+            "trtllm": {"speculative_config": self.trtllm_config()},
+            "sglang": {"speculative_adaptive_config": self.sglang_adaptive_config()},
             "crossover": None
             if self.crossover is None
             else {
@@ -223,6 +282,21 @@ def recommend(data: RecommendInput) -> Recommendation:
         f"measured up to concurrency {hi:g}: vLLM keeps the last range's value for larger "
         "batch sizes; specmon has no figure there"
     )
+    notes.append(
+        f"TensorRT-LLM drafts nothing above its schedule's largest key (here up to "
+        f"concurrency {math.floor(hi):d} at most); SGLang keeps its last entry's steps for "
+        "larger batch sizes"
+    )
+    if any(a.best_chain_length == 0 for a in advice):
+        notes.append(
+            "SGLang's adaptive configuration cannot switch speculation off by batch size "
+            "(steps >= 1): where the best chain length is 0 it is given 1 step"
+        )
+    if advice and advice[0].best_chain_length == 0:
+        notes.append(
+            "speculation does not pay even at the lowest load measured: no TensorRT-LLM "
+            "schedule (its smallest key must equal max_draft_len); switch speculation off"
+        )
     points = [
         (
             p.concurrency,

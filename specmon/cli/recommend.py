@@ -172,6 +172,25 @@ def _advice_text(rec: Recommendation, what: str) -> str:
     lines += ["", "vLLM (inside --speculative-config, vLLM 0.32 dynamic speculative decoding):"]
     schedule = json.dumps(rec.vllm_schedule())
     lines.append(f'  "num_speculative_tokens_per_batch_size": {schedule}')
+    lines += [
+        "",
+        "TensorRT-LLM (YAML for trtllm-serve --extra_llm_api_options; merge into your "
+        "speculative_config):",
+    ]
+    trtllm = rec.trtllm_config()
+    if trtllm is None:
+        lines.append("  none: speculation does not pay at the lowest measured load")
+    else:
+        lines.append("  speculative_config:")
+        lines.append(f"    max_draft_len: {trtllm['max_draft_len']}")
+        lines.append("    draft_len_schedule:")
+        lines += [f"      {size}: {k}" for size, k in trtllm["draft_len_schedule"].items()]
+    lines += [
+        "",
+        "SGLang (EAGLE/EAGLE3, topk 1: --speculative-adaptive --speculative-adaptive-config "
+        "FILE, FILE holding):",
+        "  " + json.dumps(rec.sglang_adaptive_config()),
+    ]
     lines += ["", "llama.cpp (one chain length for every load: the row of your usual load):"]
     for a in rec.buckets:
         setting = (

@@ -157,6 +157,13 @@ class Context:
     request_tpot_count: int | None = None
     #: Significant digits the engine prints its numbers with (llama.cpp: 6); None = exact.
     significant_digits: int | None = None
+    #: TGI ``tgi_batch_inference_duration_sum{method="decode"}``: the wall time of every
+    #: decode step (one per engine step, whatever the batch); its ``_count`` is
+    #: ``engine_steps``.
+    engine_step_seconds: float | None = None
+    #: TGI ``tgi_request_skipped_tokens_count`` - ``tgi_batch_next_size_sum``: one
+    #: observation per request per generation step, less each request's prefill step.
+    request_steps: int | None = None
 
 
 @record

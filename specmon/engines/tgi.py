@@ -43,6 +43,13 @@ _SUM = _NAME + "_sum"
 _BUCKET = _NAME + "_bucket"
 _RUNNING = "tgi_batch_current_size"
 _GENERATED = "tgi_request_generated_tokens_sum"
+#: One observation per engine step, ``method="decode"`` or ``"prefill"``: the router's wall
+#: time of the whole call (forward, token decoding, filtering) in ``backends/v3/src/backend.rs``.
+_STEP_SUM = "tgi_batch_inference_duration_sum"
+_STEP_COUNT = "tgi_batch_inference_duration_count"
+#: One observation per new batch taken from the queue (``queue.rs``): its size, so the ``_sum``
+#: counts the requests that went through a prefill step.
+_PREFILLED = "tgi_batch_next_size_sum"
 _MAX_K = 64
 
 NOTE = (
@@ -58,6 +65,13 @@ NOTE_OFF = (
     "TGI observes tgi_request_skipped_tokens on every step, speculating or not; this page "
     "shows no accepted speculative token (speculation off, --speculate 0, or nothing accepted "
     "yet)"
+)
+NOTE_LOAD = (
+    "TGI load: concurrency = request-steps (tgi_request_skipped_tokens_count less the "
+    "requests prefilled, tgi_batch_next_size_sum) / decode steps "
+    "(tgi_batch_inference_duration_count{method=decode}); step time = the decode steps' mean "
+    "wall time (its _sum / _count), each interval's requests weighted by its mean batch; "
+    "prefill calls that stall running requests are not in it"
 )
 NOTE_SUMMARY = (
     "TGI renders tgi_request_skipped_tokens as a summary (no buckets): no per-position data "
@@ -88,7 +102,16 @@ def _bucket_counts(samples: list[Sample]) -> dict[float, float] | None:
 
 class TgiAdapter:
     engine = Engine.TGI
-    wanted: tuple[str, ...] = (_COUNT, _SUM, _BUCKET, _RUNNING, _GENERATED)
+    wanted: tuple[str, ...] = (
+        _COUNT,
+        _SUM,
+        _BUCKET,
+        _RUNNING,
+        _GENERATED,
+        _STEP_SUM,
+        _STEP_COUNT,
+        _PREFILLED,
+    )
     markers: tuple[str, ...] = (_NAME,)
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
@@ -112,7 +135,7 @@ class TgiAdapter:
                     "tgi_request_skipped_tokens buckets are not cumulative or exceed _count",
                 )
             if k == 0:
-                return [], [NOTE_OFF]
+                return _plain(page, drafts), [NOTE_OFF]
             per_pos = tuple(drafts - cumulative[i] for i in range(k))
             chain = k
             exact = sum(per_pos)
@@ -127,11 +150,9 @@ class TgiAdapter:
             if accepted == 0:
                 # TGI observes 0 on every step when it does not speculate: a page that never
                 # accepted a token cannot be told apart from speculation switched off.
-                return [], [NOTE_OFF]
+                return _plain(page, drafts), [NOTE_OFF]
             notes.append(NOTE_SUMMARY)
-        running = page.get(_RUNNING)
-        generated = page.get(_GENERATED)
-        reading: ModelReading | Rejection = ModelReading(
+        reading = ModelReading(
             model="default",
             counters=SpecCounters(
                 drafts=drafts,
@@ -140,14 +161,49 @@ class TgiAdapter:
                 accepted_per_position=per_pos,
                 unknown=("draft_tokens",),
             ),
-            context=Context(
-                requests_running=sum(s.value for s in running) if running else None,
-                generation_tokens=(
-                    count(sum(s.value for s in generated), "generated_tokens_sum")
-                    if generated
-                    else None
-                ),
-            ),
+            context=_context(page, drafts),
             chain_length=chain,
         )
+        if reading.context.engine_step_seconds is not None:
+            notes.append(NOTE_LOAD)
         return [reading], notes
+
+
+def _plain(page: Page, observations: int) -> list[ModelReading | Rejection]:
+    """A TGI server that does not speculate (a twin): its load series alone."""
+    return [ModelReading(model="default", context=_context(page, observations))]
+
+
+def _decode(samples: list[Sample]) -> float | None:
+    values = [s.value for s in samples if s.labels.get("method") == "decode"]
+    return sum(values) if values else None
+
+
+def _context(page: Page, observations: int) -> Context:
+    """The load series: the batch gauge, generated tokens, and the step timing that gives
+    concurrency, step time and time per output token (all three present, or none used)."""
+    running = page.get(_RUNNING)
+    generated = page.get(_GENERATED)
+    step_seconds = _decode(page.get(_STEP_SUM))
+    steps = _decode(page.get(_STEP_COUNT))
+    prefilled = page.get(_PREFILLED)
+    engine_steps = request_steps = None
+    if step_seconds is not None and steps is not None and prefilled:
+        try:
+            engine_steps = count(steps, "batch_inference_duration_count")
+            entered = count(sum(s.value for s in prefilled), "batch_next_size_sum")
+        except AdapterError:
+            step_seconds = None
+        else:
+            request_steps = max(observations - entered, 0)
+    else:
+        step_seconds = None
+    return Context(
+        requests_running=sum(s.value for s in running) if running else None,
+        generation_tokens=(
+            count(sum(s.value for s in generated), "generated_tokens_sum") if generated else None
+        ),
+        engine_steps=engine_steps,
+        engine_step_seconds=step_seconds,
+        request_steps=request_steps,
+    )

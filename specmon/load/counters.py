@@ -3,6 +3,7 @@ engines that print reduced precision (llama.cpp: 6 significant digits). Pure: no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from specmon.arithmetic import rounding_error
@@ -39,9 +40,13 @@ class LoadCounters:
     accepted_per_position: tuple[int, ...] = ()
     requests_running: float | None = None
     errors: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0)
-    #: Which mapping produced it: "inter_token_latency" (vLLM) or "predicted_seconds"
-    #: (llama.cpp).
+    #: Which mapping produced it: "inter_token_latency" (vLLM), "predicted_seconds"
+    #: (llama.cpp) or "engine_step_seconds" (TGI).
     source: str = ""
+    #: The engine's step wall time summed over engine steps (TGI), when it publishes that
+    #: instead of the requests' decode time: an interval's decode seconds are then
+    #: Δstep seconds × Δrequest-steps / Δengine steps (``decode_seconds`` is 0 here).
+    engine_step_seconds: float | None = None
 
 
 _NO_COUNTERS = SpecCounters(0, 0, 0)
@@ -53,6 +58,10 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
     - vLLM-style (``inter_token_latency`` sum and count present): request-steps = ITL count,
       decode seconds = ITL sum, decode tokens = generated - first tokens, engine steps =
       ``iteration_tokens_total`` count, slot-steps = ITL count + first tokens.
+    - TGI-style (engine step seconds, engine steps and request-steps present): request-steps
+      = skipped-token observations less prefill requests, decode tokens = request-steps +
+      accepted, slot-steps = request-steps, engine steps = decode steps; the decode seconds
+      come per interval from the step seconds (see ``engine_step_seconds``).
     - llama.cpp-style (``tokens_predicted_seconds`` present): request-steps = tokens -
       accepted, decode seconds = predicted seconds, decode tokens = tokens, engine steps =
       ``n_decode_total``, slot-steps = ``n_busy_slots_per_decode`` x ``n_decode_total``.
@@ -84,6 +93,24 @@ def load_counters(context: Context, counters: SpecCounters | None = None) -> Loa
             slot_steps=slots,
             source="inter_token_latency",
         )
+    if (
+        c.engine_step_seconds is not None
+        and c.engine_steps is not None
+        and c.request_steps is not None
+    ):
+        if not math.isfinite(c.engine_step_seconds) or c.engine_step_seconds < 0:
+            return None
+        steps = float(c.request_steps)
+        mapped = _mapped(
+            c,
+            spec,
+            request_steps=steps,
+            decode_seconds=0.0,
+            decode_tokens=steps + float(spec.accepted_tokens),
+            slot_steps=steps,
+            source="engine_step_seconds",
+        )
+        return dataclasses.replace(mapped, engine_step_seconds=c.engine_step_seconds)
     if c.generation_seconds is not None and c.generation_tokens is not None:
         tokens = float(c.generation_tokens)
         accepted = float(spec.accepted_tokens)

@@ -84,6 +84,13 @@ def interval_row(
         )
         resets = 0
         errors = (eb[0] + ea[0], eb[1] + ea[1], eb[2] + ea[2], eb[3] + ea[3], eb[4] + ea[4])
+    step_after = after.engine_step_seconds
+    if step_after is not None and engine:
+        # TGI: the engine's step time, weighted by the requests each step served on average
+        # over the interval (exact while batch size and step time are uncorrelated in it).
+        step_before = before.engine_step_seconds
+        step_sum = step_after if resets or step_before is None else step_after - step_before
+        decode_seconds = max(step_sum, 0.0) * request_steps / engine
     big = max(drafts, draft_tokens, accepted, resets, 1, *per_pos) >= _BIG_COUNT
     return array(
         "d",
