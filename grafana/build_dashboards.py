@@ -50,8 +50,7 @@ __all__ = ["DASHBOARDS", "SCHEMA_VERSION", "build", "main", "render"]
 
 #: What the SDK's 10.4 line writes: Grafana 10.4 is the oldest release these dashboards support.
 SCHEMA_VERSION = dm.Dashboard().schema_version
-OVERVIEW_UID = "specmon-overview"
-TARGET_UID = "specmon-target"
+OVERVIEW_UID, TARGET_UID = "specmon-overview", "specmon-target"
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -59,17 +58,13 @@ Steps = tuple[tuple[float | None, str], ...]
 Prop = dm.DynamicConfigValue
 #: How some fields or series differ from the panel's defaults: which ones, and what changes.
 Override = tuple[dm.MatcherConfig, list[Prop]]
-Panel = (
-    timeseries.Panel
-    | stat.Panel
-    | bargauge.Panel
-    | table.Panel
-    | barchart.Panel
-    | statetimeline.Panel
-)
+Panel = timeseries.Panel | stat.Panel | bargauge.Panel | table.Panel | barchart.Panel
 #: A panel and its width and height in grid units (24 columns), or a row starting a section.
-Cell = tuple[Panel, int, int] | board.Row
+Cell = tuple[Panel | statetimeline.Panel, int, int] | board.Row
+Size = tuple[int, int]
 M_ = TypeVar("M_")
+PALETTE, BY_ZONE = dm.FieldColorModeId.PALETTE_CLASSIC, dm.FieldColorModeId.THRESHOLDS
+GT = cm.GraphThresholdsStyleMode
 
 
 class Fixed(Builder[M_], Generic[M_]):
@@ -89,7 +84,7 @@ def query(
     expr: str, legend: str = "__auto", *, instant: bool = False, table: bool = False
 ) -> prometheus.Dataquery:
     q = prometheus.Dataquery().datasource(DS).editor_mode(QueryEditorMode.CODE).expr(expr)
-    q = q.format(PromQueryFormat.TABLE if table else PromQueryFormat.TIME_SERIES)
+    q.format(PromQueryFormat.TABLE if table else PromQueryFormat.TIME_SERIES)
     return (q.instant() if instant else q.range()).legend_format(legend)
 
 
@@ -100,34 +95,31 @@ def thresholds(steps: Steps) -> dm.ThresholdsConfig:
 
 def value_texts(texts: dict[str, tuple[str, str]]) -> list[dm.ValueMapping]:
     """Values shown as words: value -> (text, colour)."""
-    results = {
-        value: dm.ValueMappingResult(text=text, color=color, index=i)
-        for i, (value, (text, color)) in enumerate(texts.items())
-    }
-    return [dm.ValueMap(options=results)]
+    items = enumerate(texts.items())
+    return [dm.ValueMap({v: dm.ValueMappingResult(t, c, index=i) for i, (v, (t, c)) in items})]
 
 
 def _panel(
-    panel: Panel,
+    panel: Panel | statetimeline.Panel,
     title: str,
     description: str,
     queries: Sequence[prometheus.Dataquery],
     *,
-    colours: dm.FieldColorModeId = dm.FieldColorModeId.THRESHOLDS,
+    colours: dm.FieldColorModeId = BY_ZONE,
     zones: Steps = ((None, "green"),),
     unit: str = "none",
     decimals: int | None = None,
     low: float | None = None,
     high: float | None = None,
     overrides: Sequence[Override] = (),
-    size: tuple[int, int],
+    size: Size,
 ) -> Cell:
     """What every panel has: title, description, queries (refs A, B, ... in order) on the
     `datasource` variable, colours, value ranges (``zones``), unit, scale and overrides."""
     refs = [q.ref_id(chr(ord("A") + i)) for i, q in enumerate(queries)]
-    panel.title(title).description(description).datasource(DS).targets(list(refs))
+    panel.title(title).description(description).datasource(DS).targets(list(refs)).unit(unit)
     panel.color_scheme(board.FieldColor().mode(colours)).thresholds(Fixed(thresholds(zones)))
-    panel.unit(unit).overrides([])
+    panel.overrides([])
     if decimals is not None:
         panel.decimals(decimals)
     if low is not None:
@@ -159,14 +151,13 @@ def _series(name: str, *props: Prop) -> Override:
     return dm.MatcherConfig(id_val="byRegexp", options=name), list(props)
 
 
-def dashed(name: str) -> Override:
-    dash = cm.LineStyle(fill="dash", dash=[10, 10])
-    return _series(name, Prop("custom.lineStyle", dash), Prop("custom.lineWidth", 2))
+def dashed(name: str, style: str = "dash", dash: tuple[int, int] = (10, 10)) -> Override:
+    line = cm.LineStyle(fill=style, dash=list(dash))  # type: ignore[arg-type]
+    return _series(name, Prop("custom.lineStyle", line), Prop("custom.lineWidth", 2))
 
 
 def dotted(name: str) -> Override:
-    dots = cm.LineStyle(fill="dot", dash=[0, 10])
-    return _series(name, Prop("custom.lineStyle", dots), Prop("custom.lineWidth", 2))
+    return dashed(name, "dot", (0, 10))
 
 
 def right_axis(name: str, unit: str) -> Override:
@@ -195,14 +186,9 @@ def words(texts: dict[str, tuple[str, str]]) -> Prop:
 
 def cells_coloured(steps: Steps, *, background: bool = True) -> list[Prop]:
     """The cell coloured by ``steps`` (its background, or its text)."""
-    cell: cm.TableCellOptions = (
-        cm.TableColoredBackgroundCellOptions() if background else cm.TableColorTextCellOptions()
-    )
-    return [
-        Prop("thresholds", thresholds(steps)),
-        Prop("color", dm.FieldColor(mode=dm.FieldColorModeId.THRESHOLDS)),
-        Prop("custom.cellOptions", cell),
-    ]
+    cell = cm.TableColoredBackgroundCellOptions() if background else cm.TableColorTextCellOptions()
+    colour = Prop("color", dm.FieldColor(mode=BY_ZONE))
+    return [Prop("thresholds", thresholds(steps)), colour, Prop("custom.cellOptions", cell)]
 
 
 # Panels, by what they show.
@@ -212,7 +198,7 @@ def trend(
     title: str,
     description: str,
     *queries: prometheus.Dataquery,
-    zone_style: cm.GraphThresholdsStyleMode = cm.GraphThresholdsStyleMode.OFF,
+    zone_style: cm.GraphThresholdsStyleMode = GT.OFF,
     series: Sequence[Override] = (),
     per_interval: bool = False,
     stacked: bool = False,
@@ -221,26 +207,15 @@ def trend(
     """Figures over time, one line per series (``per_interval``: bars, one per interval;
     ``stacked``: series on top of each other); ``zones`` drawn as ``zone_style``;
     ``series``: how named series differ (dashed, right axis...)."""
-    panel = (
-        timeseries.Panel()
-        .axis_placement(cm.AxisPlacement.AUTO)
-        .draw_style(cm.GraphDrawStyle.BARS if per_interval else cm.GraphDrawStyle.LINE)
-        .fill_opacity(80 if per_interval else 0)
-        .line_width(1)
-        .point_size(4)
-        .show_points(cm.VisibilityMode.NEVER)
-        .span_nulls(False)
-        .stacking(
-            common.StackingConfig()
-            .group("A")
-            .mode(cm.StackingMode.NORMAL if stacked else cm.StackingMode.NONE)
-        )
-        .thresholds_style(common.GraphThresholdsStyleConfig().mode(zone_style))
-        .legend(legend().calcs([]))
-        .tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
-    )
-    palette = dm.FieldColorModeId.PALETTE_CLASSIC
-    return _panel(panel, title, description, queries, colours=palette, overrides=series, **scale)
+    panel = timeseries.Panel().axis_placement(cm.AxisPlacement.AUTO)
+    panel.draw_style(cm.GraphDrawStyle.BARS if per_interval else cm.GraphDrawStyle.LINE)
+    panel.fill_opacity(80 if per_interval else 0).line_width(1).point_size(4)
+    panel.show_points(cm.VisibilityMode.NEVER).span_nulls(False)
+    stacking = cm.StackingMode.NORMAL if stacked else cm.StackingMode.NONE
+    panel.stacking(common.StackingConfig().group("A").mode(stacking))
+    panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(zone_style))
+    panel.legend(legend().calcs([])).tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    return _panel(panel, title, description, queries, colours=PALETTE, overrides=series, **scale)
 
 
 def headline(
@@ -254,55 +229,31 @@ def headline(
 ) -> Cell:
     """One number now, coloured by ``zones``, its recent course behind it; ``words``: values
     shown as text (value -> (text, colour))."""
-    panel = (
-        stat.Panel()
-        .mappings(value_texts(words) if words else [])
-        .color_mode(cm.BigValueColorMode.VALUE)
-        .graph_mode(cm.BigValueGraphMode.AREA)
-        .justify_mode(cm.BigValueJustifyMode.AUTO)
-        .orientation(cm.VizOrientation.AUTO)
-        .reduce_options(last_value())
-        .text_mode(cm.BigValueTextMode.AUTO)
-    )
+    panel = stat.Panel().mappings(value_texts(words) if words else [])
+    panel.color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
+    panel.justify_mode(cm.BigValueJustifyMode.AUTO).orientation(cm.VizOrientation.AUTO)
+    panel.reduce_options(last_value()).text_mode(cm.BigValueTextMode.AUTO)
     return _panel(panel, title, description, [target], zones=zones, **scale)
 
 
-def chain_shape(
-    title: str, description: str, target: prometheus.Dataquery, *, size: tuple[int, int]
-) -> Cell:
+def chain_shape(title: str, description: str, target: prometheus.Dataquery, *, size: Size) -> Cell:
     """One bar per position of the chain, 0..1: where the chain stops paying."""
-    panel = (
-        bargauge.Panel()
-        .display_mode(cm.BarGaugeDisplayMode.GRADIENT)
-        .orientation(cm.VizOrientation.VERTICAL)
-        .reduce_options(last_value())
-        .show_unfilled(True)
-        .value_mode(cm.BarGaugeValueMode.COLOR)
-    )
+    panel = bargauge.Panel().display_mode(cm.BarGaugeDisplayMode.GRADIENT).show_unfilled(True)
+    panel.orientation(cm.VizOrientation.VERTICAL).reduce_options(last_value())
+    panel.value_mode(cm.BarGaugeValueMode.COLOR)
     scale: dict[str, Any] = {"decimals": 3, "low": 0, "high": 1, "unit": "percentunit"}
     colours = dm.FieldColorModeId.CONTINUOUS_RD_YL_GR
     return _panel(panel, title, description, [target], colours=colours, size=size, **scale)
 
 
-def up_timeline(
-    title: str, description: str, target: prometheus.Dataquery, *, size: tuple[int, int]
-) -> Cell:
+def up_timeline(title: str, description: str, target: prometheus.Dataquery, *, size: Size) -> Cell:
     """UP or DOWN over time, one band per target."""
-    panel = (
-        statetimeline.Panel()
-        .mappings(UP)
-        .fill_opacity(80)
-        .line_width(0)
-        .align_value(cm.TimelineValueAlignment.LEFT)
-        .legend(legend(show=False))
-        .merge_values(True)
-        .row_height(0.9)
-        .show_value(cm.VisibilityMode.NEVER)
-        .tooltip(tooltip(cm.TooltipDisplayMode.SINGLE))
-    )
-    return _panel(
-        panel, title, description, [target], zones=((None, "red"), (1, "green")), size=size
-    )
+    panel = statetimeline.Panel().mappings(UP).fill_opacity(80).line_width(0)
+    panel.align_value(cm.TimelineValueAlignment.LEFT).legend(legend(show=False))
+    panel.merge_values(True).row_height(0.9).show_value(cm.VisibilityMode.NEVER)
+    panel.tooltip(tooltip(cm.TooltipDisplayMode.SINGLE))
+    zones: Steps = ((None, "red"), (1, "green"))
+    return _panel(panel, title, description, [target], zones=zones, size=size)
 
 
 def transform(kind: str, options: dict[str, Any]) -> dm.DataTransformerConfig:
@@ -310,48 +261,33 @@ def transform(kind: str, options: dict[str, Any]) -> dm.DataTransformerConfig:
 
 
 def _table(
-    title: str,
-    description: str,
+    panel: table.Panel | barchart.Panel,
     figures: Sequence[tuple[str, str]],
-    columns: Sequence[Override],
     first: dict[str, int],
-    *,
-    size: tuple[int, int],
-) -> table.Panel:
+    hidden: Sequence[str] = (),
+) -> list[prometheus.Dataquery]:
     """Instant queries, one per figure (name, expr), merged into rows keyed by the ``first``
-    columns (name -> position), one column per figure, named, Time hidden."""
-    refs = [chr(ord("A") + i) for i in range(len(figures))]
+    columns (name -> position), one column per figure, named; Time and ``hidden`` not shown."""
+    names = [name for name, _ in figures]
     organize: dict[str, dict[str, Any]] = {
-        "excludeByName": {"Time": True},
-        "indexByName": {**first, **{name: len(first) + i for i, (name, _) in enumerate(figures)}},
-        "renameByName": {
-            f"Value #{ref}": name for ref, (name, _) in zip(refs, figures, strict=True)
-        },
+        "excludeByName": {"Time": True, **dict.fromkeys(hidden, True)},
+        "indexByName": {**first, **{name: len(first) + i for i, name in enumerate(names)}},
+        "renameByName": {f"Value #{chr(ord('A') + i)}": name for i, name in enumerate(names)},
     }
-    panel = (
-        table.Panel()
-        .align(cm.FieldTextAlignment.AUTO)
-        .cell_options(cm.TableAutoCellOptions())
-        .cell_height(cm.TableCellHeight.SM)
-        .footer(common.TableFooterOptions().show(False).reducer(["sum"]).count_rows(False))
-        .show_header(True)
-    )
+    merge = [transform("merge", {})]
     if "concurrency" in first:  # bucket series: the label is a string ("16" before "2")
         organize["renameByName"]["concurrency"] = "concurrency (requests per step)"
         as_number = {"targetField": "concurrency", "destinationType": "number"}
-        panel.transformations(
-            [
-                transform("merge", {}),
-                transform("convertFieldType", {"conversions": [as_number], "fields": {}}),
-                transform("sortBy", {"fields": {}, "sort": [{"field": "concurrency"}]}),
-                transform("organize", organize),
-            ]
-        )
-    else:
-        panel.transformations([transform("merge", {}), transform("organize", organize)])
-    queries = [query(expr, instant=True, table=True) for _, expr in figures]
-    _panel(panel, title, description, queries, overrides=columns, size=size)
-    return panel
+        merge.append(transform("convertFieldType", {"conversions": [as_number], "fields": {}}))
+        merge.append(transform("sortBy", {"fields": {}, "sort": [{"field": "concurrency"}]}))
+    panel.transformations([*merge, transform("organize", organize)])
+    return [query(expr, instant=True, table=True) for _, expr in figures]
+
+
+def table_panel() -> table.Panel:
+    panel = table.Panel().align(cm.FieldTextAlignment.AUTO).cell_options(cm.TableAutoCellOptions())
+    no_footer = common.TableFooterOptions().show(False).reducer(["sum"]).count_rows(False)
+    return panel.cell_height(cm.TableCellHeight.SM).footer(no_footer).show_header(True)
 
 
 def per_target_table(
@@ -361,13 +297,15 @@ def per_target_table(
     columns: Sequence[Override],
     *,
     sort_by: str,
-    size: tuple[int, int],
+    hidden: Sequence[str] = (),
+    size: Size,
 ) -> Cell:
     """One row per target and model, one column per figure (name, instant query),
     filterable, sorted by ``sort_by`` ascending."""
-    panel = _table(title, description, figures, columns, {"target": 0, "model": 1}, size=size)
-    sorted_by = common.TableSortByFieldState().display_name(sort_by).desc(False)
-    return panel.filterable(True).sort_by([sorted_by]), *size
+    panel = table_panel().filterable(True)
+    panel.sort_by([common.TableSortByFieldState().display_name(sort_by).desc(False)])
+    queries = _table(panel, figures, {"target": 0, "model": 1}, hidden)
+    return _panel(panel, title, description, queries, overrides=columns, size=size)
 
 
 def per_bucket_table(
@@ -376,46 +314,34 @@ def per_bucket_table(
     figures: Sequence[tuple[str, str]],
     columns: Sequence[Override],
     *,
-    size: tuple[int, int],
+    size: Size,
 ) -> Cell:
     """One row per concurrency bucket, sorted by its number; one column per figure."""
-    return _table(title, description, figures, columns, {"concurrency": 0}, size=size), *size
+    panel = table_panel()
+    queries = _table(panel, figures, {"concurrency": 0})
+    return _panel(panel, title, description, queries, overrides=columns, size=size)
 
 
 def bars_by_load_level(
-    title: str, description: str, figures: Sequence[tuple[str, str]], *, size: tuple[int, int]
+    title: str, description: str, figures: Sequence[tuple[str, str]], *, size: Size
 ) -> Cell:
     """Bars per concurrency bucket, one per figure (name, instant query), against the
     break-even line at 1."""
     x = "concurrency (requests per step)"
-    buckets = _table(title, description, figures, [], {"concurrency": 0}, size=size).build()
+    panel = barchart.Panel().fill_opacity(80).line_width(1).x_field(x).group_width(0.7)
+    panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(GT.LINE))
+    panel.orientation(cm.VizOrientation.VERTICAL).bar_width(0.9)
+    panel.show_value(cm.VisibilityMode.AUTO).stacking(cm.StackingMode.NONE)
+    panel.legend(legend()).tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    queries = _table(panel, figures, {"concurrency": 0})
+    for q, (name, _) in zip(queries, figures, strict=True):
+        q.legend_format(name)
     as_text = {"targetField": x, "destinationType": "string"}
-    panel = (
-        barchart.Panel()
-        .transformations(
-            [
-                *(buckets.transformations or []),
-                transform("convertFieldType", {"conversions": [as_text], "fields": {}}),
-            ]
-        )
-        .fill_opacity(80)
-        .line_width(1)
-        .thresholds_style(
-            common.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.LINE)
-        )
-        .x_field(x)
-        .orientation(cm.VizOrientation.VERTICAL)
-        .group_width(0.7)
-        .bar_width(0.9)
-        .show_value(cm.VisibilityMode.AUTO)
-        .stacking(cm.StackingMode.NONE)
-        .legend(legend())
-        .tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    panel.with_transformation(
+        transform("convertFieldType", {"conversions": [as_text], "fields": {}})
     )
-    queries = [query(expr, name, instant=True, table=True) for name, expr in figures]
-    palette = dm.FieldColorModeId.PALETTE_CLASSIC
     scale: dict[str, Any] = {"decimals": 2, "low": 0, "unit": "suffix:x", "zones": SPEEDUP_STEPS}
-    return _panel(panel, title, description, queries, colours=palette, size=size, **scale)
+    return _panel(panel, title, description, queries, colours=PALETTE, size=size, **scale)
 
 
 # --------------------------------------------------------------------------- dashboards
@@ -428,18 +354,13 @@ class AlertAnnotation(dm.AnnotationQuery):
     reads beside `expr` (step, title, text, tags) are not in the 10.4 schema: added here."""
 
     def __init__(self) -> None:
-        red = "red"
-        super().__init__("specmon alerts", DS, icon_color=red, hide=None, built_in=None)
+        super().__init__("specmon alerts", DS, icon_color="red", hide=None, built_in=None)
         self.expr = ALERT_ANNOTATION_EXPR
 
     def to_json(self) -> dict[str, object]:
-        return super().to_json() | {
-            "step": "1m",
-            "tagKeys": "severity",
-            "textFormat": "{{severity}}: {{target}} {{model}}",
-            "titleFormat": "{{alertname}}",
-            "useValueForTime": False,
-        }
+        text, title = "{{severity}}: {{target}} {{model}}", "{{alertname}}"
+        options = {"step": "1m", "tagKeys": "severity", "textFormat": text, "titleFormat": title}
+        return super().to_json() | options | {"useValueForTime": False}
 
 
 def choice(
@@ -447,19 +368,9 @@ def choice(
 ) -> board.QueryVariable:
     """A template variable listing ``label_values(...)``; ``several``: any number, all by
     default."""
-    var = (
-        board.QueryVariable(name)
-        .label(label)
-        .datasource(DS)
-        .query(values_of)
-        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .regex("")
-        .sort(dm.VariableSort.ALPHABETICAL_ASC)
-        .multi(several)
-        .include_all(several)
-        .hide(dm.VariableHide.DONT_HIDE)
-        .options([])
-    )
+    var = board.QueryVariable(name).label(label).datasource(DS).query(values_of).regex("")
+    var.refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dm.VariableSort.ALPHABETICAL_ASC)
+    var.multi(several).include_all(several).hide(dm.VariableHide.DONT_HIDE).options([])
     if several:
         var.all_value(".+").current(dm.VariableOption(True, "All", "$__all"))
     if default is not None:
@@ -476,44 +387,18 @@ def dashboard(
     link: tuple[str, str],
 ) -> board.Dashboard:
     """Panels placed left to right in rows of 24 columns; a link to the other dashboard."""
-    grafana = dm.DataSourceRef(type_val="grafana", uid="-- Grafana --")
-    built_in = (
-        board.AnnotationQuery()
-        .name("Annotations & Alerts")
-        .built_in(1)
-        .datasource(grafana)
-        .enable(True)
-        .hide(True)
-        .icon_color("rgba(0, 211, 255, 1)")
-        .type("dashboard")
-    )
+    built_in = board.AnnotationQuery().name("Annotations & Alerts").built_in(1).enable(True)
+    built_in.datasource(dm.DataSourceRef(type_val="grafana", uid="-- Grafana --")).hide(True)
+    built_in.icon_color("rgba(0, 211, 255, 1)").type("dashboard")
     sources = board.DatasourceVariable("datasource").label("Data source").type("prometheus")
     sources.regex("").hide(dm.VariableHide.DONT_HIDE).multi(False).include_all(False)
-    link_title, link_uid = link
-    out = (
-        board.Dashboard(title)
-        .uid(uid)
-        .description(description)
-        .annotations([built_in, Fixed(AlertAnnotation())])
-        .editable()
-        .fiscal_year_start_month(0)
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .link(
-            board.DashboardLink(link_title)
-            .type(dm.DashboardLinkType.LINK)
-            .url(f"/d/{link_uid}/{link_uid}")
-            .icon("dashboard")
-            .keep_time(True)
-            .tags([])
-        )
-        .refresh("30s")
-        .tags(["specmon", "speculative-decoding"])
-        .variables([sources, *variables])
-        .time("now-6h", "now")
-        .timezone("")
-        .version(1)
-        .week_start("")
-    )
+    out = board.Dashboard(title).uid(uid).description(description).editable().version(1)
+    out.annotations([built_in, Fixed(AlertAnnotation())]).fiscal_year_start_month(0)
+    out.tooltip(dm.DashboardCursorSync.CROSSHAIR).refresh("30s").time("now-6h", "now")
+    out.tags(["specmon", "speculative-decoding"]).variables([sources, *variables])
+    out.timezone("").week_start("")
+    other = board.DashboardLink(link[0]).type(dm.DashboardLinkType.LINK).icon("dashboard")
+    out.link(other.url(f"/d/{link[1]}/{link[1]}").keep_time(True).tags([]))
     for cell in panels:
         if isinstance(cell, board.Row):
             out.with_row(cell)
