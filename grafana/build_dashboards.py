@@ -264,13 +264,12 @@ def _table(
     panel: table.Panel | barchart.Panel,
     figures: Sequence[tuple[str, str]],
     first: dict[str, int],
-    hidden: Sequence[str] = (),
 ) -> list[prometheus.Dataquery]:
     """Instant queries, one per figure (name, expr), merged into rows keyed by the ``first``
-    columns (name -> position), one column per figure, named; Time and ``hidden`` not shown."""
+    columns (name -> position), one column per figure, named, Time hidden."""
     names = [name for name, _ in figures]
     organize: dict[str, dict[str, Any]] = {
-        "excludeByName": {"Time": True, **dict.fromkeys(hidden, True)},
+        "excludeByName": {"Time": True},
         "indexByName": {**first, **{name: len(first) + i for i, name in enumerate(names)}},
         "renameByName": {f"Value #{chr(ord('A') + i)}": name for i, name in enumerate(names)},
     }
@@ -297,14 +296,13 @@ def per_target_table(
     columns: Sequence[Override],
     *,
     sort_by: str,
-    hidden: Sequence[str] = (),
     size: Size,
 ) -> Cell:
     """One row per target and model, one column per figure (name, instant query),
     filterable, sorted by ``sort_by`` ascending."""
     panel = table_panel().filterable(True)
     panel.sort_by([common.TableSortByFieldState().display_name(sort_by).desc(False)])
-    queries = _table(panel, figures, {"target": 0, "model": 1}, hidden)
+    queries = _table(panel, figures, {"target": 0, "model": 1})
     return _panel(panel, title, description, queries, overrides=columns, size=size)
 
 
@@ -510,6 +508,44 @@ def _fleet_table() -> Cell:
         sort_by="margin",
         size=(24, 9),
     )
+
+
+def _verdict_panels() -> list[Cell]:
+    """The headline: per target, the speed-up specmon believes now and what it rests on."""
+    basis = f"max by (target, model, basis) (specmon_verdict_info{{{TW}}})"
+
+    def with_basis(family: str) -> str:
+        return (
+            f"max by (target, model, basis) (\n  max by (target, model) ({family}{{{TW}}})\n"
+            f"  * on (target, model) group_left (basis)\n  {basis}\n)"
+        )
+
+    legend = "{{target}} {{model}} ({{basis}})"
+    return [
+        headline(
+            "Verdict: speed-up on the best evidence",
+            "Per target and model, over the selected window: the speed-up over no speculation "
+            "specmon believes now (red below 1: speculation costs throughput), and in brackets "
+            "the basis it rests on, best first: twin (realized against the baseline twin at the "
+            "current load), profile, engine (the engine's measured draft cost: TensorRT-LLM), "
+            "configured (specmon's draft_cost), default (no draft_cost: 0.1, a guess). The "
+            "table below shows the figures at the configured c.",
+            query(with_basis("specmon_verdict_speedup_ratio"), legend),
+            unit="suffix:x",
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            size=(16, 5),
+        ),
+        headline(
+            "Verdict: margin on the best evidence",
+            "Alpha minus the break-even alpha on the same basis as the verdict's speed-up "
+            "(in brackets). Red: below break-even, speculation costs time; orange: within 0.05.",
+            query(with_basis("specmon_verdict_alpha_margin_ratio"), legend),
+            decimals=3,
+            zones=MARGIN_STEPS,
+            size=(8, 5),
+        ),
+    ]
 
 
 #: Targets compared with a baseline, as a filter: a twin (specmon_baseline_info names it, from
@@ -775,6 +811,7 @@ def _overview_health_panels() -> list[Cell]:
 
 def overview() -> board.Dashboard:
     panels: list[Cell] = [
+        *_verdict_panels(),
         _fleet_table(),
         row("Acceptance"),
         trend(

@@ -54,6 +54,7 @@ LABELS = {
     "concurrency",
     "le",  # specmon's own histograms
     "generation",
+    "basis",  # specmon_verdict_info: what the verdict rests on
 }
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.
