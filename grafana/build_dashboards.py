@@ -6,14 +6,18 @@ The JSON files are committed; this script is their source. After editing it, run
     python grafana/build_dashboards.py          # rewrite the JSON files
     python grafana/build_dashboards.py --check  # exit 1 if a committed file is out of date
 
-(tests/dashboards/test_dashboards.py runs the check.) Standard library only.
+(tests/dashboards/test_dashboards.py runs the check.) The panels are written with Grafana
+Labs' typed builders, `grafana-foundation-sdk` on the Grafana 10.4 line (the `dashboards`
+extra: `pip install -e '.[dashboards]'`), so a misspelt option fails here, not in Grafana.
+This file holds what is specmon's: the panels, their queries and their layout; the helpers
+below say what a panel is for.
 
 Conventions every panel follows (and the tests enforce):
 - the data source is the `datasource` template variable, never a `${DS_...}` import input;
 - every rate() and increase() uses `$__rate_interval`;
 - queries live in `targets[].expr` and use only the template variables defined here, all of
   them `label_values(...)` queries, so a test can substitute them and run every query;
-- `uid`s are fixed and `schemaVersion` is pinned.
+- `uid`s are fixed and `schemaVersion` is the SDK line's (36 for 10.4).
 """
 
 from __future__ import annotations
@@ -21,362 +25,389 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from grafana_foundation_sdk.builders import (
+    barchart,
+    bargauge,
+    common,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
+from grafana_foundation_sdk.builders import dashboard as board
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode
 
 __all__ = ["DASHBOARDS", "SCHEMA_VERSION", "build", "main", "render"]
 
-#: Grafana 10.4 / 11.x dashboard schema.
-SCHEMA_VERSION = 39
-OVERVIEW_UID = "specmon-overview"
-TARGET_UID = "specmon-target"
+#: What the SDK's 10.4 line writes: Grafana 10.4 is the oldest release these dashboards support.
+SCHEMA_VERSION = dm.Dashboard().schema_version
+OVERVIEW_UID, TARGET_UID = "specmon-overview", "specmon-target"
 OUT_DIR = Path(__file__).resolve().parent / "dashboards"
 
-Json = dict[str, Any]
+DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+Steps = tuple[tuple[float | None, str], ...]
+Prop = dm.DynamicConfigValue
+#: How some fields or series differ from the panel's defaults: which ones, and what changes.
+Override = tuple[dm.MatcherConfig, list[Prop]]
+Panel = timeseries.Panel | stat.Panel | bargauge.Panel | table.Panel | barchart.Panel
+#: A panel and its width and height in grid units (24 columns), or a row starting a section.
+Cell = tuple[Panel | statetimeline.Panel, int, int] | board.Row
+Size = tuple[int, int]
+M_ = TypeVar("M_")
+PALETTE, BY_ZONE = dm.FieldColorModeId.PALETTE_CLASSIC, dm.FieldColorModeId.THRESHOLDS
+GT = cm.GraphThresholdsStyleMode
 
-DS: Json = {"type": "prometheus", "uid": "${datasource}"}
-WIDTH = 24
+
+class Fixed(Builder[M_], Generic[M_]):
+    """A model the SDK has no builder call for, handed to a call that takes a builder."""
+
+    def __init__(self, model: M_) -> None:
+        self.model = model
+
+    def build(self) -> M_:
+        return self.model
 
 
 # --------------------------------------------------------------------------- building blocks
 
 
 def query(
-    expr: str,
-    legend: str = "__auto",
-    ref: str = "A",
-    *,
-    instant: bool = False,
-    table: bool = False,
-) -> Json:
-    return {
-        "datasource": DS,
-        "editorMode": "code",
-        "expr": expr,
-        "format": "table" if table else "time_series",
-        "instant": instant,
-        "legendFormat": legend,
-        "range": not instant,
-        "refId": ref,
-    }
+    expr: str, legend: str = "__auto", *, instant: bool = False, table: bool = False
+) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().datasource(DS).editor_mode(QueryEditorMode.CODE).expr(expr)
+    q.format(PromQueryFormat.TABLE if table else PromQueryFormat.TIME_SERIES)
+    return (q.instant() if instant else q.range()).legend_format(legend)
 
 
-def thresholds(*steps: tuple[float | None, str]) -> Json:
-    return {
-        "mode": "absolute",
-        "steps": [{"color": color, "value": value} for value, color in steps],
-    }
+def thresholds(steps: Steps) -> dm.ThresholdsConfig:
+    levels = [dm.Threshold(value=value, color=color) for value, color in steps]
+    return dm.ThresholdsConfig(mode=dm.ThresholdsMode.ABSOLUTE, steps=levels)
 
 
-def timeseries(
+def value_texts(texts: dict[str, tuple[str, str]]) -> list[dm.ValueMapping]:
+    """Values shown as words: value -> (text, colour)."""
+    items = enumerate(texts.items())
+    return [dm.ValueMap({v: dm.ValueMappingResult(t, c, index=i) for i, (v, (t, c)) in items})]
+
+
+def _panel(
+    panel: Panel | statetimeline.Panel,
     title: str,
     description: str,
-    targets: list[Json],
+    queries: Sequence[prometheus.Dataquery],
     *,
+    colours: dm.FieldColorModeId = BY_ZONE,
+    zones: Steps = ((None, "green"),),
     unit: str = "none",
     decimals: int | None = None,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    threshold_steps: tuple[tuple[float | None, str], ...] = (),
-    threshold_style: str = "off",
-    overrides: list[Json] | None = None,
-    draw_style: str = "line",
-    stacking: str = "none",
-    fill: int = 0,
-) -> Json:
-    defaults: Json = {
-        "color": {"mode": "palette-classic"},
-        "custom": {
-            "axisPlacement": "auto",
-            "drawStyle": draw_style,
-            "fillOpacity": fill,
-            "lineWidth": 1,
-            "pointSize": 4,
-            "showPoints": "never",
-            "spanNulls": False,
-            "stacking": {"group": "A", "mode": stacking},
-            "thresholdsStyle": {"mode": threshold_style},
-        },
-        "thresholds": thresholds(*(threshold_steps or ((None, "green"),))),
-        "unit": unit,
-    }
+    low: float | None = None,
+    high: float | None = None,
+    overrides: Sequence[Override] = (),
+    size: Size,
+) -> Cell:
+    """What every panel has: title, description, queries (refs A, B, ... in order) on the
+    `datasource` variable, colours, value ranges (``zones``), unit, scale and overrides."""
+    refs = [q.ref_id(chr(ord("A") + i)) for i, q in enumerate(queries)]
+    panel.title(title).description(description).datasource(DS).targets(list(refs)).unit(unit)
+    panel.color_scheme(board.FieldColor().mode(colours)).thresholds(Fixed(thresholds(zones)))
+    panel.overrides([])
     if decimals is not None:
-        defaults["decimals"] = decimals
-    if minimum is not None:
-        defaults["min"] = minimum
-    if maximum is not None:
-        defaults["max"] = maximum
-    return {
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "targets": targets,
-        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
-        "options": {
-            "legend": {
-                "calcs": [],
-                "displayMode": "list",
-                "placement": "bottom",
-                "showLegend": True,
-            },
-            "tooltip": {"mode": "multi", "sort": "none"},
-        },
-    }
+        panel.decimals(decimals)
+    if low is not None:
+        panel.min(low)
+    if high is not None:
+        panel.max(high)
+    for matcher, props in overrides:
+        panel.with_override(matcher, props)
+    return panel, *size
 
 
-def stat(
+def legend(*, show: bool = True) -> common.VizLegendOptions:
+    mode, bottom = cm.LegendDisplayMode.LIST, cm.LegendPlacement.BOTTOM
+    return common.VizLegendOptions().display_mode(mode).placement(bottom).show_legend(show)
+
+
+def tooltip(mode: cm.TooltipDisplayMode) -> common.VizTooltipOptions:
+    return common.VizTooltipOptions().mode(mode).sort(cm.SortOrder.NONE)
+
+
+def last_value() -> common.ReduceDataOptions:
+    return common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+
+
+# Overrides: series by their name (a regular expression), table columns by their name.
+
+
+def _series(name: str, *props: Prop) -> Override:
+    return dm.MatcherConfig(id_val="byRegexp", options=name), list(props)
+
+
+def dashed(name: str, style: str = "dash", dash: tuple[int, int] = (10, 10)) -> Override:
+    line = cm.LineStyle(fill=style, dash=list(dash))  # type: ignore[arg-type]
+    return _series(name, Prop("custom.lineStyle", line), Prop("custom.lineWidth", 2))
+
+
+def dotted(name: str) -> Override:
+    return dashed(name, "dot", (0, 10))
+
+
+def right_axis(name: str, unit: str) -> Override:
+    return _series(name, Prop("custom.axisPlacement", cm.AxisPlacement.RIGHT), Prop("unit", unit))
+
+
+def shown_as(name: str, display: str) -> Override:
+    return _series(name, Prop("displayName", display))
+
+
+def column(name: str, *props: Prop) -> Override:
+    return dm.MatcherConfig(id_val="byName", options=name), list(props)
+
+
+def decimals(n: int) -> Prop:
+    return Prop("decimals", n)
+
+
+def unit(name: str) -> Prop:
+    return Prop("unit", name)
+
+
+def words(texts: dict[str, tuple[str, str]]) -> Prop:
+    return Prop("mappings", value_texts(texts))
+
+
+def cells_coloured(steps: Steps, *, background: bool = True) -> list[Prop]:
+    """The cell coloured by ``steps`` (its background, or its text)."""
+    cell = cm.TableColoredBackgroundCellOptions() if background else cm.TableColorTextCellOptions()
+    colour = Prop("color", dm.FieldColor(mode=BY_ZONE))
+    return [Prop("thresholds", thresholds(steps)), colour, Prop("custom.cellOptions", cell)]
+
+
+# Panels, by what they show.
+
+
+def trend(
     title: str,
     description: str,
-    target: Json,
+    *queries: prometheus.Dataquery,
+    zone_style: cm.GraphThresholdsStyleMode = GT.OFF,
+    series: Sequence[Override] = (),
+    per_interval: bool = False,
+    stacked: bool = False,
+    **scale: Any,
+) -> Cell:
+    """Figures over time, one line per series (``per_interval``: bars, one per interval;
+    ``stacked``: series on top of each other); ``zones`` drawn as ``zone_style``;
+    ``series``: how named series differ (dashed, right axis...)."""
+    panel = timeseries.Panel().axis_placement(cm.AxisPlacement.AUTO)
+    panel.draw_style(cm.GraphDrawStyle.BARS if per_interval else cm.GraphDrawStyle.LINE)
+    panel.fill_opacity(80 if per_interval else 0).line_width(1).point_size(4)
+    panel.show_points(cm.VisibilityMode.NEVER).span_nulls(False)
+    stacking = cm.StackingMode.NORMAL if stacked else cm.StackingMode.NONE
+    panel.stacking(common.StackingConfig().group("A").mode(stacking))
+    panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(zone_style))
+    panel.legend(legend().calcs([])).tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    return _panel(panel, title, description, queries, colours=PALETTE, overrides=series, **scale)
+
+
+def headline(
+    title: str,
+    description: str,
+    target: prometheus.Dataquery,
     *,
-    unit: str = "none",
-    decimals: int | None = None,
-    threshold_steps: tuple[tuple[float | None, str], ...] = ((None, "blue"),),
-    mappings: list[Json] | None = None,
-) -> Json:
-    defaults: Json = {
-        "color": {"mode": "thresholds"},
-        "mappings": mappings or [],
-        "thresholds": thresholds(*threshold_steps),
-        "unit": unit,
+    words: dict[str, tuple[str, str]] | None = None,
+    zones: Steps = ((None, "blue"),),
+    **scale: Any,
+) -> Cell:
+    """One number now, coloured by ``zones``, its recent course behind it; ``words``: values
+    shown as text (value -> (text, colour))."""
+    panel = stat.Panel().mappings(value_texts(words) if words else [])
+    panel.color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
+    panel.justify_mode(cm.BigValueJustifyMode.AUTO).orientation(cm.VizOrientation.AUTO)
+    panel.reduce_options(last_value()).text_mode(cm.BigValueTextMode.AUTO)
+    return _panel(panel, title, description, [target], zones=zones, **scale)
+
+
+def chain_shape(title: str, description: str, target: prometheus.Dataquery, *, size: Size) -> Cell:
+    """One bar per position of the chain, 0..1: where the chain stops paying."""
+    panel = bargauge.Panel().display_mode(cm.BarGaugeDisplayMode.GRADIENT).show_unfilled(True)
+    panel.orientation(cm.VizOrientation.VERTICAL).reduce_options(last_value())
+    panel.value_mode(cm.BarGaugeValueMode.COLOR)
+    scale: dict[str, Any] = {"decimals": 3, "low": 0, "high": 1, "unit": "percentunit"}
+    colours = dm.FieldColorModeId.CONTINUOUS_RD_YL_GR
+    return _panel(panel, title, description, [target], colours=colours, size=size, **scale)
+
+
+def up_timeline(title: str, description: str, target: prometheus.Dataquery, *, size: Size) -> Cell:
+    """UP or DOWN over time, one band per target."""
+    panel = statetimeline.Panel().mappings(UP).fill_opacity(80).line_width(0)
+    panel.align_value(cm.TimelineValueAlignment.LEFT).legend(legend(show=False))
+    panel.merge_values(True).row_height(0.9).show_value(cm.VisibilityMode.NEVER)
+    panel.tooltip(tooltip(cm.TooltipDisplayMode.SINGLE))
+    zones: Steps = ((None, "red"), (1, "green"))
+    return _panel(panel, title, description, [target], zones=zones, size=size)
+
+
+def transform(kind: str, options: dict[str, Any]) -> dm.DataTransformerConfig:
+    return dm.DataTransformerConfig(id_val=kind, options=options)
+
+
+def _table(
+    panel: table.Panel | barchart.Panel,
+    figures: Sequence[tuple[str, str]],
+    first: dict[str, int],
+) -> list[prometheus.Dataquery]:
+    """Instant queries, one per figure (name, expr), merged into rows keyed by the ``first``
+    columns (name -> position), one column per figure, named, Time hidden."""
+    names = [name for name, _ in figures]
+    organize: dict[str, dict[str, Any]] = {
+        "excludeByName": {"Time": True},
+        "indexByName": {**first, **{name: len(first) + i for i, name in enumerate(names)}},
+        "renameByName": {f"Value #{chr(ord('A') + i)}": name for i, name in enumerate(names)},
     }
-    if decimals is not None:
-        defaults["decimals"] = decimals
-    return {
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "targets": [target],
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "colorMode": "value",
-            "graphMode": "area",
-            "justifyMode": "auto",
-            "orientation": "auto",
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "textMode": "auto",
-        },
-    }
+    merge = [transform("merge", {})]
+    if "concurrency" in first:  # bucket series: the label is a string ("16" before "2")
+        organize["renameByName"]["concurrency"] = "concurrency (requests per step)"
+        as_number = {"targetField": "concurrency", "destinationType": "number"}
+        merge.append(transform("convertFieldType", {"conversions": [as_number], "fields": {}}))
+        merge.append(transform("sortBy", {"fields": {}, "sort": [{"field": "concurrency"}]}))
+    panel.transformations([*merge, transform("organize", organize)])
+    return [query(expr, instant=True, table=True) for _, expr in figures]
 
 
-def bargauge(title: str, description: str, target: Json) -> Json:
-    return {
-        "type": "bargauge",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "targets": [target],
-        "fieldConfig": {
-            "defaults": {
-                "color": {"mode": "continuous-RdYlGr"},
-                "decimals": 3,
-                "max": 1,
-                "min": 0,
-                "thresholds": thresholds((None, "green")),
-                "unit": "percentunit",
-            },
-            "overrides": [],
-        },
-        "options": {
-            "displayMode": "gradient",
-            "orientation": "vertical",
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "showUnfilled": True,
-            "valueMode": "color",
-        },
-    }
+def table_panel() -> table.Panel:
+    panel = table.Panel().align(cm.FieldTextAlignment.AUTO).cell_options(cm.TableAutoCellOptions())
+    no_footer = common.TableFooterOptions().show(False).reducer(["sum"]).count_rows(False)
+    return panel.cell_height(cm.TableCellHeight.SM).footer(no_footer).show_header(True)
 
 
-def by_concurrency(*queries: tuple[str, str]) -> list[Json]:
-    """Transformations for instant tables of bucket series: one row per concurrency bucket,
-    sorted by its number (the label is a string: "16" sorts before "2"), one column per
-    query, named."""
-    return [
-        {"id": "merge", "options": {}},
-        {
-            "id": "convertFieldType",
-            "options": {
-                "conversions": [{"targetField": "concurrency", "destinationType": "number"}],
-                "fields": {},
-            },
-        },
-        {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "concurrency"}]}},
-        {
-            "id": "organize",
-            "options": {
-                "excludeByName": {"Time": True},
-                "indexByName": {
-                    "concurrency": 0,
-                    **{name: i + 1 for i, (_, name) in enumerate(queries)},
-                },
-                "renameByName": {
-                    "concurrency": "concurrency (requests per step)",
-                    **{f"Value #{ref}": name for ref, name in queries},
-                },
-            },
-        },
-    ]
-
-
-def row(title: str) -> Json:
-    return {"type": "row", "title": title, "collapsed": False, "panels": []}
-
-
-def dashed(name_regex: str) -> Json:
-    return {
-        "matcher": {"id": "byRegexp", "options": name_regex},
-        "properties": [
-            {"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}},
-            {"id": "custom.lineWidth", "value": 2},
-        ],
-    }
-
-
-def renamed(name_regex: str, display: str) -> Json:
-    """Show the series whose legend matches ``name_regex`` as ``display``."""
-    return {
-        "matcher": {"id": "byRegexp", "options": name_regex},
-        "properties": [{"id": "displayName", "value": display}],
-    }
-
-
-def right_axis(name_regex: str, unit: str) -> Json:
-    return {
-        "matcher": {"id": "byRegexp", "options": name_regex},
-        "properties": [
-            {"id": "custom.axisPlacement", "value": "right"},
-            {"id": "unit", "value": unit},
-        ],
-    }
-
-
-def query_variable(
-    name: str,
-    label: str,
-    definition: str,
+def per_target_table(
+    title: str,
+    description: str,
+    figures: Sequence[tuple[str, str]],
+    columns: Sequence[Override],
     *,
-    multi: bool = False,
-    include_all: bool = False,
-    current: str | None = None,
-) -> Json:
-    var: Json = {
-        "name": name,
-        "label": label,
-        "type": "query",
-        "datasource": DS,
-        "definition": definition,
-        "query": definition,
-        "refresh": 2,
-        "regex": "",
-        "sort": 1,
-        "multi": multi,
-        "includeAll": include_all,
-        "hide": 0,
-        "options": [],
-        "current": {},
-    }
-    if current is not None:
-        text = "All" if current == "$__all" else current
-        var["current"] = {"selected": True, "text": text, "value": current}
-    if include_all:
-        var["allValue"] = ".+"
-    return var
+    sort_by: str,
+    size: Size,
+) -> Cell:
+    """One row per target and model, one column per figure (name, instant query),
+    filterable, sorted by ``sort_by`` ascending."""
+    panel = table_panel().filterable(True)
+    panel.sort_by([common.TableSortByFieldState().display_name(sort_by).desc(False)])
+    queries = _table(panel, figures, {"target": 0, "model": 1})
+    return _panel(panel, title, description, queries, overrides=columns, size=size)
 
 
-DATASOURCE_VARIABLE: Json = {
-    "name": "datasource",
-    "label": "Data source",
-    "type": "datasource",
-    "query": "prometheus",
-    "regex": "",
-    "hide": 0,
-    "multi": False,
-    "includeAll": False,
-    "options": [],
-    "current": {},
-}
+def per_bucket_table(
+    title: str,
+    description: str,
+    figures: Sequence[tuple[str, str]],
+    columns: Sequence[Override],
+    *,
+    size: Size,
+) -> Cell:
+    """One row per concurrency bucket, sorted by its number; one column per figure."""
+    panel = table_panel()
+    queries = _table(panel, figures, {"concurrency": 0})
+    return _panel(panel, title, description, queries, overrides=columns, size=size)
+
+
+def bars_by_load_level(
+    title: str, description: str, figures: Sequence[tuple[str, str]], *, size: Size
+) -> Cell:
+    """Bars per concurrency bucket, one per figure (name, instant query), against the
+    break-even line at 1."""
+    x = "concurrency (requests per step)"
+    panel = barchart.Panel().fill_opacity(80).line_width(1).x_field(x).group_width(0.7)
+    panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(GT.LINE))
+    panel.orientation(cm.VizOrientation.VERTICAL).bar_width(0.9)
+    panel.show_value(cm.VisibilityMode.AUTO).stacking(cm.StackingMode.NONE)
+    panel.legend(legend()).tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    queries = _table(panel, figures, {"concurrency": 0})
+    for q, (name, _) in zip(queries, figures, strict=True):
+        q.legend_format(name)
+    as_text = {"targetField": x, "destinationType": "string"}
+    panel.with_transformation(
+        transform("convertFieldType", {"conversions": [as_text], "fields": {}})
+    )
+    scale: dict[str, Any] = {"decimals": 2, "low": 0, "unit": "suffix:x", "zones": SPEEDUP_STEPS}
+    return _panel(panel, title, description, queries, colours=PALETTE, size=size, **scale)
+
+
+# --------------------------------------------------------------------------- dashboards
 
 ALERT_ANNOTATION_EXPR = 'ALERTS{alertname=~"Specmon.+", alertstate="firing", target=~"$target"}'
 
 
-def annotation_list() -> Json:
-    return {
-        "list": [
-            {
-                "builtIn": 1,
-                "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-                "enable": True,
-                "hide": True,
-                "iconColor": "rgba(0, 211, 255, 1)",
-                "name": "Annotations & Alerts",
-                "type": "dashboard",
-            },
-            {
-                "datasource": DS,
-                "enable": True,
-                "expr": ALERT_ANNOTATION_EXPR,
-                "iconColor": "red",
-                "name": "specmon alerts",
-                "step": "1m",
-                "tagKeys": "severity",
-                "textFormat": "{{severity}}: {{target}} {{model}}",
-                "titleFormat": "{{alertname}}",
-                "useValueForTime": False,
-            },
-        ]
-    }
+class AlertAnnotation(dm.AnnotationQuery):
+    """specmon's firing alerts as annotations. The options Grafana's Prometheus data source
+    reads beside `expr` (step, title, text, tags) are not in the 10.4 schema: added here."""
+
+    def __init__(self) -> None:
+        super().__init__("specmon alerts", DS, icon_color="red", hide=None, built_in=None)
+        self.expr = ALERT_ANNOTATION_EXPR
+
+    def to_json(self) -> dict[str, object]:
+        text, title = "{{severity}}: {{target}} {{model}}", "{{alertname}}"
+        options = {"step": "1m", "tagKeys": "severity", "textFormat": text, "titleFormat": title}
+        return super().to_json() | options | {"useValueForTime": False}
 
 
-def layout(panels: list[tuple[Json, int, int]]) -> list[Json]:
-    """Place panels left to right in rows of 24 columns; give them ids 1, 2, ..."""
-    placed: list[Json] = []
-    x = y = row_height = 0
-    for index, (panel, width, height) in enumerate(panels, start=1):
-        if panel["type"] == "row":
-            width, height = WIDTH, 1
-        if x + width > WIDTH:
-            x, y = 0, y + row_height
-            row_height = 0
-        panel = {"id": index, "gridPos": {"h": height, "w": width, "x": x, "y": y}, **panel}
-        placed.append(panel)
-        x += width
-        row_height = max(row_height, height)
-        if panel["type"] == "row":
-            x, y, row_height = 0, y + 1, 0
-    return placed
+def choice(
+    name: str, label: str, values_of: str, *, several: bool = False, default: str | None = None
+) -> board.QueryVariable:
+    """A template variable listing ``label_values(...)``; ``several``: any number, all by
+    default."""
+    var = board.QueryVariable(name).label(label).datasource(DS).query(values_of).regex("")
+    var.refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(dm.VariableSort.ALPHABETICAL_ASC)
+    var.multi(several).include_all(several).hide(dm.VariableHide.DONT_HIDE).options([])
+    if several:
+        var.all_value(".+").current(dm.VariableOption(True, "All", "$__all"))
+    if default is not None:
+        var.current(dm.VariableOption(True, default, default))
+    return var
 
 
 def dashboard(
     uid: str,
     title: str,
     description: str,
-    variables: list[Json],
-    panels: list[Json],
-    links: list[Json],
-) -> Json:
-    return {
-        "annotations": annotation_list(),
-        "description": description,
-        "editable": True,
-        "fiscalYearStartMonth": 0,
-        "graphTooltip": 1,
-        "id": None,
-        "links": links,
-        "panels": panels,
-        "refresh": "30s",
-        "schemaVersion": SCHEMA_VERSION,
-        "tags": ["specmon", "speculative-decoding"],
-        "templating": {"list": [DATASOURCE_VARIABLE, *variables]},
-        "time": {"from": "now-6h", "to": "now"},
-        "timepicker": {},
-        "timezone": "",
-        "title": title,
-        "uid": uid,
-        "version": 1,
-        "weekStart": "",
-    }
+    variables: list[board.QueryVariable],
+    panels: list[Cell],
+    link: tuple[str, str],
+) -> board.Dashboard:
+    """Panels placed left to right in rows of 24 columns; a link to the other dashboard."""
+    built_in = board.AnnotationQuery().name("Annotations & Alerts").built_in(1).enable(True)
+    built_in.datasource(dm.DataSourceRef(type_val="grafana", uid="-- Grafana --")).hide(True)
+    built_in.icon_color("rgba(0, 211, 255, 1)").type("dashboard")
+    sources = board.DatasourceVariable("datasource").label("Data source").type("prometheus")
+    sources.regex("").hide(dm.VariableHide.DONT_HIDE).multi(False).include_all(False)
+    out = board.Dashboard(title).uid(uid).description(description).editable().version(1)
+    out.annotations([built_in, Fixed(AlertAnnotation())]).fiscal_year_start_month(0)
+    out.tooltip(dm.DashboardCursorSync.CROSSHAIR).refresh("30s").time("now-6h", "now")
+    out.tags(["specmon", "speculative-decoding"]).variables([sources, *variables])
+    out.timezone("").week_start("")
+    other = board.DashboardLink(link[0]).type(dm.DashboardLinkType.LINK).icon("dashboard")
+    out.link(other.url(f"/d/{link[1]}/{link[1]}").keep_time(True).tags([]))
+    for cell in panels:
+        if isinstance(cell, board.Row):
+            out.with_row(cell)
+        else:
+            panel, width, height = cell
+            out.with_panel(panel.span(width).height(height))
+    return out
+
+
+def row(title: str) -> board.Row:
+    return board.Row(title).collapsed(False)
 
 
 # --------------------------------------------------------------------------- overview
@@ -398,66 +429,23 @@ def selected_engines(expr: str) -> str:
     return f"(\n{expr}\n)\nunless on (target)\n{OTHER_ENGINES}"
 
 
-RATIO_COLUMNS = ("alpha", "break-even", "margin", "expected speed-up")
-
 # Margin colours: red below break-even, orange within the thin band (SpecmonMarginThin).
-MARGIN_STEPS: tuple[tuple[float | None, str], ...] = (
-    (None, "red"),
-    (0, "orange"),
-    (0.05, "green"),
+MARGIN_STEPS: Steps = ((None, "red"), (0, "orange"), (0.05, "green"))
+SPEEDUP_STEPS: Steps = ((None, "red"), (1, "green"))
+#: Realized speed-up colours: red where speculation costs time beyond the noise
+#: (SpecmonSlowerThanBaseline), orange where it does not pay, green where it does.
+REALIZED_STEPS: Steps = ((None, "red"), (0.95, "orange"), (1, "green"))
+UP = value_texts({"0": ("DOWN", "red"), "1": ("UP", "green")})
+ZERO_LINE: Steps = ((None, "red"), (0, "transparent"))
+LINE = cm.GraphThresholdsStyleMode.LINE
+TARGET_LINK = (
+    f"/d/{TARGET_UID}/specmon-target?var-datasource=${{datasource}}"
+    "&var-target=${__data.fields.target}&var-model=${__data.fields.model}"
+    "&var-window=${window}&${__url_time_range}"
 )
-SPEEDUP_STEPS: tuple[tuple[float | None, str], ...] = ((None, "red"), (1, "green"))
-UP_MAPPINGS: list[Json] = [
-    {
-        "type": "value",
-        "options": {
-            "0": {"color": "red", "index": 0, "text": "DOWN"},
-            "1": {"color": "green", "index": 1, "text": "UP"},
-        },
-    }
-]
 
 
-def _table_body(
-    columns: list[tuple[str, str, str]], overrides: list[Json], *, sort_by: str
-) -> Json:
-    """What the fleet tables share: one instant query per column (ref, name, expr), merged
-    into one row per target and model, Time hidden, columns in order and renamed,
-    filterable, sorted by ``sort_by`` ascending."""
-    rename = {f"Value #{ref}": name for ref, name, _ in columns}
-    order = {"target": 0, "model": 1, **{name: i + 2 for i, (_, name, _) in enumerate(columns)}}
-    return {
-        "datasource": DS,
-        "targets": [query(expr, ref=ref, instant=True, table=True) for ref, _, expr in columns],
-        "transformations": [
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {"Time": True},
-                    "indexByName": order,
-                    "renameByName": rename,
-                },
-            },
-        ],
-        "fieldConfig": {
-            "defaults": {
-                "custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True},
-                "thresholds": thresholds((None, "green")),
-                "unit": "none",
-            },
-            "overrides": overrides,
-        },
-        "options": {
-            "cellHeight": "sm",
-            "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-            "showHeader": True,
-            "sortBy": [{"displayName": sort_by, "desc": False}],
-        },
-    }
-
-
-def _overview_table() -> Json:
+def _fleet_table() -> Cell:
     # Every query yields the labels (target, model) so the "merge" transformation joins them
     # into one row per target and model. specmon_up has only `target`: it is spread over the
     # models the target had in the last day, and a target never seen with a model keeps an
@@ -472,86 +460,92 @@ def _overview_table() -> Json:
         "or on (target)\n"
         f"max by (target) (specmon_up{{{T}}})"
     )
-    columns: list[tuple[str, str, str]] = [
-        ("A", "up", up),
-        ("B", "alpha", f"max by (target, model) (specmon_alpha_ratio{{{TW}}})"),
-        ("C", "break-even", f"max by (target, model) (specmon_breakeven_alpha_ratio{{{TE}}})"),
-        ("D", "margin", f"max by (target, model) (specmon_alpha_margin_ratio{{{TW}}})"),
+    mx = "max by (target, model)"
+    figures = [
+        ("up", up),
+        ("alpha", f"{mx} (specmon_alpha_ratio{{{TW}}})"),
+        ("break-even", f"{mx} (specmon_breakeven_alpha_ratio{{{TE}}})"),
+        ("margin", f"{mx} (specmon_alpha_margin_ratio{{{TW}}})"),
+        ("expected speed-up", f"{mx} (specmon_expected_speedup_ratio{{{TW}}})"),
+        ("best k'", f"{mx} (specmon_best_chain_length{{{TW}}})"),
+        ("k in use", f"{mx} (specmon_chain_length{{{TE}}})"),
         (
-            "E",
-            "expected speed-up",
-            f"max by (target, model) (specmon_expected_speedup_ratio{{{TW}}})",
-        ),
-        ("F", "best k'", f"max by (target, model) (specmon_best_chain_length{{{TW}}})"),
-        ("G", "k in use", f"max by (target, model) (specmon_chain_length{{{TE}}})"),
-        (
-            "H",
             "drafts/s",
             f"sum by (target, model) (rate(specmon_drafts_total{{{TE}}}[$__rate_interval]))",
         ),
-        ("I", "drafts in window", f"max by (target, model) (specmon_window_drafts{{{TW}}})"),
-        ("J", "requests running", f"max by (target, model) (specmon_requests_running{{{TE}}})"),
+        ("drafts in window", f"{mx} (specmon_window_drafts{{{TW}}})"),
+        ("requests running", f"{mx} (specmon_requests_running{{{TE}}})"),
     ]
-
-    def by_name(name: str, *properties: Json) -> Json:
-        return {"matcher": {"id": "byName", "options": name}, "properties": list(properties)}
-
-    def cell_colour(mode: str = "color-text") -> Json:
-        return {"id": "custom.cellOptions", "value": {"type": mode}}
-
-    overrides = [
-        by_name("up", {"id": "mappings", "value": UP_MAPPINGS}, cell_colour("color-background")),
-        *(
-            by_name(name, {"id": "unit", "value": "none"}, {"id": "decimals", "value": 3})
-            for name in ("alpha", "break-even")
-        ),
-        by_name(
-            "margin",
-            {"id": "decimals", "value": 3},
-            {"id": "thresholds", "value": thresholds(*MARGIN_STEPS)},
-            {"id": "color", "value": {"mode": "thresholds"}},
-            cell_colour("color-background"),
-        ),
-        by_name(
+    cell_bg = Prop(id_val="custom.cellOptions", value=cm.TableColoredBackgroundCellOptions())
+    detail = dm.DashboardLink(title="Target detail", url=TARGET_LINK)
+    columns = [
+        column("up", Prop(id_val="mappings", value=UP), cell_bg),
+        column("alpha", unit("none"), decimals(3)),
+        column("break-even", unit("none"), decimals(3)),
+        column("margin", decimals(3), *cells_coloured(MARGIN_STEPS)),
+        column(
             "expected speed-up",
-            {"id": "decimals", "value": 2},
-            {"id": "unit", "value": "suffix:x"},
-            {"id": "thresholds", "value": thresholds(*SPEEDUP_STEPS)},
-            {"id": "color", "value": {"mode": "thresholds"}},
-            cell_colour(),
+            decimals(2),
+            unit("suffix:x"),
+            *cells_coloured(SPEEDUP_STEPS, background=False),
         ),
-        by_name("drafts/s", {"id": "decimals", "value": 1}, {"id": "unit", "value": "ops"}),
-        by_name("requests running", {"id": "decimals", "value": 0}),
-        by_name(
-            "target",
-            {
-                "id": "links",
-                "value": [
-                    {
-                        "title": "Target detail",
-                        "url": f"/d/{TARGET_UID}/specmon-target?var-datasource=${{datasource}}"
-                        "&var-target=${__data.fields.target}&var-model=${__data.fields.model}"
-                        "&var-window=${window}&${__url_time_range}",
-                    }
-                ],
-            },
+        column("drafts/s", decimals(1), unit("ops")),
+        column("requests running", decimals(0)),
+        column("target", Prop(id_val="links", value=[detail])),
+    ]
+    return per_target_table(
+        "Targets",
+        "One row per target and model. alpha: effective acceptance rate over the selected "
+        "window; break-even: the alpha at which speculation neither gains nor loses; "
+        "margin = alpha - break-even (red: below break-even, orange: within 0.05); best k': "
+        "the chain length that maximises the measured speed-up (0 = speculation does not "
+        "pay); requests running: the engine's concurrency now, which eats speculation's "
+        "gain. Empty acceptance cells mean no drafts in the window, or an engine that "
+        "counts no drafts (TensorRT-LLM without its per-position counters, SGLang without "
+        "its verify counter: docs/engines.md); empty drafts/s: an engine that counts none.",
+        figures,
+        columns,
+        sort_by="margin",
+        size=(24, 9),
+    )
+
+
+def _verdict_panels() -> list[Cell]:
+    """The headline: per target, the speed-up specmon believes now and what it rests on."""
+    basis = f"max by (target, model, basis) (specmon_verdict_info{{{TW}}})"
+
+    def with_basis(family: str) -> str:
+        return (
+            f"max by (target, model, basis) (\n  max by (target, model) ({family}{{{TW}}})\n"
+            f"  * on (target, model) group_left (basis)\n  {basis}\n)"
+        )
+
+    legend = "{{target}} {{model}} ({{basis}})"
+    return [
+        headline(
+            "Verdict: speed-up on the best evidence",
+            "Per target and model, over the selected window: the speed-up over no speculation "
+            "specmon believes now (red below 1: speculation costs throughput), and in brackets "
+            "the basis it rests on, best first: twin (realized against the baseline twin at the "
+            "current load), profile, engine (the engine's measured draft cost: TensorRT-LLM), "
+            "configured (specmon's draft_cost), default (no draft_cost: 0.1, a guess). The "
+            "table below shows the figures at the configured c.",
+            query(with_basis("specmon_verdict_speedup_ratio"), legend),
+            unit="suffix:x",
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            size=(16, 5),
+        ),
+        headline(
+            "Verdict: margin on the best evidence",
+            "Alpha minus the break-even alpha on the same basis as the verdict's speed-up "
+            "(in brackets). Red: below break-even, speculation costs time; orange: within 0.05.",
+            query(with_basis("specmon_verdict_alpha_margin_ratio"), legend),
+            decimals=3,
+            zones=MARGIN_STEPS,
+            size=(8, 5),
         ),
     ]
-    return {
-        "type": "table",
-        "title": "Targets",
-        "description": (
-            "One row per target and model. alpha: effective acceptance rate over the selected "
-            "window; break-even: the alpha at which speculation neither gains nor loses; "
-            "margin = alpha - break-even (red: below break-even, orange: within 0.05); best k': "
-            "the chain length that maximises the measured speed-up (0 = speculation does not "
-            "pay); requests running: the engine's concurrency now, which eats speculation's "
-            "gain. Empty acceptance cells mean no drafts in the window, or an engine that "
-            "counts no drafts (TensorRT-LLM without its per-position counters, SGLang without "
-            "its verify counter: docs/engines.md); empty drafts/s: an engine that counts none."
-        ),
-        **_table_body(columns, overrides, sort_by="margin"),
-    }
 
 
 #: Targets compared with a baseline, as a filter: a twin (specmon_baseline_info names it, from
@@ -560,588 +554,379 @@ WITH_BASELINE = (
     f"on (target) (\n  specmon_baseline_info{{{T}}}\n"
     f'  or specmon_draft_cost_ratio{{{TE}, source="measured"}}\n)'
 )
-#: Realized speed-up colours: red where speculation costs time beyond the noise
-#: (SpecmonSlowerThanBaseline), orange where it does not pay, green where it does.
-REALIZED_STEPS: tuple[tuple[float | None, str], ...] = (
-    (None, "red"),
-    (0.95, "orange"),
-    (1, "green"),
-)
-ABOVE_MAPPINGS: list[Json] = [
-    {
-        "type": "value",
-        "options": {
-            "0": {"color": "green", "index": 0, "text": "below"},
-            "1": {"color": "red", "index": 1, "text": "AT OR ABOVE"},
-        },
-    }
-]
 
 
-def _load_table() -> Json:
+def _baseline_table() -> Cell:
     """Targets compared with a baseline: how their speculation does at the load they run."""
-    columns: list[tuple[str, str, str]] = [
+    mx = "max by (target, model)"
+    figures = [
+        ("realized speed-up", f"{mx} (specmon_realized_speedup_ratio{{{TW}}})"),
         (
-            "A",
-            "realized speed-up",
-            f"max by (target, model) (specmon_realized_speedup_ratio{{{TW}}})",
-        ),
-        (
-            "B",
             "expected (configured c)",
-            f"max by (target, model) (specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE})",
+            f"{mx} (specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE})",
         ),
+        ("concurrency", f"{mx} (specmon_concurrency{{{TW}}} and {WITH_BASELINE})"),
+        ("crossover", f"{mx} (specmon_crossover_concurrency{{{TW}}})"),
         (
-            "C",
-            "concurrency",
-            f"max by (target, model) (specmon_concurrency{{{TW}}} and {WITH_BASELINE})",
-        ),
-        ("D", "crossover", f"max by (target, model) (specmon_crossover_concurrency{{{TW}}})"),
-        (
-            "E",
             "above crossover",
-            "max by (target, model) (\n"
+            f"{mx} (\n"
             f"  specmon_crossover_concurrency{{{TW}}}\n"
             "  <= bool ignoring (baseline) group_left ()\n"
             f"  (1.05 * specmon_concurrency{{{TW}}})\n"
             ")",
         ),
+        ("measured c", f'{mx} (specmon_draft_cost_ratio{{{TE}, source="measured"}})'),
         (
-            "F",
-            "measured c",
-            f'max by (target, model) (specmon_draft_cost_ratio{{{TE}, source="measured"}})',
-        ),
-        (
-            "G",
             "configured c",
-            "max by (target, model) "
-            f'(specmon_draft_cost_ratio{{{TE}, source="configured"}} and {WITH_BASELINE})',
+            f'{mx} (specmon_draft_cost_ratio{{{TE}, source="configured"}} and {WITH_BASELINE})',
         ),
-        (
-            "H",
-            "requests running",
-            f"max by (target, model) (specmon_requests_running{{{TE}}} and {WITH_BASELINE})",
-        ),
+        ("requests running", f"{mx} (specmon_requests_running{{{TE}}} and {WITH_BASELINE})"),
     ]
-    columns = [(ref, name, selected_engines(expr)) for ref, name, expr in columns]
-
-    def by_name(name: str, *properties: Json) -> Json:
-        return {"matcher": {"id": "byName", "options": name}, "properties": list(properties)}
-
-    def coloured(steps: tuple[tuple[float | None, str], ...]) -> list[Json]:
-        return [
-            {"id": "thresholds", "value": thresholds(*steps)},
-            {"id": "color", "value": {"mode": "thresholds"}},
-            {"id": "custom.cellOptions", "value": {"type": "color-background"}},
-        ]
-
-    overrides = [
-        by_name(
-            "realized speed-up",
-            {"id": "decimals", "value": 2},
-            {"id": "unit", "value": "suffix:x"},
-            *coloured(REALIZED_STEPS),
-        ),
-        by_name(
-            "expected (configured c)",
-            {"id": "decimals", "value": 2},
-            {"id": "unit", "value": "suffix:x"},
-        ),
-        *(by_name(name, {"id": "decimals", "value": 1}) for name in ("concurrency", "crossover")),
-        by_name("above crossover", {"id": "mappings", "value": ABOVE_MAPPINGS}),
-        *(by_name(name, {"id": "decimals", "value": 3}) for name in ("measured c", "configured c")),
-        by_name("requests running", {"id": "decimals", "value": 0}),
+    columns = [
+        column("realized speed-up", decimals(2), unit("suffix:x"), *cells_coloured(REALIZED_STEPS)),
+        column("expected (configured c)", decimals(2), unit("suffix:x")),
+        column("concurrency", decimals(1)),
+        column("crossover", decimals(1)),
+        column("above crossover", words({"0": ("below", "green"), "1": ("AT OR ABOVE", "red")})),
+        column("measured c", decimals(3)),
+        column("configured c", decimals(3)),
+        column("requests running", decimals(0)),
     ]
-    return {
-        "type": "table",
-        "title": "Against the baseline, at this load",
-        "description": (
-            "Targets compared with a twin without speculation (`baseline:` in specmon's config), "
-            "one row per target and model, over the selected window. realized speed-up: the "
-            "twin's time per output token over the target's, in the concurrency bucket the "
-            "target runs in now (red: below 0.95, where SpecmonSlowerThanBaseline fires; "
-            "orange: below 1). expected: the verdict at the configured c, which ignores load. "
-            "concurrency: mean requests per engine step. crossover: the concurrency at which "
-            "speculation stops paying at the window's acceptance (empty: it pays at every load "
-            "measured); above crossover: concurrency within 5 % of it or above "
-            "(SpecmonAboveCrossover). measured c: the draft cost against the twin (middle "
-            "window), next to the configured one. Empty realized speed-up: the bucket of the "
-            "current load has too little data on one side yet (200 engine steps, 100 drafts)."
-        ),
-        **_table_body(columns, overrides, sort_by="realized speed-up"),
-    }
+    return per_target_table(
+        "Against the baseline, at this load",
+        "Targets compared with a twin without speculation (`baseline:` in specmon's config), "
+        "one row per target and model, over the selected window. realized speed-up: the "
+        "twin's time per output token over the target's, in the concurrency bucket the "
+        "target runs in now (red: below 0.95, where SpecmonSlowerThanBaseline fires; "
+        "orange: below 1). expected: the verdict at the configured c, which ignores load. "
+        "concurrency: mean requests per engine step. crossover: the concurrency at which "
+        "speculation stops paying at the window's acceptance (empty: it pays at every load "
+        "measured); above crossover: concurrency within 5 % of it or above "
+        "(SpecmonAboveCrossover). measured c: the draft cost against the twin (middle "
+        "window), next to the configured one. Empty realized speed-up: the bucket of the "
+        "current load has too little data on one side yet (200 engine steps, 100 drafts).",
+        [(name, selected_engines(expr)) for name, expr in figures],
+        columns,
+        sort_by="realized speed-up",
+        size=(24, 7),
+    )
 
 
-def _load_panels() -> list[tuple[Json, int, int]]:
+def _overview_load_panels() -> list[Cell]:
     return [
-        (row("Load: against the baseline"), 24, 1),
-        (_load_table(), 24, 7),
-        (
-            timeseries(
-                "Realized speed-up against the baseline",
-                "Each target's time per output token against its twin's without speculation, in "
-                "the concurrency bucket it runs in now (solid), and the expected speed-up at the "
-                "configured c (dashed), which ignores load. Below the line speculation costs "
-                "time at this load; below 0.95 for 30 minutes, SpecmonSlowerThanBaseline "
-                "fires.",
-                [
-                    query(
-                        selected_engines(f"specmon_realized_speedup_ratio{{{TW}}}"),
-                        "{{target}} {{model}} against {{baseline}}",
-                        "A",
-                    ),
-                    query(
-                        selected_engines(
-                            f"specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE}"
-                        ),
-                        "expected {{target}} {{model}}",
-                        "B",
-                    ),
-                ],
-                decimals=2,
-                threshold_steps=SPEEDUP_STEPS,
-                threshold_style="line",
-                overrides=[dashed("expected .*")],
+        row("Load: against the baseline"),
+        _baseline_table(),
+        trend(
+            "Realized speed-up against the baseline",
+            "Each target's time per output token against its twin's without speculation, in "
+            "the concurrency bucket it runs in now (solid), and the expected speed-up at the "
+            "configured c (dashed), which ignores load. Below the line speculation costs "
+            "time at this load; below 0.95 for 30 minutes, SpecmonSlowerThanBaseline "
+            "fires.",
+            query(
+                selected_engines(f"specmon_realized_speedup_ratio{{{TW}}}"),
+                "{{target}} {{model}} against {{baseline}}",
             ),
-            12,
-            8,
+            query(
+                selected_engines(f"specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE}"),
+                "expected {{target}} {{model}}",
+            ),
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            zone_style=LINE,
+            series=[dashed("expected .*")],
+            size=(12, 8),
         ),
-        (
-            timeseries(
-                "Concurrency against the crossover",
-                "Solid: mean requests per engine step over the window, for the targets compared "
-                "with a twin. Dashed: the concurrency at which speculation stops paying (from "
-                "the load levels measured in the window; absent while it pays at all of them). "
-                "A solid line at or above its dashed one for 15 minutes fires "
-                "SpecmonAboveCrossover.",
-                [
-                    query(
-                        selected_engines(
-                            f"max by (target, model) (specmon_concurrency{{{TW}}} and "
-                            f"{WITH_BASELINE})"
-                        ),
-                        "{{target}} {{model}}",
-                        "A",
-                    ),
-                    query(
-                        selected_engines(
-                            f"max by (target, model) (specmon_crossover_concurrency{{{TW}}})"
-                        ),
-                        "crossover {{target}} {{model}}",
-                        "B",
-                    ),
-                ],
-                decimals=1,
-                minimum=0,
-                overrides=[dashed("crossover .*")],
+        trend(
+            "Concurrency against the crossover",
+            "Solid: mean requests per engine step over the window, for the targets compared "
+            "with a twin. Dashed: the concurrency at which speculation stops paying (from "
+            "the load levels measured in the window; absent while it pays at all of them). "
+            "A solid line at or above its dashed one for 15 minutes fires "
+            "SpecmonAboveCrossover.",
+            query(
+                selected_engines(
+                    f"max by (target, model) (specmon_concurrency{{{TW}}} and {WITH_BASELINE})"
+                ),
+                "{{target}} {{model}}",
             ),
-            12,
-            8,
+            query(
+                selected_engines(f"max by (target, model) (specmon_crossover_concurrency{{{TW}}})"),
+                "crossover {{target}} {{model}}",
+            ),
+            decimals=1,
+            low=0,
+            series=[dashed("crossover .*")],
+            size=(12, 8),
         ),
     ]
 
 
-def overview() -> Json:
-    panels: list[tuple[Json, int, int]] = [
-        (_overview_table(), 24, 9),
-        (row("Acceptance"), 24, 1),
-        (
-            timeseries(
-                "Margin (alpha - break-even)",
-                "Effective alpha minus break-even alpha over the selected window. Below the "
-                "zero line speculation costs time; between 0 and 0.05 it barely pays.",
-                [query(f"specmon_alpha_margin_ratio{{{TW}}}", "{{target}} {{model}}")],
-                decimals=3,
-                threshold_steps=MARGIN_STEPS,
-                threshold_style="line+area",
-            ),
-            12,
-            8,
+def _overview_health_panels() -> list[Cell]:
+    """specmon's scrapes of its targets, and specmon itself."""
+    lag = "(rate(specmon_event_loop_lag_seconds_bucket[$__rate_interval])))"
+    full_gc = 'specmon_gc_pause_seconds_{}{{generation="2"}}[$__rate_interval]))'
+    return [
+        row("Scrape health"),
+        up_timeline(
+            "Target up",
+            "Whether specmon's last scrape of each target succeeded.",
+            query(selected_engines(f"specmon_up{{{T}}}"), "{{target}}"),
+            size=(8, 8),
         ),
-        (
-            timeseries(
-                "Requests running",
-                "Requests each engine is running now. Read it next to the margin: speculation's "
-                "gain shrinks as batches fill (verification competes with other requests, so "
-                "the real draft cost rises above the configured c), so a margin that dips "
-                "whenever concurrency rises is load, not a worse draft.",
-                [
-                    query(
-                        f"max by (target, model) (specmon_requests_running{{{TE}}})",
-                        "{{target}} {{model}}",
-                    )
-                ],
-                decimals=0,
-                minimum=0,
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Alpha against break-even",
-                "Solid: effective alpha over the selected window. Dashed: break-even alpha for "
-                "the chain length and draft cost in use.",
-                [
-                    query(f"specmon_alpha_ratio{{{TW}}}", "alpha {{target}} {{model}}", "A"),
-                    query(
-                        f"specmon_breakeven_alpha_ratio{{{TE}}}",
-                        "break-even {{target}} {{model}}",
-                        "B",
-                    ),
-                ],
-                decimals=3,
-                minimum=0,
-                maximum=1,
-                overrides=[dashed("break-even .*")],
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Expected speed-up",
-                "Solid: expected speed-up with the chain in use. Dashed: at the best chain "
-                "length. Below 1 speculation is slower than plain decoding.",
-                [
-                    query(f"specmon_expected_speedup_ratio{{{TW}}}", "{{target}} {{model}}", "A"),
-                    query(
-                        f"specmon_best_speedup_ratio{{{TW}}}", "best k' {{target}} {{model}}", "B"
-                    ),
-                ],
-                decimals=2,
-                threshold_steps=SPEEDUP_STEPS,
-                threshold_style="line",
-                overrides=[dashed("best k' .*")],
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Drafts per second",
-                "Verification steps that carried a draft, per second: the traffic the "
-                "acceptance numbers rest on. The alerts need 400 drafts per window.",
-                [
-                    query(
-                        "sum by (target, model) "
-                        f"(rate(specmon_drafts_total{{{TE}}}[$__rate_interval]))",
-                        "{{target}} {{model}}",
-                    )
-                ],
-                unit="ops",
-                minimum=0,
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Generated tokens per second",
-                "Tokens each engine generated per second over the selected window, with or "
-                "without drafts. Tokens without drafts per second beside them: the engine is "
-                "busy but not speculating (SpecmonSpeculationMissing; llama.cpp without a draft "
-                "model publishes its speculative counters at 0).",
-                [
-                    query(
-                        f"max by (target, model) (specmon_window_generated_tokens{{{TW}}})\n"
-                        f"/ max by (target, model) (specmon_window_seconds{{{TW}}} > 0)",
-                        "{{target}} {{model}}",
-                    )
-                ],
-                unit="ops",
-                minimum=0,
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Draft cost c: configured and measured",
-                "c, the cost of one drafted token as a fraction of a target step, by source. "
-                "Solid (configured): specmon's draft_cost for the target, which every verdict "
-                "above uses. Dashed, engine: TensorRT-LLM's own draft overhead o turned into "
-                "c = o / (k (1 - o)), only where a separate draft model is timed. Dashed, "
-                "measured: against the target's baseline (its twin without speculation, or a "
-                "profile) at the window's concurrency (docs/load-signals.md). A measured c well "
-                "above the configured one means the break-even, margin and speed-up above are "
-                "optimistic: set draft_cost from it.",
-                [
-                    query(
-                        "max by (target, model, source, baseline) "
-                        f"(specmon_draft_cost_ratio{{{TE}}})",
-                        "{{target}} {{model}} c {{source}} {{baseline}}",
-                    )
-                ],
-                decimals=3,
-                minimum=0,
-                overrides=[dashed(".* c (engine|measured) .*")],
-            ),
-            24,
-            7,
-        ),
-        *_load_panels(),
-        (row("Scrape health"), 24, 1),
-        (
-            {
-                "type": "state-timeline",
-                "title": "Target up",
-                "description": "Whether specmon's last scrape of each target succeeded.",
-                "datasource": DS,
-                "targets": [query(selected_engines(f"specmon_up{{{T}}}"), "{{target}}")],
-                "fieldConfig": {
-                    "defaults": {
-                        "color": {"mode": "thresholds"},
-                        "mappings": UP_MAPPINGS,
-                        "thresholds": thresholds((None, "red"), (1, "green")),
-                        "custom": {"fillOpacity": 80, "lineWidth": 0},
-                    },
-                    "overrides": [],
-                },
-                "options": {
-                    "alignValue": "left",
-                    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
-                    "mergeValues": True,
-                    "rowHeight": 0.9,
-                    "showValue": "never",
-                    "tooltip": {"mode": "single", "sort": "none"},
-                },
-            },
-            8,
-            8,
-        ),
-        (
-            timeseries(
-                "Scrape results per second",
-                "specmon's scrapes of each target by result (success, http_error, timeout, "
-                "connection_error, too_large, parse_error, no_metrics).",
-                [
-                    query(
-                        selected_engines(
-                            "sum by (target, result) "
-                            f"(rate(specmon_scrapes_total{{{T}}}[$__rate_interval]))"
-                        ),
-                        "{{target}} {{result}}",
-                    )
-                ],
-                unit="ops",
-                draw_style="bars",
-                stacking="normal",
-                fill=80,
-                minimum=0,
-            ),
-            8,
-            8,
-        ),
-        (
-            timeseries(
-                "Scrape duration and staleness",
-                "Solid: duration of specmon's last scrape. Dashed (right axis): seconds since "
-                "the last successful scrape.",
-                [
-                    query(
-                        selected_engines(f"specmon_scrape_duration_seconds{{{T}}}"),
-                        "duration {{target}}",
-                        "A",
-                    ),
-                    query(
-                        selected_engines(f"time() - specmon_last_success_timestamp_seconds{{{T}}}"),
-                        "since success {{target}}",
-                        "B",
-                    ),
-                ],
-                unit="s",
-                minimum=0,
-                overrides=[dashed("since success .*"), right_axis("since success .*", "s")],
-            ),
-            8,
-            8,
-        ),
-        (
-            timeseries(
-                "Readings refused by validation",
-                "Readings of each target's page that specmon refused, by reason, per interval: "
-                "values no real engine publishes (NaN, negative or beyond 2^53, counts rising "
-                "along the chain, more accepted than drafted, duplicated series, a counter "
-                "going down alone, limits exceeded). The refused model's figures are missing "
-                "meanwhile; a page that stays wrong is refused at every scrape. Which reason "
-                "means what: docs/runbook.md#specmonreadingsrejected (SpecmonReadingsRejected). "
-                "No data: nothing refused.",
-                [
-                    query(
-                        selected_engines(
-                            "sum by (target, reason) (increase("
-                            f"specmon_rejected_readings_total{{{T}}}[$__rate_interval]))"
-                        ),
-                        "{{target}} {{reason}}",
-                    )
-                ],
-                draw_style="bars",
-                stacking="normal",
-                fill=80,
-                minimum=0,
-                decimals=0,
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Requests refused by specmon's web server",
-                "Requests and connections to specmon itself that its HTTP server refused, by "
-                "reason, per interval and specmon instance: unauthorized (401: wrong or missing "
-                "password), auth_busy (503: too many password checks waiting), header_timeout, "
-                "too_many_connections, client_san (client certificate without an allowed "
-                "name), lifecycle_disabled (POST /-/reload without --web.enable-lifecycle). A "
-                "steady unauthorized rate with Prometheus's target up is someone else trying; "
-                "with it down, Prometheus's password (docs/security.md).",
-                [
-                    query(
-                        "sum by (instance, reason) "
-                        "(increase(specmon_web_rejections_total[$__rate_interval]))",
-                        "{{instance}} {{reason}}",
-                    )
-                ],
-                draw_style="bars",
-                stacking="normal",
-                fill=80,
-                minimum=0,
-                decimals=0,
-            ),
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "specmon's event loop: lag and the cycle collector",
-                "How late specmon's event loop wakes a 0.1 s timer (99th percentile and worst "
-                "bucket over the interval), per specmon instance, and the mean pause of its "
-                "full cycle collections (once a minute). Every scrape due while the loop is "
-                "held waits; holds near the scrape timeout end scrapes as timeouts that are "
-                "specmon's, not the targets' (SpecmonEventLoopStalled, "
-                "docs/runbook.md#specmoneventloopstalled).",
-                [
-                    query(
-                        "histogram_quantile(0.99, sum by (instance, le) "
-                        "(rate(specmon_event_loop_lag_seconds_bucket[$__rate_interval])))",
-                        "lag p99 {{instance}}",
-                        "A",
-                    ),
-                    query(
-                        "histogram_quantile(1, sum by (instance, le) "
-                        "(rate(specmon_event_loop_lag_seconds_bucket[$__rate_interval])))",
-                        "lag, worst bucket {{instance}}",
-                        "B",
-                    ),
-                    query(
-                        "sum by (instance) "
-                        '(rate(specmon_gc_pause_seconds_sum{generation="2"}[$__rate_interval]))'
-                        " / sum by (instance) "
-                        '(rate(specmon_gc_pause_seconds_count{generation="2"}[$__rate_interval]))',
-                        "full collection {{instance}}",
-                        "C",
-                    ),
-                ],
-                unit="s",
-                minimum=0,
-                overrides=[dashed("full collection .*")],
-            ),
-            12,
-            8,
-        ),
-        (
-            stat(
-                "Configured targets",
-                "Targets in specmon's configuration.",
-                query("sum(specmon_targets)", "targets"),
-            ),
-            6,
-            4,
-        ),
-        (
-            stat(
-                "Config reload",
-                "Whether specmon's last configuration (re)load succeeded.",
-                query("min(specmon_config_last_reload_successful)", "reload"),
-                threshold_steps=((None, "red"), (1, "green")),
-                mappings=[
-                    {
-                        "type": "value",
-                        "options": {
-                            "0": {"color": "red", "index": 0, "text": "FAILED"},
-                            "1": {"color": "green", "index": 1, "text": "OK"},
-                        },
-                    }
-                ],
-            ),
-            6,
-            4,
-        ),
-        (
-            stat(
-                "Last config load",
-                "Time since specmon last loaded its configuration successfully.",
-                query(
-                    "time() - max(specmon_config_last_reload_success_timestamp_seconds)",
-                    "since load",
+        trend(
+            "Scrape results per second",
+            "specmon's scrapes of each target by result (success, http_error, timeout, "
+            "connection_error, too_large, parse_error, no_metrics).",
+            query(
+                selected_engines(
+                    "sum by (target, result) "
+                    f"(rate(specmon_scrapes_total{{{T}}}[$__rate_interval]))"
                 ),
-                unit="s",
+                "{{target}} {{result}}",
             ),
-            6,
-            4,
+            unit="ops",
+            per_interval=True,
+            stacked=True,
+            low=0,
+            size=(8, 8),
         ),
-        (
-            stat(
-                "specmon version",
-                "specmon instances being scraped, by version.",
-                query("count by (version) (specmon_build_info)", "{{version}}"),
+        trend(
+            "Scrape duration and staleness",
+            "Solid: duration of specmon's last scrape. Dashed (right axis): seconds since "
+            "the last successful scrape.",
+            query(
+                selected_engines(f"specmon_scrape_duration_seconds{{{T}}}"),
+                "duration {{target}}",
             ),
-            6,
-            4,
+            query(
+                selected_engines(f"time() - specmon_last_success_timestamp_seconds{{{T}}}"),
+                "since success {{target}}",
+            ),
+            unit="s",
+            low=0,
+            series=[dashed("since success .*"), right_axis("since success .*", "s")],
+            size=(8, 8),
         ),
+        trend(
+            "Readings refused by validation",
+            "Readings of each target's page that specmon refused, by reason, per interval: "
+            "values no real engine publishes (NaN, negative or beyond 2^53, counts rising "
+            "along the chain, more accepted than drafted, duplicated series, a counter "
+            "going down alone, limits exceeded). The refused model's figures are missing "
+            "meanwhile; a page that stays wrong is refused at every scrape. Which reason "
+            "means what: docs/runbook.md#specmonreadingsrejected (SpecmonReadingsRejected). "
+            "No data: nothing refused.",
+            query(
+                selected_engines(
+                    "sum by (target, reason) (increase("
+                    f"specmon_rejected_readings_total{{{T}}}[$__rate_interval]))"
+                ),
+                "{{target}} {{reason}}",
+            ),
+            per_interval=True,
+            stacked=True,
+            low=0,
+            decimals=0,
+            size=(12, 8),
+        ),
+        trend(
+            "Requests refused by specmon's web server",
+            "Requests and connections to specmon itself that its HTTP server refused, by "
+            "reason, per interval and specmon instance: unauthorized (401: wrong or missing "
+            "password), auth_busy (503: too many password checks waiting), header_timeout, "
+            "too_many_connections, client_san (client certificate without an allowed "
+            "name), lifecycle_disabled (POST /-/reload without --web.enable-lifecycle). A "
+            "steady unauthorized rate with Prometheus's target up is someone else trying; "
+            "with it down, Prometheus's password (docs/security.md).",
+            query(
+                "sum by (instance, reason) "
+                "(increase(specmon_web_rejections_total[$__rate_interval]))",
+                "{{instance}} {{reason}}",
+            ),
+            per_interval=True,
+            stacked=True,
+            low=0,
+            decimals=0,
+            size=(12, 8),
+        ),
+        trend(
+            "specmon's event loop: lag and the cycle collector",
+            "How late specmon's event loop wakes a 0.1 s timer (99th percentile and worst "
+            "bucket over the interval), per specmon instance, and the mean pause of its "
+            "full cycle collections (once a minute). Every scrape due while the loop is "
+            "held waits; holds near the scrape timeout end scrapes as timeouts that are "
+            "specmon's, not the targets' (SpecmonEventLoopStalled, "
+            "docs/runbook.md#specmoneventloopstalled).",
+            query(
+                f"histogram_quantile(0.99, sum by (instance, le) {lag}",
+                "lag p99 {{instance}}",
+            ),
+            query(
+                f"histogram_quantile(1, sum by (instance, le) {lag}",
+                "lag, worst bucket {{instance}}",
+            ),
+            query(
+                f"sum by (instance) (rate({full_gc.format('sum')}"
+                f" / sum by (instance) (rate({full_gc.format('count')}",
+                "full collection {{instance}}",
+            ),
+            unit="s",
+            low=0,
+            series=[dashed("full collection .*")],
+            size=(12, 8),
+        ),
+        headline(
+            "Configured targets",
+            "Targets in specmon's configuration.",
+            query("sum(specmon_targets)", "targets"),
+            size=(6, 4),
+        ),
+        headline(
+            "Config reload",
+            "Whether specmon's last configuration (re)load succeeded.",
+            query("min(specmon_config_last_reload_successful)", "reload"),
+            zones=((None, "red"), (1, "green")),
+            words={"0": ("FAILED", "red"), "1": ("OK", "green")},
+            size=(6, 4),
+        ),
+        headline(
+            "Last config load",
+            "Time since specmon last loaded its configuration successfully.",
+            query(
+                "time() - max(specmon_config_last_reload_success_timestamp_seconds)",
+                "since load",
+            ),
+            unit="s",
+            size=(6, 4),
+        ),
+        headline(
+            "specmon version",
+            "specmon instances being scraped, by version.",
+            query("count by (version) (specmon_build_info)", "{{version}}"),
+            size=(6, 4),
+        ),
+    ]
+
+
+def overview() -> board.Dashboard:
+    panels: list[Cell] = [
+        *_verdict_panels(),
+        _fleet_table(),
+        row("Acceptance"),
+        trend(
+            "Margin (alpha - break-even)",
+            "Effective alpha minus break-even alpha over the selected window. Below the "
+            "zero line speculation costs time; between 0 and 0.05 it barely pays.",
+            query(f"specmon_alpha_margin_ratio{{{TW}}}", "{{target}} {{model}}"),
+            decimals=3,
+            zones=MARGIN_STEPS,
+            zone_style=cm.GraphThresholdsStyleMode.LINE_AND_AREA,
+            size=(12, 8),
+        ),
+        trend(
+            "Requests running",
+            "Requests each engine is running now. Read it next to the margin: speculation's "
+            "gain shrinks as batches fill (verification competes with other requests, so "
+            "the real draft cost rises above the configured c), so a margin that dips "
+            "whenever concurrency rises is load, not a worse draft.",
+            query(
+                f"max by (target, model) (specmon_requests_running{{{TE}}})",
+                "{{target}} {{model}}",
+            ),
+            decimals=0,
+            low=0,
+            size=(12, 8),
+        ),
+        trend(
+            "Alpha against break-even",
+            "Solid: effective alpha over the selected window. Dashed: break-even alpha for "
+            "the chain length and draft cost in use.",
+            query(f"specmon_alpha_ratio{{{TW}}}", "alpha {{target}} {{model}}"),
+            query(f"specmon_breakeven_alpha_ratio{{{TE}}}", "break-even {{target}} {{model}}"),
+            decimals=3,
+            low=0,
+            high=1,
+            series=[dashed("break-even .*")],
+            size=(12, 8),
+        ),
+        trend(
+            "Expected speed-up",
+            "Solid: expected speed-up with the chain in use. Dashed: at the best chain "
+            "length. Below 1 speculation is slower than plain decoding.",
+            query(f"specmon_expected_speedup_ratio{{{TW}}}", "{{target}} {{model}}"),
+            query(f"specmon_best_speedup_ratio{{{TW}}}", "best k' {{target}} {{model}}"),
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            zone_style=LINE,
+            series=[dashed("best k' .*")],
+            size=(12, 8),
+        ),
+        trend(
+            "Drafts per second",
+            "Verification steps that carried a draft, per second: the traffic the "
+            "acceptance numbers rest on. The alerts need 400 drafts per window.",
+            query(
+                f"sum by (target, model) (rate(specmon_drafts_total{{{TE}}}[$__rate_interval]))",
+                "{{target}} {{model}}",
+            ),
+            unit="ops",
+            low=0,
+            size=(12, 8),
+        ),
+        trend(
+            "Generated tokens per second",
+            "Tokens each engine generated per second over the selected window, with or "
+            "without drafts. Tokens without drafts per second beside them: the engine is "
+            "busy but not speculating (SpecmonSpeculationMissing; llama.cpp without a draft "
+            "model publishes its speculative counters at 0).",
+            query(
+                f"max by (target, model) (specmon_window_generated_tokens{{{TW}}})\n"
+                f"/ max by (target, model) (specmon_window_seconds{{{TW}}} > 0)",
+                "{{target}} {{model}}",
+            ),
+            unit="ops",
+            low=0,
+            size=(12, 8),
+        ),
+        trend(
+            "Draft cost c: configured and measured",
+            "c, the cost of one drafted token as a fraction of a target step, by source. "
+            "Solid (configured): specmon's draft_cost for the target, which every verdict "
+            "above uses. Dashed, engine: TensorRT-LLM's own draft overhead o turned into "
+            "c = o / (k (1 - o)), only where a separate draft model is timed. Dashed, "
+            "measured: against the target's baseline (its twin without speculation, or a "
+            "profile) at the window's concurrency (docs/load-signals.md). A measured c well "
+            "above the configured one means the break-even, margin and speed-up above are "
+            "optimistic: set draft_cost from it.",
+            query(
+                f"max by (target, model, source, baseline) (specmon_draft_cost_ratio{{{TE}}})",
+                "{{target}} {{model}} c {{source}} {{baseline}}",
+            ),
+            decimals=3,
+            low=0,
+            series=[dashed(".* c (engine|measured) .*")],
+            size=(24, 7),
+        ),
+        *_overview_load_panels(),
+        *_overview_health_panels(),
     ]
     return dashboard(
         OVERVIEW_UID,
         "specmon / Overview",
         "Is speculative decoding paying for itself on every target? Data: specmon.",
         [
-            query_variable(
+            choice(
                 "engine",
                 "Engine",
                 "label_values(specmon_speculation_enabled, engine)",
-                multi=True,
-                include_all=True,
-                current="$__all",
+                several=True,
             ),
-            query_variable(
-                "target",
-                "Target",
-                "label_values(specmon_up, target)",
-                multi=True,
-                include_all=True,
-                current="$__all",
-            ),
-            query_variable(
-                "window",
-                "Window",
-                "label_values(specmon_window_drafts, window)",
-                current="5m",
-            ),
+            choice("target", "Target", "label_values(specmon_up, target)", several=True),
+            choice("window", "Window", "label_values(specmon_window_drafts, window)", default="5m"),
         ],
-        layout(panels),
-        [
-            {
-                "asDropdown": False,
-                "icon": "dashboard",
-                "includeVars": False,
-                "keepTime": True,
-                "tags": [],
-                "targetBlank": False,
-                "title": "Target detail",
-                "type": "link",
-                "url": f"/d/{TARGET_UID}/specmon-target",
-            }
-        ],
+        panels,
+        ("Target detail", TARGET_UID),
     )
 
 
@@ -1149,8 +934,6 @@ def overview() -> Json:
 
 M = 'target="$target", model="$model"'
 MW = 'target="$target", model="$model", window="$window"'
-
-
 #: The baseline twin's series: the target the `baseline` label of this target's figures names.
 TWIN = (
     "on (target) label_join(\n"
@@ -1159,586 +942,351 @@ TWIN = (
 )
 
 
-def _target_load_panels() -> list[tuple[Json, int, int]]:
+def _target_load_panels() -> list[Cell]:
     """Load and speed, and the verdict against the baseline (docs/load-signals.md)."""
+    by_bucket = "max by (concurrency)"
+    speedup = [decimals(2), unit("suffix:x"), *cells_coloured(REALIZED_STEPS, background=False)]
     return [
-        (row("Load: against the baseline"), 24, 1),
-        (
-            timeseries(
-                "Realized against expected speed-up",
-                "Realized: the baseline's time per output token over this target's, in the "
-                "concurrency bucket the target runs in now (measured: a twin without "
-                "speculation, or a profile). Expected: the verdict at the configured draft cost, "
-                "which ignores load. Below the line speculation costs time; realized below 0.95 "
-                "for 30 minutes fires SpecmonSlowerThanBaseline. Empty realized: no baseline, or "
-                "too little data at this load yet (200 engine steps and 100 drafts a side).",
-                [
-                    query(
-                        f"specmon_realized_speedup_ratio{{{MW}}}",
-                        "realized against {{baseline}}",
-                        "A",
-                    ),
-                    query(
-                        f"specmon_expected_speedup_ratio{{{MW}}}", "expected (configured c)", "B"
-                    ),
-                ],
-                decimals=2,
-                threshold_steps=SPEEDUP_STEPS,
-                threshold_style="line",
-                overrides=[dashed("expected .*")],
-            ),
-            12,
-            8,
+        row("Load: against the baseline"),
+        trend(
+            "Realized against expected speed-up",
+            "Realized: the baseline's time per output token over this target's, in the "
+            "concurrency bucket the target runs in now (measured: a twin without "
+            "speculation, or a profile). Expected: the verdict at the configured draft cost, "
+            "which ignores load. Below the line speculation costs time; realized below 0.95 "
+            "for 30 minutes fires SpecmonSlowerThanBaseline. Empty realized: no baseline, or "
+            "too little data at this load yet (200 engine steps and 100 drafts a side).",
+            query(f"specmon_realized_speedup_ratio{{{MW}}}", "realized against {{baseline}}"),
+            query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (configured c)"),
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            zone_style=LINE,
+            series=[dashed("expected .*")],
+            size=(12, 8),
         ),
-        (
-            {
-                "type": "barchart",
-                "title": "Speed-up by concurrency",
-                "description": (
-                    "Per concurrency bucket of the window (requests per engine step: 1 = below "
-                    "1.5, 2 = [1.5, 3), 4 = [3, 6), ...): the realized speed-up against the "
-                    "baseline, and the speed-up expected at the best chain length with the draft "
-                    "cost measured there. Where the bars fall below 1 speculation stops paying; "
-                    "a bucket with too little data on either side has no bar."
+        bars_by_load_level(
+            "Speed-up by concurrency",
+            "Per concurrency bucket of the window (requests per engine step: 1 = below "
+            "1.5, 2 = [1.5, 3), 4 = [3, 6), ...): the realized speed-up against the "
+            "baseline, and the speed-up expected at the best chain length with the draft "
+            "cost measured there. Where the bars fall below 1 speculation stops paying; "
+            "a bucket with too little data on either side has no bar.",
+            [
+                (
+                    "realized",
+                    f"{by_bucket} (specmon_bucket_realized_speedup_ratio{{{MW}}})",
                 ),
-                "datasource": DS,
-                "targets": [
-                    query(
-                        f"max by (concurrency) (specmon_bucket_realized_speedup_ratio{{{MW}}})",
-                        "realized",
-                        "A",
-                        instant=True,
-                        table=True,
-                    ),
-                    query(
-                        f"max by (concurrency) (specmon_bucket_best_speedup_ratio{{{MW}}})",
-                        "at the best k'",
-                        "B",
-                        instant=True,
-                        table=True,
-                    ),
-                ],
-                "transformations": [
-                    *by_concurrency(("A", "realized"), ("B", "at the best k'")),
-                    {
-                        "id": "convertFieldType",
-                        "options": {
-                            "conversions": [
-                                {
-                                    "targetField": "concurrency (requests per step)",
-                                    "destinationType": "string",
-                                }
-                            ],
-                            "fields": {},
-                        },
-                    },
-                ],
-                "fieldConfig": {
-                    "defaults": {
-                        "color": {"mode": "palette-classic"},
-                        "custom": {
-                            "fillOpacity": 80,
-                            "lineWidth": 1,
-                            "thresholdsStyle": {"mode": "line"},
-                        },
-                        "decimals": 2,
-                        "min": 0,
-                        "thresholds": thresholds(*SPEEDUP_STEPS),
-                        "unit": "suffix:x",
-                    },
-                    "overrides": [],
-                },
-                "options": {
-                    "xField": "concurrency (requests per step)",
-                    "orientation": "vertical",
-                    "groupWidth": 0.7,
-                    "barWidth": 0.9,
-                    "showValue": "auto",
-                    "stacking": "none",
-                    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                    "tooltip": {"mode": "multi", "sort": "none"},
-                },
-            },
-            12,
-            8,
-        ),
-        (
-            timeseries(
-                "Concurrency and the crossover",
-                "Mean requests per engine step over the window (from the engine's counters), "
-                "the requests running now, and, dashed, the concurrency at which speculation "
-                "stops paying at the window's acceptance (interpolated between the load levels "
-                "measured against the baseline; the lowest one measured when it paid at none; "
-                "absent while it pays at all). Concurrency at or above it for 15 minutes fires "
-                "SpecmonAboveCrossover.",
-                [
-                    query(f"specmon_concurrency{{{MW}}}", "concurrency (mean per step)", "A"),
-                    query(
-                        f"max by (baseline) (specmon_crossover_concurrency{{{MW}}})",
-                        "crossover against {{baseline}}",
-                        "B",
-                    ),
-                    query(f"specmon_requests_running{{{M}}}", "requests running now", "C"),
-                ],
-                decimals=1,
-                minimum=0,
-                overrides=[dashed("crossover .*")],
-            ),
-            8,
-            8,
-        ),
-        (
-            timeseries(
-                "Time per output token: this target and its baseline",
-                "Decode time per generated token over the window, from the engines' own "
-                "counters: this target, and the twin it is compared with (same model, no "
-                "speculation). The realized speed-up is their ratio, taken per concurrency "
-                "bucket.",
-                [
-                    query(f"specmon_time_per_output_token_seconds{{{MW}}}", "{{target}}", "A"),
-                    query(
-                        "max by (target) (\n"
-                        'specmon_time_per_output_token_seconds{model="$model", window="$window"}\n'
-                        f"and {TWIN}\n)",
-                        "baseline {{target}}",
-                        "B",
-                    ),
-                ],
-                unit="s",
-                minimum=0,
-                overrides=[dashed("baseline .*")],
-            ),
-            8,
-            8,
-        ),
-        (
-            timeseries(
-                "Draft cost c: measured against configured",
-                "c, one drafted token's cost as a fraction of a target step. Configured: "
-                "specmon's draft_cost, which every verdict without a baseline uses. Measured: "
-                "from the step times against the baseline, c = (T_step / T_step(baseline) - 1) "
-                "/ drafted tokens per step, at the middle window's concurrency (dashed) and per "
-                "concurrency bucket of the selected window (dotted). c grows with load: that is "
-                "why speculation stops paying.",
-                [
-                    query(
-                        f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
-                        "c {{source}} {{baseline}}",
-                        "A",
-                    ),
-                    query(
-                        f"max by (concurrency) (specmon_bucket_draft_cost_ratio{{{MW}}})",
-                        "c at {{concurrency}} requests per step",
-                        "B",
-                    ),
-                ],
-                decimals=3,
-                minimum=0,
-                overrides=[
-                    dashed("^c (engine|measured) .*"),
-                    {
-                        "matcher": {"id": "byRegexp", "options": "^c at .*"},
-                        "properties": [
-                            {"id": "custom.lineStyle", "value": {"dash": [0, 10], "fill": "dot"}},
-                            {"id": "custom.lineWidth", "value": 2},
-                        ],
-                    },
-                ],
-            ),
-            8,
-            8,
-        ),
-        (
-            {
-                "type": "table",
-                "title": "Best chain length per load level",
-                "description": (
-                    "Per concurrency bucket of the window: the realized speed-up against the "
-                    "baseline, the draft cost c measured there, the chain length that maximises "
-                    "the expected speed-up at that c with the window's per-position survival "
-                    "(0 = switch speculation off at this load) and that speed-up. `specmon "
-                    "recommend --from` turns it into a vLLM num_speculative_tokens_per_batch_size "
-                    "schedule and a llama.cpp --spec-draft-n-max (docs/recommend.md)."
+                (
+                    "at the best k'",
+                    f"{by_bucket} (specmon_bucket_best_speedup_ratio{{{MW}}})",
                 ),
-                "datasource": DS,
-                "targets": [
-                    query(
-                        f"max by (concurrency) ({name}{{{MW}}})",
-                        ref=ref,
-                        instant=True,
-                        table=True,
-                    )
-                    for ref, name in (
-                        ("A", "specmon_bucket_realized_speedup_ratio"),
-                        ("B", "specmon_bucket_draft_cost_ratio"),
-                        ("C", "specmon_bucket_best_chain_length"),
-                        ("D", "specmon_bucket_best_speedup_ratio"),
-                    )
-                ],
-                "transformations": by_concurrency(
-                    ("A", "realized speed-up"),
-                    ("B", "measured c"),
-                    ("C", "best k'"),
-                    ("D", "expected at best k'"),
-                ),
-                "fieldConfig": {
-                    "defaults": {
-                        "custom": {"align": "auto", "cellOptions": {"type": "auto"}},
-                        "thresholds": thresholds((None, "green")),
-                        "unit": "none",
-                    },
-                    "overrides": [
-                        {
-                            "matcher": {"id": "byName", "options": name},
-                            "properties": [
-                                {"id": "decimals", "value": 2},
-                                {"id": "unit", "value": "suffix:x"},
-                                {"id": "thresholds", "value": thresholds(*REALIZED_STEPS)},
-                                {"id": "color", "value": {"mode": "thresholds"}},
-                                {"id": "custom.cellOptions", "value": {"type": "color-text"}},
-                            ],
-                        }
-                        for name in ("realized speed-up", "expected at best k'")
-                    ]
-                    + [
-                        {
-                            "matcher": {"id": "byName", "options": "measured c"},
-                            "properties": [{"id": "decimals", "value": 3}],
-                        },
-                        {
-                            "matcher": {"id": "byName", "options": "best k'"},
-                            "properties": [{"id": "decimals", "value": 0}],
-                        },
-                    ],
-                },
-                "options": {
-                    "cellHeight": "sm",
-                    "footer": {"show": False, "reducer": ["sum"], "countRows": False, "fields": ""},
-                    "showHeader": True,
-                },
-            },
-            8,
-            8,
+            ],
+            size=(12, 8),
+        ),
+        trend(
+            "Concurrency and the crossover",
+            "Mean requests per engine step over the window (from the engine's counters), "
+            "the requests running now, and, dashed, the concurrency at which speculation "
+            "stops paying at the window's acceptance (interpolated between the load levels "
+            "measured against the baseline; the lowest one measured when it paid at none; "
+            "absent while it pays at all). Concurrency at or above it for 15 minutes fires "
+            "SpecmonAboveCrossover.",
+            query(f"specmon_concurrency{{{MW}}}", "concurrency (mean per step)"),
+            query(
+                f"max by (baseline) (specmon_crossover_concurrency{{{MW}}})",
+                "crossover against {{baseline}}",
+            ),
+            query(f"specmon_requests_running{{{M}}}", "requests running now"),
+            decimals=1,
+            low=0,
+            series=[dashed("crossover .*")],
+            size=(8, 8),
+        ),
+        trend(
+            "Time per output token: this target and its baseline",
+            "Decode time per generated token over the window, from the engines' own "
+            "counters: this target, and the twin it is compared with (same model, no "
+            "speculation). The realized speed-up is their ratio, taken per concurrency "
+            "bucket.",
+            query(f"specmon_time_per_output_token_seconds{{{MW}}}", "{{target}}"),
+            query(
+                "max by (target) (\n"
+                'specmon_time_per_output_token_seconds{model="$model", window="$window"}\n'
+                f"and {TWIN}\n)",
+                "baseline {{target}}",
+            ),
+            unit="s",
+            low=0,
+            series=[dashed("baseline .*")],
+            size=(8, 8),
+        ),
+        trend(
+            "Draft cost c: measured against configured",
+            "c, one drafted token's cost as a fraction of a target step. Configured: "
+            "specmon's draft_cost, which every verdict without a baseline uses. Measured: "
+            "from the step times against the baseline, c = (T_step / T_step(baseline) - 1) "
+            "/ drafted tokens per step, at the middle window's concurrency (dashed) and per "
+            "concurrency bucket of the selected window (dotted). c grows with load: that is "
+            "why speculation stops paying.",
+            query(
+                f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
+                "c {{source}} {{baseline}}",
+            ),
+            query(
+                f"{by_bucket} (specmon_bucket_draft_cost_ratio{{{MW}}})",
+                "c at {{concurrency}} requests per step",
+            ),
+            decimals=3,
+            low=0,
+            series=[dashed("^c (engine|measured) .*"), dotted("^c at .*")],
+            size=(8, 8),
+        ),
+        per_bucket_table(
+            "Best chain length per load level",
+            "Per concurrency bucket of the window: the realized speed-up against the "
+            "baseline, the draft cost c measured there, the chain length that maximises "
+            "the expected speed-up at that c with the window's per-position survival "
+            "(0 = switch speculation off at this load) and that speed-up. `specmon "
+            "recommend --from` turns it into a vLLM num_speculative_tokens_per_batch_size "
+            "schedule and a llama.cpp --spec-draft-n-max (docs/recommend.md).",
+            [
+                (name, f"{by_bucket} ({family}{{{MW}}})")
+                for name, family in (
+                    ("realized speed-up", "specmon_bucket_realized_speedup_ratio"),
+                    ("measured c", "specmon_bucket_draft_cost_ratio"),
+                    ("best k'", "specmon_bucket_best_chain_length"),
+                    ("expected at best k'", "specmon_bucket_best_speedup_ratio"),
+                )
+            ],
+            [
+                column("realized speed-up", *speedup),
+                column("expected at best k'", *speedup),
+                column("measured c", decimals(3)),
+                column("best k'", decimals(0)),
+            ],
+            size=(8, 8),
         ),
     ]
 
 
-def target_detail() -> Json:
-    panels: list[tuple[Json, int, int]] = [
-        (
-            stat(
-                "alpha",
-                "Effective acceptance rate over the window: the alpha whose alpha + ... + "
-                "alpha^k equals the mean accepted tokens per draft.",
-                query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
-                decimals=3,
-            ),
-            3,
-            4,
+def target_detail() -> board.Dashboard:
+    rate = "[$__rate_interval]))"
+    panels: list[Cell] = [
+        headline(
+            "alpha",
+            "Effective acceptance rate over the window: the alpha whose alpha + ... + "
+            "alpha^k equals the mean accepted tokens per draft.",
+            query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
+            decimals=3,
+            size=(3, 4),
         ),
-        (
-            stat(
-                "break-even",
-                "The alpha at which S(alpha, k, c) = 1.",
-                query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
-                decimals=3,
-            ),
-            3,
-            4,
+        headline(
+            "break-even",
+            "The alpha at which S(alpha, k, c) = 1.",
+            query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
+            decimals=3,
+            size=(3, 4),
         ),
-        (
-            stat(
-                "margin",
-                "alpha - break-even. Red: speculation costs time; orange: within 0.05.",
-                query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
-                decimals=3,
-                threshold_steps=MARGIN_STEPS,
-            ),
-            3,
-            4,
+        headline(
+            "margin",
+            "alpha - break-even. Red: speculation costs time; orange: within 0.05.",
+            query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
+            decimals=3,
+            zones=MARGIN_STEPS,
+            size=(3, 4),
         ),
-        (
-            stat(
-                "expected speed-up",
-                "(1 + accepted/drafts) / (1 + c * draft tokens/drafts) over the window.",
-                query(f"specmon_expected_speedup_ratio{{{MW}}}", "speed-up"),
-                unit="suffix:x",
-                decimals=2,
-                threshold_steps=SPEEDUP_STEPS,
-            ),
-            3,
-            4,
+        headline(
+            "expected speed-up",
+            "(1 + accepted/drafts) / (1 + c * draft tokens/drafts) over the window.",
+            query(f"specmon_expected_speedup_ratio{{{MW}}}", "speed-up"),
+            unit="suffix:x",
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            size=(3, 4),
         ),
-        (
-            stat(
-                "best speed-up",
-                "Expected speed-up at the best chain length k'.",
-                query(f"specmon_best_speedup_ratio{{{MW}}}", "best"),
-                unit="suffix:x",
-                decimals=2,
-                threshold_steps=SPEEDUP_STEPS,
-            ),
-            3,
-            4,
+        headline(
+            "best speed-up",
+            "Expected speed-up at the best chain length k'.",
+            query(f"specmon_best_speedup_ratio{{{MW}}}", "best"),
+            unit="suffix:x",
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            size=(3, 4),
         ),
-        (
-            stat(
-                "k in use",
-                "Chain length in use: configured, else the number of position series.",
-                query(f"specmon_chain_length{{{M}}}", "k"),
-            ),
-            3,
-            4,
+        headline(
+            "k in use",
+            "Chain length in use: configured, else the number of position series.",
+            query(f"specmon_chain_length{{{M}}}", "k"),
+            size=(3, 4),
         ),
-        (
-            stat(
-                "best k'",
-                "Chain length that maximises the measured speed-up; 0 = speculation does not "
-                "pay at any chain length.",
-                query(f"specmon_best_chain_length{{{MW}}}", "k'"),
-            ),
-            3,
-            4,
+        headline(
+            "best k'",
+            "Chain length that maximises the measured speed-up; 0 = speculation does not "
+            "pay at any chain length.",
+            query(f"specmon_best_chain_length{{{MW}}}", "k'"),
+            size=(3, 4),
         ),
-        (
-            stat(
-                "drafts in window",
-                "Sample size behind the numbers. Alerts need at least 400.",
-                query(f"specmon_window_drafts{{{MW}}}", "drafts"),
-                threshold_steps=((None, "orange"), (400, "green")),
-            ),
-            3,
-            4,
+        headline(
+            "drafts in window",
+            "Sample size behind the numbers. Alerts need at least 400.",
+            query(f"specmon_window_drafts{{{MW}}}", "drafts"),
+            zones=((None, "orange"), (400, "green")),
+            size=(3, 4),
         ),
-        (row("Per position"), 24, 1),
-        (
-            timeseries(
-                "Survival by position",
-                "Share of drafts accepted at least this deep (per_pos / drafts). Where it "
-                "falls below the draft cost c, drafting that position costs more than it "
-                "earns.",
-                [query(f"specmon_position_survival_ratio{{{MW}}}", "position {{position}}")],
-                unit="percentunit",
-                minimum=0,
-                maximum=1,
-            ),
-            12,
-            8,
+        row("Per position"),
+        trend(
+            "Survival by position",
+            "Share of drafts accepted at least this deep (per_pos / drafts). Where it "
+            "falls below the draft cost c, drafting that position costs more than it "
+            "earns.",
+            query(f"specmon_position_survival_ratio{{{MW}}}", "position {{position}}"),
+            unit="percentunit",
+            low=0,
+            high=1,
+            size=(12, 8),
         ),
-        (
-            timeseries(
-                "Conditional acceptance by position",
-                "Acceptance at a position given the previous one was accepted "
-                "(per_pos[i] / per_pos[i-1]).",
-                [query(f"specmon_position_conditional_ratio{{{MW}}}", "position {{position}}")],
-                unit="percentunit",
-                minimum=0,
-                maximum=1,
-            ),
-            12,
-            8,
+        trend(
+            "Conditional acceptance by position",
+            "Acceptance at a position given the previous one was accepted "
+            "(per_pos[i] / per_pos[i-1]).",
+            query(f"specmon_position_conditional_ratio{{{MW}}}", "position {{position}}"),
+            unit="percentunit",
+            low=0,
+            high=1,
+            size=(12, 8),
         ),
-        (
-            bargauge(
-                "Survival by position, now",
-                "Latest survival per position: the shape of the chain.",
-                query(f"specmon_position_survival_ratio{{{MW}}}", "{{position}}", instant=True),
-            ),
-            12,
-            7,
+        chain_shape(
+            "Survival by position, now",
+            "Latest survival per position: the shape of the chain.",
+            query(f"specmon_position_survival_ratio{{{MW}}}", "{{position}}", instant=True),
+            size=(12, 7),
         ),
-        (
-            bargauge(
-                "Conditional acceptance by position, now",
-                "Latest conditional acceptance per position.",
-                query(f"specmon_position_conditional_ratio{{{MW}}}", "{{position}}", instant=True),
-            ),
-            12,
-            7,
+        chain_shape(
+            "Conditional acceptance by position, now",
+            "Latest conditional acceptance per position.",
+            query(f"specmon_position_conditional_ratio{{{MW}}}", "{{position}}", instant=True),
+            size=(12, 7),
         ),
-        (row("Speed-up and chain"), 24, 1),
-        (
-            timeseries(
-                "Mean acceptance length",
-                "Tokens per verification step including the bonus token (1 + accepted / "
-                "drafts). Solid: selected window; dashed: every other window.",
-                [
-                    query(f"specmon_mean_acceptance_length{{{MW}}}", "{{window}} (selected)", "A"),
-                    query(
-                        f'specmon_mean_acceptance_length{{{M}, window!="$window"}}',
-                        "{{window}}",
-                        "B",
-                    ),
-                ],
-                decimals=2,
-                minimum=1,
-                overrides=[dashed("^[^(]*$")],
-            ),
-            8,
-            8,
+        row("Speed-up and chain"),
+        trend(
+            "Mean acceptance length",
+            "Tokens per verification step including the bonus token (1 + accepted / "
+            "drafts). Solid: selected window; dashed: every other window.",
+            query(f"specmon_mean_acceptance_length{{{MW}}}", "{{window}} (selected)"),
+            query(f'specmon_mean_acceptance_length{{{M}, window!="$window"}}', "{{window}}"),
+            decimals=2,
+            low=1,
+            series=[dashed("^[^(]*$")],
+            size=(8, 8),
         ),
-        (
-            timeseries(
-                "Expected against best speed-up",
-                "Expected speed-up with the chain in use against the speed-up at the best "
-                "chain length. The gap is what a shorter chain would gain.",
-                [
-                    query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (k in use)", "A"),
-                    query(f"specmon_best_speedup_ratio{{{MW}}}", "best (k')", "B"),
-                ],
-                decimals=2,
-                threshold_steps=SPEEDUP_STEPS,
-                threshold_style="line",
-                overrides=[dashed("best .*")],
-            ),
-            8,
-            8,
+        trend(
+            "Expected against best speed-up",
+            "Expected speed-up with the chain in use against the speed-up at the best "
+            "chain length. The gap is what a shorter chain would gain.",
+            query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (k in use)"),
+            query(f"specmon_best_speedup_ratio{{{MW}}}", "best (k')"),
+            decimals=2,
+            zones=SPEEDUP_STEPS,
+            zone_style=LINE,
+            series=[dashed("best .*")],
+            size=(8, 8),
         ),
-        (
-            timeseries(
-                "Chain length and draft cost",
-                "k in use and the best k' (left axis); draft cost c, the cost of one drafted "
-                "token as a fraction of a target step (right axis). c configured: specmon's "
-                "draft_cost for the target, which decides break-even, margin and speed-up. "
-                "Dashed, checks on it: c measured by the engine (TensorRT-LLM with a separate "
-                "draft model only: its draft overhead o as c = o / (k (1 - o))), and c "
-                "measured against the named baseline at the window's concurrency "
-                "(docs/load-signals.md).",
-                [
-                    query(f"specmon_chain_length{{{M}}}", "k in use", "A"),
-                    query(f"specmon_best_chain_length{{{MW}}}", "best k'", "B"),
-                    query(
-                        f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
-                        "c {{source}} {{baseline}}",
-                        "C",
-                    ),
-                ],
-                decimals=2,
-                minimum=0,
-                overrides=[
-                    dashed("best k'"),
-                    dashed("^c (engine|measured)"),
-                    right_axis("^c .*", "none"),
-                    renamed("^c configured", "c configured (used for the verdicts)"),
-                    renamed("^c engine", "c measured by the engine"),
-                ],
+        trend(
+            "Chain length and draft cost",
+            "k in use and the best k' (left axis); draft cost c, the cost of one drafted "
+            "token as a fraction of a target step (right axis). c configured: specmon's "
+            "draft_cost for the target, which decides break-even, margin and speed-up. "
+            "Dashed, checks on it: c measured by the engine (TensorRT-LLM with a separate "
+            "draft model only: its draft overhead o as c = o / (k (1 - o))), and c "
+            "measured against the named baseline at the window's concurrency "
+            "(docs/load-signals.md).",
+            query(f"specmon_chain_length{{{M}}}", "k in use"),
+            query(f"specmon_best_chain_length{{{MW}}}", "best k'"),
+            query(
+                f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})",
+                "c {{source}} {{baseline}}",
             ),
-            8,
-            8,
+            decimals=2,
+            low=0,
+            series=[
+                dashed("best k'"),
+                dashed("^c (engine|measured)"),
+                right_axis("^c .*", "none"),
+                shown_as("^c configured", "c configured (used for the verdicts)"),
+                shown_as("^c engine", "c measured by the engine"),
+            ],
+            size=(8, 8),
         ),
         *_target_load_panels(),
-        (row("Acceptance and traffic"), 24, 1),
-        (
-            timeseries(
-                "Alpha against break-even",
-                "Effective alpha and the draft acceptance ratio (accepted / drafted tokens) "
-                "over the window; dashed: break-even alpha. Zero line: the margin.",
-                [
-                    query(f"specmon_alpha_ratio{{{MW}}}", "alpha", "A"),
-                    query(f"specmon_draft_acceptance_ratio{{{MW}}}", "accepted / drafted", "B"),
-                    query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even", "C"),
-                    query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin", "D"),
-                ],
-                decimals=3,
-                threshold_steps=((None, "red"), (0, "transparent")),
-                threshold_style="line",
-                overrides=[dashed("break-even")],
-            ),
-            12,
-            8,
+        row("Acceptance and traffic"),
+        trend(
+            "Alpha against break-even",
+            "Effective alpha and the draft acceptance ratio (accepted / drafted tokens) "
+            "over the window; dashed: break-even alpha. Zero line: the margin.",
+            query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
+            query(f"specmon_draft_acceptance_ratio{{{MW}}}", "accepted / drafted"),
+            query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
+            query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
+            decimals=3,
+            zones=ZERO_LINE,
+            zone_style=LINE,
+            series=[dashed("break-even")],
+            size=(12, 8),
         ),
-        (
-            timeseries(
-                "Margin and requests running",
-                "Margin over the window (left; below the zero line speculation costs time) "
-                "against the requests the engine runs (right). Speculation's gain shrinks as "
-                "batches fill: a margin that falls whenever concurrency rises points at load "
-                "(the configured c is then too optimistic), not at the draft.",
-                [
-                    query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin", "A"),
-                    query(f"specmon_requests_running{{{M}}}", "requests running", "B"),
-                ],
-                decimals=3,
-                threshold_steps=((None, "red"), (0, "transparent")),
-                threshold_style="line",
-                overrides=[
-                    right_axis("requests running", "none"),
-                    {
-                        "matcher": {"id": "byName", "options": "requests running"},
-                        "properties": [{"id": "decimals", "value": 0}],
-                    },
-                ],
-            ),
-            12,
-            8,
+        trend(
+            "Margin and requests running",
+            "Margin over the window (left; below the zero line speculation costs time) "
+            "against the requests the engine runs (right). Speculation's gain shrinks as "
+            "batches fill: a margin that falls whenever concurrency rises points at load "
+            "(the configured c is then too optimistic), not at the draft.",
+            query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
+            query(f"specmon_requests_running{{{M}}}", "requests running"),
+            decimals=3,
+            zones=ZERO_LINE,
+            zone_style=LINE,
+            series=[
+                right_axis("requests running", "none"),
+                column("requests running", decimals(0)),
+            ],
+            size=(12, 8),
         ),
-        (
-            timeseries(
-                "Drafts and tokens per second",
-                "Drafts (verification steps with a draft), drafted tokens and accepted tokens "
-                "per second, as counted by specmon; dashed: every token the engine generated "
-                "per second over the window, drafted or not. Generated tokens without drafts: "
-                "the engine is busy but not speculating.",
-                [
-                    query(
-                        f"sum(rate(specmon_drafts_total{{{M}}}[$__rate_interval]))", "drafts", "A"
-                    ),
-                    query(
-                        f"sum(rate(specmon_draft_tokens_total{{{M}}}[$__rate_interval]))",
-                        "draft tokens",
-                        "B",
-                    ),
-                    query(
-                        f"sum(rate(specmon_accepted_tokens_total{{{M}}}[$__rate_interval]))",
-                        "accepted tokens",
-                        "C",
-                    ),
-                    query(
-                        f"max by (window) (specmon_window_generated_tokens{{{MW}}})\n"
-                        f"/ max by (window) (specmon_window_seconds{{{MW}}} > 0)",
-                        "generated tokens ({{window}})",
-                        "D",
-                    ),
-                ],
-                unit="ops",
-                minimum=0,
-                overrides=[dashed("generated tokens .*")],
+        trend(
+            "Drafts and tokens per second",
+            "Drafts (verification steps with a draft), drafted tokens and accepted tokens "
+            "per second, as counted by specmon; dashed: every token the engine generated "
+            "per second over the window, drafted or not. Generated tokens without drafts: "
+            "the engine is busy but not speculating.",
+            query(f"sum(rate(specmon_drafts_total{{{M}}}{rate}", "drafts"),
+            query(f"sum(rate(specmon_draft_tokens_total{{{M}}}{rate}", "draft tokens"),
+            query(f"sum(rate(specmon_accepted_tokens_total{{{M}}}{rate}", "accepted tokens"),
+            query(
+                f"max by (window) (specmon_window_generated_tokens{{{MW}}})\n"
+                f"/ max by (window) (specmon_window_seconds{{{MW}}} > 0)",
+                "generated tokens ({{window}})",
             ),
-            12,
-            8,
+            unit="ops",
+            low=0,
+            series=[dashed("generated tokens .*")],
+            size=(12, 8),
         ),
-        (
-            timeseries(
-                "Window sample size",
-                "Drafts counted in the window (left) and the seconds of data it covers "
-                "(right; less than the window while it fills after a start or a reset).",
-                [
-                    query(f"specmon_window_drafts{{{MW}}}", "drafts", "A"),
-                    query(f"specmon_window_seconds{{{MW}}}", "seconds covered", "B"),
-                ],
-                minimum=0,
-                overrides=[right_axis("seconds covered", "s")],
-            ),
-            12,
-            8,
+        trend(
+            "Window sample size",
+            "Drafts counted in the window (left) and the seconds of data it covers "
+            "(right; less than the window while it fills after a start or a reset).",
+            query(f"specmon_window_drafts{{{MW}}}", "drafts"),
+            query(f"specmon_window_seconds{{{MW}}}", "seconds covered"),
+            low=0,
+            series=[right_axis("seconds covered", "s")],
+            size=(12, 8),
         ),
-        (
-            timeseries(
-                "Engine restarts",
-                "Counter resets specmon detected (engine restarts): the windows start again.",
-                [
-                    query(
-                        f"sum(increase(specmon_engine_resets_total{{{M}}}[$__rate_interval]))",
-                        "restarts",
-                    )
-                ],
-                draw_style="bars",
-                fill=80,
-                minimum=0,
-                decimals=0,
-            ),
-            24,
-            6,
+        trend(
+            "Engine restarts",
+            "Counter resets specmon detected (engine restarts): the windows start again.",
+            query(f"sum(increase(specmon_engine_resets_total{{{M}}}{rate}", "restarts"),
+            per_interval=True,
+            low=0,
+            decimals=0,
+            size=(24, 6),
         ),
     ]
     return dashboard(
@@ -1749,45 +1297,37 @@ def target_detail() -> Json:
         [
             # Targets that speculate (a baseline twin has no speculative series: its figures
             # show on the target compared with it).
-            query_variable("target", "Target", "label_values(specmon_chain_length, target)"),
-            query_variable(
-                "model", "Model", 'label_values(specmon_chain_length{target="$target"}, model)'
-            ),
-            query_variable(
+            choice("target", "Target", "label_values(specmon_chain_length, target)"),
+            choice("model", "Model", 'label_values(specmon_chain_length{target="$target"}, model)'),
+            choice(
                 "window",
                 "Window",
                 'label_values(specmon_window_drafts{target="$target", model="$model"}, window)',
-                current="5m",
+                default="5m",
             ),
         ],
-        layout(panels),
-        [
-            {
-                "asDropdown": False,
-                "icon": "dashboard",
-                "includeVars": False,
-                "keepTime": True,
-                "tags": [],
-                "targetBlank": False,
-                "title": "Overview",
-                "type": "link",
-                "url": f"/d/{OVERVIEW_UID}/specmon-overview",
-            }
-        ],
+        panels,
+        ("Overview", OVERVIEW_UID),
     )
 
 
 # --------------------------------------------------------------------------- output
 
 #: file name -> builder
-DASHBOARDS = {
+DASHBOARDS: dict[str, Callable[[], board.Dashboard]] = {
     "specmon-overview.json": overview,
     "specmon-target.json": target_detail,
 }
 
 
-def render(board: Json) -> str:
-    return json.dumps(board, indent=2, ensure_ascii=False) + "\n"
+def render(dashboard: board.Dashboard) -> str:
+    """The dashboard's JSON: panels numbered 1, 2, ... in order, and no database id (`null`,
+    which the SDK cannot write), so that it can be provisioned or imported as it is."""
+    built = dashboard.build()
+    for number, panel in enumerate(built.panels or [], start=1):
+        panel.id_val = number
+    data: dict[str, Any] = json.loads(json.dumps(built, cls=JSONEncoder))
+    return json.dumps({"id": None, **data}, indent=2, ensure_ascii=False) + "\n"
 
 
 def build() -> dict[str, str]:

@@ -35,7 +35,7 @@ EXPECTED_UIDS = {
     "specmon-overview.json": "specmon-overview",
     "specmon-target.json": "specmon-target",
 }
-SCHEMA_VERSION = 39
+SCHEMA_VERSION = 36  # grafana-foundation-sdk 10.4 line (pyproject.toml, extra "dashboards")
 DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 #: Prometheus's own series a dashboard may use besides specmon's contract.
 PROMETHEUS_BUILTINS = {"ALERTS"}
@@ -54,6 +54,7 @@ LABELS = {
     "concurrency",
     "le",  # specmon's own histograms
     "generation",
+    "basis",  # specmon_verdict_info: what the verdict rests on
 }
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.
