@@ -182,3 +182,26 @@ def test_a_verdict_below_break_even_is_a_problem() -> None:
     html = render_status([changed], primary_window="5m", ready=True, problems_only=True)
     assert rows_of(html) == ["llama-b"]
     assert "engine&#x27;s c" in html and "0.93&times;" in html
+
+
+def test_each_row_heads_with_its_verdict_and_says_its_basis() -> None:
+    """The row's first figure is the verdict on its basis: with a twin the realized speed-up,
+    with a profile the profile's at the current load, with no draft cost configured the
+    default c, said to be a guess."""
+    views = fleet_views()
+    html = render_status(views, primary_window="5m", ready=True)
+    names = rows_of(html)
+    starts = [html.index(f'">{n}</a>') for n in names]
+    rows = {n: html[a:b] for n, a, b in zip(names, starts, [*starts[1:], len(html)], strict=True)}
+    expected = {"vllm-loaded": "vs its twin", "vllm-profiled": "vs its profile",
+                "llama-b": "default c: a guess"}  # fmt: skip
+    by_name = {v.name: v for v in views}
+    for name, basis in expected.items():
+        verdict = next(w.verdict for m in by_name[name].models for w in m.windows if w.verdict)
+        assert verdict is not None and verdict.speedup is not None
+        row = rows[name]
+        assert basis in unescape(row), (name, row)
+        # The first figure of the row (after its name, URL, engine and state) is the verdict.
+        first = re.search(r"(\d+\.\d\d)&times;", row)
+        assert first is not None and float(first.group(1)) == round(verdict.speedup, 2), row
+    assert verdict.basis is Evidence.DEFAULT
