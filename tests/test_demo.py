@@ -15,13 +15,13 @@ import time
 from tests.support.daemon import Exported, get
 
 HEALTHY = ("vllm-eagle", "vllm-ngram", "llamacpp-draft", "trtllm-draft", "sglang-eagle",
-           "sglang-router", "tgi-medusa", "vllm-loaded")  # fmt: skip
+           "sglang-router", "tgi-medusa", "vllm-loaded", "tgi-loaded")  # fmt: skip
 
 
 def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     """The demo as the README shows it, time-compressed: the degrading target's draft stops
     matching after 4 s instead of 45, so its 30 s primary window is all bad by 36 s; the
-    load-aware pair goes through its load levels (1, 4, 16, 8, 2, 24 requests) in 6 s each,
+    load-aware pairs (vLLM and TGI) go through their load levels (1, 4, 16, 8, 2, 24 requests) in 6 s each,
     and the crossover its load model has by construction (10.9 requests) is found within a
     bucket, with speculation paying at low load and costing time at high load."""
     proc = subprocess.Popen(
@@ -42,6 +42,7 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     margins: list[float] = []
     crossovers: list[float] = []
     buckets: dict[str, float] = {}
+    tgi_buckets: dict[str, float] = {}
     targets_seen: set[str] = set()
     deadline = time.monotonic() + 50
     while proc.poll() is None and time.monotonic() < deadline:
@@ -61,6 +62,9 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
                 crossovers.append(crossover)
             for key, value in m.series("specmon_bucket_realized_speedup_ratio", **loaded).items():
                 buckets[dict(key)["concurrency"]] = value
+            tgi = {"target": "tgi-loaded", "window": "2m"}
+            for key, value in m.series("specmon_bucket_realized_speedup_ratio", **tgi).items():
+                tgi_buckets[dict(key)["concurrency"]] = value
             healthy = [
                 m.value("specmon_alpha_margin_ratio", target=t, window="30s") for t in HEALTHY
             ]
@@ -69,11 +73,14 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     text = "".join(lines) + out
-    assert targets_seen == {*HEALTHY, "vllm-degrading", "vllm-baseline"}
+    assert targets_seen == {*HEALTHY, "vllm-degrading", "vllm-baseline", "tgi-baseline"}
     # The load-aware verdict against the twin: pays at 1 and 4 requests, costs from 16.
     assert buckets["1"] > 1.5 and buckets["4"] > 1.0, buckets
     assert buckets["16"] < 1.0, buckets
     assert crossovers and 6.0 <= crossovers[-1] <= 16.0, crossovers
+    # The TGI pair, read from the router's decode-call timing, tells the same story.
+    assert tgi_buckets["1"] > 1.5 and tgi_buckets["4"] > 1.0, tgi_buckets
+    assert tgi_buckets["16"] < 1.0, tgi_buckets
     assert margins and margins[0] > 0 and min(margins) < 0, margins
     for name in targets_seen:
         assert name in text

@@ -11,6 +11,8 @@ the bucket lines are abbreviated to the ``+Inf`` one here: specmon reads ``_sum`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from specmon.engines import read_page
@@ -100,3 +102,16 @@ def test_tgi_page_without_step_timing_has_no_load_figures() -> None:
     reading = read_page(text)
     assert reading.models[0].context.engine_step_seconds is None
     assert load_counters(reading.models[0].context, reading.models[0].counters) is None
+
+
+def test_written_tgi_pages_carry_the_load_series() -> None:
+    """The pages written from TGI's source (tests/fixtures/pages/written/README.md): 244
+    decode calls taking 6.1 s, 1000 skipped-token observations of which 24 prefills."""
+    written = Path(__file__).resolve().parent / "fixtures" / "pages" / "written"
+    for name in ("tgi-summary.txt", "tgi-histogram.txt"):
+        (model,) = read_page((written / name).read_text()).models
+        c = model.context
+        assert (c.engine_steps, c.request_steps) == (244, 976)
+        assert c.engine_step_seconds == pytest.approx(6.1)
+        got = load_counters(c, model.counters)
+        assert got is not None and got.source == "engine_step_seconds"

@@ -1,8 +1,9 @@
 """``specmon demo``: a simulated fleet, the daemon watching it, and a live terminal view.
 
-Eight simulated engines (two vLLM, one llama.cpp, one vLLM whose draft stops matching after
-about 45 seconds, and, from pages written from their source, TensorRT-LLM, SGLang, sgl-router
-and TGI) are served on loopback; the real daemon scrapes them and serves its status page and
+Twelve simulated engines (two vLLM, one llama.cpp, one vLLM whose draft stops matching after
+about 45 seconds; from pages written from their source, TensorRT-LLM, SGLang, sgl-router and
+TGI; and two pairs of a speculating target and its twin under cycling load, on vLLM and on
+TGI) are served on loopback; the real daemon scrapes them and serves its status page and
 /metrics; the terminal shows what it computes. No engine, GPU or network needed.
 """
 
@@ -83,7 +84,8 @@ def add_parser(sub: Any) -> None:
         type=positive_float,
         default=LOAD_PHASE,
         metavar="SECONDS",
-        help=f"how long vllm-loaded and vllm-baseline stay at each load level (default "
+        help=f"how long the pairs (vllm-loaded, tgi-loaded and their baselines) stay at each "
+        f"load level (default "
         f"{LOAD_PHASE:g}; levels {', '.join(map(str, LOAD_CYCLE))} requests, repeated)",
     )
     p.add_argument(
@@ -143,6 +145,16 @@ def demo_fleet(
         make_target(
             name="vllm-baseline", kind=PageKind.VLLM, model="llama-3.1-8b",
             settings=replace(loaded, speculation=False), scenario=cycle, seed=seed + 9,
+        ),
+        # The same pair on TGI (pages written from its source): the router's decode-call
+        # timing gives the load figures.
+        make_target(
+            name="tgi-loaded", kind=PageKind.TGI_HISTOGRAM, model="llama-3.1-8b",
+            settings=loaded, scenario=cycle, seed=seed + 10,
+        ),
+        make_target(
+            name="tgi-baseline", kind=PageKind.TGI_HISTOGRAM, model="llama-3.1-8b",
+            settings=replace(loaded, speculation=False), scenario=cycle, seed=seed + 11,
         ),
         make_target(
             name="vllm-eagle", kind=PageKind.VLLM, model="llama-3.1-70b",
@@ -226,6 +238,10 @@ def _config_yaml(server: SimServer) -> str:
             lines.append("    model: mixtral-8x7b")  # TGI's page has no model label
         if name == "vllm-loaded":
             lines.append("    baseline: vllm-baseline")
+        if name in ("tgi-loaded", "tgi-baseline"):
+            lines.append("    model: llama-3.1-8b")  # TGI's page has no model label
+        if name == "tgi-loaded":
+            lines.append("    baseline: tgi-baseline")
     return "\n".join(lines) + "\n"
 
 

@@ -115,11 +115,13 @@ class Batcher:
         c.engine_steps += 1
         c.busy_slots += len(self._active)
         emitted_total = 0
+        prefills = 0
         finished: list[_Request] = []
         for request in self._active:
             if request.tokens == 0:
                 # The prefill step: the first token comes from the prompt's logits.
                 request.tokens = 1
+                prefills += 1
                 emitted_total += 1
                 if live:
                     c.generation_tokens += 1
@@ -146,6 +148,13 @@ class Batcher:
             if request.tokens >= request.max_tokens:
                 finished.append(request)
         c.iteration.observe(emitted_total)
+        # TGI's router times a prefill call for the new requests and a decode call for the
+        # running ones; the simulated step serves both at once, and each call is timed with it.
+        if prefills:
+            c.prefill_calls.observe(step)
+            c.new_batches.observe(prefills)
+        if len(self._active) > prefills:
+            c.decode_calls.observe(step)
         for request in finished:
             self._active.remove(request)
             if live:

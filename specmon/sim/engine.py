@@ -122,6 +122,13 @@ class Counters:
     ttft: Histogram = field(default_factory=Histogram)
     iteration: Histogram = field(default_factory=Histogram)
     tpot: Histogram = field(default_factory=Histogram)
+    #: TGI's router: the wall time of every decode call (one per engine step that decoded a
+    #: running request) and of every prefill call, and the size of every new batch taken
+    #: from the queue (its prefill), as ``tgi_batch_inference_duration{method}`` and
+    #: ``tgi_batch_next_size``.
+    decode_calls: Histogram = field(default_factory=Histogram)
+    prefill_calls: Histogram = field(default_factory=Histogram)
+    new_batches: Histogram = field(default_factory=Histogram)
 
 
 class SimEngine:
@@ -263,6 +270,7 @@ class SimEngine:
         c.itl.observe(step_seconds, request_steps)
         if engine_steps:
             c.iteration.observe(tokens / engine_steps, engine_steps)
+            c.decode_calls.observe(step_seconds, engine_steps)
 
     def _add_seconds(self, request_steps: int, step_seconds: float) -> None:
         """The requests' decode time of ``request_steps`` steps (llama.cpp: it lands with

@@ -9,6 +9,7 @@ server printed it. The per-position block is regenerated for the simulated chain
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Collection
@@ -108,8 +109,23 @@ _TGI_BUCKET, _TGI_QUANTILE, _TGI_SUM, _TGI_COUNT = (
     "tgi_sum",
     "tgi_count",
 )
+#: TGI's load series (``backends/v3/src/backend.rs``, ``queue.rs``): the router's wall time of
+#: each prefill and decode call, and the size of each new batch.
+_TGI_CALL_BUCKET, _TGI_NEXT_BUCKET = "tgi_call_bucket", "tgi_next_bucket"
+#: The buckets TGI's router sets (``router/src/server.rs``): every ``*duration`` histogram
+#: 0.0001 x 1.5^i for i = 1..35 (computed by repeated multiplication, as there), and
+#: ``tgi_batch_next_size`` 1..1024.
+_TGI_DURATION_BOUNDS: tuple[float, ...] = tuple(
+    itertools.accumulate(range(35), lambda v, _: v * 1.5, initial=0.0001)
+)[1:]
+_TGI_NEXT_BOUNDS: tuple[float, ...] = tuple(float(x) for x in range(1, 1025))
 #: Slots regenerated as a block (one line per position or bucket) from their first line.
-_BLOCKS = {_PER_POS, _PER_POS_CREATED, _TRT_DRAFTED_POS, _TGI_BUCKET, _TGI_QUANTILE}
+_BLOCKS = {
+    _PER_POS, _PER_POS_CREATED, _TRT_DRAFTED_POS, _TGI_BUCKET, _TGI_QUANTILE, _TGI_CALL_BUCKET,
+    _TGI_NEXT_BUCKET,
+}  # fmt: skip
+#: Blocks with one block per label set (TGI's ``method``), not one per family.
+_LABELLED_BLOCKS = {_TGI_CALL_BUCKET}
 # Load series (docs/load-signals.md): counters and the bucket/sum/count of vLLM histograms.
 _WAITING, _ENGINE_STEPS, _BUSY_RATIO, _DECODE_SECONDS = (
     "waiting", "engine_steps", "busy_ratio", "decode_s",
@@ -223,6 +239,12 @@ def _classify(base: str) -> str | None:
         "tgi_request_skipped_tokens_count": _TGI_COUNT,
         "tgi_batch_current_size": _RUNNING,
         "tgi_request_generated_tokens_sum": _GENERATED,
+        "tgi_batch_inference_duration_bucket": _TGI_CALL_BUCKET,
+        "tgi_batch_inference_duration_sum": "tgi_call:sum",
+        "tgi_batch_inference_duration_count": "tgi_call:count",
+        "tgi_batch_next_size_bucket": _TGI_NEXT_BUCKET,
+        "tgi_batch_next_size_sum": "tgi_next:sum",
+        "tgi_batch_next_size_count": "tgi_next:count",
     }
     if base in newer:
         return newer[base]
@@ -327,9 +349,10 @@ class PageTemplate:
                 continue
             head = stripped[: match.start(3)]
             if slot in _BLOCKS:
-                if slot in seen_pos:
+                key = slot + _LE.sub("", head) if slot in _LABELLED_BLOCKS else slot
+                if key in seen_pos:
                     continue  # the block is regenerated from its first line
-                seen_pos.add(slot)
+                seen_pos.add(key)
             flush()
             self._parts.append(_Slot(slot, head, match.group(4)))
         flush()
@@ -456,15 +479,41 @@ class PageTemplate:
                 out.append(f"{head}{self._number(1.0)}{part.tail}\n")
             elif kind in (_TGI_BUCKET, _TGI_QUANTILE, _TGI_SUM, _TGI_COUNT):
                 out.extend(self._tgi(kind, part, engine))
+            elif kind in (_TGI_CALL_BUCKET, _TGI_NEXT_BUCKET) or kind.startswith("tgi_"):
+                out.extend(self._tgi_load(kind, part, engine))
         return "".join(out)
 
+    def _tgi_load(self, kind: str, part: _Slot, engine: SimEngine) -> list[str]:
+        """TGI's call timing (``method="decode"`` or ``"prefill"``: one observation per call,
+        its wall time) and new-batch sizes, from the simulator's histograms."""
+        c = engine.counters
+        if kind in (_TGI_NEXT_BUCKET, "tgi_next:sum", "tgi_next:count"):
+            hist, bounds = c.new_batches, _TGI_NEXT_BOUNDS
+        else:
+            hist = c.prefill_calls if 'method="prefill"' in part.head else c.decode_calls
+            bounds = _TGI_DURATION_BOUNDS
+        if kind.endswith(":sum"):
+            return [f"{part.head}{self._number(hist.sum)}{part.tail}\n"]
+        if kind.endswith(":count"):
+            return [f"{part.head}{self._number(float(hist.count))}{part.tail}\n"]
+        lines = []
+        for bound in (*bounds, math.inf):
+            label = "+Inf" if math.isinf(bound) else self._number(bound)
+            head = _LE.sub(f'le="{label}"', part.head)
+            lines.append(f"{head}{self._number(float(hist.cumulative(bound)))}{part.tail}\n")
+        return lines
+
     def _tgi(self, kind: str, part: _Slot, engine: SimEngine) -> list[str]:
-        """TGI's tgi_request_skipped_tokens: one observation per step, the accepted draft
-        tokens (0..k). Without speculation every step is observed as 0."""
+        """TGI's tgi_request_skipped_tokens: one observation per request per generation
+        step, the accepted draft tokens (0..k); each request's prefill step is observed as 0,
+        and without speculation every step is."""
         c = engine.counters
         spec = engine.settings.speculation
         k = engine.settings.chain_length if spec else 0
-        count = c.drafts if spec else c.generation_tokens
+        # Decode request-steps: every one drafts when speculating; the ITL histogram holds one
+        # observation per decode request-step either way.
+        prefilled = round(c.new_batches.sum)
+        count = (c.drafts if spec else c.itl.count) + prefilled
         # cumulative[j] = steps that accepted at most j tokens = count - per_pos[j]
         cumulative = [count - (c.per_pos[j] if spec else 0) for j in range(k)] + [count]
         total = c.accepted if spec else 0

@@ -141,3 +141,67 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
     # buckets' concurrencies (8: 1.31x, 16: 0.71x): about 12.1.
     s8, s16 = MODEL.speedup(8, K, tokens_per_step), MODEL.speedup(16, K, tokens_per_step)
     assert found["concurrency"] == pytest.approx(8 + (s8 - 1) * 8 / (s8 - s16), abs=0.6)
+
+
+#: The TGI pair's two levels: speculation pays at 2 requests (2.68x) and costs time at 32
+#: (0.69x). At 32 the speculative step takes T(32, 4) = 8.34 ms: 3 s give 360 decode steps.
+TGI_LEVELS = (2, 32)
+
+
+def test_the_daemon_realizes_a_tgi_pairs_speedup(tmp_path: Path) -> None:
+    """The same, for a TGI pair (tgi-histogram pages): the daemon reads concurrency and step
+    time from the router's decode-call timing and gives each load's realized speed-up within
+    5 % of the constructed truth K T(n, 0) / T(n, k)."""
+    levels = "\n".join(
+        f"  - at: {i * PHASE:g}s\n    requests_running: {n}" for i, n in enumerate(TGI_LEVELS)
+    )
+
+    def target(name: str, speculation: bool) -> Any:
+        settings = SimSettings(
+            survival=SURVIVAL, requests_running=TGI_LEVELS[0], speculation=speculation,
+            load_model=MODEL,
+        )  # fmt: skip
+        return make_target(
+            name=name, kind=PageKind.TGI_HISTOGRAM, settings=settings,
+            scenario=parse_scenario(f"phases:\n{levels}\n"), seed=7 if speculation else 8,
+        )  # fmt: skip
+
+    pair = [target("tgi-spec", True), target("tgi-twin", False)]
+    with running(pair) as engines:
+        config = tmp_path / "specmon.yml"
+        config.write_text(
+            "global:\n"
+            f"  scrape_interval: {INTERVAL * 1000:g}ms\n"
+            f"  scrape_timeout: {INTERVAL * 1000:g}ms\n"
+            "  windows: [1m]\n"
+            "targets:\n"
+            f"  - {{name: tgi-twin, url: '{engines.url('tgi-twin')}'}}\n"
+            f"  - {{name: tgi-spec, url: '{engines.url('tgi-spec')}', baseline: tgi-twin}}\n"
+        )
+        with daemon(config, tmp_path) as d:
+
+            def finished() -> dict[str, Any] | None:
+                models = d.targets()["tgi-spec"]["models"]
+                if not models:
+                    return None
+                window = models[0]["windows"][0]
+                load = window["load"]
+                if load is None:
+                    return None
+                measured = [b for b in load["buckets"] if b["realized_speedup"] is not None]
+                return window if len(measured) == len(TGI_LEVELS) else None
+
+            window = d.wait_for(finished, timeout=PHASE * len(TGI_LEVELS) + 15, interval=0.5)
+
+    load, report = window["load"], window["report"]
+    assert load["baseline"] == "tgi-twin"
+    tokens_per_step = 1 + report["accepted_tokens"] / report["drafts"]
+    # The drafts include the prefill observations TGI makes (none here: background load).
+    assert tokens_per_step == pytest.approx(1 + sum(SURVIVAL), abs=0.05)
+    buckets = [b for b in load["buckets"] if b["realized_speedup"] is not None]
+    for n, bucket in zip(TGI_LEVELS, sorted(buckets, key=lambda b: b["concurrency"]), strict=True):
+        assert bucket["concurrency"] == pytest.approx(n, rel=0.12)
+        truth = MODEL.speedup(n, K, 1 + sum(SURVIVAL))
+        # The straddling interval mixes up to 1/30 of the other level's steps into a bucket.
+        assert bucket["realized_speedup"] == pytest.approx(truth, rel=0.05), (n, bucket)
+        assert (bucket["realized_speedup"] > 1) is (truth > 1)
