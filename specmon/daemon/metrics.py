@@ -102,12 +102,13 @@ _P = (*_W, "position")
 _SRC = "specmon's window over the engine's spec_decode counters"
 #: Which engines have the load families (and so every figure against a baseline).
 _ONLY_LOAD_ENGINES = (
-    "vLLM (V1) and llama.cpp only: absent for SGLang, TensorRT-LLM, TGI and vLLM V0, whose "
-    "pages carry no decode timing specmon reads"
+    "vLLM (V1), llama.cpp and TGI only: absent for SGLang, TensorRT-LLM and vLLM V0, whose "
+    "pages carry no per-step timing specmon reads (docs/engines.md)"
 )
 _AGAINST_BASELINE = (
     "Only for a target with a `baseline` or `cost_profile`, and only where the bucket has "
-    f"enough data on both sides; from {_ONLY_LOAD_ENGINES}."
+    f"enough data on both sides; from {_ONLY_LOAD_ENGINES}; for TGI, which counts no drafted "
+    "tokens, only the realized speed-ups."
 )
 
 

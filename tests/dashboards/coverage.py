@@ -11,8 +11,8 @@ does not exist:
   such an engine.
 - :data:`ABSENT` also holds the load families (concurrency, step time, time per output token,
   mean draft length) and every figure against a baseline for the engines whose pages carry no
-  decode timing specmon reads (SGLang, TensorRT-LLM, TGI): the contract says they exist for
-  vLLM (V1) and llama.cpp only.
+  per-step timing specmon reads (SGLang, TensorRT-LLM): the contract says they exist for vLLM
+  (V1), llama.cpp and TGI only; TGI, which counts no drafted tokens, has no measured cost.
 - :data:`WITH_BASELINE`: families exported only for a target compared with a baseline
   (``baseline:`` a twin, or ``cost_profile``), and ``specmon_draft_cost_ratio{source="measured"}``.
   A query reading one may be empty when no target it selects has a baseline.
@@ -55,7 +55,9 @@ WITH_BASELINE = AGAINST_BASELINE | {"specmon_baseline_info"}
 _NO_TIMING = LOAD | AGAINST_BASELINE
 ABSENT: dict[str, frozenset[str]] = {
     "sglang": frozenset({"specmon_draft_tokens_total"}) | _NO_TIMING,
-    "tgi": frozenset({"specmon_draft_tokens_total"}) | _NO_TIMING,
+    # TGI's router times its decode steps (load figures), but it counts no drafted tokens:
+    # no measured draft cost, break-even or crossover even against a twin.
+    "tgi": frozenset({"specmon_draft_tokens_total"}) | AGAINST_BASELINE,
     "trtllm": _NO_TIMING,
 }
 ON_FIRST_EVENT = frozenset({"specmon_rejected_readings_total"})

@@ -1034,12 +1034,12 @@ def test_every_dashboard_panel_returns_data(
     else:
         # Per window: healthy-tgi's draft tokens per second (TGI counts no draft tokens); the
         # ten queries of figures against a baseline for every target without one; for
-        # TensorRT-LLM and TGI also the target's concurrency and time per output token (no
-        # decode timing on their pages). Never anything for the loaded target; for the
-        # profiled one only the twin's own time per output token.
+        # TensorRT-LLM also the target's concurrency and time per output token (no decode
+        # timing on its page; TGI's router times its decode steps). Never anything for the
+        # loaded target; for the profiled one only the twin's own time per output token.
         per_target = {t: 10 for t in targets if t not in (LOADED, PROFILED, TWIN)}
         per_target[PROFILED] = 1
-        per_target.update({"healthy-trtllm": 12, "healthy-tgi": 13})
+        per_target.update({"healthy-trtllm": 12, "healthy-tgi": 11})
         for target, count in per_target.items():
             found = [e for e in allowed if f"'target': '{target}'" in e]
             assert len(found) == count * len(windows), (target, found)
