@@ -27,6 +27,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -62,6 +63,12 @@ Override = tuple[dm.MatcherConfig, list[Prop]]
 Graph = timeseries.Panel | barchart.Panel | statetimeline.Panel
 Panel = Graph | stat.Panel | bargauge.Panel | table.Panel
 Query = prometheus.Dataquery
+Words = dict[str, tuple[str, str]]
+Figures = Sequence[tuple[str, str]]
+Drawn = Literal["lines", "bars", "stacked bars"]
+Variable = board.QueryVariable
+Link = tuple[str, str]
+Keys = dict[str, int]
 
 
 class Size(NamedTuple):
@@ -145,7 +152,7 @@ def thresholds(steps: Steps) -> dm.ThresholdsConfig:
     return dm.ThresholdsConfig(mode=dm.ThresholdsMode.ABSOLUTE, steps=levels)
 
 
-def value_texts(texts: dict[str, tuple[str, str]]) -> list[dm.ValueMapping]:
+def value_texts(texts: Words) -> list[dm.ValueMapping]:
     """Values shown as words: value -> (text, colour)."""
     items = enumerate(texts.items())
     return [dm.ValueMap({v: dm.ValueMappingResult(t, c, index=i) for i, (v, (t, c)) in items})]
@@ -191,12 +198,10 @@ def legend(*, show: bool = True) -> common.VizLegendOptions:
     return common.VizLegendOptions().display_mode(mode).placement(bottom).show_legend(show)
 
 
-def tooltip(mode: cm.TooltipDisplayMode) -> common.VizTooltipOptions:
-    return common.VizTooltipOptions().mode(mode).sort(cm.SortOrder.NONE)
-
-
-def last_value() -> common.ReduceDataOptions:
-    return common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+# Tooltips listing every series or the one under the pointer; a series' last value.
+ALL_SERIES = common.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.NONE)
+ONE_SERIES = common.VizTooltipOptions().mode(cm.TooltipDisplayMode.SINGLE).sort(cm.SortOrder.NONE)
+LAST_VALUE = common.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
 
 
 # Overrides: series by their name (a regular expression), table columns by their name.
@@ -219,12 +224,8 @@ def column(name: str, *props: Prop) -> Override:
     return dm.MatcherConfig(id_val="byName", options=name), list(props)
 
 
-def decimals(n: int) -> Prop:
-    return Prop("decimals", n)
-
-
-def unit(name: str) -> Prop:
-    return Prop("unit", name)
+#: Column settings: decimals(n), unit(name).
+decimals, unit = partial(Prop, "decimals"), partial(Prop, "unit")
 
 
 def cells_coloured(steps: Steps, *, background: bool = True) -> list[Prop]:
@@ -242,12 +243,7 @@ def speedup_cells(steps: Steps, *, background: bool = True) -> list[Prop]:
 # Panels, by what they show.
 
 
-def trend(
-    title: str,
-    scale: Scale = PLAIN,
-    *series: Override,
-    drawn: Literal["lines", "bars", "stacked bars"] = "lines",
-) -> Titled:
+def trend(title: str, scale: Scale = PLAIN, *series: Override, drawn: Drawn = "lines") -> Titled:
     """Figures over time, one line per series (``drawn`` as bars: one per interval; stacked:
     series on top of each other); ``series``: how named series differ (dashed, right axis...)."""
     bars = drawn != "lines"
@@ -258,26 +254,24 @@ def trend(
     stacking = cm.StackingMode.NORMAL if drawn == "stacked bars" else cm.StackingMode.NONE
     panel.stacking(common.StackingConfig().group("A").mode(stacking))
     panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(scale.zones_as))
-    panel.legend(legend().calcs([])).tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    panel.legend(legend().calcs([])).tooltip(ALL_SERIES)
     return Titled(panel, title, scale, PALETTE, overrides=series)
 
 
-def headline(
-    title: str, scale: Scale = PLAIN, words: dict[str, tuple[str, str]] | None = None
-) -> Titled:
+def headline(title: str, scale: Scale = PLAIN, words: Words | None = None) -> Titled:
     """One number now, coloured by the scale's zones (else blue), its recent course behind it;
     ``words``: values shown as text (value -> (text, colour))."""
     panel = stat.Panel().mappings(value_texts(words) if words else [])
     panel.color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
     panel.justify_mode(cm.BigValueJustifyMode.AUTO).orientation(cm.VizOrientation.AUTO)
-    panel.reduce_options(last_value()).text_mode(cm.BigValueTextMode.AUTO)
+    panel.reduce_options(LAST_VALUE).text_mode(cm.BigValueTextMode.AUTO)
     return Titled(panel, title, scale, zones=((None, "blue"),))
 
 
 def chain_shape(title: str) -> Titled:
     """One bar per position of the chain, 0..1: where the chain stops paying."""
     panel = bargauge.Panel().display_mode(cm.BarGaugeDisplayMode.GRADIENT).show_unfilled(True)
-    panel.orientation(cm.VizOrientation.VERTICAL).reduce_options(last_value())
+    panel.orientation(cm.VizOrientation.VERTICAL).reduce_options(LAST_VALUE)
     panel.value_mode(cm.BarGaugeValueMode.COLOR)
     colours = dm.FieldColorModeId.CONTINUOUS_RD_YL_GR
     return Titled(panel, title, Scale("percentunit", 3, 0, 1), colours)
@@ -288,7 +282,7 @@ def up_timeline(title: str) -> Titled:
     panel = statetimeline.Panel().mappings(UP).fill_opacity(80).line_width(0)
     panel.align_value(cm.TimelineValueAlignment.LEFT).legend(legend(show=False))
     panel.merge_values(True).row_height(0.9).show_value(cm.VisibilityMode.NEVER)
-    panel.tooltip(tooltip(cm.TooltipDisplayMode.SINGLE))
+    panel.tooltip(ONE_SERIES)
     return Titled(panel, title, Scale(zones=UP_DOWN))
 
 
@@ -296,9 +290,7 @@ def transform(kind: str, options: dict[str, Any]) -> dm.DataTransformerConfig:
     return dm.DataTransformerConfig(id_val=kind, options=options)
 
 
-def _merged(
-    panel: table.Panel | barchart.Panel, figures: Sequence[tuple[str, str]], first: dict[str, int]
-) -> list[Query]:
+def _merged(panel: table.Panel | barchart.Panel, figures: Figures, first: Keys) -> list[Query]:
     """Instant queries, one per figure (name, expr), merged into rows keyed by the ``first``
     columns (name -> position), one column per figure, named, Time hidden."""
     names = [name for name, _ in figures]
@@ -317,9 +309,7 @@ def _merged(
     return [query(expr, rows=True) for _, expr in figures]
 
 
-def figure_table(
-    title: str, figures: Sequence[tuple[str, str]], *columns: Override, sort_by: str = ""
-) -> Titled:
+def figure_table(title: str, figures: Figures, *columns: Override, sort_by: str = "") -> Titled:
     """One row per target and model (``sort_by`` given: filterable, sorted by it ascending),
     else per concurrency bucket sorted by its number; one column per figure (name, query)."""
     panel = table.Panel().align(cm.FieldTextAlignment.AUTO).cell_options(cm.TableAutoCellOptions())
@@ -332,7 +322,7 @@ def figure_table(
     return Titled(panel, title, overrides=columns, queries=_merged(panel, figures, keys))
 
 
-def bars_by_load_level(title: str, figures: Sequence[tuple[str, str]]) -> Titled:
+def bars_by_load_level(title: str, figures: Figures) -> Titled:
     """Bars per concurrency bucket, one per figure (name, instant query), against the
     break-even line at 1."""
     x = "concurrency (requests per step)"
@@ -340,7 +330,7 @@ def bars_by_load_level(title: str, figures: Sequence[tuple[str, str]]) -> Titled
     panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(GT.LINE))
     panel.orientation(cm.VizOrientation.VERTICAL).bar_width(0.9)
     panel.show_value(cm.VisibilityMode.AUTO).stacking(cm.StackingMode.NONE)
-    panel.legend(legend()).tooltip(tooltip(cm.TooltipDisplayMode.MULTI))
+    panel.legend(legend()).tooltip(ALL_SERIES)
     queries = _merged(panel, figures, {"concurrency": 0})
     for q, (name, _) in zip(queries, figures, strict=True):
         q.legend_format(name)
@@ -371,9 +361,7 @@ class AlertAnnotation(dm.AnnotationQuery):
         return super().to_json() | options | {"useValueForTime": False}
 
 
-def choice(
-    name: str, values_of: str, *, several: bool = False, default: str = ""
-) -> board.QueryVariable:
+def choice(name: str, values_of: str, *, several: bool = False, default: str = "") -> Variable:
     """A template variable (labelled with its name) listing ``label_values(...)``; ``several``:
     any number, all by default."""
     var = board.QueryVariable(name).label(name.capitalize()).datasource(DS).query(values_of)
@@ -387,12 +375,7 @@ def choice(
 
 
 def dashboard(
-    uid: str,
-    title: str,
-    description: str,
-    variables: list[board.QueryVariable],
-    link: tuple[str, str],
-    cells: list[Cell],
+    uid: str, title: str, about: str, variables: list[Variable], link: Link, cells: list[Cell]
 ) -> board.Dashboard:
     """Panels placed left to right in rows of 24 columns, each the size last given before it;
     a link to the other dashboard."""
@@ -401,7 +384,7 @@ def dashboard(
     built_in.icon_color("rgba(0, 211, 255, 1)").type("dashboard")
     sources = board.DatasourceVariable("datasource").label("Data source").type("prometheus")
     sources.regex("").hide(dm.VariableHide.DONT_HIDE).multi(False).include_all(False)
-    out = board.Dashboard(title).uid(uid).description(description).editable().version(1)
+    out = board.Dashboard(title).uid(uid).description(about).editable().version(1)
     out.annotations([built_in, Fixed(AlertAnnotation())]).fiscal_year_start_month(0)
     out.tooltip(dm.DashboardCursorSync.CROSSHAIR).refresh("30s").time("now-6h", "now")
     out.tags(["specmon", "speculative-decoding"]).variables([sources, *variables])
