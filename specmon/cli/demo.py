@@ -137,25 +137,25 @@ def demo_fleet(
     loaded = SimSettings(
         survival=(0.9, 0.7, 0.5, 0.3), requests_running=1, load_model=FAST_LOAD_MODEL
     )
+    pairs = [
+        make_target(
+            name=f"{engine}-{role}",
+            kind=kind,
+            model="llama-3.1-8b",
+            settings=loaded if speculating else replace(loaded, speculation=False),
+            scenario=cycle,
+            seed=seed + offset + (0 if speculating else 1),
+        )
+        # vLLM's pair, and the same on TGI (pages written from its source: the router's
+        # decode-call timing gives the load figures).
+        for engine, kind, offset in (
+            ("vllm", PageKind.VLLM, 8),
+            ("tgi", PageKind.TGI_HISTOGRAM, 10),
+        )
+        for role, speculating in (("loaded", True), ("baseline", False))
+    ]
     return [
-        make_target(
-            name="vllm-loaded", kind=PageKind.VLLM, model="llama-3.1-8b",
-            settings=loaded, scenario=cycle, seed=seed + 8,
-        ),
-        make_target(
-            name="vllm-baseline", kind=PageKind.VLLM, model="llama-3.1-8b",
-            settings=replace(loaded, speculation=False), scenario=cycle, seed=seed + 9,
-        ),
-        # The same pair on TGI (pages written from its source): the router's decode-call
-        # timing gives the load figures.
-        make_target(
-            name="tgi-loaded", kind=PageKind.TGI_HISTOGRAM, model="llama-3.1-8b",
-            settings=loaded, scenario=cycle, seed=seed + 10,
-        ),
-        make_target(
-            name="tgi-baseline", kind=PageKind.TGI_HISTOGRAM, model="llama-3.1-8b",
-            settings=replace(loaded, speculation=False), scenario=cycle, seed=seed + 11,
-        ),
+        *pairs,
         make_target(
             name="vllm-eagle", kind=PageKind.VLLM, model="llama-3.1-70b",
             settings=SimSettings(survival=(0.88, 0.74, 0.61, 0.49, 0.38), drafts_per_second=40),
