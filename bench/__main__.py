@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile|status]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile|status]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def main(argv: list[str]) -> int:
         from bench import cost
 
         return cost.main(argv[1:])
+    if which == "overload":
+        from bench import overload
+
+        return overload.main(argv[1:])
     if which == "promhostile":
         from bench import promhostile
 

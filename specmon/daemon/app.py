@@ -38,6 +38,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.exposition import Exposition
 from specmon.daemon.file_sd import FileSD
+from specmon.daemon.governor import Governor, Period
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
@@ -99,6 +100,11 @@ class _OwnMetrics:
         self.gc_pause = histogram(m.GC_PAUSE, GC_BUCKETS)
         for generation in range(3):  # every generation's series from the start, at 0
             self.gc_pause.labels(generation=str(generation))
+        self.scrape_stretch = gauge(m.SCRAPE_STRETCH)
+        self.scrape_stretch.set(1)
+        self.scrape_delay = gauge(m.SCRAPE_DELAY)
+        self.scrape_interval = gauge(m.SCRAPE_INTERVAL_ACHIEVED)
+        self.scrape_excused = counter(m.SCRAPE_EXCUSED)
         self.web = WebMetrics(
             reload_ok=gauge(m.WEB_RELOAD_OK),
             reload_time=gauge(m.WEB_RELOAD_TIME),
@@ -135,6 +141,7 @@ class Daemon:
         self.gc_schedule = gc_schedule
         self._collector_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
+        self._governor_task: asyncio.Task[None] | None = None
         self.loop_watch: LoopWatch | None = None
         self._files_warned: tuple[int, int] | None = None
         # specmon_scrapes_total etc. need no _created siblings (they double the series count).
@@ -144,6 +151,9 @@ class Daemon:
             with contextlib.suppress(ValueError):
                 self.registry.register(collector)
         self.metrics = _OwnMetrics(self.registry)
+        #: The overload governor: every direct target's interval is stretched by one factor
+        #: when the process cannot scrape on time (specmon/daemon/governor.py).
+        self.governor = Governor(on_excuse=self.metrics.scrape_excused.inc)
         dropped = self.metrics.log_lines_dropped
         LIMIT.on_drop = lambda event: dropped.labels(event=event).inc()
         self._export_errors_logged: set[tuple[str, str]] = set()
@@ -370,6 +380,7 @@ class Daemon:
             ingest=self.ingest,
             log=self.log,
             on_scraped=self._pending_first.discard,
+            governor=self.governor,
         )
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
@@ -570,6 +581,7 @@ class Daemon:
         await self._runner.setup()
         # security: specmon/web listens (TLS, connection limit, header read timeout).
         self.bound_port = await self.web.listen(self._runner, host, port)
+        loop = asyncio.get_running_loop()
         if self.gc_schedule is not None:
             self._collector_task = asyncio.create_task(self.gc_schedule.run(), name="gc")
         # The loop's lag and the collector's pauses, always measured (specmon/process/loopwatch.py).
@@ -577,9 +589,11 @@ class Daemon:
             lag=self.metrics.loop_lag,
             gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),
             log=self.log,
+            on_lag=lambda lag: self.governor.lagged(at=loop.time(), lag=lag),
         )
         self.loop_watch.install()
         self._watch_task = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
+        self._governor_task = asyncio.create_task(self._govern(), name="governor")
         self.log.info(
             "specmon_started",
             version=__version__,
@@ -591,6 +605,42 @@ class Daemon:
             shard=str(self.shard),
             windows=[format_duration(w) for w in config.global_.windows],
         )
+
+    async def _govern(self) -> None:
+        """Close the governor's period every few seconds: its stretch applies from each
+        target's next scrape; the figures it measured are exported and a change is logged."""
+        governor = self.governor
+        while True:
+            await asyncio.sleep(governor.policy.period)
+            try:
+                self._governed(governor.close())
+            except Exception:  # the governor must not stop over a bug in its reporting
+                self.log.exception("governor_failed")
+
+    def _governed(self, period: Period) -> None:
+        governor, metrics = self.governor, self.metrics
+        metrics.scrape_stretch.set(governor.stretch)
+        metrics.scrape_delay.set(governor.delay)
+        configured = {r.state.config.scrape_interval for r in self._running.values()}
+        for interval in governor.forget_intervals(configured):
+            with contextlib.suppress(KeyError):
+                metrics.scrape_interval.remove(format_duration(interval))
+        for interval, achieved in governor.achieved.items():
+            metrics.scrape_interval.labels(interval=format_duration(interval)).set(achieved)
+        if period.changed:
+            log = self.log.warning if period.stretch > 1.0 else self.log.info
+            log(
+                "scrape_intervals_stretched" if period.stretch > 1.0 else "scrape_on_schedule",
+                stretch=round(period.stretch, 3),
+                late_median_s=round(period.median, 3),
+                late_p90_s=round(period.p90, 3),
+                slip=round(period.slip, 3),
+                scrapes=period.scrapes,
+                hint="specmon cannot scrape every target on time: every interval is stretched "
+                "evenly (runbook: SpecmonOverloaded)"
+                if period.stretch > 1.0
+                else "every target is scraped at its configured interval again",
+            )
 
     def request_stop(self) -> None:
         self._stopping.set()
@@ -607,7 +657,12 @@ class Daemon:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.stop_deadline
         tasks = [r.task for r in self._running.values()] + self.fleet.tasks()
-        for task in (self._file_sd_task, self._collector_task, self._watch_task):
+        for task in (
+            self._file_sd_task,
+            self._collector_task,
+            self._watch_task,
+            self._governor_task,
+        ):
             if task is not None:
                 tasks.append(task)
         for task in tasks:

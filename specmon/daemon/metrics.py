@@ -600,6 +600,50 @@ GC_PAUSE = _h(
     "through `gc.callbacks`; `specmon run` runs a full collection (`2`) once a minute, the "
     "younger ones are rare; the event loop is held for each pause",
 )
+SCRAPE_STRETCH = _g(
+    "specmon_scrape_interval_stretch",
+    "The factor specmon's overload governor multiplies every target's scrape interval by: "
+    "1 on schedule, more when the process cannot run every scrape on time (measured: how "
+    "late scrapes start).",
+    (),
+    Scope.OWN,
+    "the factor the overload governor multiplies every directly scraped target's interval by: "
+    "`1` on schedule; above 1 the process could not start every scrape on time and scrapes "
+    "every target less often, evenly, instead of letting some time out (at most 8; "
+    "[runbook](runbook.md#specmonoverloaded))",
+)
+SCRAPE_DELAY = _g(
+    "specmon_scrape_delay_seconds",
+    "How far behind specmon is: the 90th percentile of how late scrapes started after their "
+    "wake-up in the governor's last 5 s period (milliseconds when the process keeps up).",
+    (),
+    Scope.OWN,
+    "how far behind specmon is: the 90th percentile of how late scrapes started after their "
+    "wake-up, over the overload governor's last 5-second period (a few milliseconds when the "
+    "process keeps up; the governor stretches the intervals while the median is 0.25 s or more)",
+)
+SCRAPE_INTERVAL_ACHIEVED = _g(
+    "specmon_scrape_interval_achieved_seconds",
+    "The interval specmon actually achieves between two scrapes of a target, by configured "
+    "interval: the mean gap between consecutive scrape starts in the governor's last period "
+    "with such scrapes (targets backing off after failures left out).",
+    ("interval",),
+    Scope.OWN,
+    "the interval specmon actually achieves between two scrapes of one target, per configured "
+    "interval (`interval`, e.g. `5s`): the mean gap between consecutive scrape starts in the "
+    "overload governor's last period with such scrapes; targets backing off after failures "
+    "are left out. The configured interval times the stretch, plus the loop's lateness",
+)
+SCRAPE_EXCUSED = _c(
+    "specmon_scrape_timeouts_excused",
+    "Scrape timeouts not counted against their target because specmon itself was behind "
+    "while the scrape ran (its event loop woke at least a fifth of the scrape timeout late).",
+    (),
+    Scope.OWN,
+    "scrape timeouts not counted against their target: specmon itself was behind while the "
+    "scrape ran (a wake-up in the scrape's span started at least a fifth of `scrape_timeout` "
+    "late); the target's `specmon_up` and `specmon_scrapes_total` are left as they were",
+)
 _S = ("source",)
 SOURCE_UP = _g(
     "specmon_source_up",
@@ -750,6 +794,10 @@ FAMILIES: tuple[MetricDef, ...] = (
     WEB_REJECTIONS,
     LOOP_LAG,
     GC_PAUSE,
+    SCRAPE_STRETCH,
+    SCRAPE_DELAY,
+    SCRAPE_INTERVAL_ACHIEVED,
+    SCRAPE_EXCUSED,
 )
 
 #: Families prometheus_client's standard collectors add (process, platform, garbage

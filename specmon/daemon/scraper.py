@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.governor import Governor
 from specmon.daemon.ingest import Ingest, internal_error
 from specmon.daemon.target import Event, TargetState
 from specmon.logs import Logger
@@ -111,8 +112,12 @@ class TargetScraper:
         ingest: Ingest,
         log: Logger,
         on_scraped: Callable[[str], None],
+        governor: Governor | None = None,
     ) -> None:
         self.state = state
+        #: Told when each scrape starts; its stretch multiplies the interval, and it excuses
+        #: the timeouts that are specmon's own (None: on schedule, every timeout counted).
+        self._governor = governor
         self._source = source
         self._ingest = ingest
         #: Bound once: every line this scraper logs names its target.
@@ -130,8 +135,22 @@ class TargetScraper:
         # later, so the grid's rounding never accumulates into the schedule.
         due = loop.time() + delay
         waker = _waker(loop)
+        governor = self._governor
+        asked = interval
+        previous: float | None = None
         while True:
-            await waker.until(wake_time(due, interval=interval))
+            wake = wake_time(due, interval=interval)
+            await waker.until(wake)
+            if governor is not None:
+                now = loop.time()
+                governor.started(
+                    at=now,
+                    late=now - wake,
+                    interval=interval,
+                    asked=asked,
+                    gap=None if previous is None else now - previous,
+                )
+                previous = now
             try:
                 await self.scrape_once()
             except asyncio.CancelledError:
@@ -139,10 +158,13 @@ class TargetScraper:
             except Exception:  # keep scraping whatever happened
                 self._log.exception("scrape_failed")
             interval = self.state.config.scrape_interval
-            due = next_due(due, wait=backoff_delay(interval, self.failures), now=loop.time())
+            stretch = 1.0 if governor is None else governor.stretch
+            asked = backoff_delay(interval * stretch, self.failures)
+            due = next_due(due, wait=asked, now=loop.time())
 
     async def scrape_once(self) -> None:
         started = time.perf_counter()
+        loop_started = asyncio.get_running_loop().time()
         outcome: Outcome
         try:
             outcome = await self._source(self.state.config).read()
@@ -155,6 +177,9 @@ class TargetScraper:
         except Exception as exc:  # a bug must cost one scrape, never the target or the daemon
             self._log.exception("read_failed")
             outcome = internal_error(exc, time.perf_counter() - started)
+        if self._excused(outcome, start=loop_started):
+            self._canonical(ScrapeResult.TIMEOUT, outcome.duration, excused=True)
+            return
         events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
         self._emit(events)
         view = self.state.view
@@ -171,6 +196,18 @@ class TargetScraper:
             kind = view.error_kind or ScrapeResult.INTERNAL_ERROR
             self._canonical(kind, outcome.duration, error=view.error)
         self._on_scraped(self.state.config.name)
+
+    def _excused(self, outcome: Outcome, *, start: float) -> bool:
+        """A timeout while specmon itself was behind: not the target's (module governor)."""
+        if self._governor is None or not isinstance(outcome, Failure):
+            return False
+        if outcome.kind is not ScrapeResult.TIMEOUT:
+            return False
+        return self._governor.excuses(
+            timeout=self.state.config.scrape_timeout,
+            start=start,
+            end=asyncio.get_running_loop().time(),
+        )
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:

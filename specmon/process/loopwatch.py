@@ -55,6 +55,7 @@ class LoopWatch:
         stall_after: float = STALL_AFTER,
         clock: Callable[[], float] = time.perf_counter,
         log: Logger | None = None,
+        on_lag: Callable[[float], None] | None = None,
     ) -> None:
         if tick <= 0 or stall_after <= 0:
             raise ValueError("tick and stall_after must be positive")
@@ -64,6 +65,8 @@ class LoopWatch:
         self.stall_after = stall_after
         self._clock = clock
         self._log = log
+        #: Told every lag measured (the overload governor keeps the worst per slot).
+        self._on_lag = on_lag
         self._gc_started: float | None = None
         self._pauses: list[tuple[int, float]] = []
         #: Seconds the collector ran in all, since :meth:`install`.
@@ -114,6 +117,8 @@ class LoopWatch:
         collector ran ``gc_seconds``. The lag (never negative)."""
         lag = max(0.0, slept - asked)
         self._lag.observe(lag)
+        if self._on_lag is not None:
+            self._on_lag(lag)
         self.flush()
         if lag >= self.stall_after:
             self.stalls += 1

@@ -115,6 +115,11 @@ def fleet_series() -> list[dict[str, str]]:
             )
         add("specmon_gc_pause_seconds_count", {**own, "generation": "2"}, _counter(0.25))
         add("specmon_gc_pause_seconds_sum", {**own, "generation": "2"}, _counter(0.0625))
+        # The overload governor: on schedule (the overload itself: specmon-alerts.test.yml, O).
+        add("specmon_scrape_interval_stretch", own, _const(1))
+        add("specmon_scrape_delay_seconds", own, _const(0.004))
+        add("specmon_scrape_interval_achieved_seconds", {**own, "interval": "5s"}, _const(5))
+        add("specmon_scrape_timeouts_excused_total", own, _const(0))
         # A Prometheus source (fleet mode) beside the direct targets.
         source = {**own, "source": "prometheus:9090"}
         add("specmon_source_up", source, _const(1))

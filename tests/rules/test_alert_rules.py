@@ -41,6 +41,7 @@ REQUIRED_ALERTS = {
     "SpecmonReadingsRejected",
     "SpecmonAbsent",
     "SpecmonEventLoopStalled",
+    "SpecmonOverloaded",
 }
 #: Alerts computed from windowed acceptance data: they need the minimum-traffic guard.
 ACCEPTANCE_ALERTS = {

@@ -40,7 +40,7 @@ def _ok(result: Any) -> None:
 def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
-    assert "SUCCESS: 13 rules found" in result.stdout
+    assert "SUCCESS: 14 rules found" in result.stdout
     assert "SUCCESS: 53 rules found" in result.stdout
 
 
@@ -405,6 +405,14 @@ MUTATIONS = [
         "flaky target stays silent",
         id="flaky-target",
     ),
+    # SpecmonOverloaded on the stretch itself: a stretch that relaxes to 1 now and then at the
+    # edge of the process's capacity would restart `for:` and never fire.
+    pytest.param(
+        r"max_over_time\(specmon_scrape_interval_stretch\[10m\]\) > 1",
+        "specmon_scrape_interval_stretch > 1",
+        "an overload at the edge keeps firing",
+        id="overload-edge",
+    ),
     pytest.param(r"< 0\.75\)", "< 0.95)", "resolves 10 minutes after recovery", id="page-0.95"),
     # SpecmonSpeculationMissing's "busy, but nothing drafted" branch: an idle server (no
     # tokens) and a trickle (150 tokens per window) must stay silent, a speculating one too.
@@ -644,7 +652,7 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     config = str(PROM_DIR / "alertmanager.example.yml")
     result = run_tool(["amtool", "check-config", config])
     _ok(result)
-    assert "4 inhibit rules" in result.stdout
+    assert "5 inhibit rules" in result.stdout
     inhibit = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     (tier,) = [r for r in inhibit["inhibit_rules"] if 'severity="critical"' in r["source_matchers"]]
     assert 'severity="warning"' in tier["target_matchers"]
@@ -681,6 +689,15 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
         'alertname=~"SpecmonSlowerThanBaseline|SpecmonAboveCrossover"'
     ]
     assert set(verdict["equal"]) == {"target", "model"}
+    # A loop behind because of the load: the overload alert says what to do, one instance's.
+    (overload,) = [
+        r
+        for r in inhibit["inhibit_rules"]
+        if r["source_matchers"] == ['alertname="SpecmonOverloaded"']
+    ]
+    assert overload["target_matchers"] == ['alertname="SpecmonEventLoopStalled"']
+    assert overload["equal"] == ["instance"]
+    assert receiver("alertname=SpecmonOverloaded", "severity=warning") == "tickets"
 
 
 # --------------------------------------------------------------------------- dashboards

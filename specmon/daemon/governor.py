@@ -1,0 +1,250 @@
+"""The overload governor: past what the process can do on time, scrape every target less
+often, evenly, instead of letting some of them time out. No I/O: the scrapers tell it when
+each scrape started and how late, the daemon closes a period every :attr:`Policy.period`
+seconds, and it answers with the stretch every target's interval is multiplied by.
+
+Why a stretch, and why evenly. Every scrape runs on one event loop. When the scrapes due in a
+second need more than a second of the process's CPU (more targets than a core scrapes on
+time, a shorter interval, a slower or shared core), callbacks wait in the loop's queue: every
+scrape starts late, and a healthy engine's answer waits behind others' until the scrape's
+deadline fires, a timeout that is specmon's, not the target's. Multiplying every target's
+interval by one factor lowers the demand until it fits again: every target is still scraped,
+at the same reduced rate, and none is singled out. The factor is the one figure to watch
+(``specmon_scrape_interval_stretch``; 1 is on schedule) and ``SpecmonOverloaded`` fires on it.
+
+The policy (:class:`Policy`), once a period:
+
+- **behind**: the median scrape started at least ``behind_after`` seconds after its wake-up.
+  A loop that keeps up starts scrapes within milliseconds; one held now and then (a cycle
+  collection) delays a few, not half. The stretch grows by the schedule's slip (the mean of
+  each scrape's achieved gap over the gap it asked for) divided by ``headroom``, at least
+  ``raise_min`` and at most ``raise_max`` times in one period, up to ``max_stretch``.
+- **calm**: the 90th percentile started within ``calm_below`` seconds. After ``relax_after``
+  calm periods in a row the stretch shrinks by ``relax_step`` (never below 1), and the count
+  starts again: the process finds its way back to the configured intervals in steps, and
+  the gap between the two thresholds (hysteresis) keeps it from swinging at the edge.
+- anything between: the stretch stays; so does it with no scrape in the period.
+
+A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behind while the
+scrape ran: a wake-up inside the scrape's span started at least ``excuse_fraction`` of the
+scrape timeout late. The target is then neither marked down nor counted as failed (its
+``specmon_up`` stays as it was); the scrape counts in
+``specmon_scrape_timeouts_excused_total``. A target that really hangs is still reported: once
+the stretch has brought the lateness down, its timeouts are its own again.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["SLOT", "Governor", "Period", "Policy"]
+
+#: Width, seconds, of the slots in which the worst lateness is kept for :meth:`excuses`.
+SLOT = 0.1
+#: Seconds of slots kept (a scrape timeout is at most the interval; two minutes cover it).
+_KEPT = 120.0
+#: Lateness samples kept per period for the percentiles (reservoir sampling beyond).
+_SAMPLES = 1024
+#: Configured intervals whose achieved interval is exported (one series each).
+_INTERVALS = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """The governor's thresholds (see the module docstring)."""
+
+    period: float = 5.0
+    behind_after: float = 0.25
+    calm_below: float = 0.1
+    relax_after: int = 3
+    headroom: float = 0.8
+    raise_min: float = 1.25
+    raise_max: float = 2.0
+    relax_step: float = 0.85
+    max_stretch: float = 8.0
+    excuse_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not (0 < self.calm_below < self.behind_after):
+            raise ValueError("need 0 < calm_below < behind_after")
+        if not (1 < self.raise_min <= self.raise_max) or not (0 < self.relax_step < 1):
+            raise ValueError("need 1 < raise_min <= raise_max and 0 < relax_step < 1")
+        if self.period <= 0 or self.relax_after < 1 or self.max_stretch < 1:
+            raise ValueError("need period > 0, relax_after >= 1, max_stretch >= 1")
+        if not (0 < self.headroom <= 1) or self.excuse_fraction <= 0:
+            raise ValueError("need 0 < headroom <= 1 and excuse_fraction > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Period:
+    """What one closed period measured and decided."""
+
+    scrapes: int
+    #: Median and 90th percentile of how late scrapes started, seconds (0 without scrapes).
+    median: float
+    p90: float
+    #: Mean achieved gap over the gap asked for (1 without data).
+    slip: float
+    stretch: float
+    changed: bool
+
+
+class Governor:
+    """Scrape lateness in, one stretch factor out (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy | None = None,
+        seed: int | None = None,
+        on_excuse: Callable[[], None] | None = None,
+    ) -> None:
+        self.policy = policy or Policy()
+        self._on_excuse = on_excuse
+        #: The factor every target's interval is multiplied by (1: on schedule).
+        self.stretch = 1.0
+        #: The last closed period's 90th percentile of scrape lateness, seconds.
+        self.delay = 0.0
+        #: Configured interval -> the mean gap between two scrapes of one target, seconds,
+        #: measured in the last period that had such scrapes (targets backing off left out).
+        self.achieved: dict[float, float] = {}
+        #: Timeouts excused since the start.
+        self.excused = 0
+        self._random = random.Random(seed)  # noqa: S311 (sampling, not secrets)
+        self._samples: list[float] = []
+        self._seen = 0
+        self._slip_sum = 0.0
+        self._slip_count = 0
+        self._gaps: dict[float, list[float]] = {}
+        self._calm = 0
+        self._slots: deque[tuple[int, float]] = deque()
+
+    # -- what the scrapers report -------------------------------------------------------------
+
+    def started(
+        self, *, at: float, late: float, interval: float, asked: float, gap: float | None
+    ) -> None:
+        """A scrape started at loop time ``at``, ``late`` seconds after its wake-up; its
+        target's configured interval is ``interval``, and ``gap`` seconds passed since the
+        target's previous scrape started (None for its first), where ``asked`` were asked
+        for (the stretched interval, or a failing target's back-off)."""
+        late = max(0.0, late)
+        self._seen += 1
+        if len(self._samples) < _SAMPLES:
+            self._samples.append(late)
+        else:
+            index = self._random.randrange(self._seen)
+            if index < _SAMPLES:
+                self._samples[index] = late
+        self.lagged(at=at, lag=late)
+        if gap is None or asked <= 0 or not math.isfinite(gap):
+            return
+        self._slip_sum += gap / asked
+        self._slip_count += 1
+        stretched = interval * self.stretch
+        if asked <= stretched * 1.001:  # not backing off: the interval it achieves
+            gaps = self._gaps.get(interval)
+            if gaps is None:
+                if len(self._gaps) >= _INTERVALS:
+                    return
+                gaps = self._gaps[interval] = [0.0, 0.0]
+            gaps[0] += gap
+            gaps[1] += 1
+
+    def lagged(self, *, at: float, lag: float) -> None:
+        """The event loop was ``lag`` seconds late at loop time ``at`` (a scrape's start, or
+        the loop watch's timer): kept, worst per :data:`SLOT`, for :meth:`excuses`."""
+        slot = math.floor(at / SLOT)
+        slots = self._slots
+        if slots and slots[-1][0] == slot:
+            if lag > slots[-1][1]:
+                slots[-1] = (slot, lag)
+        elif not slots or slot > slots[-1][0]:
+            slots.append((slot, lag))
+            oldest = slot - int(_KEPT / SLOT)
+            while slots[0][0] < oldest:
+                slots.popleft()
+        else:  # out of order (callers on one loop are not): merged into the newest slot
+            if lag > slots[-1][1]:
+                slots[-1] = (slots[-1][0], lag)
+
+    def behind_during(self, *, start: float, end: float) -> float:
+        """The worst lateness seen between loop times ``start`` and ``end``, seconds."""
+        first, last = math.floor(start / SLOT), math.floor(end / SLOT)
+        worst = 0.0
+        for slot, lag in reversed(self._slots):
+            if slot < first:
+                break
+            if slot <= last and lag > worst:
+                worst = lag
+        return worst
+
+    def excuses(self, *, timeout: float, start: float, end: float) -> bool:
+        """Whether a scrape that timed out after ``timeout`` seconds, between loop times
+        ``start`` and ``end``, timed out because specmon was behind; counted when so."""
+        own = self.behind_during(start=start, end=end)
+        if own >= self.policy.excuse_fraction * timeout:
+            self.excused += 1
+            if self._on_excuse is not None:
+                self._on_excuse()
+            return True
+        return False
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def close(self) -> Period:
+        """End the current period: decide the stretch for the next one."""
+        policy = self.policy
+        samples = sorted(self._samples)
+        scrapes = self._seen
+        median = _quantile(samples, 0.5)
+        p90 = _quantile(samples, 0.9)
+        slip = self._slip_sum / self._slip_count if self._slip_count else 1.0
+        for interval, (total, count) in self._gaps.items():
+            self.achieved[interval] = total / count
+        self._samples, self._seen = [], 0
+        self._slip_sum, self._slip_count = 0.0, 0
+        self._gaps = {}
+        before = self.stretch
+        if scrapes and median >= policy.behind_after:
+            self._calm = 0
+            factor = min(policy.raise_max, max(policy.raise_min, slip / policy.headroom))
+            self.stretch = min(policy.max_stretch, self.stretch * factor)
+        elif scrapes and p90 < policy.calm_below:
+            self._calm += 1
+            if self._calm >= policy.relax_after and self.stretch > 1.0:
+                self._calm = 0
+                relaxed = self.stretch * policy.relax_step
+                self.stretch = 1.0 if relaxed < 1.0 + 1e-9 else relaxed
+        else:
+            self._calm = 0
+        if scrapes:
+            self.delay = p90
+        return Period(
+            scrapes=scrapes,
+            median=median,
+            p90=p90,
+            slip=slip,
+            stretch=self.stretch,
+            changed=self.stretch != before,
+        )
+
+    def forget_intervals(self, keep: set[float]) -> list[float]:
+        """Drop the achieved interval of configured intervals no target has any more;
+        returns those dropped."""
+        gone = [interval for interval in self.achieved if interval not in keep]
+        for interval in gone:
+            del self.achieved[interval]
+        return gone
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``ordered`` (nearest rank; 0 when empty)."""
+    if not ordered:
+        return 0.0
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
