@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|cost|sidebyside|fleet|load|memory|shutdown|promhostile|status]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ def main(argv: list[str]) -> int:
         from bench import sidebyside
 
         return sidebyside.main(argv[1:])
+    if which == "anchor":
+        from bench import anchor
+
+        return anchor.main(argv[1:])
     if which == "cost":
         from bench import cost
 
@@ -62,7 +66,7 @@ def main(argv: list[str]) -> int:
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, fleet, load, memory, shutdown, promhostile or status",
+        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, anchor, fleet, load, memory, shutdown, promhostile or status",
         file=sys.stderr,
     )
     return 2
