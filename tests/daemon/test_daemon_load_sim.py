@@ -54,6 +54,21 @@ def scenario_text() -> str:
     return f"phases:\n{phases}\n"
 
 
+def _pair_config(tmp_path: Path, *, spec: tuple[str, str], twin: tuple[str, str]) -> Path:
+    """specmon's config for a speculating target (name, URL) compared with its twin."""
+    config = tmp_path / "specmon.yml"
+    config.write_text(
+        "global:\n"
+        f"  scrape_interval: {INTERVAL * 1000:g}ms\n"
+        f"  scrape_timeout: {INTERVAL * 1000:g}ms\n"
+        "  windows: [1m]\n"
+        "targets:\n"
+        f"  - {{name: {twin[0]}, url: '{twin[1]}'}}\n"
+        f"  - {{name: {spec[0]}, url: '{spec[1]}', baseline: {twin[0]}}}\n"
+    )
+    return config
+
+
 def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> None:
     truth = MODEL.crossover(K, 1 + sum(SURVIVAL))
     assert truth is not None
@@ -72,16 +87,8 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
 
     pair = [target("spec", True), target("twin", False)]
     with running(pair) as engines:
-        config = tmp_path / "specmon.yml"
-        config.write_text(
-            "global:\n"
-            f"  scrape_interval: {INTERVAL * 1000:g}ms\n"
-            f"  scrape_timeout: {INTERVAL * 1000:g}ms\n"
-            "  windows: [1m]\n"
-            "targets:\n"
-            f"  - {{name: twin, url: '{engines.url('twin')}'}}\n"
-            f"  - {{name: spec, url: '{engines.url('spec')}', baseline: twin}}\n"
-        )
+        config = _pair_config(tmp_path, spec=("spec", engines.url("spec")),
+                              twin=("twin", engines.url("twin")))  # fmt: skip
         with daemon(config, tmp_path) as d:
 
             def finished() -> dict[str, Any] | None:
@@ -168,16 +175,8 @@ def test_the_daemon_realizes_a_tgi_pairs_speedup(tmp_path: Path) -> None:
 
     pair = [target("tgi-spec", True), target("tgi-twin", False)]
     with running(pair) as engines:
-        config = tmp_path / "specmon.yml"
-        config.write_text(
-            "global:\n"
-            f"  scrape_interval: {INTERVAL * 1000:g}ms\n"
-            f"  scrape_timeout: {INTERVAL * 1000:g}ms\n"
-            "  windows: [1m]\n"
-            "targets:\n"
-            f"  - {{name: tgi-twin, url: '{engines.url('tgi-twin')}'}}\n"
-            f"  - {{name: tgi-spec, url: '{engines.url('tgi-spec')}', baseline: tgi-twin}}\n"
-        )
+        config = _pair_config(tmp_path, spec=("tgi-spec", engines.url("tgi-spec")),
+                              twin=("tgi-twin", engines.url("tgi-twin")))  # fmt: skip
         with daemon(config, tmp_path) as d:
 
             def finished() -> dict[str, Any] | None:
