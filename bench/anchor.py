@@ -1,7 +1,7 @@
 """The anchor: specmon and a real Prometheus scraping the same simulated fleet side by side.
 
 Run: ./dev.sh bench anchor [--targets 1000] [--interval 5s] [--windows 1m,5m,15m]
-     [--warm 960] [--measure 60] [--rounds 3] [--json-out FILE]
+     [--warm 960] [--measure 60] [--rounds 3] [--fetch-every 15s|never] [--json-out FILE]
 
 Why: specmon's cost per scrape means little on its own. The program every user already runs
 beside it is Prometheus scraping the same pages, so that is the reference: Debian's
@@ -16,7 +16,9 @@ over ``--measure`` seconds divided by the scrapes it made in them (specmon: its
 ``specmon_scrapes_total``; Prometheus: the count of its
 ``prometheus_target_interval_length_seconds`` summary, one per scrape after a target's first),
 and the ratio specmon / Prometheus; the fleet's own CPU per page served (both scrapers' pages).
-Resident memory of each at the end of each round. The summary: median and range over rounds.
+Resident memory of each at the end of each round. Throughout, specmon's ``/metrics`` is
+fetched every ``--fetch-every`` (15 s, as deploy/prometheus/prometheus.example.yml scrapes it;
+Prometheus's Accept header, gzip): serving its own page is part of specmon's cost. The summary: median and range over rounds.
 Bounded: the run stops after warm + rounds x (measure + a few seconds), and every process stops
 at the end, on Ctrl-C, or if this one dies.
 """
@@ -41,6 +43,7 @@ from bench.cost import (
     ROOT,
     cpu_seconds,
     daemon_env,
+    fetching,
     free_port,
     http_get,
     loadavg,
@@ -102,8 +105,14 @@ def main(argv: list[str]) -> int:
                    "longest window plus 60 s)")  # fmt: skip
     p.add_argument("--measure", type=float, default=60.0, help="seconds per round")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--fetch-every",
+        default="15s",
+        help="GET specmon's /metrics this often, as Prometheus would ('never': not at all)",
+    )
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)
+    fetch_every = None if args.fetch_every == "never" else parse_duration(args.fetch_every)
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         p.error("needs Debian's prometheus on PATH (./dev.sh test provisions it)")
@@ -116,7 +125,8 @@ def main(argv: list[str]) -> int:
     print(
         f"bench anchor: specmon and Prometheus side by side, {args.targets} targets every "
         f"{args.interval}, windows {args.windows}; warm {warm:g} s, {args.rounds} rounds of "
-        f"{args.measure:g} s; at most {budget / 60:.0f} min. Python {platform.python_version()}",
+        f"{args.measure:g} s; specmon's /metrics fetched every {args.fetch_every}; at most "
+        f"{budget / 60:.0f} min. Python {platform.python_version()}",
         flush=True,
     )
     rounds: list[dict[str, float]] = []
@@ -146,6 +156,7 @@ def main(argv: list[str]) -> int:
         stack.enter_context(stopping(prom))
         wait_http(f"http://127.0.0.1:{s_port}/readyz", deadline, specmon)
         wait_http(f"http://127.0.0.1:{p_port}/-/ready", deadline, prom)
+        fetches = stack.enter_context(fetching([s_port], fetch_every))
         time.sleep(warm)
         fleet_pid = fleet.procs[0].pid
         for number in range(1, args.rounds + 1):
@@ -195,6 +206,7 @@ def main(argv: list[str]) -> int:
         args.json_out.write_text(
             json.dumps({"argv": argv, "targets": args.targets, "interval": args.interval,
                         "windows": args.windows, "warm_seconds": warm,
+                        "fetch_every": args.fetch_every, "specmon_metrics_fetches": fetches[0],
                         "python": platform.python_version(), "rounds": rounds}, indent=1)
             + "\n"
         )  # fmt: skip

@@ -464,6 +464,47 @@ def write_config(
     path.write_text("\n".join(lines) + "\n")
 
 
+#: What Prometheus 2.42 sends when it scrapes (it also asks for gzip).
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+@contextmanager
+def fetching(ports: list[int], every: float | None) -> Iterator[list[int]]:
+    """While the block runs, GET each daemon's ``/metrics`` every ``every`` seconds (None:
+    never) as a Prometheus scraping it would (its Accept header, gzip), so the daemons'
+    CPU includes serving their own page in the state they run in (deployed, Prometheus
+    scrapes specmon every 15 s: deploy/prometheus/prometheus.example.yml). Yields the
+    count of fetches made per daemon; a failed fetch is counted as -1 there (the caller
+    may report it). Daemon threads: bounded by the block, each GET by a 60 s timeout."""
+    counts = [0] * len(ports)
+    stop = threading.Event()
+
+    def loop(index: int, port: int) -> None:
+        url = f"http://127.0.0.1:{port}/metrics"
+        headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+        while every is not None and not stop.wait(every):
+            try:
+                http_get(url, headers=headers)
+                counts[index] += 1
+            except OSError:
+                counts[index] -= 1
+
+    threads = [
+        threading.Thread(target=loop, args=(i, port), daemon=True) for i, port in enumerate(ports)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        yield counts
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=65)
+
+
 # -- reading the daemon's own counters -------------------------------------------------------
 
 _LABEL = re.compile(rb'(\w+)="((?:[^"\\]|\\.)*)"')

@@ -1,7 +1,8 @@
 """Side by side: two or more daemons (trees or variants) scraping one fleet at the same time.
 
 Run: ./dev.sh bench sidebyside --rev A --rev B [--rev C] [--targets 1000] [--windows 1m]
-     [--warm 75] [--measure 60] [--rounds 4] [--twins] [--json-out FILE]
+     [--warm 75] [--measure 60] [--rounds 4] [--twins] [--fetch-every 15s|never]
+     [--json-out FILE]
 
 Why: ``bench cost`` runs its revisions one after another, and this shared 2-core machine drifts
 by up to 13 % between passes of the same tree (bench/RESULTS.md), more than most changes it
@@ -14,6 +15,10 @@ over rounds is the measurement's own error (about 1 % in the runs recorded).
 worktree, removed at the end), ``worktree``, and the suffixes ``+baseline`` (with
 ``--twins``: every speculating target compared with its twin) and ``+noload`` (the load
 processing switched off: bench/cost.py). The first ``--rev`` is the reference of the ratios.
+
+Throughout, each daemon's ``/metrics`` is fetched every ``--fetch-every`` (15 s, Prometheus's
+interval for specmon in deploy/prometheus/prometheus.example.yml; its Accept header, gzip), so
+the figures include serving it, as a deployed daemon does.
 
 Per round (after ``--warm`` seconds, for the windows to fill), per daemon: its CPU seconds
 (utime + stime from /proc) over ``--measure`` seconds divided by the scrapes its own
@@ -45,6 +50,7 @@ from bench.cost import (
     cpu_seconds,
     daemon_command,
     daemon_env,
+    fetching,
     free_port,
     http_get,
     prepare_rev,
@@ -80,6 +86,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--measure", type=float, default=60.0, help="seconds per round")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--twins", action="store_true", help="every odd target does not speculate")
+    p.add_argument(
+        "--fetch-every",
+        default="15s",
+        help="GET each daemon's /metrics this often, as Prometheus would ('never': not at all)",
+    )
     p.add_argument("--json-out", type=Path)
     args = p.parse_args(argv)
     if len(args.rev) < 2:
@@ -87,13 +98,15 @@ def main(argv: list[str]) -> int:
     if not 1 <= args.rounds <= 50 or not 1 <= args.measure <= 3600 or args.warm < 0:
         p.error("--rounds 1..50, --measure 1..3600 s, --warm >= 0")
     interval = parse_duration(args.interval)
+    fetch_every = None if args.fetch_every == "never" else parse_duration(args.fetch_every)
     longest = max(parse_duration(w) for w in args.windows.split(","))
     budget = args.warm + args.rounds * (args.measure + 15) + 120
     deadline = time.monotonic() + budget
     print(
         f"bench sidebyside: {len(args.rev)} daemons at once, {args.targets} targets each, "
         f"windows {args.windows} (longest {longest:g} s; --warm {args.warm:g} s), "
-        f"{args.rounds} rounds of {args.measure:g} s; at most {budget / 60:.0f} min. "
+        f"{args.rounds} rounds of {args.measure:g} s; /metrics fetched every "
+        f"{args.fetch_every}; at most {budget / 60:.0f} min. "
         f"Python {platform.python_version()}",
         flush=True,
     )
@@ -124,6 +137,7 @@ def main(argv: list[str]) -> int:
             wait_http(f"http://127.0.0.1:{port}/readyz", deadline, proc)
             ports.append(port)
             pids.append(proc.pid)
+        fetches = stack.enter_context(fetching(ports, fetch_every))
         time.sleep(args.warm)
         rounds: list[list[float]] = []
         #: Per round, per daemon: the scrape duration's median and 99th percentile, seconds.
@@ -181,6 +195,7 @@ def main(argv: list[str]) -> int:
                 {
                     "argv": argv,
                     "revs": [{"rev": r.spec, "commit": r.commit, "dirty": r.dirty} for r in revs],
+                    "metrics_fetches_per_daemon": fetches,
                     "ms_per_scrape_by_round": [[v * 1e3 for v in r] for r in rounds],
                     "scrape_duration_ms_p50_p99_by_round": [
                         [[p * 1e3 for p in pair] for pair in r] for r in durations

@@ -461,8 +461,9 @@ class Daemon:
     async def _metrics(self, request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
-        # The target families are ready (rendered at each scrape); only specmon's own
-        # instruments are encoded per fetch.
+        # Targets whose view changed since the last fetch are rendered now, in slices
+        # between which scrapes go on; the others' text is ready.
+        await self.exposition.refresh()
         own = encoder(self.registry)
         headers = {"Content-Type": content_type}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
