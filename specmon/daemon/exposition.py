@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -394,10 +394,32 @@ class Exposition:
         cached = self._built.get(openmetrics)
         if cached is not None and cached[0] == self._generation:
             return cached[1]
-        data = self._join(openmetrics)
-        built = _Built(_deflate(data), zlib.crc32(data), len(data))
+        # Compressed a family at a time: the whole text is never held (at 10,000 instances
+        # it is about 100 MB, twice over while it was joined and encoded, on top of the
+        # daemon's resident set at every scrape of /metrics). The stream is the one a single
+        # call over the joined text gives (no flush in between).
+        stream = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+        parts: list[bytes] = []
+        crc = size = 0
+        for chunk in self._families(openmetrics):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+            parts.append(stream.compress(chunk))
+        parts.append(stream.flush(zlib.Z_FULL_FLUSH))
+        built = _Built(b"".join(parts), crc, size)
         self._built[openmetrics] = (self._generation, built)
         return built
+
+    def _families(self, openmetrics: bool) -> Iterator[bytes]:
+        """The target half, one family (its HELP and TYPE, every target's lines) a piece."""
+        headers = _headers(openmetrics)
+        fragments = [self._fragments[name] for name in sorted(self._fragments)]
+        for definition in FAMILIES:
+            name = definition.name
+            lines = [f[name] for f in fragments if name in f]
+            if lines:
+                lines.insert(0, headers[name])
+                yield "".join(lines).encode("utf-8")
 
     def _join(self, openmetrics: bool, tail: str = "") -> bytes:
         headers = _headers(openmetrics)
