@@ -18,6 +18,8 @@ scraping specmon at the same interval would (``--no-scrape``: never):
   interval and as a share of one core; and the part spent answering ``/metrics`` (its CPU
   across each GET alone), the rest being the reads (queries, decoding, 2,000 observations);
 - its memory: ``VmRSS`` after each interval, and ``VmHWM`` (peak) at the end;
+- the simulator's and Prometheus's CPU over the same period (the other ends of the exchange:
+  whether the machine can host the fleet at all);
 - queries and reads per interval (``specmon_source_queries_total``, ``_reads_total``), the
   last read's duration and response size, instances up, series on ``/metrics``.
 
