@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ def main(argv: list[str]) -> int:
         from bench import engine_rules
 
         return engine_rules.main(argv[1:])
+    if which == "fleetsynth":
+        from bench import fleetsynth
+
+        return fleetsynth.main(argv[1:])
     if which == "promsource":
         from bench import promsource
 

@@ -18,6 +18,8 @@ scraping specmon at the same interval would (``--no-scrape``: never):
   interval and as a share of one core; and the part spent answering ``/metrics`` (its CPU
   across each GET alone), the rest being the reads (queries, decoding, 2,000 observations);
 - its memory: ``VmRSS`` after each interval, and ``VmHWM`` (peak) at the end;
+- the simulator's and Prometheus's CPU over the same period (the other ends of the exchange:
+  whether the machine can host the fleet at all);
 - queries and reads per interval (``specmon_source_queries_total``, ``_reads_total``), the
   last read's duration and response size, instances up, series on ``/metrics``.
 
@@ -151,6 +153,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(interval)  # a second read: windows begin
         first, _, _ = _metrics(daemon_port)
         cpu0, t0 = cpu_seconds(daemon.pid), time.monotonic()
+        # The other two ends of the exchange, measured over the same period: the simulated
+        # fleet (the first process started) and Prometheus.
+        sim_pid = procs[0].pid
+        others0 = (cpu_seconds(sim_pid), cpu_seconds(prom.pid))
         rss: list[float] = []
         get_cpu: list[float] = []
         get_wall: list[float] = []
@@ -168,6 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(max(0.0, end - time.monotonic()))
             rss.append(round(status_mib(daemon.pid, "VmRSS"), 1))
         cpu1, t1 = cpu_seconds(daemon.pid), time.monotonic()
+        others1 = (cpu_seconds(sim_pid), cpu_seconds(prom.pid))
         last, series, size = _metrics(daemon_port)
         sums = last
         elapsed = t1 - t0
@@ -214,6 +221,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "daemon_rss_mib_per_interval": rss,
             "daemon_vmhwm_mib": round(status_mib(daemon.pid, "VmHWM"), 1),
             "prometheus_vmrss_mib": round(status_mib(prom.pid, "VmRSS"), 1),
+            "simulator_cpu_percent_of_one_core": round(
+                100 * (others1[0] - others0[0]) / elapsed, 2
+            ),
+            "prometheus_cpu_percent_of_one_core": round(
+                100 * (others1[1] - others0[1]) / elapsed, 2
+            ),
+            "loadavg_end": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]],
         }
     finally:
         for proc in reversed(procs):

@@ -28,7 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from specmon.daemon import metrics, metrics_doc
-from specmon.daemon.exposition import Exposition, _go_float, _numbers, _Text
+from specmon.daemon.collector import Sample
+from specmon.daemon.exposition import Exposition, Templates, _go_float, _numbers, _prefix, _Text
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
@@ -123,14 +124,17 @@ def test_the_page_is_the_target_half_then_the_own_instruments() -> None:
     assert exposition.page(own, openmetrics=True) == exposition.text(openmetrics=True) + own
 
 
-def test_a_change_renders_again_and_nothing_else_does() -> None:
+def test_each_view_and_each_removal_is_a_new_generation() -> None:
+    """A view is noted, not rendered, so whether its series changed is not known until the
+    page is built: every view is a new generation (the daemon hands over a new view at each
+    scrape, failure or reload, never the same one twice)."""
     views = fleet_views()
     exposition = _exposition(views)
     first = exposition.generation
-    exposition.update(views[0])  # the same view: nothing changed
-    assert exposition.generation == first
-    exposition.remove(views[0].name)
+    exposition.update(views[0])
     assert exposition.generation == first + 1
+    exposition.remove(views[0].name)
+    assert exposition.generation == first + 2
     assert views[0].name.encode() not in exposition.text()
 
 
@@ -142,8 +146,9 @@ def test_a_change_lets_the_kept_pages_go() -> None:
     exposition.gzip_page(b"")
     exposition.gzip_page(b"", openmetrics=True)
     assert set(exposition._built) == {False, True}
-    exposition.update(views[0])  # unchanged: the pages stay
-    assert set(exposition._built) == {False, True}
+    exposition.update(views[1])  # a new view: the pages go
+    assert exposition._built == {}
+    exposition.gzip_page(b"")
     exposition.remove(views[0].name)
     assert exposition._built == {}
     assert views[0].name.encode() not in gzip.decompress(exposition.gzip_page(b""))
@@ -364,3 +369,45 @@ def test_a_removed_target_waiting_to_render_is_gone() -> None:
     assert exposition.generation == before + 1
     assert views[0].name not in exposition.targets()
     assert views[0].name.encode() not in exposition.text()
+
+
+_AWKWARD = st.text(alphabet=st.sampled_from('ab"\\\n=,{}é'), min_size=1, max_size=6)
+
+
+@given(
+    targets=st.lists(_AWKWARD, min_size=1, max_size=3, unique=True),
+    constant=st.dictionaries(
+        st.sampled_from(["aa", "namespace", "pod", "zone", "model"]), _AWKWARD, max_size=3
+    ),
+    model=_AWKWARD,
+)
+def test_shared_templates_write_each_targets_own_labels(
+    targets: list[str], constant: dict[str, str], model: str
+) -> None:
+    """Targets sharing one template set (the same constant label names) each get their own
+    ``target`` and constant values, escaped, in prometheus_client's sorted order: the line
+    a series' own labels give (``_prefix`` of its Sample), whichever target made the
+    template. A constant label named like a family label wins, as in Sample.labels."""
+    templates: Templates = {}
+    series = [
+        (metrics.UP, ()),
+        (metrics.REQUESTS_RUNNING, ("vllm", model)),
+        (metrics.ALPHA, ("vllm", model, "5m")),
+    ]
+    for target in targets:
+        out = _Text(constant, templates)
+        expected: dict[str, str] = {}
+        for family, rest in series:
+            values = (target, *rest)
+            out.add(family, values, 0.5)
+            line = _prefix(Sample(family, values, 0.5, constant)) + "0.5\n"
+            expected[family.name] = expected.get(family.name, "") + line
+        assert out.joined() == expected
+    assert len(templates) == len(series)  # one set, shared by every target
+
+
+def test_a_series_without_its_target_is_refused_even_with_a_template() -> None:
+    templates: Templates = {}
+    _Text({}, templates).add(metrics.ALPHA, ("t", "vllm", "m", "5m"), 0.5)
+    with pytest.raises(ValueError, match="required label"):
+        _Text({}, templates).add(metrics.ALPHA, (None, "vllm", "m", "5m"), 0.5)
