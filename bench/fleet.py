@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.cost import PROMETHEUS_ACCEPT
 from bench.promsource import (
     cpu_seconds,
     fleet_behind_prometheus,
@@ -57,12 +58,6 @@ from bench.promsource import (
     wait,
 )
 from specmon.config_values import parse_duration
-
-#: What Prometheus 2.42 sends when it scrapes (it also asks for gzip).
-PROMETHEUS_ACCEPT = (
-    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
-    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
-)
 
 
 def _scrape(port: int, pid: int) -> tuple[str, float, float, int]:
