@@ -45,7 +45,7 @@ import yaml
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.fleet import PROMETHEUS_ACCEPT
+from bench.cost import PROMETHEUS_ACCEPT
 from bench.loadcost import simulated_pages
 from bench.promsource import cpu_seconds, free_port, status_mib
 from specmon.engines import wanted_names
