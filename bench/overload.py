@@ -2,12 +2,13 @@
 time; what the overload governor does about it.
 
 Run: python -m bench overload [--targets 2000] [--interval 1s] [--seconds 45] [--no-competitor]
-                               [--prometheus] [--json-out FILE]
+                               [--no-pin] [--prometheus] [--json-out FILE]
 
 cgroups are read-only on the reference machine, so the daemon is held to about half a core by
 pinning it (``taskset``) to one CPU beside a busy competitor pinned to the same CPU (the
 kernel's fair scheduler gives each about half). The simulated fleet (``bench.light_fleet``:
-real vLLM 0.32.0 pages, one port) is pinned to the other CPU. After the daemon is ready and a
+real vLLM 0.32.0 pages, one port) is pinned to the other CPU. ``--no-competitor --no-pin``: the
+control run, nothing pinned, every process where the kernel puts it. After the daemon is ready and a
 warm-up, the run measures ``--seconds`` and reports, from the daemon's ``/metrics`` before and
 after:
 
@@ -253,14 +254,18 @@ def run(
     warmup: float,
     competitor: bool,
     prometheus: str | None = None,
+    pin: bool = True,
 ) -> dict[str, Any]:
     """One run (see the module docstring); ``prometheus``: the binary for an end-to-end rule
-    run, None for none."""
+    run, None for none; ``pin``: False runs every process where the kernel puts it."""
     sim_port, daemon_port, prom_port, closed_port = (free_port() for _ in range(4))
     work = Path(tempfile.mkdtemp(prefix="specmon-overload-"))
     cpus = sorted(os.sched_getaffinity(0))
     daemon_cpu, fleet_cpu = str(cpus[0]), str(cpus[-1])
     procs: list[subprocess.Popen[bytes]] = []
+
+    def on(cpu: str) -> list[str]:
+        return ["taskset", "-c", cpu] if pin else []
 
     def start(argv: list[str], log: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
@@ -277,7 +282,7 @@ def run(
     try:
         load_start = os.getloadavg()
         start(
-            ["taskset", "-c", fleet_cpu, sys.executable, "-m", "bench.light_fleet",
+            [*on(fleet_cpu), sys.executable, "-m", "bench.light_fleet",
              "--targets", str(targets), "--listen", f"127.0.0.1:{sim_port}"],
             "fleet.log",
         )  # fmt: skip
@@ -291,11 +296,11 @@ def run(
         comp = None
         if competitor:
             comp = start(
-                ["taskset", "-c", daemon_cpu, sys.executable, "-c", "while True: pass"],
+                [*on(daemon_cpu), sys.executable, "-c", "while True: pass"],
                 "competitor.log",
             )
         daemon = start(
-            ["taskset", "-c", daemon_cpu, sys.executable, "-m", "specmon", "run",
+            [*on(daemon_cpu), sys.executable, "-m", "specmon", "run",
              "--config.file", str(work / "config.yaml"),
              "--web.listen-address", f"127.0.0.1:{daemon_port}", "--log.level", "info"],
             "daemon.log",
@@ -308,7 +313,7 @@ def run(
                 prometheus_config(daemon=f"127.0.0.1:{daemon_port}")
             )
             start(
-                ["taskset", "-c", fleet_cpu, prometheus,
+                [*on(fleet_cpu), prometheus,
                  f"--config.file={work / 'prometheus.yml'}",
                  f"--storage.tsdb.path={work / 'tsdb'}",
                  f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
@@ -352,6 +357,7 @@ def run(
             "targets": targets,
             "interval": interval,
             "competitor": competitor,
+            "pinned": pin,
             "seconds": round(t1 - t0, 1),
             "ready_s": ready_s,
             "daemon_cpu_share_of_one_core": round((cpu1 - cpu0) / (t1 - t0), 3),
@@ -388,6 +394,7 @@ def run(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(timeout=5)
+        shutil.rmtree(work, ignore_errors=True)  # Prometheus's TSDB is hundreds of MB
 
 
 def main(argv: list[str]) -> int:
@@ -397,6 +404,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=45.0)
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--no-competitor", action="store_true")
+    parser.add_argument("--no-pin", action="store_true", help="no taskset (no competitor)")
     parser.add_argument(
         "--prometheus", action="store_true", help="the end-to-end rule run (module docstring)"
     )
@@ -407,6 +415,8 @@ def main(argv: list[str]) -> int:
         binary = shutil.which("prometheus")
         if binary is None:
             parser.error("--prometheus needs Debian's prometheus on PATH")
+    if args.no_pin and not args.no_competitor:
+        parser.error("--no-pin needs --no-competitor (the competitor shares the daemon's CPU)")
     if not 1 <= args.seconds <= 3600 or not 0 <= args.warmup <= 600:
         parser.error("--seconds 1..3600, --warmup 0..600")
     result = run(
@@ -416,6 +426,7 @@ def main(argv: list[str]) -> int:
         warmup=args.warmup,
         competitor=not args.no_competitor,
         prometheus=binary,
+        pin=not args.no_pin,
     )
     text = json.dumps(result, indent=2, sort_keys=True, default=sorted)
     print(text)
