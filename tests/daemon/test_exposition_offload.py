@@ -67,7 +67,7 @@ def test_a_change_during_the_build_is_served_next_time_not_kept_as_current() -> 
 def test_the_loop_keeps_turning_while_a_fleet_page_is_built() -> None:
     """On the loop, the build holds it for its whole duration; in the thread, the longest
     the loop waits between two turns is a small part of it."""
-    exposition = _fleet(2000)
+    exposition = _fleet(3000)
     started = time.perf_counter()
     exposition.gzip_page(b"")  # what the loop was held for before (sync, same work)
     held = time.perf_counter() - started
