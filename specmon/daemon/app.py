@@ -462,15 +462,14 @@ class Daemon:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         openmetrics = content_type.startswith("application/openmetrics-text")
         # The target families are ready (rendered at each scrape); only specmon's own
-        # instruments are encoded per fetch. The page is joined (and compressed) in a worker
-        # thread, so the scrapes go on meanwhile (specmon/daemon/exposition.py).
+        # instruments are encoded per fetch.
         own = encoder(self.registry)
         headers = {"Content-Type": content_type}
         if "gzip" in request.headers.get("Accept-Encoding", ""):
-            body = await self.exposition.gzip_page_async(own, openmetrics=openmetrics)
+            body = self.exposition.gzip_page(own, openmetrics=openmetrics)
             headers["Content-Encoding"] = "gzip"
         else:
-            body = await self.exposition.page_async(own, openmetrics=openmetrics)
+            body = self.exposition.page(own, openmetrics=openmetrics)
         return web.Response(body=body, headers=headers)
 
     async def _healthz(self, request: web.Request) -> web.Response:

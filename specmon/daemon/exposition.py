@@ -14,19 +14,10 @@ fetch: the target half is a raw deflate stream ended by a full flush (no final b
 back-references into it), the per-fetch half (specmon's own instruments) follows as a second
 raw deflate stream with the final block, and the gzip trailer's CRC-32 continues from the
 cached half's. One gzip member, valid for every decoder.
-
-The daemon serves the page through :meth:`Exposition.page_async` and
-:meth:`Exposition.gzip_page_async`: the join and the compression (0.3 s of CPU at 5,000
-targets, 43 MB of text) run in a worker thread on a snapshot of the fragments, so the event
-loop goes on starting and reading scrapes meanwhile (the thread holds the interpreter lock at
-most a switch interval at a time, and zlib releases it while it compresses). Built on the
-loop, the page held it for the whole build: under overload, at about half a core, 0.85 s in
-every fetch, and every scrape due meanwhile started late (bench/RESULTS.md, "Past the core").
 """
 
 from __future__ import annotations
 
-import asyncio
 import struct
 import zlib
 from collections.abc import Callable, Mapping
@@ -53,9 +44,6 @@ __all__ = ["GZIP_LEVEL", "Exposition", "render_target"]
 #: Fast compression: the page is mostly repeated label text, and level 1 keeps a 6 MB page
 #: well under a tenth of a second.
 GZIP_LEVEL = 1
-
-#: Characters of page text compressed at once in a worker thread (:func:`_build`).
-CHUNK = 4 << 20
 
 #: Family name -> its sample lines for one target.
 Fragment = Mapping[str, str]
@@ -288,108 +276,46 @@ class Exposition:
 
     def text(self, *, openmetrics: bool = False) -> bytes:
         """The target families, joined (without OpenMetrics' ``# EOF``)."""
-        return _join(self._snapshot(), _headers(openmetrics))
+        return self._join(openmetrics)
 
     def page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
         """The whole page: the target families, then ``own`` (the registry's encoding of
         specmon's own instruments, ending in ``# EOF`` for OpenMetrics), joined in one
         piece (no second copy of the megabytes to append ``own``)."""
-        return _join(self._snapshot(), _headers(openmetrics), own.decode("utf-8"))
-
-    async def page_async(self, own: bytes, *, openmetrics: bool = False) -> bytes:
-        """:meth:`page`, joined in a worker thread (module docstring)."""
-        fragments, headers = self._snapshot(), _headers(openmetrics)
-        return await asyncio.to_thread(_join, fragments, headers, own.decode("utf-8"))
+        return self._join(openmetrics, own.decode("utf-8"))
 
     def gzip_page(self, own: bytes, *, openmetrics: bool = False) -> bytes:
         """:meth:`page` as one gzip member, the target half compressed once per generation."""
-        built = self._kept(openmetrics)
-        if built is None:
-            built = self._keep(openmetrics, self._generation, self._build(openmetrics))
-        return _member(built, own)
+        built = self._deflated(openmetrics)
+        deflated_own = _deflate(own, last=True)
+        crc = zlib.crc32(own, built.crc)
+        size = built.size + len(own)
+        header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+        trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
+        return header + built.deflated + deflated_own + trailer
 
-    async def gzip_page_async(self, own: bytes, *, openmetrics: bool = False) -> bytes:
-        """:meth:`gzip_page`, the target half built in a worker thread (module docstring)
-        from the fragments as they are when it is asked for; changes meanwhile make the
-        next generation."""
-        built = self._kept(openmetrics)
-        if built is None:
-            generation, fragments = self._generation, self._snapshot()
-            made = await asyncio.to_thread(_build, fragments, _headers(openmetrics))
-            built = self._keep(openmetrics, generation, made)
-        return _member(built, own)
-
-    def _snapshot(self) -> list[Fragment]:
-        """Every target's fragment in name order (fragments are replaced, never changed)."""
-        return [self._fragments[name] for name in sorted(self._fragments)]
-
-    def _kept(self, openmetrics: bool) -> _Built | None:
+    def _deflated(self, openmetrics: bool) -> _Built:
+        """The current generation's target half, compressed (see :class:`_Built`)."""
         cached = self._built.get(openmetrics)
         if cached is not None and cached[0] == self._generation:
             return cached[1]
-        return None
-
-    def _keep(self, openmetrics: bool, generation: int, built: _Built) -> _Built:
-        """Keep ``built`` while ``generation`` is the current one; returns it."""
-        if generation == self._generation:
-            self._built[openmetrics] = (generation, built)
+        data = self._join(openmetrics)
+        built = _Built(_deflate(data), zlib.crc32(data), len(data))
+        self._built[openmetrics] = (self._generation, built)
         return built
 
-    def _build(self, openmetrics: bool) -> _Built:
-        return _build(self._snapshot(), _headers(openmetrics))
-
-
-def _pieces(fragments: list[Fragment], headers: Mapping[str, str]) -> list[str]:
-    """Each family's HELP and TYPE lines, then its sample lines from every fragment (a
-    family without samples is left out), in the metric table's order."""
-    pieces: list[str] = []
-    for definition in FAMILIES:
-        name = definition.name
-        lines = [f[name] for f in fragments if name in f]
-        if lines:
-            pieces.append(headers[name])
-            pieces.extend(lines)
-    return pieces
-
-
-def _join(fragments: list[Fragment], headers: Mapping[str, str], tail: str = "") -> bytes:
-    pieces = _pieces(fragments, headers)
-    pieces.append(tail)
-    return "".join(pieces).encode("utf-8")
-
-
-def _build(fragments: list[Fragment], headers: Mapping[str, str]) -> _Built:
-    """The target half, compressed in chunks of about :data:`CHUNK` characters (no
-    whole-page string: at 5,000 targets the text is 43 MB). Few and large on purpose: the
-    calls into zlib release the interpreter lock, and a worker thread that gives it up waits
-    up to a switch interval (5 ms) to take it back from a busy loop; in chunks of 256 lines
-    (2,000 of them at 5,000 targets) that wait made the build several seconds longer."""
-    stream = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-    chunks: list[bytes] = []
-    crc = size = 0
-    batch: list[str] = []
-    held = 0
-    for piece in [*_pieces(fragments, headers), ""]:
-        batch.append(piece)
-        held += len(piece)
-        if held >= CHUNK or not piece:
-            data = "".join(batch).encode("utf-8")
-            batch, held = [], 0
-            crc = zlib.crc32(data, crc)
-            size += len(data)
-            chunks.append(stream.compress(data))
-    chunks.append(stream.flush(zlib.Z_FULL_FLUSH))
-    return _Built(b"".join(chunks), crc, size)
-
-
-def _member(built: _Built, own: bytes) -> bytes:
-    """One gzip member: the kept target half, then ``own`` compressed as the final block."""
-    deflated_own = _deflate(own, last=True)
-    crc = zlib.crc32(own, built.crc)
-    size = built.size + len(own)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-    trailer = struct.pack("<II", crc & 0xFFFFFFFF, size & 0xFFFFFFFF)
-    return header + built.deflated + deflated_own + trailer
+    def _join(self, openmetrics: bool, tail: str = "") -> bytes:
+        headers = _headers(openmetrics)
+        fragments = [self._fragments[name] for name in sorted(self._fragments)]
+        pieces: list[str] = []
+        for definition in FAMILIES:
+            name = definition.name
+            lines = [f[name] for f in fragments if name in f]
+            if lines:
+                pieces.append(headers[name])
+                pieces.extend(lines)
+        pieces.append(tail)
+        return "".join(pieces).encode("utf-8")
 
 
 def _deflate(data: bytes, *, last: bool = False) -> bytes:
