@@ -7,17 +7,19 @@ Run: python -m bench overload [--targets 2000] [--interval 1s] [--seconds 45] [-
 cgroups are read-only on the reference machine, so the daemon is held to about half a core by
 pinning it (``taskset``) to one CPU beside a busy competitor pinned to the same CPU (the
 kernel's fair scheduler gives each about half). The simulated fleet (``bench.light_fleet``:
-real vLLM 0.32.0 pages, one port) is pinned to the other CPU. ``--no-competitor --no-pin``: the
-control run, nothing pinned, every process where the kernel puts it. After the daemon is ready and a
-warm-up, the run measures ``--seconds`` and reports, from the daemon's ``/metrics`` before and
-after:
+real vLLM 0.32.0 pages, one port) is pinned to the other CPU. ``--no-competitor --no-pin``:
+the control run, nothing pinned, every process where the kernel puts it. After the daemon is
+ready and a warm-up, the run measures ``--seconds`` and reports, from the daemon's ``/metrics``
+before and after:
 
 - targets reported down (``specmon_up`` 0) and every non-success scrape by result;
 - the fewest successful scrapes of one target in the measurement (every target still scraped);
 - the governor's figures: ``specmon_scrape_interval_stretch``, ``specmon_scrape_delay_seconds``,
   ``specmon_scrape_interval_achieved_seconds``, timeouts excused;
 - the event loop's mean lag, the daemon's CPU (share of one core) and the ``target_down``
-  warnings in its log.
+  warnings in its log;
+- how long the daemon took to answer ``/metrics`` at the end, plain and gzip (the request and
+  the body read, not the bench's parse of it).
 
 ``--prometheus``: the end-to-end rule run. The config gains one target that is really down
 (a closed loopback port), and Debian's ``prometheus`` (pinned beside the fleet, not the
