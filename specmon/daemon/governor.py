@@ -19,15 +19,10 @@ The policy (:class:`Policy`), once a period:
   collection) delays a few, not half. The stretch grows by the schedule's slip (the mean of
   each scrape's achieved gap over the gap it asked for) divided by ``headroom``, at least
   ``raise_min`` and at most ``raise_max`` times in one period, up to ``max_stretch``.
-- **calm**: three scrapes in four (the 75th percentile) started within ``calm_below``
-  seconds. After ``relax_after`` calm periods in a row the stretch shrinks by ``relax_step``
-  (never below 1), and the count starts again: the process finds its way back to the
-  configured intervals in steps, and the gap between the two thresholds (hysteresis) keeps
-  it from swinging at the edge. Not the 90th percentile: pauses that do not shrink with the
-  stretch (building ``/metrics`` for Prometheus every 15 s, about 0.85 s at 5,000 targets on
-  half a core; a full cycle collection) delay up to a fifth of one period's scrapes in every
-  three, and held the stretch at its cap with half a core free (bench/RESULTS.md, "Past the
-  core").
+- **calm**: the 90th percentile started within ``calm_below`` seconds. After ``relax_after``
+  calm periods in a row the stretch shrinks by ``relax_step`` (never below 1), and the count
+  starts again: the process finds its way back to the configured intervals in steps, and
+  the gap between the two thresholds (hysteresis) keeps it from swinging at the edge.
 - anything between: the stretch stays; so does it with no scrape in the period.
 
 A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behind while the
@@ -89,10 +84,8 @@ class Period:
     """What one closed period measured and decided."""
 
     scrapes: int
-    #: Median, 75th and 90th percentile of how late scrapes started, seconds (0 without
-    #: scrapes).
+    #: Median and 90th percentile of how late scrapes started, seconds (0 without scrapes).
     median: float
-    p75: float
     p90: float
     #: Mean achieved gap over the gap asked for (1 without data).
     slip: float
@@ -209,7 +202,6 @@ class Governor:
         samples = sorted(self._samples)
         scrapes = self._seen
         median = _quantile(samples, 0.5)
-        p75 = _quantile(samples, 0.75)
         p90 = _quantile(samples, 0.9)
         slip = self._slip_sum / self._slip_count if self._slip_count else 1.0
         for interval, (total, count) in self._gaps.items():
@@ -222,7 +214,7 @@ class Governor:
             self._calm = 0
             factor = min(policy.raise_max, max(policy.raise_min, slip / policy.headroom))
             self.stretch = min(policy.max_stretch, self.stretch * factor)
-        elif scrapes and p75 < policy.calm_below:
+        elif scrapes and p90 < policy.calm_below:
             self._calm += 1
             if self._calm >= policy.relax_after and self.stretch > 1.0:
                 self._calm = 0
@@ -235,7 +227,6 @@ class Governor:
         return Period(
             scrapes=scrapes,
             median=median,
-            p75=p75,
             p90=p90,
             slip=slip,
             stretch=self.stretch,
