@@ -1,16 +1,16 @@
-"""The target half of ``/metrics``: each target rendered at most once per fetch, joined per fetch.
+"""The target half of ``/metrics``: each target rendered into text, joined per fetch.
 
-A target's new view (its scrape, a failure, a reload) is only noted; it is turned into text
-(one string of sample lines per family) when ``/metrics`` is next fetched, and that text is
-kept until the target's next view. So a target scraped every 5 s under a Prometheus fetching
-every 15 s is rendered once in three scrapes, not at each (side by side at 1,000 targets
-every 5 s: bench/results/HISTORY.md, 2026-12-05). A fetch renders the views that changed
-since the previous one, in slices that let the event loop run between them
-(:meth:`Exposition.refresh`), then joins the ready strings under each family's HELP and TYPE
-lines, in the metric table's order; the compressed target half (gzip, either format) is kept
-until the next change. The bytes are those prometheus_client would write for the same
-samples: sample lines are the same in both formats (label names sorted, values with
-prometheus_client's own number format); the header lines come from prometheus_client itself.
+A target's new view (its scrape, a failure, a reload) is turned into text (one string of
+sample lines per family) when it arrives, or, with :attr:`Exposition.defer` set, when
+``/metrics`` is next fetched: a target scraped every 5 s under a Prometheus fetching every
+15 s is then rendered once in three scrapes (side by side at 1,000 targets every 5 s: 0.858
+of the CPU per scrape; bench/results/HISTORY.md, 2026-12-05). A fetch renders the views that
+waited, in slices with the event loop turning between them (:meth:`Exposition.refresh`),
+then joins the ready strings under each family's HELP and TYPE lines, in the metric table's
+order; the compressed target half (gzip, either format) is kept until the next change. The
+bytes are those prometheus_client would write for the same samples: sample lines are the
+same in both formats (label names sorted, values with prometheus_client's own number
+format); the header lines come from prometheus_client itself.
 tests/daemon/test_metrics_contract.py holds the output to the golden pages.
 
 The gzip stream is built so that the cached target half is never compressed again for a new
@@ -336,6 +336,12 @@ class Exposition:
     _fragments: dict[str, Fragment] = field(default_factory=dict)
     #: Series templates by the targets' constant label names (see :data:`Template`).
     _templates: dict[tuple[str, ...], Templates] = field(default_factory=dict)
+    #: True: a view waits to be rendered until the page is built (once per fetch at most);
+    #: False: rendered when it arrives (at the scrape). The daemon defers only while the
+    #: overload governor keeps every target on schedule (specmon/daemon/app.py): under
+    #: overload the renders of a whole fleet at one fetch starved scrapes in flight without
+    #: the loop ever looking late (bench/RESULTS.md, "Past the core").
+    defer: bool = False
     #: Each target's newest view not rendered yet (its fragment is the previous view's).
     _pending: dict[str, TargetView] = field(default_factory=dict)
     _generation: int = 0
@@ -347,8 +353,13 @@ class Exposition:
         return self._generation
 
     def update(self, view: TargetView) -> None:
-        """``view`` replaces the target's series: rendered when the page is next built."""
-        self._pending[view.name] = view
+        """``view`` replaces the target's series: rendered now, or when the page is next
+        built while :attr:`defer` is set."""
+        if self.defer:
+            self._pending[view.name] = view
+        else:
+            self._pending.pop(view.name, None)
+            self._render(view)
         self._changed()
 
     def render_pending(self, limit: int | None = None) -> int:

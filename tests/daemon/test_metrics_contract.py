@@ -307,7 +307,7 @@ def test_a_view_is_rendered_when_the_page_is_built_once_however_often_it_changed
             renders.append(view.name)
             super()._render(view)
 
-    exposition = Counting()
+    exposition = Counting(defer=True)
     target = views[0]
     older = replace(target, last_duration=1.0)
     newer = replace(target, last_duration=2.0)
@@ -324,7 +324,7 @@ def test_a_view_is_rendered_when_the_page_is_built_once_however_often_it_changed
 
 def test_refresh_renders_in_slices_and_a_stream_of_new_views_cannot_hold_it() -> None:
     views = fleet_views()
-    exposition = Exposition()
+    exposition = Exposition(defer=True)
     for view in views:
         exposition.update(view)
     assert exposition.render_pending(limit=2) == len(views) - 2
@@ -349,7 +349,7 @@ def test_refresh_renders_in_slices_and_a_stream_of_new_views_cannot_hold_it() ->
 
 def test_a_view_that_cannot_be_rendered_is_reported_when_rendered() -> None:
     errors: list[str] = []
-    exposition = Exposition(on_error=lambda name, exc: errors.append(name))
+    exposition = Exposition(on_error=lambda name, exc: errors.append(name), defer=True)
     good = next(view for view in fleet_views() if view.models)
     # A count beyond a double: float() overflows in the render (a bug upstream, say).
     bad = replace(good, models=(replace(good.models[0], totals_drafts=10**400),))
@@ -357,12 +357,24 @@ def test_a_view_that_cannot_be_rendered_is_reported_when_rendered() -> None:
     assert errors == []
     exposition.text()
     assert errors == [bad.name]
+    # Not deferring (the daemon under overload): rendered, and reported, as it arrives; a
+    # view that waited from before is replaced, not rendered later.
+    exposition.defer = False
+    exposition.update(replace(bad, last_duration=9.0))
+    assert errors == [bad.name, bad.name]
+    exposition.defer = True
+    exposition.update(good)
+    exposition.defer = False
+    exposition.update(bad)
+    assert exposition.render_pending(limit=0) == 0
+    assert errors == [bad.name] * 3
 
 
 def test_a_removed_target_waiting_to_render_is_gone() -> None:
     views = fleet_views()
     exposition = _exposition(views)
     exposition.text()
+    exposition.defer = True
     exposition.update(replace(views[0], last_duration=3.0))
     before = exposition.generation
     exposition.remove(views[0].name)
