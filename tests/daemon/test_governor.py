@@ -262,7 +262,16 @@ def test_a_timeout_while_specmon_keeps_up_marks_the_target_down() -> None:
 def test_every_target_waits_its_interval_times_the_stretch() -> None:
     """The scrape loop asks for interval x stretch: with a stretch of 3 and a 0.1 s interval,
     a target is scraped every 0.3 s, and the governor sees the gap it asked for."""
-    governor = Governor()
+    asked_gaps: list[float] = []
+
+    class _Recording(Governor):
+        def started(
+            self, *, at: float, late: float, interval: float, asked: float, gap: float | None
+        ) -> None:
+            asked_gaps.append(asked)
+            super().started(at=at, late=late, interval=interval, asked=asked, gap=gap)
+
+    governor = _Recording()
     governor.stretch = 3.0
     state = TargetState(
         TargetConfig(
@@ -305,4 +314,7 @@ def test_every_target_waits_its_interval_times_the_stretch() -> None:
     # Connection errors back off (doubling, at most 8x): 0.3, 0.6, 1.2 ... of the stretched
     # interval; the first gap is the stretched interval itself.
     assert len(starts) >= 2
-    assert starts[1] - starts[0] == pytest.approx(0.3, abs=0.06)
+    # What the loop asked for is exact; the wall clock only bounds it from below (a loaded
+    # machine wakes the loop late, never early).
+    assert asked_gaps[1] == pytest.approx(0.3)
+    assert starts[1] - starts[0] >= 0.3 - 0.01
