@@ -62,21 +62,12 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
-#: Every target's series name with its labels, up to the value, as a template shared by
-#: all targets: the text around the target's own label values (its ``target`` label, the
-#: first label of every per-target family, and its constant labels), by family and the other
-#: label values. ``(pieces, slots)``: the prefix is ``pieces[0] + v(slots[0]) + pieces[1]
-#: ...``. Shared, not per target: the same series recur in every target of a fleet, and a
-#: per-target cache of the finished prefixes held about 21 KiB a target (at 10,000
-#: instances, 200 MiB; bench/RESULTS.md, Prometheus mode).
-Template = tuple[tuple[str, ...], tuple[str, ...]]
-#: Templates by family name and label values without the ``target`` value.
-Templates = dict[tuple[str, tuple[str | None, ...]], Template]
-#: Past this many templates per set of constant label names (series come and go: windows,
-#: positions, models, reasons), the cache starts again.
-_MAX_TEMPLATES = 65_536
-#: The slot of the ``target`` label (constant labels cannot be named ``target``).
-_TARGET = "target"
+#: A target's rendered series names with their labels ("name{a=\"1\",b=\"2\"} "), by
+#: family and label values: the same series recur at every scrape, only their values change.
+Prefixes = dict[tuple[str, tuple[str | None, ...]], str]
+#: Past this many cached prefixes per target (series come and go: windows, positions,
+#: models), the cache starts again.
+_MAX_PREFIXES = 4096
 
 
 def _prefix(sample: Sample) -> str:
@@ -87,40 +78,6 @@ def _prefix(sample: Sample) -> str:
         return f"{sample.family.sample_name} "
     body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
     return f"{sample.family.sample_name}{{{body}}} "
-
-
-def _template(
-    family: MetricDef, values: tuple[str | None, ...], constant: tuple[str, ...], *, target: bool
-) -> Template:
-    """The text of :func:`_prefix` around the target's own label values: the ``target``
-    value (``values[0]`` when ``target``) and the ``constant`` label names' values."""
-    names = (*family.labels, *family.optional)
-    fixed = {k: v for k, v in zip(names, values, strict=False) if v is not None}
-    slots = set(constant)
-    if target:
-        slots.add(_TARGET)
-    for name in slots:
-        fixed.pop(name, None)  # a constant label wins over a family label of its name
-    keys = sorted({*fixed, *slots})
-    if not keys:
-        return (f"{family.sample_name} ",), ()
-    pieces: list[str] = []
-    order: list[str] = []
-    text = f"{family.sample_name}{{"
-    for index, key in enumerate(keys):
-        text += f'{"," if index else ""}{key}="'
-        if key in slots:
-            pieces.append(text)
-            order.append(key)
-            text = '"'
-        else:
-            text += f'{_escape(fixed[key])}"'
-    pieces.append(text + "} ")
-    return tuple(pieces), tuple(order)
-
-
-#: The families whose first label is ``target``: every per-target family.
-_TARGET_FIRST = frozenset(f.name for f in FAMILIES if f.labels[:1] == (_TARGET,))
 
 
 def _go_float(value: float) -> str:
@@ -163,32 +120,14 @@ class _Text:
     """A :class:`~specmon.daemon.collector.Sink` that keeps each series' rendered name and
     labels and its value, with no :class:`Sample` in between (a target scrape's 70-150
     series); :meth:`joined` writes every value at once (:func:`_numbers`). The label check
-    runs when a series' template is first made: the template cache is keyed by the label
-    values other than ``target`` (checked here when missing), so a cached template is one
-    that passed it."""
+    runs when a series' prefix is first made: the prefix cache is keyed by the exact label
+    values, so a cached prefix is one that passed it."""
 
-    __slots__ = (
-        "_constant",
-        "_escaped",
-        "_families",
-        "_heads",
-        "_names",
-        "_own_target",
-        "_target",
-        "_templates",
-        "_values",
-    )
+    __slots__ = ("_constant", "_families", "_heads", "_prefixes", "_values")
 
-    def __init__(self, constant: Mapping[str, str], templates: Templates) -> None:
+    def __init__(self, constant: Mapping[str, str], prefixes: Prefixes) -> None:
         self._constant = constant
-        self._names = tuple(sorted(constant))
-        self._escaped = {k: _escape(v) for k, v in constant.items()}
-        self._templates = templates
-        #: The ``target`` slot takes the series' own value (a constant label of that name,
-        #: which the config refuses, would win as it does in :attr:`Sample.labels`).
-        self._own_target = _TARGET not in constant
-        #: The last ``target`` value seen and its escaped text (one per target: its name).
-        self._target: tuple[str | None, str] = (None, "")
+        self._prefixes = prefixes
         self._families: list[str] = []
         self._heads: list[str] = []
         self._values: list[float] = []
@@ -205,45 +144,14 @@ class _Text:
         if number - number != 0.0:  # NaN or infinite: never exported
             return
         name = family.name
-        if self._own_target and name in _TARGET_FIRST:
-            target = values[0] if values else None
-            key = (name, values[1:])
-            template = self._templates.get(key)
-            if template is None or target is None:
-                check_labels(family, values)  # raises without a target
-                template = self._templates[key] = _template(
-                    family, values, self._names, target=True
-                )
-            pieces, slots = template
-            seen, escaped = self._target
-            if seen is not target:
-                assert target is not None  # checked
-                escaped = _escape(target)
-                self._target = (target, escaped)
-            if len(pieces) == 2:  # the target's name its one slot: most series
-                prefix = pieces[0] + escaped + pieces[1]
-            else:
-                prefix = self._fill(pieces, slots, escaped)
-        else:
-            key = (name, values)
-            template = self._templates.get(key)
-            if template is None:
-                check_labels(family, values)
-                template = self._templates[key] = _template(
-                    family, values, self._names, target=False
-                )
-            pieces, slots = template
-            prefix = self._fill(pieces, slots, "") if slots else pieces[0]
+        key = (name, values)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            check_labels(family, values)
+            prefix = self._prefixes[key] = _prefix(Sample(family, values, number, self._constant))
         self._families.append(name)
         self._heads.append(prefix)
         self._values.append(number)
-
-    def _fill(self, pieces: tuple[str, ...], slots: tuple[str, ...], target: str) -> str:
-        parts = [pieces[0]]
-        for slot, piece in zip(slots, pieces[1:], strict=True):
-            parts.append(target if slot == _TARGET and self._own_target else self._escaped[slot])
-            parts.append(piece)
-        return "".join(parts)
 
     def joined(self) -> dict[str, str]:
         """Every family's sample lines as one string, each family's lines in the order they
@@ -259,15 +167,15 @@ class _Text:
         return {name: "".join(found) for name, found in lines.items()}
 
 
-def render_target(view: TargetView, templates: Templates | None = None) -> dict[str, str]:
+def render_target(view: TargetView, prefixes: Prefixes | None = None) -> dict[str, str]:
     """Every family's sample lines for one target (raises on a view that cannot be
-    exported; the caller keeps the target's health lines only). ``templates``: the series
-    templates for targets with these constant label names (one cache shared by them all)."""
-    if templates is None:
-        templates = {}
-    elif len(templates) > _MAX_TEMPLATES:
-        templates.clear()
-    out = _Text(view.labels, templates)
+    exported; the caller keeps the target's health lines only). ``prefixes``: the target's
+    cache of rendered series names (keep one per target; its constant labels are fixed)."""
+    if prefixes is None:
+        prefixes = {}
+    elif len(prefixes) > _MAX_PREFIXES:
+        prefixes.clear()
+    out = _Text(view.labels, prefixes)
     emit_target(view, out)
     return out.joined()
 
@@ -334,8 +242,7 @@ class Exposition:
 
     on_error: Callable[[str, BaseException], None] | None = None
     _fragments: dict[str, Fragment] = field(default_factory=dict)
-    #: Series templates by the targets' constant label names (see :data:`Template`).
-    _templates: dict[tuple[str, ...], Templates] = field(default_factory=dict)
+    _prefixes: dict[str, tuple[Mapping[str, str], Prefixes]] = field(default_factory=dict)
     #: True: a view waits to be rendered until the page is built (once per fetch at most);
     #: False: rendered when it arrives (at the scrape). The daemon defers only while the
     #: overload governor keeps every target on schedule (specmon/daemon/app.py): under
@@ -385,14 +292,11 @@ class Exposition:
                 await asyncio.sleep(0)
 
     def _render(self, view: TargetView) -> None:
-        names = tuple(sorted(view.labels))
-        templates = self._templates.get(names)
-        if templates is None:
-            if len(self._templates) > _MAX_TEMPLATES:  # label names come and go (reloads)
-                self._templates.clear()
-            templates = self._templates[names] = {}
+        cached = self._prefixes.get(view.name)
+        if cached is None or cached[0] != view.labels:  # new constant labels: start again
+            cached = self._prefixes[view.name] = (dict(view.labels), {})
         try:
-            fragment: Fragment = render_target(view, templates)
+            fragment: Fragment = render_target(view, cached[1])
         except Exception as exc:  # one bad view must not cost the others their series
             if self.on_error is not None:
                 self.on_error(view.name, exc)
@@ -403,6 +307,7 @@ class Exposition:
         self._fragments[view.name] = fragment
 
     def remove(self, name: str) -> None:
+        self._prefixes.pop(name, None)
         waited = self._pending.pop(name, None)
         if self._fragments.pop(name, None) is not None or waited is not None:
             self._changed()

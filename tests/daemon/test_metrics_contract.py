@@ -29,7 +29,7 @@ from prometheus_client.utils import floatToGoString
 
 from specmon.daemon import metrics, metrics_doc
 from specmon.daemon.collector import Sample
-from specmon.daemon.exposition import Exposition, Templates, _go_float, _numbers, _prefix, _Text
+from specmon.daemon.exposition import Exposition, Prefixes, _go_float, _numbers, _prefix, _Text
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
@@ -393,33 +393,34 @@ _AWKWARD = st.text(alphabet=st.sampled_from('ab"\\\n=,{}é'), min_size=1, max_si
     ),
     model=_AWKWARD,
 )
-def test_shared_templates_write_each_targets_own_labels(
+def test_cached_prefixes_write_each_targets_own_labels(
     targets: list[str], constant: dict[str, str], model: str
 ) -> None:
-    """Targets sharing one template set (the same constant label names) each get their own
-    ``target`` and constant values, escaped, in prometheus_client's sorted order: the line
-    a series' own labels give (``_prefix`` of its Sample), whichever target made the
-    template. A constant label named like a family label wins, as in Sample.labels."""
-    templates: Templates = {}
+    """Each target's cached series prefixes carry its own ``target`` and constant values,
+    escaped, in prometheus_client's sorted order: the line a series' own labels give
+    (``_prefix`` of its Sample), first rendered or cached. A constant label named like a
+    family label wins, as in Sample.labels."""
     series = [
         (metrics.UP, ()),
         (metrics.REQUESTS_RUNNING, ("vllm", model)),
         (metrics.ALPHA, ("vllm", model, "5m")),
     ]
     for target in targets:
-        out = _Text(constant, templates)
-        expected: dict[str, str] = {}
-        for family, rest in series:
-            values = (target, *rest)
-            out.add(family, values, 0.5)
-            line = _prefix(Sample(family, values, 0.5, constant)) + "0.5\n"
-            expected[family.name] = expected.get(family.name, "") + line
-        assert out.joined() == expected
-    assert len(templates) == len(series)  # one set, shared by every target
+        prefixes: Prefixes = {}
+        for _ in range(2):  # made, then cached
+            out = _Text(constant, prefixes)
+            expected: dict[str, str] = {}
+            for family, rest in series:
+                values = (target, *rest)
+                out.add(family, values, 0.5)
+                line = _prefix(Sample(family, values, 0.5, constant)) + "0.5\n"
+                expected[family.name] = expected.get(family.name, "") + line
+            assert out.joined() == expected
+        assert len(prefixes) == len(series)
 
 
-def test_a_series_without_its_target_is_refused_even_with_a_template() -> None:
-    templates: Templates = {}
-    _Text({}, templates).add(metrics.ALPHA, ("t", "vllm", "m", "5m"), 0.5)
+def test_a_series_without_its_target_is_refused_even_with_a_cached_prefix() -> None:
+    prefixes: Prefixes = {}
+    _Text({}, prefixes).add(metrics.ALPHA, ("t", "vllm", "m", "5m"), 0.5)
     with pytest.raises(ValueError, match="required label"):
-        _Text({}, templates).add(metrics.ALPHA, (None, "vllm", "m", "5m"), 0.5)
+        _Text({}, prefixes).add(metrics.ALPHA, (None, "vllm", "m", "5m"), 0.5)
