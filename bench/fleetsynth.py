@@ -45,7 +45,7 @@ import yaml
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.cost import PROMETHEUS_ACCEPT
+from bench.cost import PROMETHEUS_ACCEPT, stop
 from bench.loadcost import simulated_pages
 from bench.promsource import cpu_seconds, free_port, status_mib
 from specmon.engines import wanted_names
@@ -253,13 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "first_error": errors[0][:500] if errors else None,
         }
     finally:
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait(timeout=10)
+        stop(daemon, timeout=30)
         shutil.rmtree(work, ignore_errors=True)
 
 
