@@ -16,6 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "specmon",
         "specmon.parser",
         "specmon.arithmetic",
+        "specmon.bounds",
         "specmon.config_values",
         "specmon.secrets",
         "specmon.formatting",

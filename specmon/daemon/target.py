@@ -314,14 +314,14 @@ class TargetState:
                 rejected.append(refusal)
                 if refusal.whole_model:
                     continue
-            self._record_load(model, mono)
+            self._record_load(model, mono, rejected)
             view = self._model_view(model, withheld=rejected)
             models.append(view)
             kept.append(model)
             events.extend(self._margin_events(view))
         for plain in reading.plain_models:
             present.add(plain.model)
-            if self._record_load(plain, mono):
+            if self._record_load(plain, mono, rejected):
                 models.append(self._plain_view(plain))
                 kept.append(plain)
         self._last_models = tuple(kept)
@@ -379,8 +379,10 @@ class TargetState:
             events.append(Event("info", "readings_accepted_again", {}))
         return events
 
-    def _record_load(self, model: ModelReading, mono: float) -> bool:
-        """Add one model's load series to its load history; False when it has none."""
+    def _record_load(self, model: ModelReading, mono: float, refused: list[Rejection]) -> bool:
+        """Add one model's load series to its load history; False when it has none. An
+        interval that breaks the laws of :mod:`specmon.load.laws` is left out, its reason
+        added to ``refused`` (the load alone: the acceptance figures stand)."""
         counters = load_counters(model.context, model.counters)
         if counters is None:
             return False
@@ -395,6 +397,9 @@ class TargetState:
                 lean=cfg.baseline is None and cfg.cost_profile is None,
             )
         history.add(mono, counters)
+        if history.refusal is not None:
+            reason, detail = history.refusal
+            refused.append(Rejection(model.model, reason, f"load: {detail}", whole_model=False))
         return True
 
     def load_window(self, model: str, seconds: float) -> LoadWindow | None:

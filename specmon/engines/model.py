@@ -164,6 +164,9 @@ class Context:
     #: TGI ``tgi_request_skipped_tokens_count`` - ``tgi_batch_next_size_sum``: one
     #: observation per request per generation step, less each request's prefill step.
     request_steps: int | None = None
+    #: Engine replicas behind the model's series (vLLM data parallel: its ``engine`` label
+    #: values, summed); None: one.
+    engine_replicas: int | None = None
 
 
 @record
@@ -214,6 +217,21 @@ class RejectReason(StrEnum):
     IMPRECISE_WINDOW = "imprecise_window"
     #: A window figure outside its physical range (a survival above 1): withheld.
     OUT_OF_RANGE = "figure_out_of_range"
+    #: A load sum or count (decode seconds, steps, tokens, prefills) that went down while the
+    #: engine's step counter rose: not a restart. The interval is left out of the load figures.
+    LOAD_DECREASE = "load_counter_decrease"
+    #: An interval with more engine time than wall time (x 1.25 + 1 s per engine replica).
+    ENGINE_TIME_ABOVE_WALL = "engine_time_above_wall"
+    #: An interval whose decoding steps took no time at all (a mean step time of 0).
+    ZERO_STEP_TIME = "zero_step_time"
+    #: TGI: more requests prefilled (``tgi_batch_next_size_sum``) than step observations.
+    PREFILLS_ABOVE_OBSERVATIONS = "prefills_above_observations"
+    #: An engine's mean acceptance length gauge above k + 1 (TensorRT-LLM).
+    LENGTH_ABOVE_CHAIN = "acceptance_length_above_chain"
+    #: A speed-up measured from timing (realized against a twin or a profile, per bucket)
+    #: above (k + 1) x 1.1, or a draft cost that is not finite: withheld (every scrape while
+    #: the window holds the intervals behind it).
+    SPEEDUP_ABOVE_BOUND = "speedup_above_bound"
 
 
 @record

@@ -152,6 +152,7 @@ class TgiAdapter:
                 # accepted a token cannot be told apart from speculation switched off.
                 return _plain(page, drafts), [NOTE_OFF]
             notes.append(NOTE_SUMMARY)
+        context, refused = _context(page, drafts)
         reading = ModelReading(
             model="default",
             counters=SpecCounters(
@@ -161,17 +162,18 @@ class TgiAdapter:
                 accepted_per_position=per_pos,
                 unknown=("draft_tokens",),
             ),
-            context=_context(page, drafts),
+            context=context,
             chain_length=chain,
         )
         if reading.context.engine_step_seconds is not None:
             notes.append(NOTE_LOAD)
-        return [reading], notes
+        return [reading, *refused], notes
 
 
 def _plain(page: Page, observations: int) -> list[ModelReading | Rejection]:
     """A TGI server that does not speculate (a twin): its load series alone."""
-    return [ModelReading(model="default", context=_context(page, observations))]
+    context, refused = _context(page, observations)
+    return [ModelReading(model="default", context=context), *refused]
 
 
 def _decode(samples: list[Sample]) -> float | None:
@@ -179,9 +181,11 @@ def _decode(samples: list[Sample]) -> float | None:
     return sum(values) if values else None
 
 
-def _context(page: Page, observations: int) -> Context:
+def _context(page: Page, observations: int) -> tuple[Context, list[Rejection]]:
     """The load series: the batch gauge, generated tokens, and the step timing that gives
-    concurrency, step time and time per output token (all three present, or none used)."""
+    concurrency, step time and time per output token (all three present, or none used; none
+    when more requests were prefilled than steps observed: a Rejection of the load alone)."""
+    refused: list[Rejection] = []
     running = page.get(_RUNNING)
     generated = page.get(_GENERATED)
     step_seconds = _decode(page.get(_STEP_SUM))
@@ -195,10 +199,22 @@ def _context(page: Page, observations: int) -> Context:
         except AdapterError:
             step_seconds = None
         else:
-            request_steps = max(observations - entered, 0)
+            if entered > observations:
+                refused.append(
+                    Rejection(
+                        "default",
+                        RejectReason.PREFILLS_ABOVE_OBSERVATIONS,
+                        f"tgi_batch_next_size_sum ({entered}) above the step observations "
+                        f"tgi_request_skipped_tokens_count ({observations}): no load figures",
+                        whole_model=False,
+                    )
+                )
+                step_seconds = engine_steps = None
+            else:
+                request_steps = observations - entered
     else:
         step_seconds = None
-    return Context(
+    context = Context(
         requests_running=sum(s.value for s in running) if running else None,
         generation_tokens=(
             count(sum(s.value for s in generated), "generated_tokens_sum") if generated else None
@@ -207,3 +223,4 @@ def _context(page: Page, observations: int) -> Context:
         engine_step_seconds=step_seconds,
         request_steps=request_steps,
     )
+    return context, refused

@@ -99,9 +99,18 @@ class VllmAdapter:
         must not hide the acceptance counters."""
         series = {name: sum_by(page.get(prefix + name), "model_name") for name in _CONTEXT}
         models = {model for values in series.values() for model in values}
+        # Data parallel: one series per engine replica (its ``engine`` label), summed above;
+        # their engine time adds up (specmon.load.laws).
+        engines: dict[str, set[str]] = {}
+        for name in _CONTEXT:
+            for sample in page.get(prefix + name):
+                engines.setdefault(sample.labels.get("model_name", ""), set()).add(
+                    sample.labels.get("engine", "")
+                )
         out: dict[str, Context] = {}
         for model in models:
             out[model] = Context(
+                engine_replicas=len(engines.get(model, ())) or None,
                 requests_running=series["num_requests_running"].get(model),
                 requests_waiting=series["num_requests_waiting"].get(model),
                 generation_tokens=context_count(

@@ -5,6 +5,7 @@ profile's level at the same concurrency."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -89,7 +90,11 @@ def compare(
     drafted = target.drafted_per_step
     if step is None or tpot is None or per_step is None or drafted is None:
         return None
-    if baseline.step_seconds <= 0 or baseline.time_per_output_token_seconds <= 0:
+    # A figure that cannot be computed is absent: no division by a time of 0 (the laws of
+    # specmon.load.laws leave such intervals out; this holds whatever reaches here).
+    if not (step > 0 and tpot > 0 and math.isfinite(step) and math.isfinite(tpot)):
+        return None
+    if not (baseline.step_seconds > 0 and baseline.time_per_output_token_seconds > 0):
         return None
     notes: list[str] = []
     ratio = step / baseline.step_seconds

@@ -47,6 +47,9 @@ class LoadCounters:
     #: instead of the requests' decode time: an interval's decode seconds are then
     #: Δstep seconds × Δrequest-steps / Δengine steps (``decode_seconds`` is 0 here).
     engine_step_seconds: float | None = None
+    #: Engine replicas whose series were summed (vLLM data parallel): their engine time
+    #: adds up (:mod:`specmon.load.laws`).
+    replicas: int = 1
 
 
 _NO_COUNTERS = SpecCounters(0, 0, 0)
@@ -175,4 +178,5 @@ def _mapped(
         requests_running=context.requests_running,
         errors=errors,
         source=source,
+        replicas=max(context.engine_replicas or 1, 1),
     )

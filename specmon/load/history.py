@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from array import array
 
+from specmon.engines.model import RejectReason
 from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme, BucketTotals
 from specmon.load.compare import CompareMemo
 from specmon.load.counters import LoadCounters
 from specmon.load.interval import LoadInterval, Speeds, bounded_ratio
+from specmon.load.laws import interval_refusal
 from specmon.load.rows import (
     BUCKET,
     DECODE_SECONDS,
@@ -87,6 +89,8 @@ class LoadHistory:
         #: speculating targets take as their baseline (a canary beside a pool) is read by
         #: each of them on each of their scrapes.
         self._windows: dict[float, LoadWindow] = {}
+        #: Why the last reading's interval was left out (:mod:`specmon.load.laws`), or None.
+        self.refusal: tuple[RejectReason, str] | None = None
 
     @property
     def lean(self) -> bool:
@@ -107,15 +111,20 @@ class LoadHistory:
 
     def add(self, time: float, counters: LoadCounters) -> bool:
         """Record a reading; True when it closed an interval since the previous one (False
-        for the first reading, or a reading not newer than the previous). The interval is
+        for the first reading, a reading not newer than the previous, or an interval that
+        breaks the laws of :mod:`specmon.load.laws`: left out, with the reason in
+        :attr:`refusal`, and the next interval starts from this reading). The interval is
         :attr:`latest`."""
         last = self._last
+        self.refusal = None
         if last is not None and time <= last[0]:
             return False
         if self._windows:
             self._windows = {}
         slides = self._slides.values()
         if last is not None:
+            self.refusal = interval_refusal(last[1], counters, time - last[0])
+        if last is not None and self.refusal is None:
             row = interval_row(last[1], counters, time - last[0], time)
             if self._lean:
                 if not self._lossy and any(row[DRAFTS:]):
@@ -166,7 +175,7 @@ class LoadHistory:
                     slide.running_count -= 1
                     slide.running_first = self._running_dropped + 1
             self._running_dropped += 1
-        return last is not None
+        return last is not None and self.refusal is None
 
     def _bucket(self, row: array[float]) -> None:
         """Put a whole row in its concurrency bucket (it has none while its concurrency is

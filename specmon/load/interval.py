@@ -34,7 +34,11 @@ def bounded_ratio(
     numerator: float, denominator: float, numerator_error: float, denominator_error: float
 ) -> float | None:
     """numerator / denominator (see :func:`checked_ratio`) with the relative error bound of both;
-    exact counters (vLLM's: both errors 0) skip the bound."""
+    exact counters (vLLM's: both errors 0) skip the bound. Every figure made this way
+    (concurrency, step time, time per output token, tokens per step) is above 0 when its
+    denominator is: a numerator of 0 gives None (absent), never a 0 to divide by."""
+    if numerator <= 0.0:
+        return None
     if numerator_error == 0.0 and denominator_error == 0.0:
         return checked_ratio(numerator, denominator, 0.0)
     error = relative_error(numerator_error, numerator) + relative_error(

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from specmon.load.counters import LoadCounters
 from specmon.load.interval import LoadInterval, bounded_ratio
+from specmon.load.laws import is_reset
 from specmon.rows import Rows
 
 # One interval as a row of doubles (an ``array('d')``, held end to end with the others in one
@@ -39,19 +40,7 @@ def interval_row(
     no :class:`LoadInterval` in between."""
     eb, ea = before.errors, after.errors
     engine_before, engine_after = before.engine_steps, after.engine_steps
-    if (
-        before.decode_seconds - after.decode_seconds > eb[1] + ea[1]
-        or before.decode_tokens - after.decode_tokens > eb[2] + ea[2]
-        or before.request_steps - after.request_steps > eb[0] + ea[0]
-        or float(before.drafts) > float(after.drafts)
-        or float(before.draft_tokens) > float(after.draft_tokens)
-        or float(before.accepted_tokens) > float(after.accepted_tokens)
-        or (
-            engine_before is not None
-            and engine_after is not None
-            and engine_before - engine_after > eb[3] + ea[3]
-        )
-    ):  # the engine restarted: its new values are the increase
+    if is_reset(before, after):  # the engine restarted: its new values are the increase
         request_steps, decode_seconds = after.request_steps, after.decode_seconds
         decode_tokens, engine, slots = after.decode_tokens, engine_after, after.slot_steps
         drafts, draft_tokens, accepted = after.drafts, after.draft_tokens, after.accepted_tokens

@@ -6,7 +6,10 @@ one vLLM multiprocess, llama.cpp, SGLang), derived in code per read:
   samples (the captured answers are);
 - each instance's counters (sample names ending in ``_total``) are the captured values times
   ``1 + step``, so a window over two reads holds exactly the captured counts (``step`` 0 -> 1)
-  and every ratio of the captured page; gauges are left as captured;
+  and every ratio of the captured page; the seconds counters (llama.cpp's
+  ``tokens_predicted_seconds_total``) rise by a quarter of the captured value a step, so that
+  an interval's engine time stays within its 5 s of wall time (specmon.load.laws: the
+  captured lifetime holds 15 s); gauges are left as captured;
 - the freshness answer gives each instance the sample time the test chose (by default the
   evaluation time minus ``lag``), as ``timestamp()`` would;
 - instances can be removed, cloned under another ``instance`` value (a new engine), or have
@@ -109,7 +112,8 @@ class MovingFleet:
         step = self.step.get(name, 0)
         if not metric["__name__"].endswith("_total") or step == 0:
             return value
-        number = float(value) * (1 + step)
+        rate = 0.25 if "_seconds" in metric["__name__"] else 1.0
+        number = float(value) * (1 + step * rate)
         return str(int(number)) if number.is_integer() else repr(number)
 
     def value_doc(self, at: float) -> dict[str, Any]:

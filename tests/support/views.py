@@ -52,8 +52,9 @@ def load_pair(
     """Pages of a speculating vLLM target and its twin without speculation, 5 s apart.
 
     Each phase is (intervals, concurrency, twin step seconds, speculative step seconds); every
-    interval the twin runs 1,000 engine steps and the target 800, each request-step of the
-    target drafting 3 tokens and keeping 1.5 (survival 0.75 / 0.5 / 0.25).
+    interval the twin runs 250 engine steps and the target 200 (at most 6 s of engine time
+    in the 5 s: specmon.load.laws), each request-step of the target drafting 3 tokens and
+    keeping 1.5 (survival 0.75 / 0.5 / 0.25).
     """
     spec: list[PageReading] = []
     base: list[PageReading] = []
@@ -62,7 +63,7 @@ def load_pair(
     seconds = {"s": 0.0, "b": 0.0}
     for intervals, concurrency, base_step, spec_step in phases:
         for _ in range(intervals):
-            for side, steps in ((b, 1000), (s, 800)):
+            for side, steps in ((b, 250), (s, 200)):
                 requests = round(steps * concurrency)
                 side["steps"] += steps
                 side["itl"] += requests
@@ -70,7 +71,7 @@ def load_pair(
                 key = "s" if side is s else "b"
                 seconds[key] += requests * (spec_step if side is s else base_step)
                 side["gen"] += requests + requests // 100
-            drafts = round(800 * concurrency)
+            drafts = round(200 * concurrency)
             s["d"] += drafts
             s["p0"] += drafts * 3 // 4
             s["p1"] += drafts // 2
