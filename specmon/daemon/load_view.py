@@ -25,6 +25,7 @@ from specmon.load import (
     crossover_at_acceptance,
     measured_costs,
 )
+from specmon.load.compare import WITHHELD
 from specmon.records import record
 from specmon.report import best_chain
 
@@ -75,6 +76,9 @@ class LoadFigures:
     crossover: Crossover | None = None
     buckets: tuple[BucketFigures, ...] = ()
     notes: tuple[str, ...] = ()
+    #: Why a bucket's figures were withheld (a bound of specmon.bounds broken: the first
+    #: such bucket), counted as ``speedup_above_bound``; None when none was.
+    withheld: str | None = None
 
 
 def load_figures(
@@ -125,6 +129,10 @@ def load_figures(
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
     crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
     comparison = mine.comparison if mine is not None else None
+    withheld = next(
+        (v.reason[len(WITHHELD) :] for v in verdicts if v.reason and v.reason.startswith(WITHHELD)),
+        None,
+    )
     if comparison is None:
         return LoadFigures(
             concurrency, step_seconds, tpot, mean_draft, name,
@@ -133,6 +141,7 @@ def load_figures(
             crossover=crossing,
             buckets=buckets,
             notes=notes,
+            withheld=withheld,
         )  # fmt: skip
     report = comparison.report
     return LoadFigures(
@@ -145,6 +154,7 @@ def load_figures(
         crossover=crossing,
         buckets=buckets,
         notes=(*notes, *comparison.notes),
+        withheld=withheld,
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.bounds import acceptance_length_refusal
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
@@ -467,6 +468,19 @@ class TargetState:
     def _record(self, model: ModelReading, mono: float) -> tuple[list[Event], Rejection | None]:
         """Add one model's reading to its history; a refused reading comes back as a
         Rejection (its figures are left out of this scrape)."""
+        gauges = model.gauges
+        length = gauges.mean_acceptance_length if gauges is not None else None
+        why = None
+        if length is not None and self.config.chain_length:  # the page's k: the adapter's
+            why = acceptance_length_refusal(length, chain_length=self.config.chain_length)
+        if why is not None:
+            assert gauges is not None
+            model = replace(model, gauges=replace(gauges, mean_acceptance_length=None))
+            refusal = Rejection(
+                model.model, RejectReason.LENGTH_ABOVE_CHAIN, f"{why} (configured)", False
+            )
+            events, other = self._record(model, mono)
+            return events, other or refusal
         if model.counters is not None:
             history = self._histories.get(model.model)
             if history is None:
@@ -572,18 +586,16 @@ class TargetState:
                 why = _withheld(delta, report)
                 if why is not None:
                     report = None
-                    if withheld is not None and not any(
-                        r.model == model.model and r.reason is why[0] for r in withheld
-                    ):
-                        withheld.append(
-                            Rejection(model.model, why[0], f"{label}: {why[1]}", whole_model=False)
-                        )
+                    if withheld is not None:
+                        _withhold(withheld, model.model, why[0], f"{label}: {why[1]}")
             load = self._load(
                 model.model,
                 seconds,
                 counters if has_data(counters) else None,
                 model_basis.chain_length,
             )
+            if load is not None and load.withheld is not None and withheld is not None:
+                _withhold(withheld, model.model, RejectReason.SPEEDUP_ABOVE_BOUND, load.withheld)
             windows.append(
                 WindowView(
                     label,
@@ -704,6 +716,12 @@ class TargetState:
 
 def _engine_name(engine: Engine | None) -> str:
     return engine.value if engine is not None else "unknown"
+
+
+def _withhold(withheld: list[Rejection], model: str, reason: RejectReason, detail: str) -> None:
+    """Count a withheld figure once a model and reason a scrape."""
+    if not any(r.model == model and r.reason is reason for r in withheld):
+        withheld.append(Rejection(model, reason, detail, whole_model=False))
 
 
 def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:
