@@ -17,6 +17,7 @@ from specmon.bounds import acceptance_length_refusal
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
+from specmon.daemon.twins import TwinCheck, Twins
 from specmon.daemon.verdict import Verdict, verdict
 from specmon.engines import (
     Engine,
@@ -53,31 +54,6 @@ __all__ = [
     "WindowView",
     "display_url",
 ]
-
-
-#: (target, model, seconds) -> that target's load window: how a state reads its twin's.
-class Twins:
-    """Every target's state by name, scraped directly or read through a Prometheus source:
-    where a target finds the twin it compares with (``baseline:``). The daemon hands one to
-    every state it builds and keeps it current as targets come and go."""
-
-    __slots__ = ("_states",)
-
-    def __init__(self) -> None:
-        self._states: dict[str, TargetState] = {}
-
-    def put(self, state: TargetState) -> None:
-        self._states[state.config.name] = state
-
-    def drop(self, state: TargetState) -> None:
-        """Forget ``state`` (not another state that took its name since)."""
-        if self._states.get(state.config.name) is state:
-            del self._states[state.config.name]
-
-    def load_window(self, name: str, model: str, seconds: float) -> LoadWindow | None:
-        """Target ``name``'s load window of ``model`` (None: no such target or model)."""
-        state = self._states.get(name)
-        return state.load_window(model, seconds) if state is not None else None
 
 
 def display_url(url: str) -> str:
@@ -149,6 +125,9 @@ class TargetView:
     rejected: tuple[Rejection, ...] = ()
     #: The configured ``baseline:`` twin (another target's name), or None.
     baseline: str | None = None
+    #: Whether that twin may be compared with, and why (specmon.daemon.twins); None before
+    #: the twin has data (or without a twin).
+    baseline_check: TwinCheck | None = None
 
 
 @record
@@ -190,12 +169,19 @@ class TargetState:
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
+        #: The twin's check at this scrape (the first refusal of any model and window).
+        self._twin_check: TwinCheck | None = None
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
             labels=dict(config.labels),
             baseline=config.baseline,
         )
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine of the last page read."""
+        return self._engine
 
     @property
     def view(self) -> TargetView:
@@ -305,6 +291,7 @@ class TargetState:
         models: list[ModelView] = []
         kept: list[ModelReading] = []
         rejected = list(reading.rejected)
+        self._twin_check = None
         # A refused model keeps its history: the next good reading resumes its windows.
         present = {r.model for r in rejected}
         for model in reading.models:
@@ -359,6 +346,7 @@ class TargetState:
             models=tuple(models),
             rejected=tuple(rejected),
             baseline=self.config.baseline,
+            baseline_check=self._twin_check,
         )
         return events
 
@@ -403,13 +391,18 @@ class TargetState:
             refused.append(Rejection(model.model, reason, f"load: {detail}", whole_model=False))
         return True
 
+    def load_model(self, model: str) -> str | None:
+        """The model whose load a target comparing ``model`` with this one reads: the same
+        name, else this target's only model (None: neither)."""
+        if model in self._loads:
+            return model
+        return next(iter(self._loads)) if len(self._loads) == 1 else None
+
     def load_window(self, model: str, seconds: float) -> LoadWindow | None:
         """This target's load over the last ``seconds`` for ``model`` (or its only model:
         llama.cpp names none), for a target that uses this one as its baseline."""
-        history = self._loads.get(model)
-        if history is None and len(self._loads) == 1:
-            history = next(iter(self._loads.values()))
-        return history.window(seconds) if history is not None else None
+        found = self.load_model(model)
+        return self._loads[found].window(seconds) if found is not None else None
 
     def _load(
         self, model: str, seconds: float, acceptance: SpecCounters | None, k: int | None
@@ -418,9 +411,15 @@ class TargetState:
         if history is None:
             return None
         cfg = self.config
-        twin = None
+        twin = check = None
         if acceptance is not None and cfg.baseline is not None and self.twins is not None:
-            twin = self.twins.load_window(cfg.baseline, model, seconds)
+            twin, check = self.twins.baseline(
+                cfg.baseline, model, seconds, engine=self._engine, configured=cfg.model
+            )
+            if check is not None and (self._twin_check is None or self._twin_check.usable):
+                self._twin_check = check
+            if check is not None and not check.usable:
+                twin = None  # refused: the verdict falls to the next basis
         if acceptance is None or (twin is None and cfg.cost_profile is None):
             # Nothing to compare with: the live figures straight off the window's sums.
             return live_load_figures(
@@ -428,6 +427,7 @@ class TargetState:
                 acceptance=acceptance,
                 chain_length=k,
                 baseline=cfg.baseline,
+                refused=check.detail if check is not None and not check.usable else None,
             )
         # Only a comparison with a baseline reads the window's concurrency buckets.
         return load_figures(
@@ -438,6 +438,7 @@ class TargetState:
             twin=twin,
             profile=cfg.cost_profile,
             memo=history.memo(seconds),
+            note=check.detail if check is not None else None,
         )
 
     def _plain_view(self, model: ModelReading) -> ModelView:
