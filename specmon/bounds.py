@@ -28,11 +28,16 @@ __all__ = [
     "chain_bound",
     "draft_cost_refusal",
     "speedup_refusal",
+    "time_per_token_refusal",
 ]
 
 #: The largest chain length an adapter reads (``global.limits.max_position``'s default, and
 #: TensorRT-LLM's largest believed ``spec_num_tokens``): k + 1 = 65 when nothing else is known.
 ADAPTER_MAX_CHAIN = 64
+#: A time per output token (or a decoding step) outside [1 us, 10 min] is no measurement: a
+#: request served a million tokens a second, or one token in more than ten minutes.
+MIN_TOKEN_SECONDS = 1e-6
+MAX_TOKEN_SECONDS = 600.0
 #: How far above k + 1 a speed-up measured from timing may lie before it is withheld (two
 #: servers' timings, or a server and a profile, differ by noise).
 TIMING_NOISE = 1.1
@@ -90,4 +95,15 @@ def draft_cost_refusal(cost: float) -> str | None:
     """Why a measured draft cost cannot be used (not finite), or None."""
     if not math.isfinite(cost):
         return f"draft cost {cost}, not finite"
+    return None
+
+
+def time_per_token_refusal(seconds: float) -> str | None:
+    """Why a time per output token or a step time cannot be a measurement (outside
+    [:data:`MIN_TOKEN_SECONDS`, :data:`MAX_TOKEN_SECONDS`], or not finite), or None."""
+    if not (MIN_TOKEN_SECONDS <= seconds <= MAX_TOKEN_SECONDS):
+        return (
+            f"{seconds:g} s, outside [{MIN_TOKEN_SECONDS:g} s, {MAX_TOKEN_SECONDS:g} s] (a "
+            "million tokens a second to one token in ten minutes)"
+        )
     return None

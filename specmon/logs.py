@@ -11,6 +11,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from specmon import jsontext
+
 __all__ = ["LEVELS", "LIMIT", "Logger", "RateLimit", "configure_logging", "get_logger"]
 
 #: The logger type every part of specmon uses (structlog's level-filtering bound logger).
@@ -98,7 +100,7 @@ def configure_logging(
         fmt = "console" if out.isatty() else "json"
     renderer: Any
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+        renderer = structlog.processors.JSONRenderer(serializer=jsontext.dumps, sort_keys=False)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
     processors: list[Any] = [

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from specmon import arithmetic
+from specmon.bounds import acceptance_length_refusal, chain_bound, speedup_refusal
 from specmon.engines.model import ModelReading, SpecCounters, SpecGauges
 from specmon.records import record
 
@@ -390,15 +391,19 @@ def figure_out_of_range(report: AcceptanceReport) -> str | None:
                         ("alpha", report.alpha)):  # fmt: skip
         if ratio is not None and not -_EPSILON <= ratio <= 1.0 + _EPSILON:
             return f"{name} {ratio:.4g}, outside [0, 1]"
-    k = max(report.chain_length or 0, len(report.positions))
-    top = k + 1.0 if k else None
+    # k: the chain length or the position series, else the largest any adapter reads.
+    k = chain_bound(detected=max(report.chain_length or 0, len(report.positions)))
     length = report.mean_acceptance_length
-    if length is not None and (length < 1.0 - _EPSILON or (top and length > top + _EPSILON)):
-        return f"mean acceptance length {length:.4g}, outside [1, {top or 'k + 1'}]"
+    if length is not None:
+        problem = acceptance_length_refusal(length, chain_length=k)
+        if problem is not None:
+            return problem
     for name, speedup in (("expected speed-up", report.expected_speedup),
                           ("best speed-up", report.best_speedup)):  # fmt: skip
-        if speedup is not None and (speedup < 0 or (top and speedup > top + _EPSILON)):
-            return f"{name} {speedup:.4g}, above k + 1 = {top:g}" if top else f"{name} {speedup}"
+        if speedup is not None:
+            problem = speedup_refusal(speedup, chain_length=k, measured=False)
+            if problem is not None:
+                return f"{name}: {problem}"
     return None
 
 

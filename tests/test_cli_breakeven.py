@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from specmon.cli.main import main
+from tests.support.strict_json import strict_loads
 
 
 def test_default_table_matches_the_lesson(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,7 +42,7 @@ def test_json() -> None:
         [sys.executable, "-m", "specmon", "breakeven", "-k", "4", "-c", "0.2", "--alpha", "0.6", "--json"],
         capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip
-    (row,) = json.loads(result.stdout)["rows"]
+    (row,) = strict_loads(result.stdout)["rows"]
     assert row["chain_length"] == 4 and row["draft_cost"] == 0.2
     assert row["breakeven_alpha"] == pytest.approx(0.4553, abs=1e-4)
     assert row["speedup"] == pytest.approx((1 + 0.6 + 0.36 + 0.216 + 0.1296) / 1.8)

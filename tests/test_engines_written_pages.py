@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from specmon.report import (
 )
 from specmon.windows import CounterHistory, increase
 from tests.support import written_pages as wp
+from tests.support.strict_json import strict_loads
 
 ROOT = Path(__file__).parent
 PAGES = ROOT / "fixtures" / "pages"
@@ -198,7 +198,7 @@ def test_inspect_reports_trtllms_acceptance_length(tmp_path: Path) -> None:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["inspect", str(page), "--json"]) == 0
-    (report,) = json.loads(out.getvalue())["models"]
+    (report,) = strict_loads(out.getvalue())["models"]
     assert report["mean_acceptance_length"] == pytest.approx(3.25)
     assert report["engine_estimate"] is True
     assert report["mean_draft_length"] == pytest.approx(2.25 * 4100 / 2230)

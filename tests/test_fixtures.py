@@ -5,7 +5,6 @@ hand computation from those raw counters."""
 from __future__ import annotations
 
 import io
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.cli.main import main
 from specmon.engines import Engine, read_page
+from tests.support.strict_json import strict_loads
 
 PAGES = Path(__file__).parent / "fixtures" / "pages"
 
@@ -86,7 +86,7 @@ def inspect_json(*args: str) -> tuple[int, dict[str, Any]]:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = main(["inspect", *args, "--json"])
-    return code, json.loads(buffer.getvalue())
+    return code, strict_loads(buffer.getvalue())
 
 
 SINGLE_PAGES = [

@@ -17,6 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "specmon.parser",
         "specmon.arithmetic",
         "specmon.bounds",
+        "specmon.jsontext",
         "specmon.config_values",
         "specmon.secrets",
         "specmon.formatting",

@@ -4,13 +4,13 @@ is counted and summed up in one line per event."""
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from specmon.logs import RateLimit, configure_logging, get_logger
+from tests.support.strict_json import strict_loads
 
 
 class Clock:
@@ -36,7 +36,7 @@ def logged() -> Iterator[tuple[io.StringIO, RateLimit, Clock, list[str]]]:
 
 
 def _lines(out: io.StringIO) -> list[dict[str, object]]:
-    return [json.loads(line) for line in out.getvalue().splitlines()]
+    return [strict_loads(line) for line in out.getvalue().splitlines()]
 
 
 def test_three_thousand_new_models_in_one_scrape(

@@ -25,6 +25,7 @@ from specmon.recommend import (
     input_from_targets,
     recommend,
 )
+from tests.support.strict_json import strict_loads
 from tests.test_load import profile_doc
 
 SURVIVAL = (0.9, 0.7, 0.5, 0.3)
@@ -204,12 +205,12 @@ def test_cli_from_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "concurrency     8: --spec-draft-n-max 1" in out
     assert "at k=4 speculation pays up to concurrency 6.1, costs 20 % from 8" in out
     code, out, _ = run_cli(["--profile", str(path), "--json"], capsys)
-    doc = json.loads(out)
+    doc = strict_loads(out)
     assert code == 0
     assert doc["vllm"]["num_speculative_tokens_per_batch_size"][0] == [1, 1, 4]
     assert [b["best_chain_length"] for b in doc["buckets"]] == [4, 3, 2, 1]
     code, out, _ = run_cli(["--profile", str(path), "--chain-length", "2", "--json"], capsys)
-    assert max(b["best_chain_length"] for b in json.loads(out)["buckets"]) <= 2
+    assert max(b["best_chain_length"] for b in strict_loads(out)["buckets"]) <= 2
 
 
 def test_cli_bad_profile_lists_every_problem(
@@ -278,7 +279,7 @@ def test_cli_from_a_daemon(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 0, err
         # Only the target's document is asked for (the whole is megabytes at fleet size).
         assert asked == ["/api/v1/targets?target=vllm-a"]
-        doc = json.loads(out)
+        doc = strict_loads(out)
         assert doc["source"] == f"daemon {url}, target vllm-a"
         assert [b["bucket"] for b in doc["buckets"]] == ["1", "2", "4"]
         code, _, err = run_cli(["--from", url, "--target", "nope"], capsys)

@@ -27,6 +27,7 @@ import yaml
 
 from specmon.cli.main import main
 from specmon.recommend import CostPoint, Recommendation, RecommendInput, recommend
+from tests.support.strict_json import strict_loads
 from tests.test_load import profile_doc
 
 SURVIVAL = (0.9, 0.7, 0.5, 0.3)
@@ -180,7 +181,7 @@ def test_cli_prints_both_formats_ready_to_paste(
         "6": {"steps": [1]},
     }
     assert main(["recommend", "--profile", str(path), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = strict_loads(capsys.readouterr().out)
     spec = doc["trtllm"]["speculative_config"]
     # JSON keys are strings; TensorRT-LLM's pydantic dict[int, int] reads them as integers.
     schedule = {int(k): v for k, v in spec["draft_len_schedule"].items()}

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, TextIO
 
-from specmon import arithmetic
+from specmon import arithmetic, jsontext
 from specmon.cli._args import float_list, int_list, unit_ratio
 
 __all__ = ["add_parser", "run"]
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     rows = table(args.chain_length, args.draft_cost, args.alpha)
     if args.json:
-        json.dump({"rows": rows}, out, indent=2)
+        jsontext.dump({"rows": rows}, out, indent=2)
         out.write("\n")
         return 0
     p = args.precision

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon import jsontext
 from specmon.cli import render
 from specmon.cli._args import chain_length, draft_cost
 from specmon.engines import Engine, ModelReading, PageReading, read_page
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         "models": models_out,
     }
     if args.json:
-        json.dump(document, out, indent=2)
+        jsontext.dump(document, out, indent=2)
         out.write("\n")
     else:
         render.inspect_text(document, out)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon import jsontext
 from specmon.cli._args import int_at_least, positive_float
 from specmon.load import Profile, profile_to_json
 from specmon.measure.analysis import (
@@ -309,7 +309,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             "divergence": DIVERGENCE_CAVEAT,
             "implied_draft_cost": IMPLIED_COST_CAVEAT,
         }
-        json.dump(document, out, indent=2, ensure_ascii=False)
+        jsontext.dump(document, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         out.write(render_text(report, allow_divergence=args.allow_divergence))
@@ -334,7 +334,7 @@ def _unwritable(path: Path) -> str | None:
 
 def write_profile(path: Path, profile: Profile) -> None:
     """Write the profile JSON atomically (a temporary file renamed over ``path``)."""
-    text = json.dumps(profile_to_json(profile), indent=2, ensure_ascii=False) + "\n"
+    text = jsontext.dumps(profile_to_json(profile), indent=2, ensure_ascii=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

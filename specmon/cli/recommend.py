@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlencode
 
-from specmon import files
+from specmon import files, jsontext
 from specmon.cli._args import int_at_least, positive_float
 from specmon.load import ProfileError, profile_from_json
 from specmon.recommend import (
@@ -170,7 +170,7 @@ def _advice_text(rec: Recommendation, what: str) -> str:
             f"{x.cost_percent:.0f} % from {x.costs_from:g}"
         )
     lines += ["", "vLLM (inside --speculative-config, vLLM 0.32 dynamic speculative decoding):"]
-    schedule = json.dumps(rec.vllm_schedule())
+    schedule = jsontext.dumps(rec.vllm_schedule())
     lines.append(f'  "num_speculative_tokens_per_batch_size": {schedule}')
     lines += [
         "",
@@ -189,7 +189,7 @@ def _advice_text(rec: Recommendation, what: str) -> str:
         "",
         "SGLang (EAGLE/EAGLE3, topk 1: --speculative-adaptive --speculative-adaptive-config "
         "FILE, FILE holding):",
-        "  " + json.dumps(rec.sglang_adaptive_config()),
+        "  " + jsontext.dumps(rec.sglang_adaptive_config()),
     ]
     lines += ["", "llama.cpp (one chain length for every load: the row of your usual load):"]
     for a in rec.buckets:
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             err.write(f"specmon recommend: {problem}\n")
         return EXIT_NO_ADVICE
     if args.json:
-        json.dump({"source": what, **rec.as_dict()}, out, indent=2)
+        jsontext.dump({"source": what, **rec.as_dict()}, out, indent=2)
         out.write("\n")
     else:
         out.write(_advice_text(rec, what))

@@ -122,6 +122,9 @@ def emit_target(view: TargetView, out: Sink) -> None:
         out.add(m.BASELINE_INFO, (view.name, view.baseline), 1.0)
     if not view.up:
         return
+    check = view.baseline_check
+    if check is not None and view.baseline is not None:
+        out.add(m.BASELINE_USABLE, (view.name, view.baseline, check.reason), float(check.usable))
     engine = view.engine.value if view.engine else "unknown"
     out.add(m.MALFORMED_LINES, t, view.malformed)
     out.add(m.SPECULATION_ENABLED, (view.name, engine), 1.0 if view.speculation else 0.0)

@@ -463,6 +463,9 @@ def parse_config(
         checker.add("targets", f"must be a list, not {_kind(raw_targets)}")
         raw_targets = []
     seen: dict[str, int] = {}
+    #: Each valid target's own index in the list (an invalid one before it is not counted
+    #: out: the problems name the right targets[N]).
+    indices: list[int] = []
     for index, item in enumerate(raw_targets or []):
         path = f"targets[{index}]"
         target = _check_target(checker, item, path, glob)
@@ -477,6 +480,7 @@ def parse_config(
                 seen[name] = index
         if target is not None:
             targets.append(target)
+            indices.append(index)
     file_sd = _check_file_sd(checker, top.get("file_sd_configs"))
     sources, problems = check_sources(
         top.get("sources"),
@@ -491,12 +495,21 @@ def parse_config(
         # Without file_sd or sources every baseline must be a configured target (else it may
         # be one of theirs: checked when the targets are known, and said on the status page).
         names = {t.name for t in targets}
-        for index, target in enumerate(targets):
+        for index, target in zip(indices, targets, strict=True):
             if target.baseline is not None and target.baseline not in names:
                 checker.add(
                     f"targets[{index}].baseline",
                     f"no target named {target.baseline[:60]!r}",
                 )
+    by_name = {t.name: t for t in targets}
+    for index, target in zip(indices, targets, strict=True):
+        twin = by_name.get(target.baseline) if target.baseline is not None else None
+        if twin is not None and target.model and twin.model and target.model != twin.model:
+            checker.add(
+                f"targets[{index}].baseline",
+                f"the twin {twin.name[:60]!r} serves model {twin.model[:60]!r}, this target "
+                f"{target.model[:60]!r} (model:): a twin must serve the same model",
+            )
     if (
         not raw_targets
         and not file_sd

@@ -25,6 +25,7 @@ from specmon.load import (
     crossover_at_acceptance,
     measured_costs,
 )
+from specmon.load.compare import WITHHELD
 from specmon.records import record
 from specmon.report import best_chain
 
@@ -75,6 +76,11 @@ class LoadFigures:
     crossover: Crossover | None = None
     buckets: tuple[BucketFigures, ...] = ()
     notes: tuple[str, ...] = ()
+    #: Why the configured twin is not compared with (specmon.daemon.twins), or None.
+    baseline_refused: str | None = None
+    #: Why a bucket's figures were withheld (a bound of specmon.bounds broken: the first
+    #: such bucket), counted as ``speedup_above_bound``; None when none was.
+    withheld: str | None = None
 
 
 def load_figures(
@@ -86,6 +92,7 @@ def load_figures(
     twin: LoadWindow | None = None,
     profile: Profile | None = None,
     memo: CompareMemo | None = None,
+    note: str | None = None,
 ) -> LoadFigures | None:
     """The figures of one window of a speculating target compared with its baseline (None
     when the window has no load data at all); a window with nothing to compare it with is
@@ -104,6 +111,8 @@ def load_figures(
     step_seconds = totals.step_seconds
     tpot = totals.time_per_output_token_seconds
     mean_draft, notes = _draft_length(acceptance, chain_length)
+    if note is not None:
+        notes = (*notes, note)
     name = baseline if twin is not None else PROFILE
     if twin is not None:
         verdicts = compare_with_twin(
@@ -125,6 +134,10 @@ def load_figures(
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
     crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
     comparison = mine.comparison if mine is not None else None
+    withheld = next(
+        (v.reason[len(WITHHELD) :] for v in verdicts if v.reason and v.reason.startswith(WITHHELD)),
+        None,
+    )
     if comparison is None:
         return LoadFigures(
             concurrency, step_seconds, tpot, mean_draft, name,
@@ -133,6 +146,7 @@ def load_figures(
             crossover=crossing,
             buckets=buckets,
             notes=notes,
+            withheld=withheld,
         )  # fmt: skip
     report = comparison.report
     return LoadFigures(
@@ -145,6 +159,7 @@ def load_figures(
         crossover=crossing,
         buckets=buckets,
         notes=(*notes, *comparison.notes),
+        withheld=withheld,
     )  # fmt: skip
 
 
@@ -154,12 +169,14 @@ def live_load_figures(
     acceptance: SpecCounters | None,
     chain_length: int | None,
     baseline: str | None = None,
+    refused: str | None = None,
 ) -> LoadFigures | None:
     """The figures of a window with nothing to compare it with (no twin's window, no profile,
     or a server that does not speculate: ``acceptance`` None), from what
     :meth:`LoadHistory.speeds <specmon.load.LoadHistory.speeds>` reads off its sums: the live
     load and speed, and, for a target configured with a baseline that has no data yet, the
-    reason. None when the window has no load data."""
+    reason; ``refused``: why the twin is not compared with (its check). None when the window
+    has no load data."""
     if speeds is None:
         return None
     concurrency, step_seconds, tpot = speeds
@@ -167,7 +184,9 @@ def live_load_figures(
     if baseline is not None and acceptance is not None:
         return LoadFigures(
             concurrency, step_seconds, tpot, mean_draft, baseline,
-            reason="no data from the baseline yet", notes=notes,
+            reason=refused or "no data from the baseline yet",
+            notes=notes if refused is None else (*notes, refused),
+            baseline_refused=refused,
         )  # fmt: skip
     return LoadFigures(concurrency, step_seconds, tpot, mean_draft, None, notes=notes)
 

@@ -178,6 +178,14 @@ BASELINE_INFO = _g(
     "without one and with `cost_profile`. The twin itself runs without speculation on "
     "purpose: the alert rules leave it out of SpecmonSpeculationMissing by this series",
 )
+BASELINE_USABLE = _g(
+    "specmon_baseline_usable",
+    "1 when the baseline twin may be compared with, 0 when it is refused (the verdict falls to "
+    "the next basis); reason: same_model, model_not_checked (pages and model: name none), "
+    "speculates (its drafts counter rose in the window) or other_model.",
+    ("target", "baseline", "reason"),
+    Scope.TARGET,
+)
 MALFORMED_LINES = _g(
     "specmon_page_malformed_lines",
     "Lines of the target's last page that specmon examined and could not parse "
@@ -736,6 +744,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     MALFORMED_LINES,
     SPECULATION_ENABLED,
     BASELINE_INFO,
+    BASELINE_USABLE,
     CHAIN_LENGTH,
     DRAFT_COST,
     REQUESTS_RUNNING,

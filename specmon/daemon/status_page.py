@@ -11,13 +11,12 @@ every few seconds.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from specmon import __version__
+from specmon import __version__, jsontext
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
@@ -533,7 +532,7 @@ class StatusCache:
     def json(self, view: TargetView) -> str:
         cached = self._json.get(view.name)
         if cached is None or cached[0] is not view:
-            cached = (view, json.dumps(views_json([view])[0]))
+            cached = (view, jsontext.dumps(views_json([view])[0]))
             self._json[view.name] = cached
         return cached[1]
 

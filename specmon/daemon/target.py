@@ -13,9 +13,11 @@ from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.bounds import acceptance_length_refusal
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
+from specmon.daemon.twins import TwinCheck, Twins
 from specmon.daemon.verdict import Verdict, verdict
 from specmon.engines import (
     Engine,
@@ -52,31 +54,6 @@ __all__ = [
     "WindowView",
     "display_url",
 ]
-
-
-#: (target, model, seconds) -> that target's load window: how a state reads its twin's.
-class Twins:
-    """Every target's state by name, scraped directly or read through a Prometheus source:
-    where a target finds the twin it compares with (``baseline:``). The daemon hands one to
-    every state it builds and keeps it current as targets come and go."""
-
-    __slots__ = ("_states",)
-
-    def __init__(self) -> None:
-        self._states: dict[str, TargetState] = {}
-
-    def put(self, state: TargetState) -> None:
-        self._states[state.config.name] = state
-
-    def drop(self, state: TargetState) -> None:
-        """Forget ``state`` (not another state that took its name since)."""
-        if self._states.get(state.config.name) is state:
-            del self._states[state.config.name]
-
-    def load_window(self, name: str, model: str, seconds: float) -> LoadWindow | None:
-        """Target ``name``'s load window of ``model`` (None: no such target or model)."""
-        state = self._states.get(name)
-        return state.load_window(model, seconds) if state is not None else None
 
 
 def display_url(url: str) -> str:
@@ -148,6 +125,9 @@ class TargetView:
     rejected: tuple[Rejection, ...] = ()
     #: The configured ``baseline:`` twin (another target's name), or None.
     baseline: str | None = None
+    #: Whether that twin may be compared with, and why (specmon.daemon.twins); None before
+    #: the twin has data (or without a twin).
+    baseline_check: TwinCheck | None = None
 
 
 @record
@@ -189,12 +169,19 @@ class TargetState:
         self._margin_sign: dict[str, int] = {}
         self._last_models: tuple[ModelReading, ...] = ()
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
+        #: The twin's check at this scrape (the first refusal of any model and window).
+        self._twin_check: TwinCheck | None = None
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
             labels=dict(config.labels),
             baseline=config.baseline,
         )
+
+    @property
+    def engine(self) -> Engine | None:
+        """The engine of the last page read."""
+        return self._engine
 
     @property
     def view(self) -> TargetView:
@@ -304,6 +291,7 @@ class TargetState:
         models: list[ModelView] = []
         kept: list[ModelReading] = []
         rejected = list(reading.rejected)
+        self._twin_check = None
         # A refused model keeps its history: the next good reading resumes its windows.
         present = {r.model for r in rejected}
         for model in reading.models:
@@ -358,6 +346,7 @@ class TargetState:
             models=tuple(models),
             rejected=tuple(rejected),
             baseline=self.config.baseline,
+            baseline_check=self._twin_check,
         )
         return events
 
@@ -402,13 +391,18 @@ class TargetState:
             refused.append(Rejection(model.model, reason, f"load: {detail}", whole_model=False))
         return True
 
+    def load_model(self, model: str) -> str | None:
+        """The model whose load a target comparing ``model`` with this one reads: the same
+        name, else this target's only model (None: neither)."""
+        if model in self._loads:
+            return model
+        return next(iter(self._loads)) if len(self._loads) == 1 else None
+
     def load_window(self, model: str, seconds: float) -> LoadWindow | None:
         """This target's load over the last ``seconds`` for ``model`` (or its only model:
         llama.cpp names none), for a target that uses this one as its baseline."""
-        history = self._loads.get(model)
-        if history is None and len(self._loads) == 1:
-            history = next(iter(self._loads.values()))
-        return history.window(seconds) if history is not None else None
+        found = self.load_model(model)
+        return self._loads[found].window(seconds) if found is not None else None
 
     def _load(
         self, model: str, seconds: float, acceptance: SpecCounters | None, k: int | None
@@ -417,9 +411,15 @@ class TargetState:
         if history is None:
             return None
         cfg = self.config
-        twin = None
+        twin = check = None
         if acceptance is not None and cfg.baseline is not None and self.twins is not None:
-            twin = self.twins.load_window(cfg.baseline, model, seconds)
+            twin, check = self.twins.baseline(
+                cfg.baseline, model, seconds, engine=self._engine, configured=cfg.model
+            )
+            if check is not None and (self._twin_check is None or self._twin_check.usable):
+                self._twin_check = check
+            if check is not None and not check.usable:
+                twin = None  # refused: the verdict falls to the next basis
         if acceptance is None or (twin is None and cfg.cost_profile is None):
             # Nothing to compare with: the live figures straight off the window's sums.
             return live_load_figures(
@@ -427,6 +427,7 @@ class TargetState:
                 acceptance=acceptance,
                 chain_length=k,
                 baseline=cfg.baseline,
+                refused=check.detail if check is not None and not check.usable else None,
             )
         # Only a comparison with a baseline reads the window's concurrency buckets.
         return load_figures(
@@ -437,6 +438,7 @@ class TargetState:
             twin=twin,
             profile=cfg.cost_profile,
             memo=history.memo(seconds),
+            note=check.detail if check is not None else None,
         )
 
     def _plain_view(self, model: ModelReading) -> ModelView:
@@ -467,6 +469,19 @@ class TargetState:
     def _record(self, model: ModelReading, mono: float) -> tuple[list[Event], Rejection | None]:
         """Add one model's reading to its history; a refused reading comes back as a
         Rejection (its figures are left out of this scrape)."""
+        gauges = model.gauges
+        length = gauges.mean_acceptance_length if gauges is not None else None
+        why = None
+        if length is not None and self.config.chain_length:  # the page's k: the adapter's
+            why = acceptance_length_refusal(length, chain_length=self.config.chain_length)
+        if why is not None:
+            assert gauges is not None
+            model = replace(model, gauges=replace(gauges, mean_acceptance_length=None))
+            refusal = Rejection(
+                model.model, RejectReason.LENGTH_ABOVE_CHAIN, f"{why} (configured)", False
+            )
+            events, other = self._record(model, mono)
+            return events, other or refusal
         if model.counters is not None:
             history = self._histories.get(model.model)
             if history is None:
@@ -572,18 +587,16 @@ class TargetState:
                 why = _withheld(delta, report)
                 if why is not None:
                     report = None
-                    if withheld is not None and not any(
-                        r.model == model.model and r.reason is why[0] for r in withheld
-                    ):
-                        withheld.append(
-                            Rejection(model.model, why[0], f"{label}: {why[1]}", whole_model=False)
-                        )
+                    if withheld is not None:
+                        _withhold(withheld, model.model, why[0], f"{label}: {why[1]}")
             load = self._load(
                 model.model,
                 seconds,
                 counters if has_data(counters) else None,
                 model_basis.chain_length,
             )
+            if load is not None and load.withheld is not None and withheld is not None:
+                _withhold(withheld, model.model, RejectReason.SPEEDUP_ABOVE_BOUND, load.withheld)
             windows.append(
                 WindowView(
                     label,
@@ -704,6 +717,12 @@ class TargetState:
 
 def _engine_name(engine: Engine | None) -> str:
     return engine.value if engine is not None else "unknown"
+
+
+def _withhold(withheld: list[Rejection], model: str, reason: RejectReason, detail: str) -> None:
+    """Count a withheld figure once a model and reason a scrape."""
+    if not any(r.model == model and r.reason is reason for r in withheld):
+        withheld.append(Rejection(model, reason, detail, whole_model=False))
 
 
 def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:

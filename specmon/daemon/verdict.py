@@ -119,4 +119,6 @@ def verdict(
             "would measure it at this load"
         )
     speedup, cost_c, breakeven, margin = figures
+    if load is not None and load.baseline_refused is not None:  # the twin was refused
+        detail = f"{load.baseline_refused}; {detail}"
     return Verdict(basis, speedup, cost_c, breakeven, margin, detail)

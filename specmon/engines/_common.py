@@ -122,6 +122,18 @@ def mean_by_model(page: Page, name: str) -> dict[str, float]:
     return {model: sum(v) / len(v) for model, v in groups.items() if v}
 
 
+def max_by_model(page: Page, name: str) -> dict[str, float]:
+    """Largest of a gauge's values per ``model_name`` (over ranks and other labels): one
+    process's impossible value must not hide in the mean of many."""
+    out: dict[str, float] = {}
+    for sample in page.get(name):
+        model = sample.label("model_name")
+        value = sample.value
+        if model not in out or not value <= out[model]:  # NaN sticks
+            out[model] = value
+    return out
+
+
 def context_count(
     values: dict[str, float], model: str, name: str, dropped: list[Rejection]
 ) -> int | None:

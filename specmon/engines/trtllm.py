@@ -25,11 +25,14 @@ process: averaged here) and counters have no ``_created`` siblings.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
+from specmon.bounds import acceptance_length_refusal
 from specmon.engines._common import (
     count,
     load_context,
+    max_by_model,
     mean_by_model,
     note_once,
     per_model,
@@ -42,6 +45,7 @@ from specmon.engines.model import (
     GaugeScope,
     ModelReading,
     Rejection,
+    RejectReason,
     SpecCounters,
     SpecGauges,
 )
@@ -119,6 +123,8 @@ class TrtllmAdapter:
             page.get(prefix + _ACCEPTED_POS), "model_name", label=_POSITION_LABEL
         )
         lengths = mean_by_model(page, prefix + _LENGTH)
+        highest = max_by_model(page, prefix + _LENGTH)
+        refused: list[Rejection] = []
         overheads = mean_by_model(page, prefix + _OVERHEAD)
         chains = _chain_lengths(page, prefix + _INFO)
         running = mean_by_model(page, prefix + _RUNNING)
@@ -149,6 +155,23 @@ class TrtllmAdapter:
             # The gauges read 0 until the first iteration that drafted: no data, not a value.
             # Any other value is checked by validation.
             length = lengths.get(model) or None
+            k = max(chains.get(model) or 0, len(counters.accepted_per_position) if counters else 0)
+            top = highest.get(model)
+            if length is not None and k and top is not None and math.isfinite(top) and top >= 1:
+                # Any process's value above k + 1 (the mean of many would hide one); values
+                # that are not finite or below 1 are validation's (the whole model).
+                why = acceptance_length_refusal(top, chain_length=k)
+                if why is not None:
+                    refused.append(
+                        Rejection(
+                            model,
+                            RejectReason.LENGTH_ABOVE_CHAIN,
+                            f"spec_decode_acceptance_length: {why} (spec_num_tokens); the "
+                            "gauge is not used",
+                            whole_model=False,
+                        )
+                    )
+                    length = None
             overhead = overheads.get(model) or None
             gauges = SpecGauges(
                 scope=GaugeScope.LAST_ITERATION,
@@ -169,6 +192,7 @@ class TrtllmAdapter:
 
         names = set(draft_tokens) | set(accepted) | set(drafted_pos) | set(accepted_pos)
         models = per_model(sorted(names | set(lengths)), build)
+        models += refused
         if prefix == "trtllm:":
             notes.append("sample names use the trtllm: prefix (older NVIDIA Dynamo pass-through)")
         return models, notes

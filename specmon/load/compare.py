@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
 from specmon.engines.model import SpecCounters
 from specmon.load.buckets import DEFAULT_THRESHOLDS, Bucket, BucketTotals, Thresholds
 from specmon.load.interval import LoadInterval
@@ -124,6 +125,32 @@ def compare(
     )
 
 
+#: The start of a :class:`BucketVerdict`'s reason when its figures broke a bound.
+WITHHELD = "withheld: "
+
+
+def withheld(comparison: BucketComparison) -> str | None:
+    """Why a bucket's comparison must not be shown (:mod:`specmon.bounds`): a realized
+    speed-up outside (0, (k + 1) x 1.1] (k: the chain length, else the largest any adapter
+    reads), or a draft cost that is not finite; None when it may."""
+    k = chain_bound(configured=comparison.chain_length)
+    problem = speedup_refusal(comparison.realized_speedup, chain_length=k, measured=True)
+    if problem is None and comparison.draft_cost is not None:
+        problem = draft_cost_refusal(comparison.draft_cost)
+    return problem
+
+
+def _verdict(bucket: Bucket, result: BucketComparison | None) -> BucketVerdict:
+    """A bucket's verdict from its comparison: withheld (with the reason) when it breaks a
+    bound, "no step time" when there is none."""
+    if result is None:
+        return BucketVerdict(bucket, None, "no step time")
+    problem = withheld(result)
+    if problem is not None:
+        return BucketVerdict(bucket, None, WITHHELD + problem)
+    return BucketVerdict(bucket, result, None)
+
+
 def twin_point(totals: BucketTotals) -> BaselinePoint | None:
     """A twin target's bucket as a baseline point."""
     step = totals.totals.step_seconds
@@ -209,7 +236,7 @@ def compare_with_twin(
             why = twin_short or "no step time"
             return BucketVerdict(item.bucket, None, f"baseline bucket: too little data: {why}")
         result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
-        return BucketVerdict(item.bucket, result, None if result else "no step time")
+        return _verdict(item.bucket, result)
 
     pairs = [(item, by_index.get(item.bucket.index)) for item in target]
     if memo is None:
@@ -238,7 +265,7 @@ def compare_with_profile(
         if point is None:
             return BucketVerdict(item.bucket, None, "outside the profile's measured concurrencies")
         result = compare(item.totals, point, bucket=item.bucket, chain_length=chain_length)
-        return BucketVerdict(item.bucket, result, None if result else "no step time")
+        return _verdict(item.bucket, result)
 
     pairs = [(item, profile) for item in target]
     if memo is None:

@@ -10,6 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
+from specmon.bounds import (
+    chain_bound,
+    speedup_refusal,
+    time_per_token_refusal,
+)
 from specmon.engines.model import SpecCounters, add_counters
 from specmon.load.compare import BaselinePoint
 from specmon.load.crossover import Crossover, crossover_at_acceptance
@@ -267,6 +272,57 @@ MAX_PROFILE_LEVELS = 256
 MAX_POSITIONS = 64
 
 
+#: Each side's time per output token may fall by this share from one level to the next
+#: (noise at low load); a larger fall is no load curve.
+TPOT_FALL = 0.10
+
+
+def physics(
+    levels: Sequence[ProfileLevel], *, chain_length: int | None, paths: Mapping[int, str]
+) -> list[str]:
+    """What a profile's levels break of the physics (each with its path): every time per
+    output token and step time within :func:`specmon.bounds.time_per_token_refusal`'s bounds,
+    each side's time per output token non-decreasing with the concurrency level within
+    :data:`TPOT_FALL`, and the realized speed-up and the speed ratio within the bound of
+    :func:`specmon.bounds.speedup_refusal` for a timing (k: the profile's chain length, else
+    its position series, else the adapters' largest)."""
+    problems: list[str] = []
+    positions = max((len(lv.acceptance.accepted_per_position) for lv in levels
+                     if lv.acceptance is not None), default=0)  # fmt: skip
+    k = chain_bound(configured=chain_length, detected=positions)
+    for lv in levels:
+        path = paths.get(id(lv), f"level {lv.concurrency}")
+        for side_name, side in (("baseline", lv.baseline), ("speculative", lv.speculative)):
+            for key in ("time_per_output_token_seconds", "step_seconds"):
+                value = getattr(side, key)
+                why = None if value is None else time_per_token_refusal(value)
+                if why is not None:
+                    problems.append(f"{path}.{side_name}.{key}: {why}")
+        for key, ratio in (("realized_speedup", lv.realized_speedup),
+                           ("speed_ratio", lv.speed_ratio)):  # fmt: skip
+            why = None if ratio is None else speedup_refusal(ratio, chain_length=k, measured=True)
+            if why is not None:
+                problems.append(f"{path}: {key}: {why}")
+    if problems:
+        return problems
+    ordered = sorted(levels, key=lambda lv: lv.concurrency)
+    for side_name in ("baseline", "speculative"):
+        last: tuple[ProfileLevel, float] | None = None
+        for lv in ordered:
+            tpot = getattr(lv, side_name).time_per_output_token_seconds
+            if tpot is None:
+                continue
+            if last is not None and tpot < last[1] * (1.0 - TPOT_FALL):
+                problems.append(
+                    f"{paths.get(id(lv), lv.concurrency)}.{side_name}.time_per_output_token_"
+                    f"seconds: {tpot:g} s at concurrency {lv.concurrency}, below "
+                    f"{last[1]:g} s at {last[0].concurrency} by more than {TPOT_FALL:.0%}: "
+                    "time per token does not fall as load rises"
+                )
+            last = (lv, tpot)
+    return problems
+
+
 def profile_from_json(document: object) -> Profile:
     """A profile from its parsed JSON; :class:`ProfileError` names every problem at once."""
     r = _Reader()
@@ -286,15 +342,18 @@ def profile_from_json(document: object) -> Profile:
         r.problems.append(f"levels: at most {MAX_PROFILE_LEVELS} levels")
         raw_levels = []
     seen: set[int] = set()
+    paths: dict[int, str] = {}  # id(level) -> its path, for the physics below
     for i, item in enumerate(raw_levels):
         path = f"levels[{i}]"
         if not isinstance(item, Mapping):
             r.problems.append(f"{path}: must be an object")
             continue
+        before = len(r.problems)
         concurrency = r.integer(item, "concurrency", path, minimum=1)
-        if concurrency in seen:
-            r.problems.append(f"{path}.concurrency: level {concurrency} appears twice")
-        seen.add(concurrency)
+        if len(r.problems) == before:  # an invalid value is named once, not as a repeat
+            if concurrency in seen:
+                r.problems.append(f"{path}.concurrency: level {concurrency} appears twice")
+            seen.add(concurrency)
         acceptance = None
         acc = r.mapping(item, "acceptance", path)
         if acc is not None:
@@ -320,7 +379,7 @@ def profile_from_json(document: object) -> Profile:
             )
         cost = r.mapping(item, "draft_cost", path) or {}
         levels.append(
-            ProfileLevel(
+            level := ProfileLevel(
                 concurrency=concurrency,
                 baseline=r.side(item, "baseline", path),
                 speculative=r.side(item, "speculative", path),
@@ -336,10 +395,13 @@ def profile_from_json(document: object) -> Profile:
                 ),
             )
         )
+        paths[id(level)] = path
     chain = document.get("chain_length")
     if chain is not None and (isinstance(chain, bool) or not isinstance(chain, int) or chain < 0):
         r.problems.append("chain_length: must be an integer >= 0 or null")
         chain = None
+    if not r.problems:
+        r.problems.extend(physics(levels, chain_length=chain, paths=paths))
     meta = document.get("meta") or {}
     if not isinstance(meta, Mapping):
         r.problems.append("meta: must be an object")

@@ -9,12 +9,11 @@ name).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specmon import __version__
+from specmon import __version__, jsontext
 from specmon.measure.analysis import MeasureReport
 
 __all__ = ["LAB", "append_labbook", "labbook_records"]
@@ -95,4 +94,4 @@ def append_labbook(path: Path, records: Sequence[dict[str, Any]]) -> None:
     """Append one JSON line per record (created if missing)."""
     with path.open("a", encoding="utf-8") as handle:
         for record in records:
-            handle.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+            handle.write(jsontext.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")

@@ -14,6 +14,7 @@ from specmon.sim.engine import Mode
 from specmon.sim.pages import PageKind
 from tests.support.daemon import daemon, get, post
 from tests.support.fake_engines import manual_target, running, set_counters, set_mode
+from tests.support.strict_json import strict_loads
 
 BASE = """\
 global:
@@ -185,9 +186,9 @@ def test_endpoints_and_sigterm(tmp_path: Path) -> None:
             text = gzip.decompress(body).decode()
             assert text.rstrip().endswith("# EOF")
             assert "specmon_alpha_ratio{" in text
-            api = json.loads(get(d.base + "/api/v1/targets")[1])
+            api = strict_loads(get(d.base + "/api/v1/targets")[1])
             assert api["ready"] is True
-            paged = json.loads(get(d.base + "/api/v1/targets?per_page=1&page=1")[1])
+            paged = strict_loads(get(d.base + "/api/v1/targets?per_page=1&page=1")[1])
             assert paged["total"] == len(api["targets"]) and paged["per_page"] == 1
             assert paged["targets"] == api["targets"][:1]
             status, body, headers = get(d.base + "/api/v1/targets?page=-1&sort=x")

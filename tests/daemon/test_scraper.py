@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import logging
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
 from specmon.sources import Reading
+from tests.support.strict_json import strict_loads
 
 PAGES = Path(__file__).parents[1] / "fixtures" / "pages"
 
@@ -71,7 +71,7 @@ def _scrape_lines(level: int, scrapes: int) -> list[dict[str, object]]:
 
     asyncio.run(run())
     assert scraped == ["v"] * scrapes
-    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    lines = [strict_loads(line) for line in out.getvalue().splitlines()]
     return [line for line in lines if line["event"] == "scrape"]
 
 

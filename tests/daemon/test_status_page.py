@@ -19,6 +19,7 @@ from specmon.daemon.status_page import (
     views_json,
 )
 from specmon.daemon.verdict import Evidence, Verdict
+from tests.support.strict_json import strict_loads
 from tests.support.views import fleet_views
 
 
@@ -82,7 +83,7 @@ def test_rows_and_documents_are_made_once_per_view() -> None:
     assert views[0].name == "down"
     changed = dataclasses.replace(views[0], error="cannot connect to 127.0.0.1:9: a new error")
     assert "a new error" in cache.rows(changed, "5m") and "a new error" not in first[0]
-    documents = json.loads("[" + ", ".join(cache.json(v) for v in views) + "]")
+    documents = strict_loads("[" + ", ".join(cache.json(v) for v in views) + "]")
     assert documents == json.loads(json.dumps(views_json(views)))
     cache.forget(["down"])
     assert cache.json(views[0]) == json.dumps(views_json([views[0]])[0])
@@ -111,7 +112,7 @@ def test_a_new_view_lets_the_old_views_pieces_go() -> None:
 def document(views: list[Any], **params: str) -> dict[str, Any]:
     asked = parse_targets_query(params)
     assert isinstance(asked, TargetsQuery), asked
-    doc: dict[str, Any] = json.loads(
+    doc: dict[str, Any] = strict_loads(
         targets_document(views, ready=True, asked=asked, cache=StatusCache(), primary_window="5m")
     )
     return doc

@@ -51,7 +51,7 @@ AGAINST_BASELINE = frozenset(
     }
 )
 #: Present only for a target that has a baseline (specmon_baseline_info: a twin).
-WITH_BASELINE = AGAINST_BASELINE | {"specmon_baseline_info"}
+WITH_BASELINE = AGAINST_BASELINE | {"specmon_baseline_info", "specmon_baseline_usable"}
 _NO_TIMING = LOAD | AGAINST_BASELINE
 ABSENT: dict[str, frozenset[str]] = {
     "sglang": frozenset({"specmon_draft_tokens_total"}) | _NO_TIMING,

@@ -25,6 +25,7 @@ from specmon.sim.pages import PageKind
 from specmon.sim.server import completion_text
 from tests.measure.support import SimPair, sim_pair, sim_target
 from tests.support.fake_engines import set_mode
+from tests.support.strict_json import strict_loads
 
 
 def measure(pair: SimPair, *extra: str) -> list[str]:
@@ -45,7 +46,7 @@ def flat(text: str) -> str:
 
 def run_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code, out, _err = run_cli([*argv, "--json"], capsys)
-    return code, json.loads(out)
+    return code, strict_loads(out)
 
 
 def rows(doc: dict[str, Any], *, include_all: bool = False) -> list[dict[str, Any]]:
@@ -96,7 +97,7 @@ def test_identical_run_acceptance_equals_the_servers_counters_and_timings(
     )  # fmt: skip
     assert doc["speculative"]["engine"] == "llamacpp"
     assert "/metrics page" in doc["speculative"]["found_by"]
-    lines = [json.loads(line) for line in labbook.read_text().splitlines()]
+    lines = [strict_loads(line) for line in labbook.read_text().splitlines()]
     assert len(lines) == 8  # 2 levels x (3 workloads + all)
     assert {line["label"] for line in lines} == {"sim-pair"}
     assert all(line["engine"] == "llamacpp" and line["model"] == "tiny-llama" for line in lines)
@@ -279,7 +280,7 @@ def test_api_key_is_sent_and_never_shown(
     assert code == 0 and code_json == 0
     for auths in seen.values():
         assert auths and all(a == f"Bearer {secret}" for a in auths)  # sent on every request
-    doc = json.loads(out_json)
+    doc = strict_loads(out_json)
     assert doc["settings"]["api_key_env"] == "MEASURE_KEY" and doc["settings"]["api_key_used"]
     # The server echoed the header in some errors: they are reported, redacted.
     assert "headers: Bearer <redacted>" in " ".join(out.split())
@@ -428,7 +429,7 @@ def test_vllm_per_request_metrics_are_the_source_and_equal_the_counters(
     all_rows = [r for r in rows(doc, include_all=True) if r["workload"] == "all"]
     assert sum(r["acceptance"]["per_request"]["drafts"] for r in all_rows) == total_steps
     assert 0 < total_steps < engine.drafts  # the text run after the JSON one added more
-    records = [json.loads(line) for line in labbook.read_text().splitlines()]
+    records = [strict_loads(line) for line in labbook.read_text().splitlines()]
     assert all(r["acceptance_source"] == "per-request" for r in records)
     assert all(r["acceptance_histogram"] and r["per_request"] for r in records)
     assert all(r["per_request_agrees_with_counters"] is True for r in records)

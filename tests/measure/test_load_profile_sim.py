@@ -3,7 +3,6 @@ construction (specmon.sim.load_model), then ``specmon recommend`` on the profile
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from specmon.sim.load_model import DEMO_LOAD_MODEL
 from specmon.sim.pages import PageKind
 from specmon.sim.server import VirtualTarget, make_target
 from tests.measure.support import sim_pair
+from tests.support.strict_json import strict_loads
 
 SURVIVAL = (0.9, 0.7, 0.5, 0.3)
 #: Wall seconds per simulated second: steps of 0.9-4 ms, enough for requests to overlap.
@@ -56,7 +56,7 @@ def test_profile_finds_the_crossover_within_one_bucket(
     assert "Crossover: speculation pays up to concurrency" in out
     assert f"Wrote the load profile {profile_path}" in out
 
-    document = json.loads(profile_path.read_text())
+    document = strict_loads(profile_path.read_text())
     assert document["format"] == PROFILE_FORMAT and document["version"] == 1
     assert [lv["concurrency"] for lv in document["levels"]] == [1, 4, 8, 16]
     profile = profile_from_json(document)
@@ -89,7 +89,7 @@ def test_profile_finds_the_crossover_within_one_bucket(
     assert found.pays_up_to < found.concurrency <= found.costs_from
 
     code = main(["recommend", "--profile", str(profile_path), "--json"])
-    advice = json.loads(capsys.readouterr().out)
+    advice = strict_loads(capsys.readouterr().out)
     assert code == 0
     ks = [b["best_chain_length"] for b in advice["buckets"]]
     assert ks[0] == 4  # at concurrency 1 the whole chain pays (c = 0.067)

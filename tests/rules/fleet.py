@@ -156,6 +156,11 @@ def fleet_series() -> list[dict[str, str]]:
             if twin is not None:
                 add("specmon_baseline_info", {**base, "baseline": twin}, _const(1))
                 add(
+                    "specmon_baseline_usable",
+                    {**base, "baseline": twin, "reason": "same_model"},
+                    _const(1),
+                )
+                add(
                     "specmon_draft_cost_ratio",
                     {**model, "source": "measured", "baseline": twin},
                     _const(0.12),

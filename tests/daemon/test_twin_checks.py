@@ -1,0 +1,121 @@
+"""Twins are checked before they are believed (issue 53): a twin that speculates itself, or
+serves another model, is not compared with; the verdict falls to the next basis, its note says
+why, ``specmon_baseline_usable`` says so, and check-config does when it can know."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specmon.config_values import ConfigError
+from specmon.daemon import metrics
+from specmon.daemon.collector import target_samples
+from specmon.daemon.config import parse_config
+from specmon.daemon.target import TargetState, Twins
+from specmon.daemon.verdict import Evidence
+from specmon.engines import Context, Engine, ModelReading, PageReading
+from tests.support.views import counters, feed_one, load_pair, state
+
+PHASES = ((12, 4.0, 0.010, 0.0125),)
+
+
+def _usable(target: TargetState) -> list[tuple[tuple[str, ...], float | None]]:
+    return [(tuple(s.labels.values()), s.value) for s in target_samples(target.view)
+            if s.family is metrics.BASELINE_USABLE]  # fmt: skip
+
+
+def _pair(twin_pages: list[PageReading], **config: object) -> TargetState:
+    spec_pages, _ = load_pair(PHASES)
+    fleet = Twins()
+    twin = state("twin", fleet=fleet, **config.pop("twin_config", {}))  # type: ignore[arg-type]
+    target = state("spec", fleet=fleet, baseline="twin", **config)
+    for i, (spec_page, twin_page) in enumerate(zip(spec_pages, twin_pages, strict=True)):
+        feed_one(twin, twin_page, i)
+        feed_one(target, spec_page, i)
+    return target
+
+
+def _verdict_basis(target: TargetState) -> Evidence | None:
+    window = target.view.models[0].windows[0]
+    return window.verdict.basis if window.verdict is not None else None
+
+
+def test_a_true_twin_is_used_and_says_so() -> None:
+    _, base_pages = load_pair(PHASES)
+    target = _pair(base_pages)
+    assert _verdict_basis(target) is Evidence.TWIN
+    assert _usable(target) == [(("spec", "twin", "same_model"), 1.0)]
+
+
+def test_a_twin_that_speculates_is_refused() -> None:
+    """17.7x realized against a speculating 70B twin; 0.735x against a speculating twin of
+    the same model (a false "speculation costs time")."""
+    spec_pages, _ = load_pair(PHASES)
+    target = _pair(spec_pages)
+    assert _verdict_basis(target) is Evidence.DEFAULT
+    window = target.view.models[0].windows[0]
+    assert window.verdict is not None and "speculates itself" in window.verdict.detail
+    assert window.load is not None and window.load.realized_speedup is None
+    assert _usable(target) == [(("spec", "twin", "speculates"), 0.0)]
+
+
+def _renamed(pages: list[PageReading], model: str) -> list[PageReading]:
+    return [replace(p, plain_models=tuple(replace(m, model=model) for m in p.plain_models))
+            for p in pages]  # fmt: skip
+
+
+def test_a_twin_of_another_model_is_refused() -> None:
+    _, base_pages = load_pair(PHASES)
+    target = _pair(_renamed(base_pages, "llama-70b"))
+    assert _verdict_basis(target) is Evidence.DEFAULT
+    window = target.view.models[0].windows[0]
+    assert window.verdict is not None and "'llama-70b'" in window.verdict.detail
+    assert _usable(target) == [(("spec", "twin", "other_model"), 0.0)]
+
+
+def _llama(i: int, *, drafts: bool) -> PageReading:
+    """A llama.cpp page: no model name ("default"); without a draft model spec_decode_* stay 0."""
+    n = 400 * i
+    spec = counters(n, 3 * n, (n * 3 // 4, n // 2, n // 4)) if drafts else counters(0, 0, ())
+    context = Context(generation_seconds=0.6 * i + 0.001, generation_tokens=n * 2 + 1,
+                      engine_steps=100 * i, busy_slots_per_decode=4.0, significant_digits=6)  # fmt: skip
+    return PageReading(
+        engine=Engine.LLAMACPP, models=(ModelReading("default", spec, context=context),)
+    )
+
+
+@pytest.mark.parametrize(
+    ("models", "reason", "usable"),
+    [((None, None), "model_not_checked", 1.0), (("qwen", "qwen"), "same_model", 1.0),
+     (("qwen", "llama"), "other_model", 0.0)],
+)  # fmt: skip
+def test_llama_cpp_twins_are_checked_by_their_configured_model(
+    models: tuple[str | None, str | None], reason: str, usable: float
+) -> None:
+    fleet = Twins()
+    twin = state("twin", fleet=fleet, model=models[1])
+    target = state("spec", fleet=fleet, baseline="twin", model=models[0])
+    for i in range(1, 8):
+        feed_one(twin, _llama(i, drafts=False), i)
+        feed_one(target, _llama(i, drafts=True), i)
+    assert _usable(target) == [(("spec", "twin", reason), usable)]
+    if reason == "model_not_checked":
+        notes = [n for w in target.view.models[0].windows if w.load for n in w.load.notes]
+        assert any("model not checked" in n for n in notes), notes
+
+
+def test_check_config_names_a_twin_of_another_configured_model(tmp_path: Path) -> None:
+    text = (
+        "targets:\n"
+        "  - {name: bad, url: 'ftp://x'}\n"  # an invalid target before: the indices stay right
+        "  - {name: twin, url: 'http://127.0.0.1:1/metrics', model: llama-70b}\n"
+        "  - {name: spec, url: 'http://127.0.0.1:2/metrics', model: qwen, baseline: twin}\n"
+        "  - {name: lost, url: 'http://127.0.0.1:3/metrics', baseline: nobody}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, base_dir=tmp_path)
+    problems = "\n".join(caught.value.problems)
+    assert "targets[2].baseline: the twin 'twin' serves model 'llama-70b'" in problems, problems
+    assert "targets[3].baseline: no target named 'nobody'" in problems, problems
