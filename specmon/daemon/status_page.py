@@ -678,10 +678,21 @@ def _report_json(window: WindowView) -> dict[str, Any]:
 
 
 def _load_json(load: LoadFigures | None) -> dict[str, Any] | None:
-    """The window's load figures (the shape ``specmon recommend --from`` reads)."""
+    """The window's load figures (the shape ``specmon recommend --from`` reads). A bucket
+    without figures (too little data, no matching baseline bucket yet) carries its label,
+    edges and the reason only: no ``"concurrency": null`` for a reader to trip on."""
     if load is None:
         return None
-    return dataclasses.asdict(load)
+    document = dataclasses.asdict(load)
+    document["buckets"] = [
+        bucket if bucket["concurrency"] is not None else {k: bucket[k] for k in _THIN_BUCKET}
+        for bucket in document["buckets"]
+    ]
+    return document
+
+
+#: What a bucket without figures says of itself in the API.
+_THIN_BUCKET = ("label", "low", "high", "reason")
 
 
 def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
