@@ -31,6 +31,7 @@ __all__ = [
     "StatusCache",
     "TargetsQuery",
     "bars",
+    "baseline_for_html",
     "fmt",
     "margin_html",
     "marker",
@@ -119,6 +120,7 @@ _MARKS = {
     Severity.NEAR: ("\u25c6", "NEAR BREAK-EVEN"),
     Severity.UNJUDGED: ("\u2026", "NO VERDICT"),
     Severity.FINE: ("\u2714", "FINE"),
+    Severity.BASELINE: ("\u25cb", "BASELINE"),
 }
 _MARK_TITLES = {
     Severity.DOWN: "the last scrape failed",
@@ -128,6 +130,7 @@ _MARK_TITLES = {
     Severity.NEAR: "within 0.05 of break-even, or under 1.05x",
     Severity.UNJUDGED: "nothing to judge yet",
     Severity.FINE: "speculation pays on the verdict's evidence",
+    Severity.BASELINE: "the twin other targets are compared with: no speculation, by design",
 }
 
 
@@ -144,6 +147,16 @@ def marker(view: TargetView, severity: Severity) -> str:
         f'<span class="mk" title="{_MARK_TITLES[severity]}">'
         f'<span aria-hidden="true">{icon}</span> {word}</span>'
     )
+
+
+def baseline_for_html(view: TargetView) -> str:
+    """ "baseline for X, Y": the targets compared with this one, linked (the first few)."""
+    shown = ", ".join(
+        f'<a href="{escape(target_href(n))}">{escape(n)}</a>'
+        for n in view.baseline_for[:_NAMED_PROBLEMS]
+    )
+    more = len(view.baseline_for) - _NAMED_PROBLEMS
+    return f"baseline for {shown}" + (f" and {more} more" if more > 0 else "")
 
 
 def target_href(name: str) -> str:
@@ -240,6 +253,8 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
     detail = ""
     if view.error:
         detail = f'<div class="err">{escape(view.error)}</div>'
+    elif severity is Severity.BASELINE:
+        detail = f'<div class="note">{baseline_for_html(view)}</div>'
     elif view.up and not view.speculation and view.message:
         detail = f'<div class="note">{escape(view.message)}</div>'
     if view.up and view.rejected:
@@ -569,7 +584,8 @@ def render_status(
     ranked = sorted(views, key=lambda v: (store.severity(v, primary_window), v.name))
     up = sum(1 for v in views if v.up)
     down = sum(1 for v in views if v.scraped and not v.up)
-    spec_off = sum(1 for v in views if v.up and not v.speculation)
+    baselines = sum(1 for v in views if v.up and not v.speculation and v.baseline_for)
+    spec_off = sum(1 for v in views if v.up and not v.speculation) - baselines
     problems = [v for v in ranked if store.severity(v, primary_window).problem]
     chosen = select_views(
         ranked,
@@ -587,7 +603,15 @@ def render_status(
         + "</td></tr></tbody>"
     )
     readiness = "ready" if ready else "starting: waiting for the first scrape of every target"
-    counts = f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data."
+    counts = (
+        f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data"
+        + (
+            f", {baselines} baseline{'s' if baselines != 1 else ''} (twins without speculation)"
+            if baselines
+            else ""
+        )
+        + "."
+    )
     nav = _nav(page, pages, per_page, query, problems_only, chosen.total)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -713,6 +737,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "speculation": view.speculation,
                 "message": view.message,
                 "notes": list(view.notes),
+                "baseline_for": list(view.baseline_for),
                 "malformed_lines": view.malformed,
                 "rejected": [
                     {

@@ -60,18 +60,48 @@ class Twins:
     where a target finds the twin it compares with (``baseline:``). The daemon hands one to
     every state it builds and keeps it current as targets come and go."""
 
-    __slots__ = ("_states",)
+    __slots__ = ("_compares", "_states", "_twin_of")
 
     def __init__(self) -> None:
         self._states: dict[str, TargetState] = {}
+        #: Target name -> the twin it names as ``baseline:``.
+        self._compares: dict[str, str] = {}
+        #: Twin name -> the targets that compare with it, sorted (read at every scrape).
+        self._twin_of: dict[str, tuple[str, ...]] = {}
 
     def put(self, state: TargetState) -> None:
         self._states[state.config.name] = state
+        self._index(state.config.name, state.config.baseline)
+
+    def update(self, state: TargetState) -> None:
+        """``state``'s configuration changed (its ``baseline:`` may have)."""
+        if self._states.get(state.config.name) is state:
+            self._index(state.config.name, state.config.baseline)
 
     def drop(self, state: TargetState) -> None:
         """Forget ``state`` (not another state that took its name since)."""
         if self._states.get(state.config.name) is state:
             del self._states[state.config.name]
+            self._index(state.config.name, None)
+
+    def baseline_for(self, name: str) -> tuple[str, ...]:
+        """The targets that name ``name`` as their ``baseline:`` twin, sorted."""
+        return self._twin_of.get(name, ())
+
+    def _index(self, name: str, baseline: str | None) -> None:
+        before = self._compares.get(name)
+        if before == baseline:
+            return
+        if before is not None:
+            rest = tuple(n for n in self._twin_of.get(before, ()) if n != name)
+            if rest:
+                self._twin_of[before] = rest
+            else:
+                self._twin_of.pop(before, None)
+            del self._compares[name]
+        if baseline is not None:
+            self._compares[name] = baseline
+            self._twin_of[baseline] = tuple(sorted({*self._twin_of.get(baseline, ()), name}))
 
     def load_window(self, name: str, model: str, seconds: float) -> LoadWindow | None:
         """Target ``name``'s load window of ``model`` (None: no such target or model)."""
@@ -148,6 +178,9 @@ class TargetView:
     rejected: tuple[Rejection, ...] = ()
     #: The configured ``baseline:`` twin (another target's name), or None.
     baseline: str | None = None
+    #: The targets that take this one as their ``baseline:`` twin (a baseline runs without
+    #: speculation by design: the status page lists it as such, not as missing data).
+    baseline_for: tuple[str, ...] = ()
 
 
 @record
@@ -219,6 +252,8 @@ class TargetState:
         self.config = config
         self._windows = windows
         self._retention = retention
+        if self.twins is not None:
+            self.twins.update(self)
         for history in self._histories.values():
             history.set_retention(retention)
         view = replace(
@@ -263,6 +298,7 @@ class TargetState:
             error_kind=kind,
             speculation=self.view.speculation,
             baseline=self.config.baseline,
+            baseline_for=self.view.baseline_for,
         )
         return events
 
@@ -298,8 +334,15 @@ class TargetState:
                 if speculation
                 else Event("warning", "speculation_vanished", {"message": reading.message})
             )
-        elif was.speculation is None and not speculation:
-            events.append(Event("warning", "no_speculation", {"message": reading.message}))
+        baseline_for = self.twins.baseline_for(self.config.name) if self.twins else ()
+        if was.speculation is None and not speculation:
+            if baseline_for:
+                # A twin runs without speculation by design: nothing to warn about.
+                events.append(
+                    Event("info", "baseline_up", {"baseline_for": ", ".join(baseline_for)})
+                )
+            else:
+                events.append(Event("warning", "no_speculation", {"message": reading.message}))
 
         models: list[ModelView] = []
         kept: list[ModelReading] = []
@@ -358,6 +401,7 @@ class TargetState:
             models=tuple(models),
             rejected=tuple(rejected),
             baseline=self.config.baseline,
+            baseline_for=baseline_for,
         )
         return events
 

@@ -19,6 +19,7 @@ from specmon.daemon.severity import pick_window, target_severity, window_severit
 from specmon.daemon.status_page import (
     BASE_CSS,
     bars,
+    baseline_for_html,
     fmt,
     margin_html,
     marker,
@@ -183,6 +184,8 @@ def _facts(view: TargetView) -> str:
     ]
     if view.baseline:
         rows.append(("baseline twin", escape(view.baseline)))
+    if view.baseline_for:
+        rows.append(("baseline", baseline_for_html(view)))
     if view.labels:
         shown = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(view.labels.items()))
         rows.append(("labels", shown))
@@ -190,7 +193,7 @@ def _facts(view: TargetView) -> str:
         rows.append(("last scrape", f"{view.last_duration * 1000:.0f} ms"))
     if view.error:
         rows.append(("error", f'<span class="err">{escape(view.error)}</span>'))
-    elif view.message:
+    elif view.message and not (view.baseline_for and not view.speculation):
         rows.append(("message", escape(view.message)))
     return "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 

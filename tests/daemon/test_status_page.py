@@ -31,20 +31,30 @@ def test_summary_counts_every_target_and_names_its_problems() -> None:
     views = fleet_views()
     html = render_status(views, primary_window="5m", ready=True)
     # 11 targets: one down, one never scraped, one without speculation (vllm-off) and the
-    # twin (a baseline without speculation); problems: the down one only: vllm-loaded's
-    # realized speed-up at its current load (concurrency 16) is 1.0: not below 1, so near
-    # break-even, not a problem.
-    assert "11 targets: 9 up, 1 down, 2 without speculative data" in html
+    # twin (vllm-loaded's baseline, without speculation by design); problems: the down one
+    # only: vllm-loaded's realized speed-up at its current load (concurrency 16) is 1.0: not
+    # below 1, so near break-even, not a problem.
+    assert (
+        "11 targets: 9 up, 1 down, 1 without speculative data, 1 baseline (twins without "
+        "speculation)." in html
+    )
     assert re.search(r"1 with a problem</b> \([^)]*\): <a href=\"/target/down\">down</a></p>",
                      html, re.M)  # fmt: skip
-    # Worst first: down, near break-even, nothing to judge yet, fine; by name within each.
+    # Worst first: down, near break-even, nothing to judge yet, fine, and the baseline last;
+    # by name within each.
     assert rows_of(html) == [
-        "down", "vllm-loaded", "pending", "vllm-idle", "vllm-off", "vllm-twin",
-        "llama-b", "sglang-c", "vllm-a", "vllm-profiled", "vllm-v0",
+        "down", "vllm-loaded", "pending", "vllm-idle", "vllm-off",
+        "llama-b", "sglang-c", "vllm-a", "vllm-profiled", "vllm-v0", "vllm-twin",
     ]  # fmt: skip
     marks = re.findall(r'<span aria-hidden="true">.</span> ([A-Z -]+)</span>', html)
-    assert marks[:3] == ["DOWN", "NEAR BREAK-EVEN", "PENDING"] and marks[-1] == "FINE"
-    assert "NO SPEC DATA" in marks
+    assert marks[:3] == ["DOWN", "NEAR BREAK-EVEN", "PENDING"] and marks[-2:] == [
+        "FINE",
+        "BASELINE",
+    ]
+    assert marks.count("NO SPEC DATA") == 1  # vllm-off, not the twin
+    twin = html[html.index('href="/target/vllm-twin"') :]
+    assert 'baseline for <a href="/target/vllm-loaded">vllm-loaded</a>' in twin
+    assert "speculation is off" not in twin
 
 
 def test_filter_by_name_and_problems_and_pages() -> None:
