@@ -315,7 +315,8 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
             f'<br><span class="muted">&alpha; {fmt(report.alpha if report else None)}'
             f" / {fmt(verdict.breakeven_alpha if verdict else None)}</span></td>"
             f'<td class="num wide">{k if k is not None else "&ndash;"} / {best_text}'
-            f'<br><span class="muted">c {model.basis.draft_cost:g}{_engine_cost(model)}</span>'
+            f'<br><span class="muted">at configured c {model.basis.draft_cost:g}'
+            f"{_engine_cost(model)}</span>"
             "</td>"
             f'<td class="wide">{_load_cell(load)}</td>'
             "</tr>"
@@ -630,7 +631,7 @@ evidence (its basis under it); margin = alpha &minus; break-even; {escape(readin
 <colgroup><col class="c1"><col class="c2"><col class="c3"><col class="c4"><col class="c5">
 <col class="c6"><col class="c7"></colgroup>
 <thead><tr><th>target</th><th>state</th><th>verdict</th><th>model &middot; window</th>
-<th>margin<br>&alpha; / break-even</th><th>k / best k<br>draft cost</th>
+<th>margin<br>&alpha; / break-even</th><th>k / best k<br>at configured c</th>
 <th>load and baseline</th></tr></thead>
 {body}
 </table>

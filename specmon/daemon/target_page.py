@@ -33,7 +33,13 @@ _CSS = (
     BASE_CSS
     + """
 main{max-width:1100px}
-.scroll{overflow-x:auto;max-width:100%}
+.scroll{overflow-x:auto;max-width:100%;box-shadow:0 1px 2px #0002;margin:0 0 8px}
+.scroll table{box-shadow:none;border-collapse:separate;border-spacing:0}
+.scroll th,.scroll td{overflow-wrap:normal}
+.scroll th,.scroll td.num{white-space:nowrap}
+.scroll td:first-child{position:sticky;left:0;background:#fff;white-space:nowrap}
+.scroll th:first-child{position:sticky;left:0}
+@media (max-width:760px){body{margin:8px}th,td{padding:5px 6px}}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
 figure{margin:0;background:#fff;box-shadow:0 1px 2px #0002;padding:8px;flex:1 1 300px;
 max-width:520px}
@@ -257,9 +263,8 @@ def _model_section(model: ModelView, primary_window: str) -> str:
     windows = (
         '<div class="scroll"><table><thead><tr><th>window</th><th>covered</th><th>drafts</th>'
         "<th>verdict</th><th>margin</th><th>alpha</th><th>break-even</th>"
-        "<th>at configured c</th><th>best k</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></div>"
+        "<th>speed-up<br>at configured c</th><th>best k<br>at configured c</th></tr></thead>"
+        "<tbody>" + "".join(rows) + "</tbody></table></div>"
     )
     survival = ""
     if model.speculating:
@@ -318,7 +323,7 @@ def _load_table(load: LoadFigures | None, window: WindowView | None) -> str:
         )
     table = (
         '<div class="scroll"><table><thead><tr><th>bucket</th><th>n</th>'
-        f"<th>realized vs {against}</th><th>measured c</th><th>recommended k</th>"
+        f"<th>realized<br>vs {against}</th><th>measured c</th><th>recommended k</th>"
         "<th>why no figures</th></tr></thead><tbody>"
         + ("".join(rows) or '<tr><td colspan="6" class="muted">no buckets with data yet</td></tr>')
         + "</tbody></table></div>"

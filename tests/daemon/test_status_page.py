@@ -18,6 +18,7 @@ from specmon.daemon.status_page import (
     targets_document,
     views_json,
 )
+from specmon.daemon.target_page import render_target
 from specmon.daemon.verdict import Evidence, Verdict
 from tests.support.views import fleet_views
 
@@ -215,3 +216,22 @@ def test_each_row_heads_with_its_verdict_and_says_its_basis() -> None:
         first = re.search(r"(\d+\.\d\d)&times;", row)
         assert first is not None and float(first.group(1)) == round(verdict.speedup, 2), row
     assert verdict.basis is Evidence.DEFAULT
+
+
+def test_figures_on_the_configured_cost_say_so() -> None:
+    """The k / best k column rests on the configured c, whatever the verdict beside it rests
+    on: its header and every cell say "at configured c"; so do the target page's columns."""
+    views = fleet_views()
+    html = render_status(views, primary_window="5m", ready=True)
+    assert "<th>k / best k<br>at configured c</th>" in html
+    loaded = html[html.index('href="/target/vllm-loaded"') :].split("</tbody>")[0]
+    assert "vs its twin" in loaded  # the verdict on the twin's evidence ...
+    assert '<span class="muted">at configured c 0.1</span>' in loaded  # ... k on the guess
+    speculating = [v for v in views if v.up and v.speculation and v.models]
+    cells = re.findall(r'<td class="num wide">[^<]*<br><span class="muted">([^<]*)</span>', html)
+    assert len(cells) >= len(speculating) and all(
+        c.startswith("at configured c ") for c in cells
+    ), cells
+    [view] = [v for v in views if v.name == "vllm-loaded"]
+    page = render_target(view, primary_window="5m", series=(), events=(), now=0.0)
+    assert "<th>speed-up<br>at configured c</th><th>best k<br>at configured c</th>" in page

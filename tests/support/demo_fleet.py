@@ -14,7 +14,7 @@ from typing import Any
 from specmon.cli.demo import LOAD_CYCLE, LOAD_PHASE, _config_yaml, demo_fleet
 from specmon.daemon.config import Config, parse_config
 from specmon.daemon.status_page import views_json
-from specmon.daemon.target import TargetState, TargetView, Twins
+from specmon.daemon.target import Event, TargetState, TargetView, Twins
 from specmon.engines import read_page
 from specmon.sim.server import VirtualTarget
 
@@ -71,12 +71,18 @@ class DemoFleet:
         the time after each round (the caller may look at the states between rounds)."""
         while self.now + interval <= until + 1e-9:
             self.now += interval
-            for name, target in self.targets.items():
-                target.tick(self.now)
-                self.states[name].observe(
-                    read_page(target.page()), mono=self.now, wall=self.now, duration=0.001
-                )
+            for name in self.targets:
+                self.scrape(name)
             yield self.now
+
+    def scrape(self, name: str) -> list[Event]:
+        """One scrape of target ``name`` at :attr:`now`, read as the daemon reads it (the
+        configured engine and model override); the state's events."""
+        target, state = self.targets[name], self.states[name]
+        target.tick(self.now)
+        cfg = state.config
+        reading = read_page(target.page(), engine=cfg.engine, model=cfg.model)
+        return state.observe(reading, mono=self.now, wall=self.now, duration=0.001)
 
     def advance(self, until: float) -> None:
         for _ in self.run_until(until):
