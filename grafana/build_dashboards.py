@@ -258,13 +258,17 @@ def trend(title: str, scale: Scale = PLAIN, *series: Override, drawn: Drawn = "l
     return Titled(panel, title, scale, PALETTE, overrides=series)
 
 
-def headline(title: str, scale: Scale = PLAIN, words: Words | None = None) -> Titled:
+def headline(
+    title: str, scale: Scale = PLAIN, words: Words | None = None, *, named: bool = False
+) -> Titled:
     """One number now, coloured by the scale's zones (else blue), its recent course behind it;
-    ``words``: values shown as text (value -> (text, colour))."""
+    ``words``: values shown as text (value -> (text, colour)); ``named``: the series' name
+    beside the number even when there is one series (a basis, say)."""
     panel = stat.Panel().mappings(value_texts(words) if words else [])
     panel.color_mode(cm.BigValueColorMode.VALUE).graph_mode(cm.BigValueGraphMode.AREA)
     panel.justify_mode(cm.BigValueJustifyMode.AUTO).orientation(cm.VizOrientation.AUTO)
-    panel.reduce_options(LAST_VALUE).text_mode(cm.BigValueTextMode.AUTO)
+    mode = cm.BigValueTextMode.VALUE_AND_NAME if named else cm.BigValueTextMode.AUTO
+    panel.reduce_options(LAST_VALUE).text_mode(mode)
     return Titled(panel, title, scale, zones=((None, "blue"),))
 
 
@@ -472,10 +476,10 @@ FLEET = [
         ),
     ),
     ("alpha", f"{MX} (specmon_alpha_ratio{{{TW}}})"),
-    ("break-even", f"{MX} (specmon_breakeven_alpha_ratio{{{TE}}})"),
-    ("margin", f"{MX} (specmon_alpha_margin_ratio{{{TW}}})"),
-    ("expected speed-up", f"{MX} (specmon_expected_speedup_ratio{{{TW}}})"),
-    ("best k'", f"{MX} (specmon_best_chain_length{{{TW}}})"),
+    ("break-even (configured c)", f"{MX} (specmon_breakeven_alpha_ratio{{{TE}}})"),
+    ("margin (configured c)", f"{MX} (specmon_alpha_margin_ratio{{{TW}}})"),
+    ("expected speed-up (configured c)", f"{MX} (specmon_expected_speedup_ratio{{{TW}}})"),
+    ("best k' (configured c)", f"{MX} (specmon_best_chain_length{{{TW}}})"),
     ("k in use", f"{MX} (specmon_chain_length{{{TE}}})"),
     ("drafts/s", DRAFTS),
     ("drafts in window", f"{MX} (specmon_window_drafts{{{TW}}})"),
@@ -532,7 +536,7 @@ def overview() -> board.Dashboard:
         ),
         Size(24, 9),
         figure_table(
-            "Targets",
+            "Targets: acceptance, and figures at the configured c",
             FLEET,
             column(
                 "up",
@@ -540,18 +544,25 @@ def overview() -> board.Dashboard:
                 Prop("custom.cellOptions", cm.TableColoredBackgroundCellOptions()),
             ),
             column("alpha", unit("none"), decimals(3)),
-            column("break-even", unit("none"), decimals(3)),
-            column("margin", decimals(3), *cells_coloured(MARGIN_STEPS)),
-            column("expected speed-up", *speedup_cells(SPEEDUP_STEPS, background=False)),
+            column("break-even (configured c)", unit("none"), decimals(3)),
+            column("margin (configured c)", decimals(3), *cells_coloured(MARGIN_STEPS)),
+            column(
+                "expected speed-up (configured c)",
+                *speedup_cells(SPEEDUP_STEPS, background=False),
+            ),
             column("drafts/s", decimals(1), unit("ops")),
             column("requests running", decimals(0)),
             column("target", target_link),
-            sort_by="margin",
+            sort_by="margin (configured c)",
         ).showing(
             "One row per target and model. alpha: effective acceptance rate over the selected "
-            "window; break-even: the alpha at which speculation neither gains nor loses; margin = "
-            "alpha - break-even (red: below break-even, orange: within 0.05); best k': the chain "
-            "length that maximises the measured speed-up (0 = speculation does not pay); requests "
+            "window. At the configured draft cost c (specmon's draft_cost for the target, or the "
+            "default 0.1), whatever the verdict above rests on: break-even, the alpha at which "
+            "speculation neither gains nor loses; margin = alpha - break-even (red: below "
+            "break-even, orange: within 0.05); expected speed-up; best k', the chain length that "
+            "maximises the expected speed-up (0 = speculation does not pay). Where the verdict "
+            "rests on a twin or a profile, it is the answer at this load and these columns are "
+            "the cost model's at a guessed c. requests "
             "running: the engine's concurrency now, which eats speculation's gain. Empty "
             "acceptance cells mean no drafts in the window, or an engine that counts no drafts "
             "(TensorRT-LLM without its per-position counters, SGLang without its verify counter: "
@@ -559,9 +570,11 @@ def overview() -> board.Dashboard:
         ),
         row("Acceptance"),
         Size(12, 8),
-        trend("Margin (alpha - break-even)", MARGIN_AREA).showing(
-            "Effective alpha minus break-even alpha over the selected window. Below the zero line "
-            "speculation costs time; between 0 and 0.05 it barely pays.",
+        trend("Margin at the configured c (alpha - break-even)", MARGIN_AREA).showing(
+            "Effective alpha minus the break-even alpha at the configured draft cost c, over the "
+            "selected window (the verdict's margin, on its own basis, is the headline above). "
+            "Below the zero line speculation costs time at that c; between 0 and 0.05 it barely "
+            "pays.",
             query(f"specmon_alpha_margin_ratio{{{TW}}}", TM),
         ),
         trend("Requests running", COUNT).showing(
@@ -571,15 +584,19 @@ def overview() -> board.Dashboard:
             "is load, not a worse draft.",
             query(f"{MX} (specmon_requests_running{{{TE}}})", TM),
         ),
-        trend("Alpha against break-even", RATIO_0_1, dashed("break-even .*")).showing(
+        trend(
+            "Alpha against break-even at the configured c", RATIO_0_1, dashed("break-even .*")
+        ).showing(
             "Solid: effective alpha over the selected window. Dashed: break-even alpha for the "
-            "chain length and draft cost in use.",
+            "chain length in use and the configured draft cost c.",
             query(f"specmon_alpha_ratio{{{TW}}}", "alpha {{target}} {{model}}"),
             query(f"specmon_breakeven_alpha_ratio{{{TE}}}", "break-even {{target}} {{model}}"),
         ),
-        trend("Expected speed-up", SPEEDUP_LINES, dashed("best k' .*")).showing(
-            "Solid: expected speed-up with the chain in use. Dashed: at the best chain length. "
-            "Below 1 speculation is slower than plain decoding.",
+        trend("Expected speed-up at the configured c", SPEEDUP_LINES, dashed("best k' .*")).showing(
+            "At the configured draft cost c, which ignores load (the verdict, on the best "
+            "evidence, is the headline above). Solid: expected speed-up with the chain in use. "
+            "Dashed: at the best chain length. Below 1 speculation is slower than plain decoding "
+            "at that c.",
             query(f"specmon_expected_speedup_ratio{{{TW}}}", TM),
             query(f"specmon_best_speedup_ratio{{{TW}}}", "best k' {{target}} {{model}}"),
         ),
@@ -788,39 +805,87 @@ def by_bucket(family: str) -> str:
     return f"max by (concurrency) ({family}{{{MW}}})"
 
 
+def on_its_basis(family: str, legend: str = "{{basis}}") -> Query:
+    """The target's verdict ``family`` in the selected window, named by its basis."""
+    expr = (
+        f"max by (basis) (\n  max by (target, model) ({family}{{{MW}}})\n"
+        "  * on (target, model) group_left (basis)\n"
+        f"  max by (target, model, basis) (specmon_verdict_info{{{MW}}})\n)"
+    )
+    return query(expr, legend)
+
+
+#: What the verdict rests on, in the words of specmon_verdict_info's basis label.
+BASES = (
+    "twin (realized against the baseline twin at the current load), profile (against a cost "
+    "profile), engine (the engine's measured draft cost: TensorRT-LLM), configured "
+    "(specmon's draft_cost), default (no draft_cost: 0.1, a guess)"
+)
+
+
 def target_detail() -> board.Dashboard:
     rate = "[$__rate_interval]))"
     speedup = speedup_cells(REALIZED_STEPS, background=False)
     cells: list[Cell] = [
+        # First what specmon believes now, on the best evidence, and what it rests on. (The
+        # verdict's 95 % interval joins this row: specmon_verdict_speedup_lower_ratio and
+        # _upper_ratio, as bounds around the speed-up over time.)
+        row("Verdict: the speed-up on the best evidence"),
+        Size(6, 5),
+        headline("Verdict: speed-up", SPEEDUP, named=True).showing(
+            "The speed-up over no speculation specmon believes now for this target and model "
+            "over the selected window (red below 1: speculation costs throughput), named by the "
+            f"basis it rests on, best first: {BASES}. Start here: the figures further down "
+            "marked 'configured c' are the cost model's at the configured draft cost, which "
+            "ignores load.",
+            on_its_basis("specmon_verdict_speedup_ratio"),
+        ),
+        headline("Verdict: margin", MARGIN, named=True).showing(
+            "Alpha minus the break-even alpha on the verdict's basis (its name). Red: below "
+            "break-even, speculation costs time; orange: within 0.05.",
+            on_its_basis("specmon_verdict_alpha_margin_ratio"),
+        ),
+        Size(12, 5),
+        trend("Verdict over time", SPEEDUP_LINES).showing(
+            "The verdict's speed-up over time, one line per basis it rested on (a change of "
+            "line is a change of evidence: a twin's bucket filling, a profile loaded). Below "
+            "the line at 1 speculation costs time; SpecmonBelowBreakEven reads it.",
+            on_its_basis("specmon_verdict_speedup_ratio", "speed-up ({{basis}})"),
+        ),
+        row("Acceptance at the configured draft cost"),
         Size(3, 4),
         headline("alpha", RATIO).showing(
             "Effective acceptance rate over the window: the alpha whose alpha + ... + alpha^k "
             "equals the mean accepted tokens per draft.",
             query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
         ),
-        headline("break-even", RATIO).showing(
-            "The alpha at which S(alpha, k, c) = 1.",
+        headline("break-even (configured c)", RATIO).showing(
+            "The alpha at which S(alpha, k, c) = 1, at the configured draft cost c.",
             query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
         ),
-        headline("margin", MARGIN).showing(
-            "alpha - break-even. Red: speculation costs time; orange: within 0.05.",
+        headline("margin (configured c)", MARGIN).showing(
+            "alpha - break-even at the configured c. Red: speculation costs time at that c; "
+            "orange: within 0.05. The verdict's margin, on its own basis, is in the first row.",
             query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
         ),
-        headline("expected speed-up", SPEEDUP).showing(
-            "(1 + accepted/drafts) / (1 + c * draft tokens/drafts) over the window.",
+        headline("expected (configured c)", SPEEDUP).showing(
+            "(1 + accepted/drafts) / (1 + c * draft tokens/drafts) over the window, at the "
+            "configured c, which ignores load. The verdict, on the best evidence, is in the "
+            "first row.",
             query(f"specmon_expected_speedup_ratio{{{MW}}}", "speed-up"),
         ),
-        headline("best speed-up", SPEEDUP).showing(
-            "Expected speed-up at the best chain length k'.",
+        headline("best (configured c)", SPEEDUP).showing(
+            "Expected speed-up at the best chain length k', at the configured c.",
             query(f"specmon_best_speedup_ratio{{{MW}}}", "best"),
         ),
         headline("k in use").showing(
             "Chain length in use: configured, else the number of position series.",
             query(f"specmon_chain_length{{{M}}}", "k"),
         ),
-        headline("best k'").showing(
-            "Chain length that maximises the measured speed-up; 0 = speculation does not pay at "
-            "any chain length.",
+        headline("best k' (configured c)").showing(
+            "Chain length that maximises the expected speed-up at the configured c; 0 = "
+            "speculation does not pay at any chain length. Per load level, at the draft cost "
+            "measured there: the table Best chain length per load level.",
             query(f"specmon_best_chain_length{{{MW}}}", "k'"),
         ),
         headline("drafts in window", Scale(zones=((None, "orange"), (400, "green")))).showing(
@@ -856,9 +921,12 @@ def target_detail() -> board.Dashboard:
             query(f"specmon_mean_acceptance_length{{{MW}}}", "{{window}} (selected)"),
             query(f'specmon_mean_acceptance_length{{{M}, window!="$window"}}', "{{window}}"),
         ),
-        trend("Expected against best speed-up", SPEEDUP_LINES, dashed("best .*")).showing(
+        trend(
+            "Expected against best speed-up, at the configured c", SPEEDUP_LINES, dashed("best .*")
+        ).showing(
             "Expected speed-up with the chain in use against the speed-up at the best chain "
-            "length. The gap is what a shorter chain would gain.",
+            "length, both at the configured draft cost c. The gap is what a shorter chain would "
+            "gain.",
             query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (k in use)"),
             query(f"specmon_best_speedup_ratio{{{MW}}}", "best (k')"),
         ),
@@ -974,16 +1042,19 @@ def target_detail() -> board.Dashboard:
         ),
         row("Acceptance and traffic"),
         Size(12, 8),
-        trend("Alpha against break-even", ZERO_LINE, dashed("break-even")).showing(
+        trend(
+            "Alpha against break-even at the configured c", ZERO_LINE, dashed("break-even")
+        ).showing(
             "Effective alpha and the draft acceptance ratio (accepted / drafted tokens) over the "
-            "window; dashed: break-even alpha. Zero line: the margin.",
+            "window; dashed: break-even alpha at the configured c. Zero line: the margin at that "
+            "c.",
             query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
             query(f"specmon_draft_acceptance_ratio{{{MW}}}", "accepted / drafted"),
             query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
             query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
         ),
         trend(
-            "Margin and requests running",
+            "Margin at the configured c and requests running",
             ZERO_LINE,
             right_axis("requests running", "none"),
             column("requests running", decimals(0)),

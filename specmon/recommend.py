@@ -241,7 +241,7 @@ def recommend(data: RecommendInput) -> Recommendation:
     the bucket's nominal concurrency, clamped into the measured range. Buckets entirely
     outside the measured concurrencies get no advice (nothing is extrapolated)."""
     if not data.points:
-        raise RecommendError(["no draft cost measured at any concurrency"])
+        raise RecommendError(["no draft cost measured at any concurrency", *data.notes])
     if not data.survival:
         raise RecommendError(["no per-position acceptance to judge the chain lengths at"])
     k = min(data.chain_length or len(data.survival), len(data.survival))
@@ -275,11 +275,11 @@ def recommend(data: RecommendInput) -> Recommendation:
     notes = list(data.notes)
     if advice and advice[0].bucket.batch_sizes[0] > 1:
         notes.append(
-            f"nothing was measured below concurrency {lo:g}: the vLLM schedule's first range "
+            f"nothing was measured below concurrency {lo:.1f}: the vLLM schedule's first range "
             "starts at 1 because vLLM requires it, with the lowest measured bucket's value"
         )
     notes.append(
-        f"measured up to concurrency {hi:g}: vLLM keeps the last range's value for larger "
+        f"measured up to concurrency {hi:.1f}: vLLM keeps the last range's value for larger "
         "batch sizes; specmon has no figure there"
     )
     notes.append(
@@ -370,6 +370,19 @@ def _float(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
+#: A label or reason from the document, as shown: this many characters at most.
+MAX_TEXT = 200
+
+
+def _text(value: object) -> str:
+    """A string from the document as it may be printed: control characters (terminal
+    escapes) replaced, at most MAX_TEXT characters; "" for anything else."""
+    if not isinstance(value, str):
+        return ""
+    shown = "".join(ch if ch.isprintable() else "?" for ch in value[: MAX_TEXT + 1])
+    return shown if len(shown) <= MAX_TEXT else shown[: MAX_TEXT - 3] + "..."
+
+
 #: Bounded work per document.
 MAX_BUCKETS = 64
 MAX_POSITIONS = 64
@@ -432,17 +445,26 @@ def input_from_targets(
         problems.append(f"load.buckets: must be a list of at most {MAX_BUCKETS}")
         raw_buckets = []
     baseline = load.get("baseline")
+    notes: list[str] = []
     for i, item in enumerate(raw_buckets):
         if not isinstance(item, Mapping):
             problems.append(f"load.buckets[{i}]: must be an object")
+            continue
+        label = _text(item.get("label")) or str(i)
+        reason = _text(item.get("reason"))
+        if item.get("concurrency") is None and reason:
+            # A bucket the daemon has no figures for yet (too little data, no matching
+            # baseline bucket): nothing to advise from there, and no reason to refuse the rest.
+            notes.append(f"bucket {label} skipped: {reason}")
             continue
         n, c = _float(item.get("concurrency")), _float(item.get("draft_cost"))
         if n is None or n < 0:
             problems.append(f"load.buckets[{i}].concurrency: must be a number >= 0")
             continue
         if c is None:
-            continue  # a bucket without a measured cost (no matching baseline yet)
-        points.append(CostPoint(n, c, f"{baseline or 'baseline'} bucket {item.get('label', i)}"))
+            notes.append(f"bucket {label} skipped: {reason or 'no measured draft cost'}")
+            continue
+        points.append(CostPoint(n, c, f"{baseline or 'baseline'} bucket {label}"))
     report = chosen.get("report")
     survival: tuple[float, ...] = ()
     if isinstance(report, Mapping) and isinstance(report.get("positions"), list):
@@ -469,5 +491,6 @@ def input_from_targets(
         chain_length=chain if isinstance(chain, int) and not isinstance(chain, bool) else None,
         acceptance_source=f"the daemon's {chosen.get('window')} window of {target}",
         scheme=scheme,
+        notes=tuple(notes),
         drafted_per_draft=drafted,
     )

@@ -6,7 +6,7 @@ import itertools
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -25,6 +25,7 @@ from specmon.recommend import (
     input_from_targets,
     recommend,
 )
+from tests.support.demo_fleet import DemoFleet
 from tests.support.strict_json import strict_loads
 from tests.test_load import profile_doc
 
@@ -241,10 +242,10 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
 
 
 @contextmanager
-def fake_daemon(body: bytes, asked: list[str] | None = None) -> Iterator[str]:
+def fake_daemon(body: bytes | Callable[[], bytes], asked: list[str] | None = None) -> Iterator[str]:
     """A stand-in for the daemon's /api/v1/targets, serving the documented shape: the whole
-    ``body`` whatever the query (as a daemon that ignores ``?target=`` would); each request's
-    path and query go to ``asked``."""
+    ``body`` (or what it returns now) whatever the query (as a daemon that ignores
+    ``?target=`` would); each request's path and query go to ``asked``."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -253,11 +254,12 @@ def fake_daemon(body: bytes, asked: list[str] | None = None) -> Iterator[str]:
             if urlsplit(self.path).path != "/api/v1/targets":
                 self.send_error(404)
                 return
+            answer = body() if callable(body) else body
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(answer)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -307,3 +309,112 @@ def test_cli_hostile_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     with fake_daemon(("[" * 100_000 + "]" * 100_000).encode()) as url:
         code, _, err = run_cli(["--from", url, "--target", "x"], capsys)
         assert code == 1 and "not JSON" in err
+
+
+# --------------------------------------------------------------------------------------------
+# Against the demo's own daemon: thin buckets are skipped, never refused
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_bucket_without_figures_is_skipped_with_a_note() -> None:
+    """A bucket the daemon has no figures for (label, edges and a reason, as the daemon
+    publishes it; or the older ``"concurrency": null`` with a reason) is skipped and said so;
+    a bucket with neither a concurrency nor a reason is still an error."""
+    doc = daemon_doc()
+    buckets = doc["targets"][1]["models"][0]["windows"][1]["load"]["buckets"]
+    buckets.append({"label": "16", "low": 12.0, "high": 24.0, "reason": "too little data: x"})
+    buckets.append({"label": "32", "concurrency": None, "reason": "no matching baseline yet"})
+    data = input_from_targets(doc, target="vllm-a")
+    assert [p.concurrency for p in data.points] == [1.0, 3.9]
+    assert data.notes == (
+        "bucket 8 skipped: no measured draft cost",
+        "bucket 16 skipped: too little data: x",
+        "bucket 32 skipped: no matching baseline yet",
+    )
+    assert recommend(data).notes[:3] == data.notes
+    buckets.append({"label": "64", "concurrency": None})
+    with pytest.raises(RecommendError, match=r"load.buckets\[5\].concurrency: must be a number"):
+        input_from_targets(doc, target="vllm-a")
+
+
+def test_a_reason_is_printed_tamed() -> None:
+    """A reason from the document reaches the terminal without its control characters and
+    at most MAX_TEXT long."""
+    doc = daemon_doc()
+    buckets = doc["targets"][1]["models"][0]["windows"][1]["load"]["buckets"]
+    buckets.append({"label": "16\x1b[2J", "reason": "x" * 10_000})
+    [*_, note] = input_from_targets(doc, target="vllm-a").notes
+    assert note.startswith("bucket 16?[2J skipped: xxx") and "\x1b" not in note
+    assert len(note) == len("bucket 16?[2J skipped: ") + 200 and note.endswith("...")
+
+
+#: (simulated second, a bucket of the moment thin): ten moments over the demo's first load
+#: cycle after the first twin comparison: the first second of each level (1, 4, 16, 8, 2,
+#: 24 requests for 20 s each), whose bucket has too little data yet, and the middle of each.
+MOMENTS = ((21, "4"), (30, None), (41, "16"), (50, None), (61, None), (70, None),
+           (81, None), (101, "32"), (110, None), (121, None))  # fmt: skip
+
+
+def test_from_the_demo_daemon_at_ten_moments_of_a_cycle(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``specmon recommend --from URL --target vllm-loaded``, the documented form, against
+    the demo's own daemon's answer (its engines, config and target states on a simulated
+    clock, /api/v1/targets as the daemon makes it): exit 0 at every moment, the buckets with
+    too little data skipped with a note; figures rounded for people, full precision in
+    --json."""
+    fleet = DemoFleet(names=("vllm-loaded", "vllm-baseline"))
+    answer = [b""]
+    with fake_daemon(lambda: answer[0]) as url:
+        thin_seen = _ten_moments(fleet, url, answer, capsys)
+    assert thin_seen == 3
+
+
+def _ten_moments(
+    fleet: DemoFleet, url: str, answer: list[bytes], capsys: pytest.CaptureFixture[str]
+) -> int:
+    thin_seen = 0
+    for moment, thin in MOMENTS:
+        fleet.advance(moment)
+        api = fleet.api("vllm-loaded")
+        [window] = [w for w in api["targets"][0]["models"][0]["windows"] if w["window"] == "2m"]
+        published = {b["label"]: b for b in window["load"]["buckets"]}
+        if thin is not None:
+            # The moment is what it claims: the new level's bucket is there, without figures.
+            assert set(published[thin]) == {"label", "low", "high", "reason"}, published
+            assert published[thin]["reason"].startswith("too little data"), published
+            thin_seen += 1
+        answer[0] = json.dumps(api).encode()
+        code, out, err = run_cli(["--from", url, "--target", "vllm-loaded"], capsys)
+        assert code == 0, (moment, err)
+        code, text, err = run_cli(["--from", url, "--target", "vllm-loaded", "--json"], capsys)
+        assert code == 0, (moment, err)
+        doc = json.loads(text)
+        if thin is not None:
+            assert f"bucket {thin} skipped: too little data" in out, out
+            assert any(n.startswith(f"bucket {thin} skipped") for n in doc["notes"])
+        # People read n with 1 decimal, c with 3, speed-ups with 2; --json has them whole.
+        rows = _table_rows(out)
+        assert [r[0] for r in rows] == [b["bucket"] for b in doc["buckets"]]
+        for row, advice in zip(rows, doc["buckets"], strict=True):
+            _, _sizes, n, c, _how, _best, speed, current = row
+            assert n == f"{advice['concurrency']:.1f}" and c == f"{advice['draft_cost']:.3f}"
+            assert speed == f"{advice['expected_speedup']:.2f}x"
+            assert current == f"{advice['current_chain_length_speedup']:.2f}x"
+            if advice["draft_cost_how"] == "measured":
+                measured = published[advice["bucket"]]
+                assert advice["draft_cost"] == measured["draft_cost"]  # not rounded
+                assert advice["concurrency"] == measured["concurrency"]
+    return thin_seen
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The advice table's rows (after its header), split into columns."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["bucket"])
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows

@@ -127,7 +127,7 @@ def _advice_text(rec: Recommendation, what: str) -> str:
     survival = " ".join(f"{s:.2f}" for s in rec.survival)
     lines.append(f"  acceptance  {rec.acceptance_source}: survival {survival}")
     lines.append(
-        f"  draft cost  measured at concurrency {rec.measured_from:g} to {rec.measured_to:g}; "
+        f"  draft cost  measured at concurrency {rec.measured_from:.1f} to {rec.measured_to:.1f}; "
         f"chain lengths 0 to {rec.chain_length} considered"
     )
     lines.append("")
@@ -141,7 +141,7 @@ def _advice_text(rec: Recommendation, what: str) -> str:
             [
                 a.bucket.label,
                 sizes,
-                f"{a.concurrency:.2f}",
+                f"{a.concurrency:.1f}",
                 f"{a.draft_cost:.3f}",
                 a.draft_cost_how,
                 "off" if a.best_chain_length == 0 else str(a.best_chain_length),
@@ -162,12 +162,12 @@ def _advice_text(rec: Recommendation, what: str) -> str:
     elif x.pays_up_to is None:
         lines.append(
             f"  at k={k} speculation does not pay at any measured concurrency "
-            f"(costs {x.cost_percent:.0f} % from {x.costs_from:g})"
+            f"(costs {x.cost_percent:.0f} % from {x.costs_from:.1f})"
         )
     else:
         lines.append(
             f"  at k={k} speculation pays up to concurrency {x.concurrency:.1f}, costs "
-            f"{x.cost_percent:.0f} % from {x.costs_from:g}"
+            f"{x.cost_percent:.0f} % from {x.costs_from:.1f}"
         )
     lines += ["", "vLLM (inside --speculative-config, vLLM 0.32 dynamic speculative decoding):"]
     schedule = jsontext.dumps(rec.vllm_schedule())

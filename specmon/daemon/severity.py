@@ -2,7 +2,9 @@
 verdict the page shows (the primary window, or the first window with data). Pure.
 
 The order, worst first: down, refused readings, slower than no speculation, below break-even,
-near it, no verdict yet (pending, no speculative data), fine. The first four are problems.
+near it, no verdict yet (pending, no speculative data), fine, and last the baselines: targets
+up without speculation that another target names as its ``baseline:`` twin (nothing to judge
+there by design). The first four are problems.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ NEAR_SPEEDUP = 1.05
 
 
 class Severity(IntEnum):
-    """Worst first; ``problem`` for the first four."""
+    """Worst first; ``problem`` for the first four; ``BASELINE`` last (a twin, by design
+    without speculation)."""
 
     DOWN = 0
     REFUSED = 1
@@ -37,6 +40,7 @@ class Severity(IntEnum):
     NEAR = 4
     UNJUDGED = 5
     FINE = 6
+    BASELINE = 7
 
     @property
     def problem(self) -> bool:
@@ -82,6 +86,8 @@ def target_severity(view: TargetView, preferred: str) -> Severity:
         return Severity.DOWN
     if view.rejected:
         return Severity.REFUSED
+    if view.baseline_for and not view.speculation:
+        return Severity.BASELINE
     judged = [
         window_severity(pick_window(model, preferred)) for model in view.models if model.speculating
     ]

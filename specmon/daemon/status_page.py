@@ -30,6 +30,7 @@ __all__ = [
     "StatusCache",
     "TargetsQuery",
     "bars",
+    "baseline_for_html",
     "fmt",
     "margin_html",
     "marker",
@@ -118,6 +119,7 @@ _MARKS = {
     Severity.NEAR: ("\u25c6", "NEAR BREAK-EVEN"),
     Severity.UNJUDGED: ("\u2026", "NO VERDICT"),
     Severity.FINE: ("\u2714", "FINE"),
+    Severity.BASELINE: ("\u25cb", "BASELINE"),
 }
 _MARK_TITLES = {
     Severity.DOWN: "the last scrape failed",
@@ -127,6 +129,7 @@ _MARK_TITLES = {
     Severity.NEAR: "within 0.05 of break-even, or under 1.05x",
     Severity.UNJUDGED: "nothing to judge yet",
     Severity.FINE: "speculation pays on the verdict's evidence",
+    Severity.BASELINE: "the twin other targets are compared with: no speculation, by design",
 }
 
 
@@ -143,6 +146,16 @@ def marker(view: TargetView, severity: Severity) -> str:
         f'<span class="mk" title="{_MARK_TITLES[severity]}">'
         f'<span aria-hidden="true">{icon}</span> {word}</span>'
     )
+
+
+def baseline_for_html(view: TargetView) -> str:
+    """ "baseline for X, Y": the targets compared with this one, linked (the first few)."""
+    shown = ", ".join(
+        f'<a href="{escape(target_href(n))}">{escape(n)}</a>'
+        for n in view.baseline_for[:_NAMED_PROBLEMS]
+    )
+    more = len(view.baseline_for) - _NAMED_PROBLEMS
+    return f"baseline for {shown}" + (f" and {more} more" if more > 0 else "")
 
 
 def target_href(name: str) -> str:
@@ -239,6 +252,8 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
     detail = ""
     if view.error:
         detail = f'<div class="err">{escape(view.error)}</div>'
+    elif severity is Severity.BASELINE:
+        detail = f'<div class="note">{baseline_for_html(view)}</div>'
     elif view.up and not view.speculation and view.message:
         detail = f'<div class="note">{escape(view.message)}</div>'
     if view.up and view.rejected:
@@ -299,7 +314,8 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
             f'<br><span class="muted">&alpha; {fmt(report.alpha if report else None)}'
             f" / {fmt(verdict.breakeven_alpha if verdict else None)}</span></td>"
             f'<td class="num wide">{k if k is not None else "&ndash;"} / {best_text}'
-            f'<br><span class="muted">c {model.basis.draft_cost:g}{_engine_cost(model)}</span>'
+            f'<br><span class="muted">at configured c {model.basis.draft_cost:g}'
+            f"{_engine_cost(model)}</span>"
             "</td>"
             f'<td class="wide">{_load_cell(load)}</td>'
             "</tr>"
@@ -568,7 +584,8 @@ def render_status(
     ranked = sorted(views, key=lambda v: (store.severity(v, primary_window), v.name))
     up = sum(1 for v in views if v.up)
     down = sum(1 for v in views if v.scraped and not v.up)
-    spec_off = sum(1 for v in views if v.up and not v.speculation)
+    baselines = sum(1 for v in views if v.up and not v.speculation and v.baseline_for)
+    spec_off = sum(1 for v in views if v.up and not v.speculation) - baselines
     problems = [v for v in ranked if store.severity(v, primary_window).problem]
     chosen = select_views(
         ranked,
@@ -586,7 +603,15 @@ def render_status(
         + "</td></tr></tbody>"
     )
     readiness = "ready" if ready else "starting: waiting for the first scrape of every target"
-    counts = f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data."
+    counts = (
+        f"{len(views)} targets: {up} up, {down} down, {spec_off} without speculative data"
+        + (
+            f", {baselines} baseline{'s' if baselines != 1 else ''} (twins without speculation)"
+            if baselines
+            else ""
+        )
+        + "."
+    )
     nav = _nav(page, pages, per_page, query, problems_only, chosen.total)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -605,7 +630,7 @@ evidence (its basis under it); margin = alpha &minus; break-even; {escape(readin
 <colgroup><col class="c1"><col class="c2"><col class="c3"><col class="c4"><col class="c5">
 <col class="c6"><col class="c7"></colgroup>
 <thead><tr><th>target</th><th>state</th><th>verdict</th><th>model &middot; window</th>
-<th>margin<br>&alpha; / break-even</th><th>k / best k<br>draft cost</th>
+<th>margin<br>&alpha; / break-even</th><th>k / best k<br>at configured c</th>
 <th>load and baseline</th></tr></thead>
 {body}
 </table>
@@ -677,10 +702,21 @@ def _report_json(window: WindowView) -> dict[str, Any]:
 
 
 def _load_json(load: LoadFigures | None) -> dict[str, Any] | None:
-    """The window's load figures (the shape ``specmon recommend --from`` reads)."""
+    """The window's load figures (the shape ``specmon recommend --from`` reads). A bucket
+    without figures (too little data, no matching baseline bucket yet) carries its label,
+    edges and the reason only: no ``"concurrency": null`` for a reader to trip on."""
     if load is None:
         return None
-    return dataclasses.asdict(load)
+    document = dataclasses.asdict(load)
+    document["buckets"] = [
+        bucket if bucket["concurrency"] is not None else {k: bucket[k] for k in _THIN_BUCKET}
+        for bucket in document["buckets"]
+    ]
+    return document
+
+
+#: What a bucket without figures says of itself in the API.
+_THIN_BUCKET = ("label", "low", "high", "reason")
 
 
 def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
@@ -701,6 +737,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "speculation": view.speculation,
                 "message": view.message,
                 "notes": list(view.notes),
+                "baseline_for": list(view.baseline_for),
                 "malformed_lines": view.malformed,
                 "rejected": [
                     {

@@ -128,6 +128,9 @@ class TargetView:
     #: Whether that twin may be compared with, and why (specmon.daemon.twins); None before
     #: the twin has data (or without a twin).
     baseline_check: TwinCheck | None = None
+    #: The targets that take this one as their ``baseline:`` twin (a baseline runs without
+    #: speculation by design: the status page lists it as such, not as missing data).
+    baseline_for: tuple[str, ...] = ()
 
 
 @record
@@ -206,6 +209,8 @@ class TargetState:
         self.config = config
         self._windows = windows
         self._retention = retention
+        if self.twins is not None:
+            self.twins.update(self)
         for history in self._histories.values():
             history.set_retention(retention)
         view = replace(
@@ -250,6 +255,7 @@ class TargetState:
             error_kind=kind,
             speculation=self.view.speculation,
             baseline=self.config.baseline,
+            baseline_for=self.view.baseline_for,
         )
         return events
 
@@ -285,8 +291,15 @@ class TargetState:
                 if speculation
                 else Event("warning", "speculation_vanished", {"message": reading.message})
             )
-        elif was.speculation is None and not speculation:
-            events.append(Event("warning", "no_speculation", {"message": reading.message}))
+        baseline_for = self.twins.baseline_for(self.config.name) if self.twins else ()
+        if was.speculation is None and not speculation:
+            if baseline_for:
+                # A twin runs without speculation by design: nothing to warn about.
+                events.append(
+                    Event("info", "baseline_up", {"baseline_for": ", ".join(baseline_for)})
+                )
+            else:
+                events.append(Event("warning", "no_speculation", {"message": reading.message}))
 
         models: list[ModelView] = []
         kept: list[ModelReading] = []
@@ -347,6 +360,7 @@ class TargetState:
             rejected=tuple(rejected),
             baseline=self.config.baseline,
             baseline_check=self._twin_check,
+            baseline_for=baseline_for,
         )
         return events
 

@@ -19,6 +19,7 @@ from specmon.daemon.severity import pick_window, target_severity, window_severit
 from specmon.daemon.status_page import (
     BASE_CSS,
     bars,
+    baseline_for_html,
     fmt,
     margin_html,
     marker,
@@ -32,7 +33,13 @@ _CSS = (
     BASE_CSS
     + """
 main{max-width:1100px}
-.scroll{overflow-x:auto;max-width:100%}
+.scroll{overflow-x:auto;max-width:100%;box-shadow:0 1px 2px #0002;margin:0 0 8px}
+.scroll table{box-shadow:none;border-collapse:separate;border-spacing:0}
+.scroll th,.scroll td{overflow-wrap:normal}
+.scroll th,.scroll td.num{white-space:nowrap}
+.scroll td:first-child{position:sticky;left:0;background:#fff;white-space:nowrap}
+.scroll th:first-child{position:sticky;left:0}
+@media (max-width:760px){body{margin:8px}th,td{padding:5px 6px}}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
 figure{margin:0;background:#fff;box-shadow:0 1px 2px #0002;padding:8px;flex:1 1 300px;
 max-width:520px}
@@ -183,6 +190,8 @@ def _facts(view: TargetView) -> str:
     ]
     if view.baseline:
         rows.append(("baseline twin", escape(view.baseline)))
+    if view.baseline_for:
+        rows.append(("baseline", baseline_for_html(view)))
     if view.labels:
         shown = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(view.labels.items()))
         rows.append(("labels", shown))
@@ -190,7 +199,7 @@ def _facts(view: TargetView) -> str:
         rows.append(("last scrape", f"{view.last_duration * 1000:.0f} ms"))
     if view.error:
         rows.append(("error", f'<span class="err">{escape(view.error)}</span>'))
-    elif view.message:
+    elif view.message and not (view.baseline_for and not view.speculation):
         rows.append(("message", escape(view.message)))
     return "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
@@ -254,9 +263,8 @@ def _model_section(model: ModelView, primary_window: str) -> str:
     windows = (
         '<div class="scroll"><table><thead><tr><th>window</th><th>covered</th><th>drafts</th>'
         "<th>verdict</th><th>margin</th><th>alpha</th><th>break-even</th>"
-        "<th>at configured c</th><th>best k</th></tr></thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table></div>"
+        "<th>speed-up<br>at configured c</th><th>best k<br>at configured c</th></tr></thead>"
+        "<tbody>" + "".join(rows) + "</tbody></table></div>"
     )
     survival = ""
     if model.speculating:
@@ -315,7 +323,7 @@ def _load_table(load: LoadFigures | None, window: WindowView | None) -> str:
         )
     table = (
         '<div class="scroll"><table><thead><tr><th>bucket</th><th>n</th>'
-        f"<th>realized vs {against}</th><th>measured c</th><th>recommended k</th>"
+        f"<th>realized<br>vs {against}</th><th>measured c</th><th>recommended k</th>"
         "<th>why no figures</th></tr></thead><tbody>"
         + ("".join(rows) or '<tr><td colspan="6" class="muted">no buckets with data yet</td></tr>')
         + "</tbody></table></div>"

@@ -56,18 +56,48 @@ class Twins:
     where a target finds the twin it compares with (``baseline:``). The daemon hands one to
     every state it builds and keeps it current as targets come and go."""
 
-    __slots__ = ("_states",)
+    __slots__ = ("_compares", "_states", "_twin_of")
 
     def __init__(self) -> None:
         self._states: dict[str, TwinState] = {}
+        #: Target name -> the twin it names as ``baseline:``.
+        self._compares: dict[str, str] = {}
+        #: Twin name -> the targets that compare with it, sorted (read at every scrape).
+        self._twin_of: dict[str, tuple[str, ...]] = {}
 
     def put(self, state: TwinState) -> None:
         self._states[state.config.name] = state
+        self._index(state.config.name, state.config.baseline)
+
+    def update(self, state: TwinState) -> None:
+        """``state``'s configuration changed (its ``baseline:`` may have)."""
+        if self._states.get(state.config.name) is state:
+            self._index(state.config.name, state.config.baseline)
 
     def drop(self, state: TwinState) -> None:
         """Forget ``state`` (not another state that took its name since)."""
         if self._states.get(state.config.name) is state:
             del self._states[state.config.name]
+            self._index(state.config.name, None)
+
+    def baseline_for(self, name: str) -> tuple[str, ...]:
+        """The targets that name ``name`` as their ``baseline:`` twin, sorted."""
+        return self._twin_of.get(name, ())
+
+    def _index(self, name: str, baseline: str | None) -> None:
+        before = self._compares.get(name)
+        if before == baseline:
+            return
+        if before is not None:
+            rest = tuple(n for n in self._twin_of.get(before, ()) if n != name)
+            if rest:
+                self._twin_of[before] = rest
+            else:
+                self._twin_of.pop(before, None)
+            del self._compares[name]
+        if baseline is not None:
+            self._compares[name] = baseline
+            self._twin_of[baseline] = tuple(sorted({*self._twin_of.get(baseline, ()), name}))
 
     def load_window(self, name: str, model: str, seconds: float) -> LoadWindow | None:
         """Target ``name``'s load window of ``model`` (None: no such target or model)."""

@@ -18,6 +18,7 @@ from specmon.daemon.status_page import (
     targets_document,
     views_json,
 )
+from specmon.daemon.target_page import render_target
 from specmon.daemon.verdict import Evidence, Verdict
 from tests.support.strict_json import strict_loads
 from tests.support.views import fleet_views
@@ -32,20 +33,30 @@ def test_summary_counts_every_target_and_names_its_problems() -> None:
     views = fleet_views()
     html = render_status(views, primary_window="5m", ready=True)
     # 11 targets: one down, one never scraped, one without speculation (vllm-off) and the
-    # twin (a baseline without speculation); problems: the down one only: vllm-loaded's
-    # realized speed-up at its current load (concurrency 16) is 1.0: not below 1, so near
-    # break-even, not a problem.
-    assert "11 targets: 9 up, 1 down, 2 without speculative data" in html
+    # twin (vllm-loaded's baseline, without speculation by design); problems: the down one
+    # only: vllm-loaded's realized speed-up at its current load (concurrency 16) is 1.0: not
+    # below 1, so near break-even, not a problem.
+    assert (
+        "11 targets: 9 up, 1 down, 1 without speculative data, 1 baseline (twins without "
+        "speculation)." in html
+    )
     assert re.search(r"1 with a problem</b> \([^)]*\): <a href=\"/target/down\">down</a></p>",
                      html, re.M)  # fmt: skip
-    # Worst first: down, near break-even, nothing to judge yet, fine; by name within each.
+    # Worst first: down, near break-even, nothing to judge yet, fine, and the baseline last;
+    # by name within each.
     assert rows_of(html) == [
-        "down", "vllm-loaded", "pending", "vllm-idle", "vllm-off", "vllm-twin",
-        "llama-b", "sglang-c", "vllm-a", "vllm-profiled", "vllm-v0",
+        "down", "vllm-loaded", "pending", "vllm-idle", "vllm-off",
+        "llama-b", "sglang-c", "vllm-a", "vllm-profiled", "vllm-v0", "vllm-twin",
     ]  # fmt: skip
     marks = re.findall(r'<span aria-hidden="true">.</span> ([A-Z -]+)</span>', html)
-    assert marks[:3] == ["DOWN", "NEAR BREAK-EVEN", "PENDING"] and marks[-1] == "FINE"
-    assert "NO SPEC DATA" in marks
+    assert marks[:3] == ["DOWN", "NEAR BREAK-EVEN", "PENDING"] and marks[-2:] == [
+        "FINE",
+        "BASELINE",
+    ]
+    assert marks.count("NO SPEC DATA") == 1  # vllm-off, not the twin
+    twin = html[html.index('href="/target/vllm-twin"') :]
+    assert 'baseline for <a href="/target/vllm-loaded">vllm-loaded</a>' in twin
+    assert "speculation is off" not in twin
 
 
 def test_filter_by_name_and_problems_and_pages() -> None:
@@ -206,3 +217,22 @@ def test_each_row_heads_with_its_verdict_and_says_its_basis() -> None:
         first = re.search(r"(\d+\.\d\d)&times;", row)
         assert first is not None and float(first.group(1)) == round(verdict.speedup, 2), row
     assert verdict.basis is Evidence.DEFAULT
+
+
+def test_figures_on_the_configured_cost_say_so() -> None:
+    """The k / best k column rests on the configured c, whatever the verdict beside it rests
+    on: its header and every cell say "at configured c"; so do the target page's columns."""
+    views = fleet_views()
+    html = render_status(views, primary_window="5m", ready=True)
+    assert "<th>k / best k<br>at configured c</th>" in html
+    loaded = html[html.index('href="/target/vllm-loaded"') :].split("</tbody>")[0]
+    assert "vs its twin" in loaded  # the verdict on the twin's evidence ...
+    assert '<span class="muted">at configured c 0.1</span>' in loaded  # ... k on the guess
+    speculating = [v for v in views if v.up and v.speculation and v.models]
+    cells = re.findall(r'<td class="num wide">[^<]*<br><span class="muted">([^<]*)</span>', html)
+    assert len(cells) >= len(speculating) and all(
+        c.startswith("at configured c ") for c in cells
+    ), cells
+    [view] = [v for v in views if v.name == "vllm-loaded"]
+    page = render_target(view, primary_window="5m", series=(), events=(), now=0.0)
+    assert "<th>speed-up<br>at configured c</th><th>best k<br>at configured c</th>" in page

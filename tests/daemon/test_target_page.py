@@ -121,7 +121,7 @@ def test_the_target_page_holds_every_window_the_load_table_and_the_charts() -> N
     windows = re.findall(r"<tr><td>(1m|5m)</td>", html)
     assert windows == ["1m", "5m"]
     # the load table: buckets, realized speed-up against the twin, measured c, recommended k
-    assert "realized vs vllm-twin" in html and "recommended k" in html
+    assert "realized<br>vs vllm-twin" in html and "recommended k" in html
     buckets = re.findall(r"<tr><td>([^<]+?)(?: <b>\(now\)</b>)?</td><td class=\"num\">", html)
     assert len(buckets) >= 2
     assert "speculation stops paying at n &asymp; 16.2" in html

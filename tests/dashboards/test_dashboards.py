@@ -332,3 +332,88 @@ def test_provisioning_files() -> None:
 def test_synthetic_fleet_covers_the_whole_contract() -> None:
     """tests/rules/fleet.py feeds the dashboard queries in test_promtool.py: keep it complete."""
     assert contract_metric_names() == FLEET_METRICS
+
+
+#: Families computed at the configured draft cost c (specmon's draft_cost), whatever the
+#: verdict rests on: a panel showing one must say so, or it reads as the verdict.
+CONFIGURED_COST = (
+    "specmon_expected_speedup_ratio",
+    "specmon_alpha_margin_ratio",
+    "specmon_breakeven_alpha_ratio",
+    "specmon_best_chain_length",
+    "specmon_best_speedup_ratio",
+)
+_SELECTOR = re.compile(r"\b(specmon_\w+)(\{[^}]*\})?")
+
+
+def configured_cost_families(expr: str) -> set[str]:
+    """The configured-cost families ``expr`` reads: those of CONFIGURED_COST, and
+    specmon_draft_cost_ratio unless its selector pins a source other than configured."""
+    found = set()
+    for match in _SELECTOR.finditer(expr):
+        name, selector = match.group(1), match.group(2) or ""
+        if name in CONFIGURED_COST:
+            found.add(name)
+        elif name == "specmon_draft_cost_ratio":
+            pinned = re.search(r'source\s*=~?\s*"([^"]*)"', selector)
+            if pinned is None or re.fullmatch(pinned.group(1), "configured"):
+                found.add(f"{name}{{source=configured}}")
+    return found
+
+
+def test_configured_cost_families_are_recognised() -> None:
+    assert configured_cost_families("max by (t) (specmon_alpha_margin_ratio{w})") == {
+        "specmon_alpha_margin_ratio"
+    }
+    assert configured_cost_families("specmon_verdict_alpha_margin_ratio{w}") == set()
+    assert configured_cost_families("specmon_bucket_best_chain_length{w}") == set()
+    assert configured_cost_families('specmon_draft_cost_ratio{source="measured"}') == set()
+    assert configured_cost_families('specmon_draft_cost_ratio{t, source="configured"}') == {
+        "specmon_draft_cost_ratio{source=configured}"
+    }
+    assert configured_cost_families("max by (source) (specmon_draft_cost_ratio{t})") == {
+        "specmon_draft_cost_ratio{source=configured}"
+    }
+
+
+def test_every_panel_on_the_configured_cost_says_so(board: dict[str, Any]) -> None:
+    """A panel that queries a figure at the configured c says "configured" in its title or
+    description: beside the verdict (on the best evidence: a twin, a profile) a figure at
+    the configured c reads as a contradiction unless it says what it rests on."""
+    checked = 0
+    for panel in iter_panels(board):
+        families = set().union(
+            *(configured_cost_families(t["expr"]) for t in panel.get("targets") or [])
+        )
+        if not families:
+            continue
+        checked += 1
+        words = f"{panel['title']} {panel.get('description', '')}"
+        assert "configured" in words, (panel["title"], sorted(families))
+    assert checked >= 5
+
+
+def test_the_target_detail_opens_with_the_verdict() -> None:
+    """The runbook sends the on-call person to Target detail first: its first row is the
+    verdict (specmon_verdict_speedup_ratio) with its basis (specmon_verdict_info)."""
+    detail = load_dashboard(DASHBOARD_DIR / "specmon-target.json")
+    panels = list(iter_panels(detail))
+    assert panels[0]["type"] == "row" and "verdict" in panels[0]["title"].lower()
+    first_row = []
+    for panel in panels[1:]:
+        if panel["type"] == "row":
+            break
+        first_row.append(panel)
+    exprs = "\n".join(t["expr"] for p in first_row for t in p.get("targets") or [])
+    assert "specmon_verdict_speedup_ratio" in exprs and "specmon_verdict_info" in exprs
+    assert "specmon_verdict_alpha_margin_ratio" in exprs
+    legends = [t["legendFormat"] for p in first_row for t in p.get("targets") or []]
+    assert any("{{basis}}" in legend for legend in legends), legends
+    # Nothing on the configured cost in the verdict's row.
+    assert not [p["title"] for p in first_row if any(
+        configured_cost_families(t["expr"]) for t in p.get("targets") or []
+    )]  # fmt: skip
+    # The runbook names the dashboard and its first row.
+    runbook = (DASHBOARD_DIR.parent.parent / "docs" / "runbook.md").read_text(encoding="utf-8")
+    assert "*specmon / Target detail*" in runbook
+    assert f"first row, *{panels[0]['title']}*" in " ".join(runbook.split()), panels[0]["title"]

@@ -174,7 +174,7 @@ def check_levels(
         sorted(
             (b["concurrency"], (1 + a / d) / (1 + max(b["draft_cost"], 0.0) * t / d))
             for b in buckets.values()
-            if b["draft_cost"] is not None
+            if b.get("draft_cost") is not None
         )
     )
     expected = hand_crossover(points)

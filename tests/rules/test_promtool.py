@@ -784,12 +784,12 @@ def test_overview_up_column_joins_models(tmp_path: Path) -> None:
     (up,) = [
         q
         for q in panel_queries(board, {"engine": ".+", "target": _FLEET, "window": "5m"})
-        if q.panel_title == "Targets" and q.ref_id == "A"
+        if q.panel_title.startswith("Targets:") and q.ref_id == "A"
     ]
     (up_trtllm,) = [
         q
         for q in panel_queries(board, {"engine": ["trtllm"], "target": _FLEET, "window": "5m"})
-        if q.panel_title == "Targets" and q.ref_id == "A"
+        if q.panel_title.startswith("Targets:") and q.ref_id == "A"
     ]
     rules = tmp_path / "none.rules.yml"
     rules.write_text("groups: []\n")
