@@ -759,3 +759,36 @@ def test_sizes_fit_what_kubernetes_and_helm_allow() -> None:
     assert 10_000 < payload < RELEASE_LIMIT
     # The chart itself: the payload with an empty manifest.
     assert len(_release_payload("")) < payload
+
+
+def test_the_helm_test_script_passes_on_specmon_and_fails_elsewhere(tmp_path: Path) -> None:
+    """The hook's own script (rendered, not run by Helm here), run against a real specmon on
+    loopback: /metrics holds specmon_build_info; a page without it (/healthz) fails."""
+    from tests.support.daemon import daemon
+
+    (container,) = _one(render(), "Pod")["spec"]["containers"]
+    assert container["command"] == ["python", "-c"]
+    (script,) = container["args"]
+    config = tmp_path / "specmon.yml"
+    config.write_text(
+        "global: {scrape_interval: 5s, windows: [1m, 5m, 15m]}\n"
+        "targets: [{name: nowhere, url: 'http://127.0.0.1:9/metrics'}]\n"
+    )
+
+    def run(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"URL": url, "PATH": "/usr/bin:/bin"},
+        )
+
+    with daemon(config, tmp_path, ready=False) as running:
+        passed = run(f"{running.base}/metrics")
+        assert passed.returncode == 0, passed.stdout + passed.stderr
+        assert passed.stdout.startswith("specmon_build_info{")
+        failed = run(f"{running.base}/healthz")
+        assert failed.returncode == 1
+        assert "no specmon_build_info" in failed.stdout
