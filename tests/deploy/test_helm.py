@@ -534,6 +534,16 @@ def test_the_sidecar_notes_give_the_container_to_add(tmp_path: Path) -> None:
         {"name": "specmon-config", "mountPath": "/etc/specmon", "readOnly": True}
     ]
     assert volume["projected"]["sources"] == [{"configMap": {"name": "specmon-sidecar"}}]
+    # The kustomize sidecar's container settings: the engine's pod sets nothing of specmon's.
+    from tests.deploy.test_kustomize import overlay
+
+    (vllm,) = [d for d in overlay("sidecar") if d["kind"] == "Deployment"]
+    (twin,) = [c for c in vllm["spec"]["template"]["spec"]["containers"] if c["name"] == "specmon"]
+    assert container["securityContext"] == twin["securityContext"]
+    for key in ("image", "resources", "volumeMounts"):
+        assert container[key] == twin[key], key
+    twin_probe, probe = twin["livenessProbe"], container["livenessProbe"]
+    assert {**twin_probe, "httpGet": {**twin_probe["httpGet"], "scheme": "HTTP"}} == probe
     expected = derived_resources()["sidecar"]
     assert container["resources"] == {
         "requests": {"cpu": expected["cpu_request"], "memory": expected["memory_request"]},

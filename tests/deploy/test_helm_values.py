@@ -106,3 +106,22 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
         if isinstance(value, dict) and schema["properties"][key].get("properties"):
             assert set(value) <= set(schema["properties"][key]["properties"]), key
             assert schema["properties"][key]["additionalProperties"] is False, key
+
+
+def test_the_kubernetes_page_offers_helm_first_and_names_the_three_traps() -> None:
+    """docs/kubernetes.md as a new user reads it: Helm before kustomize; the sharded layout
+    needs a 1.28 cluster (kubectl 1.27 is kustomize's need only); the standalone overlay as
+    shipped is not loaded by a default kube-prometheus-stack and gets 401, and what to change;
+    the sidecar layout's Secrets in the engines' namespace."""
+    doc = (REPO / "docs" / "kubernetes.md").read_text()
+    helm = doc.index("helm install specmon deploy/helm/specmon")
+    kustomize = doc.index("kubectl apply -k deploy/kubernetes/overlays/standalone")
+    assert doc.index("## 2. With Helm") < helm < doc.index("## 3. With kustomize") < kustomize
+    assert "1.28 or later **cluster**" in doc
+    shipped = doc[kustomize : doc.index("The patches, each as in the example")]
+    for needle in ("loads nothing", "release: kube-prometheus-stack", "401", "patch 3", "patch 5"):
+        assert needle in shipped, needle
+    secrets = doc[doc.index("### The certificate and the password") : doc.index("### Apply")]
+    assert "**`inference` for the\nsidecar layout**" in secrets and "-n inference" in secrets
+    readme = (CHART / "README.md").read_text()
+    assert "helm install specmon deploy/helm/specmon --namespace monitoring" in readme

@@ -165,7 +165,12 @@ release: {{ . | quote }}
   resources:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with .Values.securityContext }}
+  {{- $securityContext := deepCopy .Values.securityContext }}
+  {{- if and (eq .Values.mode "sidecar") .Values.podSecurityContext.seccompProfile }}
+  {{- /* The engine's pod sets no profile of ours: the container carries it. */}}
+  {{- $_ := set $securityContext "seccompProfile" .Values.podSecurityContext.seccompProfile }}
+  {{- end }}
+  {{- with $securityContext }}
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
