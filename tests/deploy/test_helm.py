@@ -802,3 +802,42 @@ def test_the_helm_test_script_passes_on_specmon_and_fails_elsewhere(tmp_path: Pa
         failed = run(f"{running.base}/healthz")
         assert failed.returncode == 1
         assert "no specmon_build_info" in failed.stdout
+
+
+def test_the_readmes_file_sd_snippet_renders_and_checks(tmp_path: Path) -> None:
+    """The chart README's file_sd values: the mount sits beside the config in /etc/specmon,
+    every object validates, and check-config accepts the config with a file at that path."""
+    from tests.deploy.test_kubernetes import validate
+
+    readme = (CHART / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```yaml\n")[1:]]
+    (snippet,) = [b for b in blocks if "file_sd" in b]
+    values = tmp_path / "file-sd.yaml"
+    values.write_text(snippet)
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(values)]
+    args += ["--kube-version", KUBE_VERSION, "--api-versions", "monitoring.coreos.com/v1"]
+    text = helm(*args).stdout
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    container = _container(docs)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"config": "/etc/specmon", "file-sd": "/etc/specmon/file_sd"}
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(text)
+    assert not [r for r in validate([rendered]) if r["errors"]]
+    config = _config(docs)
+    (pattern,) = config["file_sd_configs"][0]["files"]
+    root = tmp_path / "etc-specmon"
+    (root / "file_sd").mkdir(parents=True)
+    (root / "file_sd" / "engines.yaml").write_text(
+        "- targets: ['vllm-0.vllm.inference.svc:8000']\n"
+    )
+    config["file_sd_configs"][0]["files"] = [pattern.replace("/etc/specmon", str(root))]
+    (root / "specmon.yml").write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        [sys.executable, "-m", "specmon", "check-config", str(root / "specmon.yml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
