@@ -582,8 +582,11 @@ def test_sharding_needs_kubernetes_1_28_and_takes_its_count_from_replicas() -> N
     )  # fmt: skip
     assert old.returncode != 0
     assert "Kubernetes 1.28 and later" in old.stderr
-    # One replica needs no pod-index label: a Deployment on any supported version.
+    # One replica needs no pod-index label: a Deployment on any supported version (Chart.yaml's
+    # kubeVersion: 1.25 and later).
     assert _one(render(kube="1.25.0"), "Deployment")
+    older = helm("template", RELEASE, str(CHART), "--kube-version", "1.24.0", check=False)
+    assert older.returncode != 0 and "requires kubeVersion" in older.stderr
     for replicas in (3, 5):
         docs = render("sharded", sets=(f"replicas={replicas}",), kube="1.28.0")
         statefulset = _one(docs, "StatefulSet")
