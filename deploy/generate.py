@@ -15,12 +15,15 @@
 | deploy/mixin/generated/sources.libsonnet | the two above | imports them for deploy/mixin/mixin.libsonnet |
 | deploy/compose/alertmanager.yml | deploy/prometheus/alertmanager.example.yml | receivers keep their names but send nowhere |
 | deploy/compose/grafana-datasource.yml | grafana/provisioning/datasources/specmon.yml | url: the compose service `prometheus` |
+| deploy/helm/specmon/files/rules/<stem>.rules.yml | deploy/prometheus/<stem>.rules.yml | none (a byte copy: a chart reads no file outside its directory) |
+| deploy/helm/specmon/files/dashboards/<name>.json | grafana/dashboards/<name>.json | none (a byte copy) |
 
 The tests (tests/deploy/test_generated.py) run ``--check`` and also compare the parsed
 content, so the Kubernetes rules and dashboards, the mixin and the demo stack can never drift
 from the rules, dashboards, Alertmanager routing and Grafana data source that the rest of the
 repository tests (tests/deploy/test_kustomize.py renders them with the real kubectl and
-jsonnet).
+jsonnet, tests/deploy/test_helm.py with the real Helm; the chart includes its copies with
+``.Files.Get``, untemplated, since they hold ``{{ }}`` of their own).
 
 The mixin's marks: in every PromQL expression (a rule's ``expr``, a dashboard target's
 ``expr``, a query variable's ``query`` and ``definition``), each selector of a series that a
@@ -53,6 +56,9 @@ GRAFANA_DASHBOARDS = REPO / "grafana" / "dashboards"
 MIXIN_GENERATED = REPO / "deploy" / "mixin" / "generated"
 COMPOSE_DIR = REPO / "deploy" / "compose"
 GRAFANA_DATASOURCE = REPO / "grafana" / "provisioning" / "datasources" / "specmon.yml"
+HELM_FILES = REPO / "deploy" / "helm" / "specmon" / "files"
+HELM_RULES_DIR = HELM_FILES / "rules"
+HELM_DASHBOARDS_DIR = HELM_FILES / "dashboards"
 
 #: Where Grafana reaches Prometheus inside the compose project.
 COMPOSE_PROMETHEUS_URL = "http://prometheus:9090"
@@ -536,12 +542,14 @@ def generated_files() -> dict[Path, Callable[[], str]]:
             prometheus_rule, source
         )
         files[MIXIN_GENERATED / f"{stem}.rules.json"] = functools.partial(mixin_rules, source)
+        files[HELM_RULES_DIR / source.name] = functools.partial(_copy, source)
     files[K8S_RULES_DIR / "kustomization.yaml"] = rules_kustomization
     for source in sorted(GRAFANA_DASHBOARDS.glob("*.json")):
         files[K8S_DASHBOARDS_DIR / source.name] = functools.partial(_copy, source)
         files[MIXIN_GENERATED / "dashboards" / source.name] = functools.partial(
             mixin_dashboard, source
         )
+        files[HELM_DASHBOARDS_DIR / source.name] = functools.partial(_copy, source)
     files[K8S_DASHBOARDS_DIR / "kustomization.yaml"] = dashboards_kustomization
     files[MIXIN_GENERATED / "sources.libsonnet"] = mixin_sources
     alertmanager = PROM_DIR / "alertmanager.example.yml"
@@ -552,7 +560,14 @@ def generated_files() -> dict[Path, Callable[[], str]]:
 
 def _generated_dirs() -> list[Path]:
     """Directories that hold only generated files: anything else there is a leftover."""
-    return [K8S_RULES_DIR, K8S_DASHBOARDS_DIR, MIXIN_GENERATED, MIXIN_GENERATED / "dashboards"]
+    return [
+        K8S_RULES_DIR,
+        K8S_DASHBOARDS_DIR,
+        MIXIN_GENERATED,
+        MIXIN_GENERATED / "dashboards",
+        HELM_RULES_DIR,
+        HELM_DASHBOARDS_DIR,
+    ]
 
 
 def _leftovers(files: dict[Path, Callable[[], str]]) -> list[Path]:

