@@ -119,3 +119,20 @@ def test_check_config_names_a_twin_of_another_configured_model(tmp_path: Path) -
     problems = "\n".join(caught.value.problems)
     assert "targets[2].baseline: the twin 'twin' serves model 'llama-70b'" in problems, problems
     assert "targets[3].baseline: no target named 'nobody'" in problems, problems
+
+
+def test_a_realized_speedup_above_the_bound_is_withheld_and_counted() -> None:
+    """The twin's step is 28 ms (7 s of engine time in 5 s: within the laws), the target's
+    12.5 ms at 2.5 tokens a step: 5.6x realized, above (k + 1) x 1.1 = 4.4 at k = 3."""
+    spec_pages, base_pages = load_pair(((12, 4.0, 0.028, 0.0125),))
+    fleet = Twins()
+    twin = state("twin", fleet=fleet)
+    target = state("spec", fleet=fleet, baseline="twin")
+    for i, (spec_page, twin_page) in enumerate(zip(spec_pages, base_pages, strict=True)):
+        feed_one(twin, twin_page, i)
+        feed_one(target, spec_page, i)
+    assert "speedup_above_bound" in {r.reason.value for r in target.view.rejected}
+    for window in target.view.models[0].windows:
+        assert window.load is not None and window.load.realized_speedup is None
+        assert all(b.realized_speedup is None for b in window.load.buckets)
+        assert window.verdict is not None and window.verdict.basis is not Evidence.TWIN

@@ -454,7 +454,7 @@ MUTATIONS = [
         id="rejections-withheld-windows",
     ),
     pytest.param(
-        r'imprecise_window\|speedup_above_bound',
+        r"imprecise_window\|speedup_above_bound",
         "imprecise_window",
         "readings rejected fires after 30 minutes",
         id="rejections-withheld-speedups",
