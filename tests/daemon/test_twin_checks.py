@@ -13,6 +13,7 @@ from specmon.config_values import ConfigError
 from specmon.daemon import metrics
 from specmon.daemon.collector import target_samples
 from specmon.daemon.config import parse_config
+from specmon.daemon.status_page import views_json
 from specmon.daemon.target import TargetState, Twins
 from specmon.daemon.verdict import Evidence
 from specmon.engines import Context, Engine, ModelReading, PageReading
@@ -59,6 +60,9 @@ def test_a_twin_that_speculates_is_refused() -> None:
     assert window.verdict is not None and "speculates itself" in window.verdict.detail
     assert window.load is not None and window.load.realized_speedup is None
     assert _usable(target) == [(("spec", "twin", "speculates"), 0.0)]
+    (document,) = views_json([target.view])
+    assert document["baseline_check"]["reason"] == "speculates"
+    assert document["models"][0]["windows"][0]["load"]["baseline_refused"].startswith("the twin")
 
 
 def _renamed(pages: list[PageReading], model: str) -> list[PageReading]:
