@@ -44,11 +44,13 @@ def redact(text: str, secrets: Iterable[Secret | str], *, limit: int | None = No
     before it reaches a log line, the status page or the API. In this order, so that no cut
     can leave part of a secret behind:
 
-    1. every whole occurrence of every secret is replaced (longer secrets first, so a secret
-       that contains another is removed whole), in the whole text;
-    2. the result is cut to ``limit``;
-    3. any run of 4 or more characters that is part of a secret (a secret the server itself
-       echoed in part, or cut) is replaced too.
+    1. every whole occurrence of every secret, and any run of 4 or more characters that is
+       part of a secret (a secret the server itself echoed in part, or cut), is marked, in
+       the whole text;
+    2. each mark grows to the whole word it falls in (letters, digits and ``_-~+``), so that
+       no fragment is left beside it ("detected" becomes ``<redacted>``, never
+       "det<redacted>"), and each run of marks becomes one :data:`REDACTED`;
+    3. the result is cut to ``limit``.
     """
     values = sorted(
         {s.reveal() if isinstance(s, Secret) else s for s in secrets},
@@ -56,27 +58,47 @@ def redact(text: str, secrets: Iterable[Secret | str], *, limit: int | None = No
         reverse=True,
     )
     values = [v for v in values if len(v) >= _MIN_SECRET]
-    for value in values:
-        if value in text:
-            text = text.replace(value, REDACTED)
+    if values:
+        text = _scrub(text, values)
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
-    return _scrub(text, values) if values else text
+    return text
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char in "_-~+"
 
 
 def _scrub(text: str, values: Iterable[str]) -> str:
-    """``text`` with every run of ``_MIN_SECRET`` or more characters that also occurs inside
-    one of ``values`` replaced by :data:`REDACTED`."""
+    """``text`` with every occurrence of one of ``values``, and every run of ``_MIN_SECRET``
+    or more characters that also occurs inside one, replaced by :data:`REDACTED`, whole
+    words at a time."""
     n = _MIN_SECRET
-    grams = {v[i : i + n] for v in values for i in range(len(v) - n + 1)}
     marked = [False] * len(text)
     found = False
+    for value in values:
+        start = text.find(value)
+        while start >= 0:
+            marked[start : start + len(value)] = [True] * len(value)
+            found = True
+            start = text.find(value, start + 1)
+    grams = {v[i : i + n] for v in values for i in range(len(v) - n + 1)}
     for i in range(len(text) - n + 1):
         if text[i : i + n] in grams:
             marked[i : i + n] = [True] * n
             found = True
     if not found:
         return text
+    for i in range(len(text)):  # grow each mark to its whole word, both ways
+        if marked[i] and _word(text[i]):
+            j = i - 1
+            while j >= 0 and not marked[j] and _word(text[j]):
+                marked[j] = True
+                j -= 1
+            j = i + 1
+            while j < len(text) and not marked[j] and _word(text[j]):
+                marked[j] = True
+                j += 1
     out: list[str] = []
     i = 0
     while i < len(text):

@@ -166,3 +166,57 @@ def test_target_and_source_share_the_checker(tmp_path: Path) -> None:
         p.removeprefix("sources[0].prometheus") for p in problems if p.startswith("sources")
     ]
     assert len(target_side) == 6 and target_side == source_side, problems
+
+
+def test_a_ca_file_that_does_not_sign_the_server_is_named_not_asked_for(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """With tls.ca_file set (here the client CA, which did not sign the server), the error
+    ended "set tls.ca_file" (issue 53)."""
+
+    async def go() -> list[str | FetchError]:
+        async with https_engine(pki, []) as url:
+            config = target(
+                f"targets:\n  - name: a\n    url: {url}\n"
+                f"    tls: {{ca_file: {pki.client_ca}, cert_file: {pki.client_cert},"
+                f" key_file: {pki.client_key}}}\n",
+                tmp_path,
+            )
+            return await read_twice(config)
+
+    for outcome in asyncio.run(go()):
+        assert isinstance(outcome, FetchError) and "certificate is not trusted" in str(outcome)
+        assert "set tls.ca_file" not in str(outcome)
+        assert str(outcome).endswith("not signed by the CA in tls.ca_file)"), outcome
+
+
+def test_a_token_with_a_line_break_is_refused_before_any_request(pki: Pki, tmp_path: Path) -> None:
+    """A token file holding CRLF inside gave a raw ValueError garbled by the redaction
+    ("det<redacted>"): now refused at check-config, and at request time (a file rewritten
+    after load) before anything is sent, naming the file and the reason."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\r\nected-more\r\n")
+    text = "targets:\n  - name: a\n    url: https://127.0.0.1:1/metrics\n    bearer_token_file: token\n"
+    with pytest.raises(ConfigError) as caught:
+        target(text, tmp_path)
+    (problem,) = caught.value.problems
+    assert str(token) in problem and "a carriage return" in problem, problem
+    assert "s3cret" not in problem
+    token.write_text("s3cret-token-value\n")
+    seen: list[str | None] = []
+
+    async def go() -> list[str | FetchError]:
+        async with https_engine(pki, seen) as url:
+            config = target(
+                f"targets:\n  - name: a\n    url: {url}\n    bearer_token_file: token\n"
+                f"    tls: {{ca_file: {pki.server_ca}, cert_file: {pki.client_cert},"
+                f" key_file: {pki.client_key}}}\n",
+                tmp_path,
+            )
+            return await read_twice(config, between=lambda: token.write_text("a\x00b-token\n"))
+
+    first, second = asyncio.run(go())
+    assert first == f"{len(PAGE)} bytes" and seen == ["Bearer s3cret-token-value"]
+    assert isinstance(second, FetchError) and second.kind is ScrapeResult.CREDENTIALS_ERROR
+    assert str(token) in str(second) and "a NUL" in str(second), second
+    assert "<redacted>" not in str(second)

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from specmon import jsontext
 from specmon.cli._args import int_at_least, positive_float
 from specmon.load import Profile, profile_to_json
+from specmon.load.profile import physics
 from specmon.measure.analysis import (
     EXIT_NOTHING_COMPLETED,
     EXIT_USAGE,
@@ -291,11 +292,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     profile_written = None
     if args.profile_out is not None:
         try:
-            write_profile(args.profile_out, build_profile(report))
+            profile = build_profile(report)
+            write_profile(args.profile_out, profile)
             profile_written = str(args.profile_out)
         except OSError as exc:
             err.write(f"specmon measure: cannot write the profile {args.profile_out}: {exc}\n")
             code = code or EXIT_USAGE
+        else:
+            refused = profile_problems(profile)
+            if refused:
+                err.write(
+                    f"specmon measure: {args.profile_out} breaks the physics a profile must "
+                    "obey, and specmon run and recommend will refuse it (docs/measure.md; "
+                    "measure again on a quieter machine): " + "; ".join(refused[:5]) + "\n"
+                )
     found = report_crossover(report)
     if args.json:
         document = report.as_dict()
@@ -330,6 +340,13 @@ def _unwritable(path: Path) -> str | None:
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "not writable"
     return None
+
+
+def profile_problems(profile: Profile) -> list[str]:
+    """What the profile breaks of :func:`specmon.load.profile.physics`, as loading it would
+    say (``levels[i]`` in the order written)."""
+    paths = {id(level): f"levels[{i}]" for i, level in enumerate(profile.levels)}
+    return physics(profile.levels, chain_length=profile.chain_length, paths=paths)
 
 
 def write_profile(path: Path, profile: Profile) -> None:

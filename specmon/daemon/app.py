@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from specmon import __version__
+from specmon import __version__, jsontext
 from specmon.config_values import format_duration, parse_listen_address
 from specmon.daemon import metrics as m
 from specmon.daemon.config import (
@@ -545,7 +545,7 @@ class Daemon:
         (status_page.parse_targets_query); 400 naming every bad parameter."""
         asked = parse_targets_query(request.query)
         if isinstance(asked, list):
-            return web.json_response({"error": "; ".join(asked)}, status=400)
+            return web.json_response({"error": "; ".join(asked)}, status=400, dumps=jsontext.dumps)
         with collector_paused():  # each changed view's document: many containers at once
             body = targets_document(
                 self.views(),

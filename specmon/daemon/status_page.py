@@ -738,6 +738,10 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                 "message": view.message,
                 "notes": list(view.notes),
                 "baseline_for": list(view.baseline_for),
+                "baseline": view.baseline,
+                "baseline_check": (
+                    None if view.baseline_check is None else dataclasses.asdict(view.baseline_check)
+                ),
                 "malformed_lines": view.malformed,
                 "rejected": [
                     {

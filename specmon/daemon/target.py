@@ -13,7 +13,7 @@ from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmon.bounds import acceptance_length_refusal
+from specmon.bounds import acceptance_length_refusal, chain_bound
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
@@ -485,14 +485,18 @@ class TargetState:
         Rejection (its figures are left out of this scrape)."""
         gauges = model.gauges
         length = gauges.mean_acceptance_length if gauges is not None else None
-        why = None
-        if length is not None and self.config.chain_length:  # the page's k: the adapter's
-            why = acceptance_length_refusal(length, chain_length=self.config.chain_length)
+        # k: the configured chain_length, else the k the engine publishes (SGLang's
+        # spec_num_steps, TensorRT-LLM's spec_num_tokens); the adapters' largest is
+        # validation's range.
+        k = chain_bound(configured=self.config.chain_length, detected=model.chain_length,
+                        adapter_max=None)  # fmt: skip
+        why = None if length is None else acceptance_length_refusal(length, chain_length=k)
         if why is not None:
             assert gauges is not None
             model = replace(model, gauges=replace(gauges, mean_acceptance_length=None))
+            source = "configured" if self.config.chain_length else "the engine's k"
             refusal = Rejection(
-                model.model, RejectReason.LENGTH_ABOVE_CHAIN, f"{why} (configured)", False
+                model.model, RejectReason.LENGTH_ABOVE_CHAIN, f"{why} ({source})", False
             )
             events, other = self._record(model, mono)
             return events, other or refusal

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from specmon import jsontext
 from specmon.sim.batch import Batcher
 from specmon.sim.engine import Mode, SimEngine, SimSettings
 from specmon.sim.pages import PageKind, PageTemplate, load_template, restrict_page
@@ -211,7 +212,7 @@ class SimServer:
             return await self._chat(pick(request), request)
 
         async def health(request: web.Request) -> web.Response:
-            return web.json_response({"status": "ok"})
+            return web.json_response({"status": "ok"}, dumps=jsontext.dumps)
 
         app.router.add_get(prefix + "/metrics", metrics)
         app.router.add_get(prefix + "/metrics/", metrics)
@@ -228,7 +229,8 @@ class SimServer:
             [
                 {"name": t.name, "kind": t.kind.value, "model": t.model, "mode": t.mode.value}
                 for t in self.targets.values()
-            ]
+            ],
+            dumps=jsontext.dumps,
         )
 
     # -- handlers ---------------------------------------------------------------------------
@@ -301,20 +303,26 @@ class SimServer:
                      "max_model_len": 4096}
                 ],
             }  # fmt: skip
-        return web.json_response(body)
+        return web.json_response(body, dumps=jsontext.dumps)
 
     async def _chat(self, target: VirtualTarget, request: web.Request) -> web.Response:
         try:
             payload = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": {"message": "invalid JSON"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "invalid JSON"}}, status=400, dumps=jsontext.dumps
+            )
         if not isinstance(payload, dict):
-            return web.json_response({"error": {"message": "expected an object"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "expected an object"}}, status=400, dumps=jsontext.dumps
+            )
         target.tick()
         target.requests += 1
         if target.fail_every and target.requests % target.fail_every == 0:
             return web.json_response(
-                {"error": {"code": 500, "message": "simulated failure"}}, status=500
+                {"error": {"code": 500, "message": "simulated failure"}},
+                status=500,
+                dumps=jsontext.dumps,
             )
         messages = payload.get("messages") or []
         prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
@@ -401,7 +409,7 @@ class SimServer:
             if settings.speculation:
                 body["timings"]["draft_n"] = draft_tokens
                 body["timings"]["draft_n_accepted"] = accepted
-        return web.json_response(body)
+        return web.json_response(body, dumps=jsontext.dumps)
 
     # -- lifecycle --------------------------------------------------------------------------
 

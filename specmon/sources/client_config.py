@@ -145,15 +145,36 @@ class ClientConfig:
         return self._context[0]
 
 
+def secret_problem(value: str) -> str | None:
+    """Why a token or password (stripped) cannot be sent in a header, or None: empty, or
+    holding a control character (a line break or carriage return inside it, a NUL, ...),
+    which would end the header or be refused by the HTTP client with an error that quotes
+    it."""
+    if not value:
+        return "it is empty"
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        return (
+            f"it holds a control character ({_CONTROL.get(bad, f'U+{ord(bad):04X}')}) inside "
+            "the value: a token or password is one line of printable text"
+        )
+    return None
+
+
+_CONTROL = {"\r": "a carriage return", "\n": "a line break", "\t": "a tab", "\0": "a NUL"}
+
+
 def read_secret_file(path: os.PathLike[str]) -> str:
     """A token or password file's stripped text. Raises OSError (naming the file, never its
-    content) when it is unreadable, not UTF-8, too large or empty."""
+    content) when it is unreadable, not UTF-8, too large, empty or holds a control
+    character (:func:`secret_problem`)."""
     try:
         value = files.read_text_capped(path, max_bytes=files.MAX_SECRET_BYTES).strip()
     except UnicodeDecodeError:
         raise OSError(0, "the file is not UTF-8 text", str(path)) from None
-    if not value:
-        raise OSError(0, "the file is empty", str(path))
+    problem = secret_problem(value)
+    if problem is not None:
+        raise OSError(0, problem.replace("it is", "the file is", 1), str(path))
     return value
 
 
@@ -207,8 +228,9 @@ class FileChecker(Checker):
         except UnicodeDecodeError:
             self.add(path, f"{file} is not UTF-8 text")
             return None
-        if secret and not text.strip():
-            self.add(path, f"{file} is empty")
+        problem = secret_problem(text.strip()) if secret else None
+        if problem is not None:
+            self.add(path, f"{file} is empty" if not text.strip() else f"{file}: {problem}")
             return None
         return file
 
@@ -219,6 +241,10 @@ class FileChecker(Checker):
         secret = self.environ.get(value)
         if not secret or not secret.strip():
             self.add(path, f"environment variable {value} is not set or empty")
+            return None
+        problem = secret_problem(secret.strip())
+        if problem is not None:
+            self.add(path, f"environment variable {value}: {problem}")
             return None
         return Secret(secret.strip())
 

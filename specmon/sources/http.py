@@ -124,12 +124,33 @@ async def read_capped(resp: aiohttp.ClientResponse, cap: int, *, truncate: bool 
     return b"".join(chunks)
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line for a client-side failure (never request headers: they may carry secrets)."""
+#: OpenSSL's verify codes whose remedy is not a CA file.
+_EXPIRED = {9: "not yet valid", 10: "expired"}
+_WRONG_HOST = {62, 64}  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+
+
+def certificate_hint(error: BaseException, *, ca_file: bool = False) -> str:
+    """What to do about a certificate the client refused: the remedy its verify code names
+    (an expired certificate, one for another host), "set tls.ca_file" only for an unknown
+    issuer when no ``tls.ca_file`` is set."""
+    code = getattr(error, "verify_code", None)
+    if code in _EXPIRED:
+        return f"the server's certificate is {_EXPIRED[code]}: renew it"
+    if code in _WRONG_HOST:
+        return "the server's certificate is for another host name: use a name it carries"
+    if ca_file:
+        return "not signed by the CA in tls.ca_file"
+    return "set tls.ca_file"
+
+
+def describe_error(exc: BaseException, *, ca_file: bool = False) -> str:
+    """One line for a client-side failure (never request headers: they may carry secrets).
+    ``ca_file``: whether the request trusted a configured ``tls.ca_file``."""
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        error = exc.certificate_error
         return (
             f"cannot connect to {exc.host}:{exc.port}: the server's certificate is not trusted "
-            f"({str(exc.certificate_error)[:_ERROR_SNIPPET]}; set tls.ca_file)"
+            f"({str(error)[:_ERROR_SNIPPET]}; {certificate_hint(error, ca_file=ca_file)})"
         )
     if isinstance(exc, aiohttp.ClientConnectorSSLError):
         return f"cannot connect to {exc.host}:{exc.port}: TLS handshake failed ({exc.os_error})"
@@ -178,6 +199,7 @@ async def fetch_page(
     secrets: Iterable[Secret | str] = (),
     accept: str = ACCEPT,
     ssl_context: ssl.SSLContext | None = None,
+    ca_file: bool = False,
 ) -> FetchResult:
     """GET ``url``; raise :class:`FetchError` for anything but a page within the limits.
 
@@ -244,7 +266,7 @@ async def fetch_page(
         raise FetchError(ScrapeResult.HTTP_ERROR, message) from None
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         raise FetchError(
-            ScrapeResult.CONNECTION_ERROR, redact(describe_error(exc), hidden)
+            ScrapeResult.CONNECTION_ERROR, redact(describe_error(exc, ca_file=ca_file), hidden)
         ) from None
     text = data.decode("utf-8", errors="replace")
     return FetchResult(

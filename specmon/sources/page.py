@@ -95,6 +95,9 @@ class HttpPageSource:
             secrets=secrets,
             accept=self._accept,
             ssl_context=context,
+            ca_file=self._client is not None
+            and self._client.tls is not None
+            and self._client.tls.ca_file is not None,
         )
         read = functools.partial(
             read_page,

@@ -124,3 +124,24 @@ def test_the_counts_speedup_is_bounded_exactly() -> None:
                             accepted_per_position=(75, 50, 25))  # fmt: skip
     report = report_from_counters(counters, draft_cost=0.1)
     assert report is not None and figure_out_of_range(report) is None
+
+
+def test_an_sglang_length_above_its_published_k_is_refused() -> None:
+    from specmon.engines import Engine, GaugeScope, ModelReading, PageReading, SpecGauges
+
+    target = state("sglang")
+    for i, length in enumerate((2.5, 9.0, 2.6, 9.0)):
+        gauges = SpecGauges(scope=GaugeScope.LAST_INTERVAL, mean_acceptance_length=length,
+                            acceptance_rate=0.5)  # fmt: skip
+        page = PageReading(engine=Engine.SGLANG,
+                           models=(ModelReading("m", gauges=gauges, chain_length=3),))  # fmt: skip
+        target.observe(page, mono=5.0 * i, wall=1e9, duration=0.01)
+        refused = {r.reason.value for r in target.view.rejected}
+        assert ("acceptance_length_above_chain" in refused) == (length > 4.0)
+        for window in target.view.models[0].windows:
+            report = window.report
+            assert (
+                report is None
+                or report.mean_acceptance_length is None
+                or (report.mean_acceptance_length <= 4.0)
+            )

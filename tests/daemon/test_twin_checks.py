@@ -13,6 +13,7 @@ from specmon.config_values import ConfigError
 from specmon.daemon import metrics
 from specmon.daemon.collector import target_samples
 from specmon.daemon.config import parse_config
+from specmon.daemon.status_page import views_json
 from specmon.daemon.target import TargetState, Twins
 from specmon.daemon.verdict import Evidence
 from specmon.engines import Context, Engine, ModelReading, PageReading
@@ -59,6 +60,9 @@ def test_a_twin_that_speculates_is_refused() -> None:
     assert window.verdict is not None and "speculates itself" in window.verdict.detail
     assert window.load is not None and window.load.realized_speedup is None
     assert _usable(target) == [(("spec", "twin", "speculates"), 0.0)]
+    (document,) = views_json([target.view])
+    assert document["baseline_check"]["reason"] == "speculates"
+    assert document["models"][0]["windows"][0]["load"]["baseline_refused"].startswith("the twin")
 
 
 def _renamed(pages: list[PageReading], model: str) -> list[PageReading]:
@@ -119,3 +123,20 @@ def test_check_config_names_a_twin_of_another_configured_model(tmp_path: Path) -
     problems = "\n".join(caught.value.problems)
     assert "targets[2].baseline: the twin 'twin' serves model 'llama-70b'" in problems, problems
     assert "targets[3].baseline: no target named 'nobody'" in problems, problems
+
+
+def test_a_realized_speedup_above_the_bound_is_withheld_and_counted() -> None:
+    """The twin's step is 28 ms (7 s of engine time in 5 s: within the laws), the target's
+    12.5 ms at 2.5 tokens a step: 5.6x realized, above (k + 1) x 1.1 = 4.4 at k = 3."""
+    spec_pages, base_pages = load_pair(((12, 4.0, 0.028, 0.0125),))
+    fleet = Twins()
+    twin = state("twin", fleet=fleet)
+    target = state("spec", fleet=fleet, baseline="twin")
+    for i, (spec_page, twin_page) in enumerate(zip(spec_pages, base_pages, strict=True)):
+        feed_one(twin, twin_page, i)
+        feed_one(target, spec_page, i)
+    assert "speedup_above_bound" in {r.reason.value for r in target.view.rejected}
+    for window in target.view.models[0].windows:
+        assert window.load is not None and window.load.realized_speedup is None
+        assert all(b.realized_speedup is None for b in window.load.buckets)
+        assert window.verdict is not None and window.verdict.basis is not Evidence.TWIN

@@ -94,3 +94,21 @@ def test_check_config_names_the_profile_and_the_level(tmp_path: Path) -> None:
         parse_config(text, base_dir=tmp_path)
     message = "; ".join(caught.value.problems)
     assert str(path) in message and "levels[0].baseline.time_per_output_token_seconds" in message
+
+
+def test_measure_says_when_the_profile_it_wrote_will_be_refused() -> None:
+    from specmon.cli.measure import profile_problems
+    from specmon.load import Profile, ProfileLevel, ProfileSide
+
+    def level(n: int, base: float, spec: float) -> ProfileLevel:
+        side = ProfileSide(time_per_output_token_seconds=base, step_seconds=base,
+                           tokens_per_second=None, concurrency=float(n))  # fmt: skip
+        spec_side = ProfileSide(time_per_output_token_seconds=spec, step_seconds=spec * 2.5,
+                                tokens_per_second=None, concurrency=float(n))  # fmt: skip
+        return ProfileLevel(n, side, spec_side, 2.5, 3.0, None, None, None, None)
+
+    quiet = Profile(version=1, levels=(level(1, 0.010, 0.005), level(4, 0.015, 0.008)))
+    assert profile_problems(quiet) == []
+    busy = Profile(version=1, levels=(level(1, 0.040, 0.010), level(4, 0.015, 0.011)))
+    (problem,) = profile_problems(busy)
+    assert problem.startswith("levels[1].baseline.time_per_output_token_seconds"), problem

@@ -442,16 +442,22 @@ MUTATIONS = [
         id="rejections-short-for",
     ),
     pytest.param(
-        r'rejected_readings_total\{reason!="imprecise_window"\}\[15m\]\) > 0',
-        'rejected_readings_total{reason!="imprecise_window"}[15m]) >= 0',
+        r'rejected_readings_total\{reason!~"imprecise_window\|speedup_above_bound"\}\[15m\]\) > 0',
+        'rejected_readings_total{reason!~"imprecise_window|speedup_above_bound"}[15m]) >= 0',
         "readings rejected fires after 30 minutes",
         id="rejections-any-counter",
     ),
     pytest.param(
-        r'\{reason!="imprecise_window"\}',
+        r'\{reason!~"imprecise_window\|speedup_above_bound"\}',
         "",
         "readings rejected fires after 30 minutes",
         id="rejections-withheld-windows",
+    ),
+    pytest.param(
+        r"imprecise_window\|speedup_above_bound",
+        "imprecise_window",
+        "readings rejected fires after 30 minutes",
+        id="rejections-withheld-speedups",
     ),
     # specmon_draft_cost_ratio has a configured and an engine-measured source.
     pytest.param(
