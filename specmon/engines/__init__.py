@@ -9,7 +9,7 @@ instance from query results) with the same adapters.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from specmon.engines._common import AdapterError
@@ -51,6 +51,7 @@ __all__ = [
     "check_engine",
     "detect_engine",
     "detect_engine_from_names",
+    "identity_labels",
     "read_page",
     "read_parsed",
     "wanted_names",
@@ -61,6 +62,9 @@ class Adapter(Protocol):
     engine: Engine
     wanted: tuple[str, ...]
     markers: tuple[str, ...]
+    #: Per wanted name, the labels that tell two of its series apart on one server's page
+    #: (:func:`specmon.engines._common.labels_by_name`).
+    series_labels: Mapping[str, tuple[str, ...]]
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         """Per model a reading, or a Rejection saying why its values cannot be used."""
@@ -137,6 +141,19 @@ def wanted_names(engine: Engine | None = None) -> tuple[str, ...]:
     """Every sample name the adapter for ``engine`` reads (None: every adapter), sorted."""
     adapters = ADAPTERS.values() if engine is None else (ADAPTERS[engine],)
     return tuple(sorted({name for adapter in adapters for name in adapter.wanted}))
+
+
+def identity_labels(engine: Engine | None = None) -> dict[str, tuple[str, ...]]:
+    """Per wanted sample name, the labels the adapters reading it tell its series apart by
+    (their ``series_labels``, united; sorted). Two series of one name and one server that
+    agree on all of them are the same series seen twice: fleet mode's grouping refuses
+    them rather than count them twice."""
+    adapters = ADAPTERS.values() if engine is None else (ADAPTERS[engine],)
+    found: dict[str, set[str]] = {}
+    for adapter in adapters:
+        for name, labels in adapter.series_labels.items():
+            found.setdefault(name, set()).update(labels)
+    return {name: tuple(sorted(labels)) for name, labels in sorted(found.items())}
 
 
 def read_parsed(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from specmon.engines.model import Context, ModelReading, Rejection, RejectReason
 from specmon.parser import Page, Sample
@@ -17,6 +17,7 @@ __all__ = [
     "context_count",
     "count",
     "first_present",
+    "labels_by_name",
     "load_context",
     "mean_by_model",
     "note_once",
@@ -182,3 +183,18 @@ def per_model(
         if reading is not None:
             out.append(reading)
     return out
+
+
+def labels_by_name(
+    names: Iterable[str],
+    labels: tuple[str, ...] = (),
+    *,
+    by_name: Mapping[str, tuple[str, ...]] | None = None,
+) -> dict[str, tuple[str, ...]]:
+    """An adapter's ``series_labels``: for each of ``names``, the labels that tell two of its
+    series apart on one server's page (models, ranks, positions, bounds), which the adapter
+    sums, averages or keeps apart; ``labels`` for every name, ``by_name`` added for some.
+    Two series of one name agreeing on all of them are one series seen twice (fleet mode
+    refuses them)."""
+    extra = by_name or {}
+    return {name: (*labels, *extra.get(name, ())) for name in names}

@@ -12,10 +12,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from specmon.engines._common import (
     context_count,
     count,
     first_present,
+    labels_by_name,
     per_model,
     positions_tuple,
     sum_positions,
@@ -68,6 +71,9 @@ class LlamacppAdapter:
         + _BUSY
     )
     markers: tuple[str, ...] = (_P + "spec_decode_num_drafts",)
+    series_labels: Mapping[str, tuple[str, ...]] = labels_by_name(
+        wanted, by_name=dict.fromkeys(_PER_POS, ("position",))
+    )
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         drafts_name = first_present(page, _DRAFTS)

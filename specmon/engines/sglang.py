@@ -25,8 +25,11 @@ Written from SGLang's ``python/sglang/srt/observability/metrics_collector.py`` (
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from specmon.engines._common import (
     count,
+    labels_by_name,
     load_context,
     mean_by_model,
     note_once,
@@ -86,6 +89,18 @@ class SglangAdapter:
     wanted: tuple[str, ...] = _names()
     markers: tuple[str, ...] = tuple(
         prefix + name for prefix in PREFIXES for name in (_LENGTH, _RATE, "spec_verify_calls")
+    )
+    series_labels: Mapping[str, tuple[str, ...]] = labels_by_name(
+        wanted,
+        (
+            "model_name",
+            "engine_type",
+            "tp_rank",
+            "pp_rank",
+            "moe_ep_rank",
+            "dp_rank",
+            "worker_addr",
+        ),
     )
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:

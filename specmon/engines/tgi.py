@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 
-from specmon.engines._common import AdapterError, count
+from specmon.engines._common import AdapterError, count, labels_by_name
 from specmon.engines.model import (
     Context,
     Engine,
@@ -113,6 +114,9 @@ class TgiAdapter:
         _PREFILLED,
     )
     markers: tuple[str, ...] = (_NAME,)
+    series_labels: Mapping[str, tuple[str, ...]] = labels_by_name(
+        wanted, by_name={_BUCKET: ("le",), _STEP_SUM: ("method",), _STEP_COUNT: ("method",)}
+    )
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         if not page.has(_COUNT):

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 
 from specmon.bounds import acceptance_length_refusal
 from specmon.engines._common import (
     count,
+    labels_by_name,
     load_context,
     max_by_model,
     mean_by_model,
@@ -108,6 +110,14 @@ class TrtllmAdapter:
     wanted: tuple[str, ...] = _names((*_SPEC, _INFO, _RUNNING, _GENERATED))
     markers: tuple[str, ...] = _names(
         ("spec_decode_num_draft_tokens", "spec_decode_drafted_tokens", _LENGTH)
+    )
+    series_labels: Mapping[str, tuple[str, ...]] = labels_by_name(
+        wanted,
+        ("model_name", "engine_type", "pid"),
+        by_name={
+            **dict.fromkeys(_names((_DRAFTED_POS, _ACCEPTED_POS)), (_POSITION_LABEL,)),
+            **dict.fromkeys(_names((_INFO,)), ("spec_num_tokens",)),
+        },
     )
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:

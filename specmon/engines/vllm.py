@@ -7,9 +7,12 @@ API servers) have the same names without ``_created`` siblings, one series per e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from specmon.engines._common import (
     context_count,
     count,
+    labels_by_name,
     per_model,
     positions_tuple,
     sum_by,
@@ -48,6 +51,13 @@ class VllmAdapter:
     engine = Engine.VLLM
     wanted: tuple[str, ...] = _names(_COUNTERS + _CONTEXT)
     markers: tuple[str, ...] = _names(("spec_decode_num_drafts",))
+    series_labels: Mapping[str, tuple[str, ...]] = labels_by_name(
+        wanted,
+        ("model_name", "engine"),
+        by_name=dict.fromkeys(
+            _names(("spec_decode_num_accepted_tokens_per_pos_total",)), ("position",)
+        ),
+    )
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         prefix = next((p for p in PREFIXES if page.has(p + "spec_decode_num_drafts_total")), None)

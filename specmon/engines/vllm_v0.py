@@ -9,7 +9,9 @@ over the server's lifetime.
 
 from __future__ import annotations
 
-from specmon.engines._common import mean_by_model
+from collections.abc import Mapping
+
+from specmon.engines._common import labels_by_name, mean_by_model
 from specmon.engines.model import Engine, GaugeScope, ModelReading, Rejection, SpecGauges
 from specmon.parser import Page
 
@@ -29,6 +31,7 @@ class VllmV0Adapter:
     engine = Engine.VLLM_V0
     wanted: tuple[str, ...] = tuple(p + n for p in _PREFIXES for n in (_RATE, _EFFICIENCY))
     markers: tuple[str, ...] = tuple(p + _RATE for p in _PREFIXES)
+    series_labels: Mapping[str, tuple[str, ...]] = labels_by_name(wanted, ("model_name", "engine"))
 
     def read(self, page: Page) -> tuple[list[ModelReading | Rejection], list[str]]:
         prefix = next((p for p in _PREFIXES if page.has(p + _RATE)), None)

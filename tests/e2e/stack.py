@@ -168,8 +168,9 @@ def require_binaries(*names: str) -> None:
     missing = [name for name in names if shutil.which(name) is None]
     if missing:
         pytest.fail(
-            f"{', '.join(missing)} not found: install Debian's prometheus and "
-            "prometheus-alertmanager (./dev.sh provision debian) or deselect with "
+            f"{', '.join(missing)} not found: install Debian's prometheus, "
+            "prometheus-alertmanager and victoria-metrics (./dev.sh provision debian) or "
+            "deselect with "
             "-m 'not prometheus'"
         )
 

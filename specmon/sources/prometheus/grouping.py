@@ -23,6 +23,7 @@ from specmon.sources.prometheus.model import (
     MAX_LABEL_VALUE_CHARS,
     MAX_LABELS_PER_SERIES,
     MAX_VALUE_CHARS,
+    NUMERIC_LABELS,
     InstanceRead,
     ReadStatus,
 )
@@ -37,6 +38,7 @@ class _Group:
         "bad",
         "bad_example",
         "common",
+        "dupe_advice",
         "dupe_example",
         "dupes",
         "identities",
@@ -48,23 +50,25 @@ class _Group:
     def __init__(self, key: tuple[str, ...]) -> None:
         self.key = key
         self.samples: dict[str, list[Sample]] = {}
-        self.identities: dict[tuple[str | None, ...], Mapping[str, str]] = {}
+        self.identities: dict[tuple[object, ...], Mapping[str, str]] = {}
         self.common: dict[str, str] | None = None
         self.series = 0
         self.bad = 0
         self.bad_example = ""
         self.dupes = 0
         self.dupe_example = ""
+        self.dupe_advice = ""
 
     def error(self, message: str) -> None:
         self.bad += 1
         if not self.bad_example:
             self.bad_example = message
 
-    def duplicate(self, message: str) -> None:
+    def duplicate(self, message: str, advice: str) -> None:
         self.dupes += 1
         if not self.dupe_example:
             self.dupe_example = message
+            self.dupe_advice = advice
 
     def message(self) -> str | None:
         """Why the instance's series cannot be used, or None."""
@@ -72,12 +76,26 @@ class _Group:
         if self.dupes:
             parts.append(
                 f"{self.dupes} series appear more than once (first: {self.dupe_example}); they "
-                "would be counted twice: add the label that tells them apart to "
-                "instance_labels, narrow the selector or deduplicate replicas"
+                f"would be counted twice: {self.dupe_advice}"
             )
         if self.bad:
             parts.append(f"{self.bad} malformed series (first: {self.bad_example})")
         return "; ".join(parts) or None
+
+
+#: What to do about series seen twice. Never "add the differing label to instance_labels": the
+#: labels an engine tells its own series apart by are identity labels already (declared by the
+#: adapters), so what is left (``job``, a replica label) names a scrape, and adding it would
+#: split one server into two targets.
+_DUPLICATE_ADVICE = (
+    "one engine scraped twice (two jobs or unmerged HA replicas: narrow the selector or "
+    "deduplicate), or two servers under one name (instance_labels must include the label that "
+    "names the server, such as pod or instance)"
+)
+_BOUND_ADVICE = (
+    "the older form leaves the answer when its samples leave Prometheus's lookback (5 minutes "
+    "after the upgrade by default)"
+)
 
 
 def _describe(name: str, labels: Mapping[str, str]) -> str:
@@ -196,14 +214,10 @@ def build_instances(
             if isinstance(sample, str):
                 group.error(f"{_describe(name, labels)}: {sample}")
                 continue
-            identity = (name, *map(labels.get, IDENTITY_LABELS))
+            identity = _identity(name, labels)
             seen = group.identities.get(identity)
             if seen is not None:
-                differ = sorted(k for k in set(seen) | set(labels) if seen.get(k) != labels.get(k))
-                group.duplicate(
-                    _describe(name, labels)
-                    + (f", differing only in {differ}" if differ else ", identical")
-                )
+                group.duplicate(*_duplicate(name, seen, labels))
                 continue
             group.identities[identity] = labels
             if group.common is None:
@@ -222,6 +236,49 @@ def build_instances(
     ]
     instances.sort(key=lambda i: i.name)
     return instances, problems, total
+
+
+def _identity(name: str, labels: Mapping[str, str]) -> tuple[object, ...]:
+    """What one series of ``name`` is within its instance: its identity labels' values, the
+    numeric ones (``le``, ``quantile``) as numbers."""
+    return (
+        name,
+        *(
+            _number(labels.get(key)) if key in NUMERIC_LABELS else labels.get(key)
+            for key in IDENTITY_LABELS.get(name, ())
+        ),
+    )
+
+
+def _number(value: str | None) -> object:
+    """A bound as a number (``"1"``, ``"1.0"`` and ``"1e0"`` are one bound; ``"+Inf"`` and
+    ``"Inf"`` another); a value that is no plain number stays the text it is."""
+    if value is None or "_" in value or value != value.strip():
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return value if math.isnan(number) else number
+
+
+def _duplicate(name: str, seen: Mapping[str, str], labels: Mapping[str, str]) -> tuple[str, str]:
+    """How one series seen twice is described (the labels the two copies differ in, and why
+    bounds written two ways are one bound), and what to do about it."""
+    differ = sorted(k for k in set(seen) | set(labels) if seen.get(k) != labels.get(k))
+    text = _describe(name, labels)
+    if not differ:
+        return text + ", identical", _DUPLICATE_ADVICE
+    if all(k in NUMERIC_LABELS and k in seen and k in labels for k in differ):
+        forms = ", ".join(
+            f"{k}={clean(seen[k], 20)!r} and {k}={clean(labels[k], 20)!r}" for k in differ
+        )
+        return (
+            f"{text}: {forms} are one bound written two ways (Prometheus 3 writes bounds as "
+            "floats, Prometheus 2 as the engine printed them: samples of both within the "
+            "lookback, after an upgrade)"
+        ), _BOUND_ADVICE
+    return f"{text}, differing only in {differ}", _DUPLICATE_ADVICE
 
 
 def _note(problems: list[str], message: str) -> None:

@@ -11,6 +11,7 @@ from enum import StrEnum
 from specmon.engines import (
     Engine,
     PageReading,
+    identity_labels,
     read_parsed,
 )
 from specmon.parser import Page
@@ -22,20 +23,15 @@ MAX_LABELS_PER_SERIES = 64
 MAX_LABEL_VALUE_CHARS = 2048
 MAX_VALUE_CHARS = 64
 MAX_NAME_CHARS = 200
-#: Labels whose values tell one engine series from another within an instance. Two series
-#: of one name that agree on all of them are the same engine series seen twice (two jobs
-#: scraping one endpoint, unmerged HA replicas, instance_labels too coarse). TensorRT-LLM
-#: names its positions ``token_position``; histogram buckets differ by ``le``.
-IDENTITY_LABELS = (
-    "model_name",
-    "engine",
-    "position",
-    "token_position",
-    "le",
-    "dp_rank",
-    "tp_rank",
-    "engine_type",
-)
+#: Per sample name, the labels whose values tell one engine series from another within an
+#: instance: derived from the adapters' declarations (``series_labels``), so an adapter that
+#: reads a new label cannot have its series taken for duplicates. Two series of one name that
+#: agree on all of them are the same engine series seen twice (two jobs scraping one endpoint,
+#: unmerged HA replicas, instance_labels too coarse).
+IDENTITY_LABELS: Mapping[str, tuple[str, ...]] = identity_labels()
+#: Identity labels that hold a number (histogram bounds, summary quantiles): compared as numbers,
+#: since Prometheus 3 writes ``le="1.0"`` where Prometheus 2 kept the exposition's ``le="1"``.
+NUMERIC_LABELS = frozenset({"le", "quantile"})
 MAX_ERRORS_KEPT = 5
 #: A sample time further ahead of the read's evaluation time than this is refused (the
 #: instance's series are bad): Prometheus stamps samples with its own clock at scrape time.
