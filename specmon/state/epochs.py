@@ -250,9 +250,8 @@ class EpochTracker:
         if generated is not None:
             step.generated = generated
             step.scrapes = 1
-        if gen_reset or act_reset:
+        if gen_reset or act_reset:  # logged as counter_reset already: the page lists it
             self._events.append((wall, "engine restarted (its counters fell)"))
-            out.append(("engine_restarted", {}))
         current = self._current
         if current is None:
             self._current = Epoch(1, wall, None, seen.speculating,
@@ -539,12 +538,15 @@ def _event_from(raw: object, *, now: float) -> tuple[float, str]:
 
 
 class EpochBook:
-    """Every model's epochs for one target (at most MAX_MODELS models)."""
+    """Every model's epochs for one target (at most MAX_MODELS models), for one engine: a
+    page from another engine starts the book afresh."""
 
-    __slots__ = ("_trackers",)
+    __slots__ = ("_trackers", "engine")
 
     def __init__(self) -> None:
         self._trackers: dict[str, EpochTracker] = {}
+        #: The engine the epochs were seen on (its value), or None before the first page.
+        self.engine: str | None = None
 
     def clear(self) -> None:
         self._trackers.clear()
@@ -554,6 +556,11 @@ class EpochBook:
         (a model refused whole at this scrape tells nothing and is skipped)."""
         refused = {r.model for r in reading.rejected if r.whole_model}
         out: list[tuple[str, dict[str, Any]]] = []
+        engine = reading.engine.value if reading.engine is not None else None
+        if engine != self.engine:
+            if self.engine is not None:
+                self._trackers.clear()
+            self.engine = engine
         for speculating, models in ((True, reading.models), (False, reading.plain_models)):
             for model in models:
                 if model.model in refused:

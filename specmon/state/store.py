@@ -34,6 +34,7 @@ __all__ = [
     "decode",
     "encode",
     "read_state",
+    "remove_temporaries",
     "state_file_name",
     "write_atomic",
 ]
@@ -167,6 +168,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def remove_temporaries(path: Path) -> int:
+    """Delete what writers of ``path`` killed mid-write left (call with the lock held: no
+    other writer is running); how many."""
+    removed = 0
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+            removed += 1
+    return removed
 
 
 class DirLock:
