@@ -120,6 +120,13 @@ def emit_target(view: TargetView, out: Sink) -> None:
     out.add(m.LAST_SUCCESS, t, view.last_success)
     if view.baseline is not None:  # configuration: also while the target is down
         out.add(m.BASELINE_INFO, (view.name, view.baseline), 1.0)
+    for epochs in view.epochs:  # kept while the target is down
+        ml = (view.name, view.engine.value if view.engine else "unknown", epochs.model)
+        for e in epochs.epochs[-2:]:  # the current and the previous epoch only
+            k = str(e.chain_length) if e.chain_length else "none"
+            out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), str(e.speculation).lower(), k), 1)
+        if epochs.previous is not None:
+            out.add(m.CONFIG_CHANGE_TIME, ml, epochs.current.start)
     if not view.up:
         return
     check = view.baseline_check
