@@ -19,6 +19,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,7 @@ class StateKeeper:
             return
         state.epochs.engine = saved["engine"] or None
         state.epochs.restore(saved["models"], now=time.time())
+        state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
     # -- writing ----------------------------------------------------------------------------
 
