@@ -178,9 +178,42 @@ def test_specmon_container_is_locked_down(deployment: str, container: str) -> No
     # The image's ENTRYPOINT is kept (specmon run); args name the image's config path.
     assert "command" not in c
     assert f"--config.file={_dockerfile_config_path()}" in c["args"]
-    (mount,) = c["volumeMounts"]
+    mount, state = c["volumeMounts"]
     assert mount["mountPath"] == str(Path(_dockerfile_config_path()).parent)
     assert mount["readOnly"] is True
+    assert state["mountPath"] == "/var/lib/specmon" and not state.get("readOnly")
+
+
+@pytest.mark.parametrize("workload", [*EXPORTERS, "vllm"])
+def test_the_state_dir_is_a_volume_kept_by_one_pod(workload: str) -> None:
+    """state_dir (each layout's config) is the mounted state volume: a PVC held by one pod
+    at a time (a Deployment replaced with strategy Recreate, a StatefulSet's claim per
+    replica), or for the sidecar an emptyDir (lost with its pod, as documented)."""
+    found = _workload(workload)
+    pod = found["spec"]["template"]["spec"]
+    c = _container(workload, "specmon")
+    (state,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/specmon"]
+    configmaps = [
+        doc for (kind, _), doc in documents().items()
+        if kind == "ConfigMap" and doc["_file"].split("/")[1] == found["_file"].split("/")[1]
+    ]  # fmt: skip
+    (configmap,) = configmaps
+    (text,) = configmap["data"].values()
+    assert str(parse_config(text).global_.state_dir) == state["mountPath"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if found["kind"] == "StatefulSet":
+        claims = [t["metadata"]["name"] for t in found["spec"]["volumeClaimTemplates"]]
+        assert state["name"] in claims and state["name"] not in volumes
+        return
+    volume = volumes[state["name"]]
+    if workload == "vllm":
+        assert "emptyDir" in volume
+        return
+    claim = documents()[("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert found["spec"]["replicas"] == 1
+    assert found["spec"]["strategy"] == {"type": "Recreate"}
+    assert pod["securityContext"]["fsGroup"] == _dockerfile_user()[1]
 
 
 @pytest.mark.parametrize(
@@ -270,7 +303,7 @@ def test_the_statefulset_gives_each_replica_its_shard_from_its_ordinal() -> None
 def _projected_sources(deployment: str) -> list[dict[str, Any]]:
     """The sources of the projected volume mounted at the config's directory."""
     pod = _workload(deployment)["spec"]["template"]["spec"]
-    (mount,) = _container(deployment, "specmon")["volumeMounts"]
+    mount = _container(deployment, "specmon")["volumeMounts"][0]  # the config; then the state
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     sources: list[dict[str, Any]] = volume["projected"]["sources"]
     return sources
