@@ -30,6 +30,7 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any
 
+from specmon.bounds import ADAPTER_MAX_CHAIN, acceptance_length_refusal, chain_bound
 from specmon.engines import ModelReading, PageReading
 from specmon.records import record
 
@@ -63,8 +64,8 @@ MAX_EPOCHS = 12
 MAX_MODELS = 8
 MAX_EVENTS = 5
 MAX_NOTE = 200
-#: Longest chain length a restored epoch may have (no engine drafts longer chains).
-MAX_CHAIN = 64
+#: Longest chain length a restored epoch may have (the largest k an adapter reads).
+MAX_CHAIN = ADAPTER_MAX_CHAIN
 _MAX_COUNT = 2**53
 
 
@@ -528,6 +529,11 @@ def _epoch_from(raw: object, *, now: float) -> Epoch:
         epoch.accepted_tokens > epoch.draft_tokens or epoch.drafts > epoch.draft_tokens
     ):
         raise ValueError("more accepted tokens or drafts than draft tokens")
+    if epoch.drafts:  # the same bound as a live window's (specmon.bounds)
+        length = 1.0 + epoch.accepted_tokens / epoch.drafts
+        problem = acceptance_length_refusal(length, chain_length=chain_bound(detected=k))
+        if problem is not None:
+            raise ValueError(problem)
     return epoch
 
 

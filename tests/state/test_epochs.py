@@ -189,6 +189,7 @@ def test_a_restored_epoch_outside_the_bounds_refuses_the_whole_model() -> None:
     now = START + w.now
     for bad, says in (
         ({"accepted": 10**6, "draft_tokens": 10}, "more accepted"),
+        ({"accepted": 100, "draft_tokens": 100, "drafts": 10, "k": 4}, "above k \\+ 1"),
         ({"k": 0}, "chain length"),
         ({"k": 65}, "chain length"),
         ({"start": float("nan")}, "start"),
