@@ -61,6 +61,7 @@ class StateKeeper:
     def __init__(
         self, *, directory: Path, shard: Shard, log: Logger, max_age: float,
         interval: float = WRITE_INTERVAL, max_bytes: int = MAX_FILE_BYTES,
+        clock: Callable[[], float] = time.time,
     ) -> None:  # fmt: skip
         self.directory = directory
         self.path = directory / state_file_name(str(shard))
@@ -69,6 +70,8 @@ class StateKeeper:
         self.max_age = max_age
         self.interval = interval
         self.max_bytes = max_bytes
+        #: Unix time now (the bounds restored times are checked against).
+        self.clock = clock
         self.lock = DirLock(self.path.with_name(self.path.name + ".lock"))
         #: Saved targets not (yet) restored: kept in the next writes until they expire.
         self._saved: dict[Key, dict[str, Any]] = {}
@@ -101,7 +104,7 @@ class StateKeeper:
         return True
 
     def _read(self) -> dict[Key, dict[str, Any]]:
-        now = time.time()
+        now = self.clock()
         try:
             body = read_state(self.path, max_bytes=self.max_bytes)
             if body is None:
@@ -123,14 +126,14 @@ class StateKeeper:
         if saved is None:
             return
         state.epochs.engine = saved["engine"] or None
-        state.epochs.restore(saved["models"], now=time.time())
+        state.epochs.restore(saved["models"], now=self.clock())
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
     # -- writing ----------------------------------------------------------------------------
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """The body to write, taken on the loop (the epochs' records, a few per target)."""
-        now = time.time()
+        now = self.clock()
         targets: list[dict[str, Any]] = []
         seen: set[Key] = set()
         for state in states:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import threading
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -297,3 +298,38 @@ def test_size_per_target_at_1000_targets(tmp_path: Path) -> None:
     )
     assert per_target < 4096  # the stated bound: under 4 KB a target
     assert size < MAX_FILE_BYTES
+
+
+def test_the_write_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """The snapshot is taken on the loop; the encoding, the write and the fsyncs in a thread."""
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    writers: list[int] = []
+    write = keeper.write_now
+
+    def spy(body: dict[str, Any]) -> int:
+        writers.append(threading.get_ident())
+        return write(body)
+
+    keeper.write_now = spy  # type: ignore[method-assign]
+
+    async def save() -> int:
+        await keeper.save(lambda: [state])
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(save())
+    assert len(writers) == 1 and writers[0] != loop_thread
+    assert keeper.writes == 1 and read_state(keeper.path) is not None
+
+
+def test_a_failed_write_is_logged_and_the_old_file_kept(tmp_path: Path) -> None:
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path, max_bytes=200)  # smaller than any state: the write is refused
+    keeper.open()
+    with structlog.testing.capture_logs() as logs:
+        _save(keeper, [state])
+    assert [line["event"] for line in logs] == ["state_write_failed"]
+    assert keeper.failures == 1 and not keeper.path.exists()
