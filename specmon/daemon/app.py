@@ -599,7 +599,7 @@ class Daemon:
                 directory=state_dir, shard=self.shard, log=self.log,
                 max_age=config.global_.state_max_age,
             )  # fmt: skip
-            self.keeper.open()
+            await asyncio.to_thread(self.keeper.open)  # the read and its checks off the loop
             self._keeper_task = asyncio.create_task(self.keeper.run(self.states), name="state")
         self._apply(config)
         self.metrics.reload_ok.set(1)

@@ -42,6 +42,8 @@ __all__ = ["WRITE_INTERVAL", "StateKeeper", "mark_targets", "state_key"]
 
 #: Seconds between two writes (the most a SIGKILL loses).
 WRITE_INTERVAL = 30.0
+#: Targets snapshotted between two turns of the event loop.
+SLICE = 500
 #: Most targets kept in one file (at about 2.6 KB a target, well under MAX_FILE_BYTES).
 MAX_TARGETS = 20_000
 
@@ -125,26 +127,47 @@ class StateKeeper:
         saved = self._saved.pop(state_key(state), None)
         if saved is None:
             return
+        if state.epochs.view():  # seen live before the lock came: merged, checked again
+            state.epochs.restore(saved["models"], now=self.clock())
+        else:  # checked when the file was read
+            state.epochs = saved["book"]
         state.epochs.engine = saved["engine"] or None
-        state.epochs.restore(saved["models"], now=self.clock())
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
     # -- writing ----------------------------------------------------------------------------
 
+    def _entry(self, state: TargetState, now: float, seen: set[Key]) -> dict[str, Any] | None:
+        key = state_key(state)
+        if key in seen or not self.shard.keeps(key[0]):
+            return None
+        seen.add(key)
+        state.epochs.expire(now=now, max_age=self.max_age)
+        models = state.epochs.to_json()
+        return _target_json(key, state.epochs.engine, models, seen=now) if models else None
+
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
-        """The body to write, taken on the loop (the epochs' records, a few per target)."""
+        """The body to write, taken at once (the epochs' saved forms, a few per target)."""
         now = self.clock()
-        targets: list[dict[str, Any]] = []
         seen: set[Key] = set()
-        for state in states:
-            key = state_key(state)
-            if key in seen or not self.shard.keeps(key[0]):
-                continue
-            seen.add(key)
-            state.epochs.expire(now=now, max_age=self.max_age)
-            models = state.epochs.to_json()
-            if models:
-                targets.append(_target_json(key, state.epochs.engine, models, seen=now))
+        entries = (self._entry(state, now, seen) for state in states)
+        return self._body([e for e in entries if e is not None], seen, now)
+
+    async def snapshot_sliced(self, states: Iterable[TargetState]) -> dict[str, Any]:
+        """:meth:`snapshot` on the event loop, letting it turn every SLICE targets (each
+        target's entry is taken whole between two of its scrapes)."""
+        now = self.clock()
+        seen: set[Key] = set()
+        targets: list[dict[str, Any]] = []
+        for index, state in enumerate(list(states)):
+            if index and index % SLICE == 0:
+                await asyncio.sleep(0)
+            entry = self._entry(state, now, seen)
+            if entry is not None:
+                targets.append(entry)
+        return self._body(targets, seen, now)
+
+    def _body(self, targets: list[dict[str, Any]], seen: set[Key], now: float) -> dict[str, Any]:
+        """With the saved targets not running now (kept until they expire)."""
         for key, saved in list(self._saved.items()):
             if key in seen or saved["seen"] < now - self.max_age:
                 del self._saved[key]  # a target that came back, or expired
@@ -164,11 +187,11 @@ class StateKeeper:
     async def save(self, states: Callable[[], Iterable[TargetState]]) -> None:
         """One write: the snapshot here, the rest in a thread. Failures are logged."""
         if not self.lock.held:
-            if not self.open():
+            if not await asyncio.to_thread(self.open):  # the read and its checks: a thread
                 return
             for state in states():  # the lock came late: the file's epochs come first
                 self.restore(state)
-        body = self.snapshot(states())
+        body = await self.snapshot_sliced(states())
         try:
             await asyncio.to_thread(self.write_now, body)
         except OSError as exc:
@@ -222,13 +245,14 @@ def _targets(body: dict[str, Any], *, now: float, shard: Shard) -> dict[Key, dic
                 raise ValueError("seen: not a time")
             if not 0 < seen <= now + 86400:
                 raise ValueError("seen: not a time up to a day ahead")
-            EpochBook().restore(models, now=now)
+            book = EpochBook()
+            book.restore(models, now=now)
         except ValueError as exc:
             raise StateRefused(f"target {index}: {exc}") from None
         key: Key = (fields[0], fields[1], fields[2], fields[3])  # type: ignore[assignment]
         if not shard.keeps(key[0]):
             continue
-        out[key] = {"engine": engine, "models": models, "seen": float(seen)}
+        out[key] = {"engine": engine, "models": models, "seen": float(seen), "book": book}
     return out
 
 

@@ -221,3 +221,7 @@ def test_eviction_keeps_the_newest_epoch_of_each_configuration() -> None:
     assert len(view.epochs) == MAX_EPOCHS
     assert any(not e.speculation for e in view.epochs)
     assert [e.number for e in view.epochs] == sorted(e.number for e in view.epochs)
+    # What is written is what is kept (the past epochs' saved form is made once each).
+    again = EpochBook()
+    again.restore(w.book.to_json(), now=START + w.now)
+    assert again.view()[0].epochs == view.epochs
