@@ -178,42 +178,35 @@ def test_specmon_container_is_locked_down(deployment: str, container: str) -> No
     # The image's ENTRYPOINT is kept (specmon run); args name the image's config path.
     assert "command" not in c
     assert f"--config.file={_dockerfile_config_path()}" in c["args"]
-    mount, state = c["volumeMounts"]
+    mount = c["volumeMounts"][0]
     assert mount["mountPath"] == str(Path(_dockerfile_config_path()).parent)
     assert mount["readOnly"] is True
-    assert state["mountPath"] == "/var/lib/specmon" and not state.get("readOnly")
+    # The state volume (an exporter's), writable; nothing else.
+    assert [m["mountPath"] for m in c["volumeMounts"][1:]] in ([], ["/var/lib/specmon"])
 
 
-@pytest.mark.parametrize("workload", [*EXPORTERS, "vllm"])
+@pytest.mark.parametrize("workload", EXPORTERS)
 def test_the_state_dir_is_a_volume_kept_by_one_pod(workload: str) -> None:
-    """state_dir (each layout's config) is the mounted state volume: a PVC held by one pod
-    at a time (a Deployment replaced with strategy Recreate, a StatefulSet's claim per
-    replica), or for the sidecar an emptyDir (lost with its pod, as documented)."""
+    """--state.dir is the mounted state volume: a PVC held by one pod at a time (a Deployment
+    replaced with strategy Recreate) or a StatefulSet's claim per replica, writable by the
+    image's group (fsGroup)."""
     found = _workload(workload)
     pod = found["spec"]["template"]["spec"]
     c = _container(workload, "specmon")
     (state,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/specmon"]
-    configmaps = [
-        doc for (kind, _), doc in documents().items()
-        if kind == "ConfigMap" and doc["_file"].split("/")[1] == found["_file"].split("/")[1]
-    ]  # fmt: skip
-    (configmap,) = configmaps
-    (text,) = configmap["data"].values()
-    assert str(parse_config(text).global_.state_dir) == state["mountPath"]
+    assert f"--state.dir={state['mountPath']}" in c["args"]
+    assert pod["securityContext"]["fsGroup"] == _dockerfile_user()[1]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
     if found["kind"] == "StatefulSet":
         claims = [t["metadata"]["name"] for t in found["spec"]["volumeClaimTemplates"]]
         assert state["name"] in claims and state["name"] not in volumes
         return
-    volume = volumes[state["name"]]
-    if workload == "vllm":
-        assert "emptyDir" in volume
-        return
-    claim = documents()[("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])]
+    claim = documents()[
+        ("PersistentVolumeClaim", volumes[state["name"]]["persistentVolumeClaim"]["claimName"])
+    ]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert found["spec"]["replicas"] == 1
     assert found["spec"]["strategy"] == {"type": "Recreate"}
-    assert pod["securityContext"]["fsGroup"] == _dockerfile_user()[1]
 
 
 @pytest.mark.parametrize(
