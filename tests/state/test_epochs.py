@@ -225,3 +225,24 @@ def test_eviction_keeps_the_newest_epoch_of_each_configuration() -> None:
     again = EpochBook()
     again.restore(w.book.to_json(), now=START + w.now)
     assert again.view()[0].epochs == view.epochs
+
+
+def test_specmons_own_downtime_is_counted_in_no_epoch() -> None:
+    """A restored tracker counts from its second live reading: the interval spanning the
+    downtime (its drafts and tokens) goes nowhere."""
+    w = Watched(PageKind.VLLM, K4)
+    w.scrape(4)
+    saved = w.book.to_json()
+    (before,) = w.book.view()
+    w.now += 600.0  # specmon down for ten minutes while the engine serves
+    book = EpochBook()
+    book.restore(saved, now=START + w.now)
+    w.book = book
+    w.scrape()
+    (first,) = w.book.view()
+    assert first.current.scrapes == before.current.scrapes
+    assert first.current.drafts == before.current.drafts
+    w.scrape()
+    (second,) = w.book.view()
+    assert second.current.scrapes == before.current.scrapes + 1
+    assert 0 < second.current.drafts - before.current.drafts < 20.0 * INTERVAL * 3

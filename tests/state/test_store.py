@@ -45,14 +45,17 @@ def _state(name: str, url: str | None = None) -> TargetState:
     )
 
 
-def _feed(state: TargetState, *, scrapes: int = 4, k: int = 4, seed: int = 1) -> None:
+def _feed(
+    state: TargetState, *, scrapes: int = 4, k: int = 4, seed: int = 1, offset: float = 0.0
+) -> None:
     template = load_template(PageKind.VLLM)
     settings = SimSettings(survival=(0.9, 0.7, 0.5, 0.3)[:k])
     engine = SimEngine(settings=settings, seed=seed, now=0.0, wall=START)
     for i in range(1, scrapes + 1):
         engine.advance(5.0 * i)
         page = template.render(engine, model="m")
-        state.observe(read_page(page), mono=5.0 * i, wall=START + 5.0 * i, duration=0.001)
+        at = offset + 5.0 * i
+        state.observe(read_page(page), mono=at, wall=START + at, duration=0.001)
 
 
 def _keeper(path: Path, **kwargs: Any) -> StateKeeper:
@@ -333,3 +336,22 @@ def test_a_failed_write_is_logged_and_the_old_file_kept(tmp_path: Path) -> None:
         _save(keeper, [state])
     assert [line["event"] for line in logs] == ["state_write_failed"]
     assert keeper.failures == 1 and not keeper.path.exists()
+
+
+def test_the_target_page_and_the_api_list_the_epochs() -> None:
+    from specmon.daemon.status_page import views_json
+    from specmon.daemon.target_page import render_target
+
+    state = _state("t")
+    _feed(state, scrapes=4, k=4)
+    _feed(state, scrapes=5, k=2, seed=2, offset=100.0)  # restarted with k = 2: counters fall
+    html = render_target(state.view, primary_window="1m", series=(), events=())
+    assert "Configuration epochs" in html
+    assert html.index("speculating, k = 2") < html.index("speculating, k = 4")  # newest first
+    assert "chain_length" in html and "engine restarted" in html
+    (doc,) = views_json([state.view])
+    (model,) = doc["epochs"]
+    assert [(e["epoch"], e["chain_length"], e["reason"]) for e in model["epochs"]] == [
+        (1, 4, "first_seen"),
+        (2, 2, "chain_length"),
+    ]
