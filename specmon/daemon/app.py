@@ -402,6 +402,8 @@ class Daemon:
 
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
+        if self.keeper is not None:
+            self.keeper.retire(running.state)  # its epochs stay in the state file
         self.twins.drop(running.state)
         running.task.cancel()
         self._thaw()

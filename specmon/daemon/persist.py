@@ -134,6 +134,14 @@ class StateKeeper:
         state.epochs.engine = saved["engine"] or None
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
+    def retire(self, state: TargetState) -> None:
+        """A target leaves (removed from the config, or its URL changed): its epochs stay in
+        the file under its key until they expire, and come back if it does."""
+        models = state.epochs.to_json()
+        if models:
+            self._saved[state_key(state)] = {"engine": state.epochs.engine, "models": models,
+                                             "seen": self.clock(), "book": state.epochs}  # fmt: skip
+
     # -- writing ----------------------------------------------------------------------------
 
     def _entry(self, state: TargetState, now: float, seen: set[Key]) -> dict[str, Any] | None:

@@ -355,3 +355,20 @@ def test_the_target_page_and_the_api_list_the_epochs() -> None:
         (1, 4, "first_seen"),
         (2, 2, "chain_length"),
     ]
+
+
+def test_a_target_removed_while_running_keeps_its_epochs_and_gets_them_back(
+    tmp_path: Path,
+) -> None:
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    state.mark(wall=START + 50.0, note="draft 1B")
+    keeper.retire(state)  # removed from the config
+    _save(keeper, [])
+    body = read_state(keeper.path)
+    assert body is not None and [t["name"] for t in body["targets"]] == ["t"]
+    back = _state("t")  # configured again, same URL
+    keeper.restore(back)
+    assert [e.note for e in back.epochs.view()[0].epochs] == ["", "draft 1B"]
