@@ -33,7 +33,8 @@ RUN python -m venv "$VIRTUAL_ENV" \
     && "$VIRTUAL_ENV/bin/pip" install . \
     && "$VIRTUAL_ENV/bin/pip" uninstall --yes pip setuptools \
     && "$VIRTUAL_ENV/bin/specmon" --version \
-    && "$VIRTUAL_ENV/bin/specmon" check-config specmon.yml
+    && "$VIRTUAL_ENV/bin/specmon" check-config specmon.yml \
+    && install -d -m 0700 /var/lib/specmon
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="specmon" \
@@ -46,8 +47,12 @@ ENV VIRTUAL_ENV=/opt/specmon \
     PYTHONUNBUFFERED=1
 COPY --from=build /opt/specmon /opt/specmon
 COPY deploy/systemd/specmon.yml /etc/specmon/specmon.yml
+# Where a deployment mounts the state volume (state_dir: the configuration epochs kept across
+# restarts), owned by the image's user so that a fresh named volume takes its owner and mode
+# (made in the build stage: nothing runs at build time in this one).
+COPY --from=build --chown=10920:10920 /var/lib/specmon /var/lib/specmon
 # A numeric user, so that Kubernetes' runAsNonRoot can check it without /etc/passwd. specmon
-# writes nothing to disk: the root filesystem can be read-only.
+# writes nothing but its state, to that volume: the root filesystem can be read-only.
 USER 10920:10920
 EXPOSE 10920
 # No curl in the image: the venv's Python asks /healthz (the process is alive and serving),

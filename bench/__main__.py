@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status]``; results are
+"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ def main(argv: list[str]) -> int:
     if which == "parser":
         parser.run()
         return 0
+    if which == "state":
+        from bench import state
+
+        return state.main(argv[1:])
     if which == "scale":
         from bench import scale
 

@@ -365,6 +365,25 @@ class AlertAnnotation(dm.AnnotationQuery):
         return super().to_json() | options | {"useValueForTime": False}
 
 
+CHANGE_ANNOTATION_EXPR = 'specmon_config_change_timestamp_seconds{target=~"$target"} * 1000'
+
+
+class ChangeAnnotation(dm.AnnotationQuery):
+    """Each configuration change specmon detected or an operator marked (speculation on or
+    off, a new chain length, ``specmon mark``), at the time the change was first seen: the
+    series' value is that time, so Grafana places the annotation by it (useValueForTime)."""
+
+    def __init__(self) -> None:
+        super().__init__("configuration changes", DS, icon_color="purple", hide=None,
+                         built_in=None)  # fmt: skip
+        self.expr = CHANGE_ANNOTATION_EXPR
+
+    def to_json(self) -> dict[str, object]:
+        text, title = "{{target}} {{model}}: a new configuration epoch", "configuration change"
+        options = {"step": "1m", "tagKeys": "target", "textFormat": text, "titleFormat": title}
+        return super().to_json() | options | {"useValueForTime": True}
+
+
 def choice(name: str, values_of: str, *, several: bool = False, default: str = "") -> Variable:
     """A template variable (labelled with its name) listing ``label_values(...)``; ``several``:
     any number, all by default."""
@@ -389,7 +408,9 @@ def dashboard(
     sources = board.DatasourceVariable("datasource").label("Data source").type("prometheus")
     sources.regex("").hide(dm.VariableHide.DONT_HIDE).multi(False).include_all(False)
     out = board.Dashboard(title).uid(uid).description(about).editable().version(1)
-    out.annotations([built_in, Fixed(AlertAnnotation())]).fiscal_year_start_month(0)
+    out.annotations(
+        [built_in, Fixed(AlertAnnotation()), Fixed(ChangeAnnotation())]
+    ).fiscal_year_start_month(0)
     out.tooltip(dm.DashboardCursorSync.CROSSHAIR).refresh("30s").time("now-6h", "now")
     out.tags(["specmon", "speculative-decoding"]).variables([sources, *variables])
     out.timezone("").week_start("")

@@ -26,7 +26,7 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     bucket, with speculation paying at low load and costing time at high load."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "specmon", "demo", "--duration", "42", "--drop-at", "4",
-         "--load-phase", "6", "--no-tui", "--listen", "127.0.0.1:0"],
+         "--load-phase", "6", "--switch-at", "8", "--no-tui", "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -44,6 +44,7 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     buckets: dict[str, float] = {}
     tgi_buckets: dict[str, float] = {}
     targets_seen: set[str] = set()
+    epochs: dict[str, str] = {}
     deadline = time.monotonic() + 50
     while proc.poll() is None and time.monotonic() < deadline:
         try:
@@ -53,6 +54,8 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
         if status == 200:
             m = Exported.parse(body.decode())
             targets_seen |= {dict(k)["target"] for k in m.series("specmon_up")}
+            switched = m.series("specmon_config_epoch_info", target="vllm-switched")
+            epochs.update({dict(k)["epoch"]: dict(k)["speculation"] for k in switched})
             margin = m.value("specmon_alpha_margin_ratio", target="vllm-degrading", window="30s")
             if margin is not None:
                 margins.append(margin)
@@ -73,7 +76,15 @@ def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     text = "".join(lines) + out
-    assert targets_seen == {*HEALTHY, "vllm-degrading", "vllm-baseline", "tgi-baseline"}
+    assert targets_seen == {
+        *HEALTHY,
+        "vllm-degrading",
+        "vllm-baseline",
+        "tgi-baseline",
+        "vllm-switched",
+    }
+    # vllm-switched, restarted with its draft at 8 s: an epoch without speculation, then one with.
+    assert epochs == {"1": "false", "2": "true"}, epochs
     # The load-aware verdict against the twin: pays at 1 and 4 requests, costs from 16.
     assert buckets["1"] > 1.5 and buckets["4"] > 1.0, buckets
     assert buckets["16"] < 1.0, buckets

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("specmon.engines",),
     ("specmon.windows", "specmon.report"),
-    ("specmon.load", "specmon.settings"),
+    ("specmon.load", "specmon.settings", "specmon.state"),
     ("specmon.recommend",),
     ("specmon.sources", "specmon.web"),
     ("specmon.daemon", "specmon.measure", "specmon.sim"),

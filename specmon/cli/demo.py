@@ -40,6 +40,8 @@ __all__ = ["add_parser", "demo_fleet", "render_rows"]
 DEMO_WINDOWS = ("10s", "30s", "2m")
 DEMO_PRIMARY = "30s"
 DROP_AT = 45.0
+#: When vllm-switched is restarted with its draft (it runs without speculation until then).
+SWITCH_AT = 60.0
 
 _GREEN, _RED, _YELLOW, _DIM, _BOLD, _RESET = (
     "\033[32m", "\033[31m", "\033[33m", "\033[2m", "\033[1m", "\033[0m",
@@ -89,6 +91,14 @@ def add_parser(sub: Any) -> None:
         f"{LOAD_PHASE:g}; levels {', '.join(map(str, LOAD_CYCLE))} requests, repeated)",
     )
     p.add_argument(
+        "--switch-at",
+        type=positive_float,
+        default=SWITCH_AT,
+        metavar="SECONDS",
+        help=f"when vllm-switched is restarted with speculation on (default {SWITCH_AT:g}): "
+        "a new configuration epoch on its target page",
+    )
+    p.add_argument(
         "--refresh",
         type=float,
         default=2.0,
@@ -114,9 +124,12 @@ FAST_LOAD_MODEL = LoadModel(
 
 
 def demo_fleet(
-    *, seed: int = 7, drop_at: float = DROP_AT, load_phase: float = LOAD_PHASE
-) -> list[VirtualTarget]:
+    *, seed: int = 7, drop_at: float = DROP_AT, load_phase: float = LOAD_PHASE,
+    switch_at: float = SWITCH_AT,
+) -> list[VirtualTarget]:  # fmt: skip
     """The demo's engines. ``vllm-degrading`` loses acceptance at ``drop_at`` seconds;
+    ``vllm-switched`` runs without speculation until ``switch_at``, then is restarted with its
+    draft (a new configuration epoch, its own past the baseline);
     ``vllm-loaded`` and its twin without speculation ``vllm-baseline`` run the same traffic,
     whose concurrency cycles through LOAD_CYCLE, on a bandwidth-bound load model: speculation
     pays at low load and costs time above about 11 requests (specmon/sim/load_model.py)."""
@@ -154,8 +167,14 @@ def demo_fleet(
         )
         for role, speculating in (("loaded", True), ("baseline", False))
     ]
+    switched = Scenario(phases=(Phase(at=switch_at, changes={"speculation": True}, restart=True),))
     return [
         *pairs,
+        make_target(
+            name="vllm-switched", kind=PageKind.VLLM, model="llama-3.1-8b",
+            settings=replace(loaded, requests_running=4, speculation=False),
+            scenario=switched, seed=seed + 12,
+        ),
         make_target(
             name="vllm-eagle", kind=PageKind.VLLM, model="llama-3.1-70b",
             settings=SimSettings(survival=(0.88, 0.74, 0.61, 0.49, 0.38), drafts_per_second=40),
@@ -362,7 +381,7 @@ def _load_line(load: LoadFigures, paint: Callable[[str, str], str]) -> str:
 
 
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    fleet = demo_fleet(drop_at=args.drop_at, load_phase=args.load_phase)
+    fleet = demo_fleet(drop_at=args.drop_at, load_phase=args.load_phase, switch_at=args.switch_at)
     server = SimServer(fleet)
     await server.start_each("127.0.0.1")
     workdir = Path(tempfile.mkdtemp(prefix="specmon-demo-"))
@@ -389,6 +408,8 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
         f"  config        {config}",
         f"  vllm-degrading's draft stops matching after {args.drop_at:.0f}s: watch its margin "
         "go red.",
+        f"  vllm-switched is restarted with its draft after {args.switch_at:.0f}s: its target "
+        "page lists the epoch before and the one after.",
         f"  figures over the {DEMO_PRIMARY} window; Ctrl-C stops everything.",
     ]
     out.write("\n".join(intro) + "\n\n")

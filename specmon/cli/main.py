@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.cli import breakeven, demo, inspect, measure, recommend, run, simulate, web
+from specmon.cli import breakeven, demo, inspect, mark, measure, recommend, run, simulate, web
 
 __all__ = ["build_parser", "main"]
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     measure.add_parser(sub)
     recommend.add_parser(sub)
+    mark.add_parser(sub)
     return parser
 
 

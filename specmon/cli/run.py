@@ -54,6 +54,15 @@ def add_parsers(sub: Any) -> None:
         "by the hash of their names as Prometheus's hashmod: N replicas with --shard 0/N .. "
         "N-1/N split them with no coordination (docs/fleet.md)",
     )
+    run.add_argument(
+        "--state.dir",
+        dest="state_dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the targets' configuration epochs in DIR across restarts (overrides "
+        "global.state_dir; unset: nothing is written). docs/deploying.md, State",
+    )
     run.add_argument("--log.level", dest="log_level", choices=LEVELS, default="info")
     run.add_argument(
         "--log.format",
@@ -95,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         listen=args.listen,
         web_options=web_cli.web_options(args),  # security: specmon/web
         shard=shard,
+        state_dir=args.state_dir,
     )
     return _serve(daemon)
 

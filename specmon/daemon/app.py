@@ -42,6 +42,7 @@ from specmon.daemon.governor import Governor, Period
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
+from specmon.daemon.persist import StateKeeper, mark_targets
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.status_page import (
@@ -129,7 +130,12 @@ class Daemon:
         web_options: WebOptions | None = None,  # security: --web.* flags (specmon/web)
         shard: Shard | None = None,  # fleet: --shard I/N (specmon/sharding.py)
         gc_schedule: CollectorSchedule | None = None,  # the cycle collector's runs (malloc.py)
+        state_dir: Path | None = None,  # --state.dir (wins over global.state_dir)
     ) -> None:
+        self.state_dir = state_dir
+        #: The state file's keeper (specmon/daemon/persist.py); None without a state_dir.
+        self.keeper: StateKeeper | None = None
+        self._keeper_task: asyncio.Task[None] | None = None
         self.config_path = config_path
         self.listen = listen
         self.shutdown_timeout = shutdown_timeout
@@ -200,6 +206,7 @@ class Daemon:
             twins=self.twins,
         )
         self.registry.register(FleetCollector(self.fleet))
+        self.fleet.on_state = self._restore
 
     # -- state for readers ------------------------------------------------------------------
 
@@ -365,6 +372,13 @@ class Daemon:
     def _count_targets(self) -> None:
         self.metrics.targets.set(len(self._running) + self.fleet.count())
 
+    def _restore(self, state: TargetState) -> None:
+        if self.keeper is not None and self.keeper.lock.held:
+            self.keeper.restore(state)
+
+    def states(self) -> list[TargetState]:
+        return [r.state for r in self._running.values()] + self.fleet.states()
+
     def _start_target(self, target: TargetConfig, config: Config) -> None:
         state = TargetState(
             target,
@@ -373,6 +387,7 @@ class Daemon:
             on_view=self._view_changed,
             twins=self.twins,
         )
+        self._restore(state)
         self.twins.put(state)
         scraper = TargetScraper(
             state,
@@ -387,6 +402,8 @@ class Daemon:
 
     def _stop_target(self, name: str) -> None:
         running = self._running.pop(name)
+        if self.keeper is not None:
+            self.keeper.retire(running.state)  # its epochs stay in the state file
         self.twins.drop(running.state)
         running.task.cancel()
         self._thaw()
@@ -451,6 +468,7 @@ class Daemon:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_post("/-/reload", self._reload_http)
         app.router.add_put("/-/reload", self._reload_http)  # as Prometheus
+        app.router.add_post("/-/mark", self._mark_http)  # a configuration change, by hand
         app.router.add_get("/api/v1/targets", self._targets_json)
         # One target's page: the name percent-encoded whole (status_page.target_href); a
         # name of dots only comes as ?name=.
@@ -495,6 +513,14 @@ class Daemon:
             return web.Response(status=403, text="Lifecycle API is not enabled.\n")
         ok, message = await self._reload_all()
         return web.Response(status=200 if ok else 500, text=message + "\n")
+
+    async def _mark_http(self, request: web.Request) -> web.Response:
+        """``POST /-/mark?target=NAME&note=TEXT[&model=M]``: a new epoch (lifecycle-gated)."""
+        if not self.web.lifecycle_enabled:
+            self.web.reject("lifecycle_disabled")
+            return web.Response(status=403, text="Lifecycle API is not enabled.\n")
+        status, text = mark_targets(request.query, self.states(), log=self.log)
+        return web.Response(status=status, text=text + "\n")
 
     async def _index(self, request: web.Request) -> web.Response:
         query = request.query
@@ -569,6 +595,14 @@ class Daemon:
         """Load the config (raises ConfigError), start scraping, and listen."""
         self.web.load()  # security: raises WebConfigError (a ConfigError) when invalid
         config = self._read_config()
+        state_dir = self.state_dir or config.global_.state_dir
+        if state_dir is not None:  # before the targets, so each is restored as it starts
+            self.keeper = StateKeeper(
+                directory=state_dir, shard=self.shard, log=self.log,
+                max_age=config.global_.state_max_age,
+            )  # fmt: skip
+            await asyncio.to_thread(self.keeper.open)  # the read and its checks off the loop
+            self._keeper_task = asyncio.create_task(self.keeper.run(self.states), name="state")
         self._apply(config)
         self.metrics.reload_ok.set(1)
         self.metrics.reload_time.set(time.time())
@@ -663,6 +697,7 @@ class Daemon:
             self._collector_task,
             self._watch_task,
             self._governor_task,
+            self._keeper_task,
         ):
             if task is not None:
                 tasks.append(task)
@@ -674,6 +709,13 @@ class Daemon:
             hung.extend(sorted(task.get_name() for task in pending))
         if self.loop_watch is not None:
             self.loop_watch.uninstall()  # its task may have been cancelled before it ran
+        if self.keeper is not None:  # the last write, the scrapes stopped
+            try:
+                async with asyncio.timeout_at(max(deadline, loop.time() + 0.5)):
+                    await self.keeper.save(self.states)
+            except TimeoutError:
+                hung.append("state write")
+            self.keeper.close()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = []
         session, runner = self._session, self._runner
         if session is not None:

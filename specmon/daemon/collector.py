@@ -128,6 +128,13 @@ def emit_target(view: TargetView, out: Sink) -> None:
     engine = view.engine.value if view.engine else "unknown"
     out.add(m.MALFORMED_LINES, t, view.malformed)
     out.add(m.SPECULATION_ENABLED, (view.name, engine), 1.0 if view.speculation else 0.0)
+    for epochs in view.epochs:  # while up, as every figure (the page lists them while down)
+        ml = (view.name, engine, epochs.model)
+        for e in epochs.epochs[-2:]:  # the current and the previous epoch only
+            k = str(e.chain_length) if e.chain_length else "none"
+            out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), str(e.speculation).lower(), k), 1)
+        if epochs.previous is not None:
+            out.add(m.CONFIG_CHANGE_TIME, ml, epochs.current.start)
     for model in view.models:
         _model_samples(out, (view.name, engine, model.model), model)
 

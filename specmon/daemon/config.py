@@ -90,6 +90,11 @@ class GlobalConfig:
     name_filter: bool = False
     #: What one page may make specmon do (docs/security.md).
     limits: PageLimits = field(default_factory=PageLimits)
+    #: Where the configuration epochs are kept across restarts (``--state.dir`` wins); None:
+    #: nothing is written. Read at start only (docs/deploying.md, "State").
+    state_dir: Path | None = None
+    #: Epochs that ended longer ago than this are dropped from the state.
+    state_max_age: float = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +308,18 @@ def _check_global(checker: FileChecker, raw: Any) -> GlobalConfig:
         ),
         name_filter=checker.get(data, "name_filter", "global", check_bool, default.name_filter),
         limits=_check_limits(checker, data.get("limits")),
+        state_dir=checker.get(data, "state_dir", "global", check_state_dir, None),
+        state_max_age=checker.get(
+            data, "state_max_age", "global", parse_duration, default.state_max_age
+        ),
     )
+
+
+def check_state_dir(value: object) -> Path:
+    """``state_dir``: a directory path (created at start when missing)."""
+    if not isinstance(value, str) or not value or len(value) > 4096 or "\0" in value:
+        raise ValueError("must be a directory path")
+    return Path(value)
 
 
 #: The accepted range of each ``global.limits`` key (one per PageLimits field).

@@ -736,6 +736,10 @@ LOG_LINES_DROPPED = _c(
     Scope.OWN,
 )
 
+# Declared beside this table (they need the types above); listed in it.
+from specmon.daemon.metrics_epochs import CONFIG_CHANGE_TIME as CONFIG_CHANGE_TIME  # noqa: E402
+from specmon.daemon.metrics_epochs import CONFIG_EPOCH_INFO as CONFIG_EPOCH_INFO  # noqa: E402
+
 #: Every family, in the order /metrics serves the target families and the docs list them.
 FAMILIES: tuple[MetricDef, ...] = (
     UP,
@@ -745,6 +749,8 @@ FAMILIES: tuple[MetricDef, ...] = (
     SPECULATION_ENABLED,
     BASELINE_INFO,
     BASELINE_USABLE,
+    CONFIG_EPOCH_INFO,
+    CONFIG_CHANGE_TIME,
     CHAIN_LENGTH,
     DRAFT_COST,
     REQUESTS_RUNNING,

@@ -392,6 +392,8 @@ class Fleet:
         self._on_view = on_view
         self.on_remove = on_remove
         self.twins = twins if twins is not None else Twins()
+        #: Told of every instance's new state (the daemon restores its saved epochs).
+        self.on_state: Callable[[TargetState], None] = lambda state: None
 
     def new_state(self, target: TargetConfig, *, retention: float) -> TargetState:
         """An instance's state, exported as a direct target's is (its view goes to the
@@ -404,7 +406,11 @@ class Fleet:
             twins=self.twins,
         )
         self.twins.put(state)
+        self.on_state(state)
         return state
+
+    def states(self) -> list[TargetState]:
+        return [e.state for r in self.runners.values() for e in r.instances.values()]
 
     def _view(self, view: TargetView) -> None:
         # A configured target that took the name since the last read wins: its series stay.

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
+from specmon.daemon.epochs_view import epochs_json
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
@@ -768,6 +769,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                     }
                     for m in view.models
                 ],
+                "epochs": epochs_json(view.epochs),
             }
         )
     return out

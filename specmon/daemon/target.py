@@ -43,6 +43,7 @@ from specmon.report import (
     report_from_gauges,
 )
 from specmon.sources import ScrapeResult
+from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
 from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
 
 __all__ = [
@@ -131,6 +132,8 @@ class TargetView:
     #: The targets that take this one as their ``baseline:`` twin (a baseline runs without
     #: speculation by design: the status page lists it as such, not as missing data).
     baseline_for: tuple[str, ...] = ()
+    #: Each model's configuration epochs (specmon.state.epochs), kept while it is down.
+    epochs: tuple[ModelEpochs, ...] = ()
 
 
 @record
@@ -174,6 +177,8 @@ class TargetState:
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
         #: The twin's check at this scrape (the first refusal of any model and window).
         self._twin_check: TwinCheck | None = None
+        #: Configuration epochs per model, kept across restarts (specmon.daemon.persist).
+        self.epochs = EpochBook()
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -256,6 +261,7 @@ class TargetState:
             speculation=self.view.speculation,
             baseline=self.config.baseline,
             baseline_for=self.view.baseline_for,
+            epochs=self.view.epochs,
         )
         return events
 
@@ -337,6 +343,9 @@ class TargetState:
         for gone in set(self._lengths) - present:
             del self._lengths[gone]
         events.extend(self._rejection_events(rejected))
+        events.extend(
+            Event("info", name, fields) for name, fields in self.epochs.observe(reading, wall)
+        )
         message = reading.message
         if not models and rejected and reading.speculation:
             message = "every speculative-decoding reading was refused: " + "; ".join(
@@ -361,8 +370,16 @@ class TargetState:
             baseline=self.config.baseline,
             baseline_check=self._twin_check,
             baseline_for=baseline_for,
+            epochs=self.epochs.view(),
         )
         return events
+
+    def mark(self, *, wall: float, note: str, model: str | None = None) -> list[Epoch]:
+        """An operator's mark of a configuration change (a new draft model): new epochs."""
+        marked = self.epochs.mark(wall=wall, note=note, model=model)
+        if marked:
+            self.view = replace(self.view, epochs=self.epochs.view())
+        return marked
 
     def _rejection_events(self, rejected: list[Rejection]) -> list[Event]:
         """Log each refused reading once, when its (model, reason) first appears, and say when

@@ -446,3 +446,20 @@ def test_a_config_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(big)
     assert info.value.problems == [f"the file is larger than the {MAX_CONFIG_BYTES}-byte limit"]
+
+
+def test_state_dir_and_its_max_age() -> None:
+    """Unset: nothing is kept (None). Set: a path, and epochs older than state_max_age go."""
+    target = "targets: [{name: a, url: 'http://h:1/'}]\n"
+    default = parse_config(target, environ={}).global_
+    assert default.state_dir is None and default.state_max_age == 30 * 86400.0
+    config = parse_config(
+        "global: {state_dir: /var/lib/specmon, state_max_age: 7d}\n" + target, environ={}
+    )
+    assert config.global_.state_dir == Path("/var/lib/specmon")
+    assert config.global_.state_max_age == 7 * 86400.0
+    for bad, says in (("state_dir: 3", "global.state_dir"), ("state_dir: ''", "global.state_dir"),
+                      ("state_max_age: soon", "global.state_max_age")):  # fmt: skip
+        with pytest.raises(ConfigError) as caught:
+            parse_config(f"global: {{{bad}}}\n" + target, environ={})
+        assert any(says in p for p in caught.value.problems), caught.value.problems

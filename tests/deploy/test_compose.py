@@ -135,6 +135,23 @@ def test_specmon_service_uses_the_image_defaults_and_its_config() -> None:
     assert [p["target"] for p in service["ports"]] == [10920]
 
 
+@pytest.mark.deploytools
+def test_specmon_keeps_its_state_on_a_named_volume() -> None:
+    """state_dir (specmon.yml) is a named volume's mount: created owned by the image's user
+    (the Dockerfile makes the directory so), kept across `docker compose up` after a change."""
+    model = _model()
+    service = model["services"]["specmon"]
+    volumes = {v["target"]: v for v in service["volumes"] if v["type"] == "volume"}
+    state_dir = str(load_config(COMPOSE_DIR / "specmon.yml").global_.state_dir)
+    assert volumes[state_dir]["source"] == "specmon-state"
+    assert not volumes[state_dir].get("read_only")
+    assert "specmon-state" in model["volumes"]
+    final = stages()[1][-1]
+    assert f"--from=build --chown=10920:10920 {state_dir} {state_dir}" in [
+        i.args for i in final.body if i.keyword == "COPY"
+    ]
+
+
 def _engine_services() -> dict[str, dict[str, Any]]:
     return {
         name: s

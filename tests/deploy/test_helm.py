@@ -376,7 +376,10 @@ def test_the_defaults_differ_from_the_standalone_example_only_where_documented()
     so the names compare)."""
     example = _comparable(render("standalone"))
     defaults = _comparable(render(sets=("fullnameOverride=specmon",)))
-    assert set(example) - set(defaults) == {("Secret", "specmon-web")}
+    assert set(example) - set(defaults) == {
+        ("Secret", "specmon-web"),
+        ("PersistentVolumeClaim", "specmon-state"),
+    }
     assert set(defaults) - set(example) == {("ServiceAccount", "specmon")}
     found = {
         f"{kind}{where}"
@@ -394,7 +397,6 @@ def test_the_defaults_differ_from_the_standalone_example_only_where_documented()
         f"{container}.livenessProbe.httpGet.port",
         f"{container}.readinessProbe.httpGet.scheme",
         f"{container}.readinessProbe.httpGet.port",
-        f"{pod}.volumes[0].projected.sources",
         "Service.spec.ports[0].name",
         "Service.spec.ports[0].targetPort",
         # ... and no TLS or basic auth in the ServiceMonitor
@@ -406,6 +408,11 @@ def test_the_defaults_differ_from_the_standalone_example_only_where_documented()
         f"{pod}.serviceAccountName",
         # the dashboards' folder annotation
         "ConfigMap.metadata.annotations",
+        # no state volume: no --state.dir (args, above), no volume, no Recreate (the volumes
+        # differ in number: the projected sources' difference, above, is inside this one)
+        f"{container}.volumeMounts",
+        f"{pod}.volumes",
+        "Deployment.spec.strategy",
     }, sorted(found)
 
 
@@ -609,6 +616,9 @@ def test_the_state_directory_is_used_only_with_persistence() -> None:
     for variant in ("defaults", *DOCUMENTED_EXAMPLES):
         values, sets = VARIANTS[variant]
         text = render_text(*values, sets=sets)
+        if variant == "standalone":  # the kustomize overlay's: a claim, strategy Recreate
+            assert "--state.dir=/var/lib/specmon" in text and "PersistentVolumeClaim" in text
+            continue
         assert "state.dir" not in text and "state_dir" not in text, variant
         assert "PersistentVolumeClaim" not in text and "volumeClaimTemplates" not in text
     on = render(sets=("persistence.enabled=true",))

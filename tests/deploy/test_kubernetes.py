@@ -178,9 +178,35 @@ def test_specmon_container_is_locked_down(deployment: str, container: str) -> No
     # The image's ENTRYPOINT is kept (specmon run); args name the image's config path.
     assert "command" not in c
     assert f"--config.file={_dockerfile_config_path()}" in c["args"]
-    (mount,) = c["volumeMounts"]
+    mount = c["volumeMounts"][0]
     assert mount["mountPath"] == str(Path(_dockerfile_config_path()).parent)
     assert mount["readOnly"] is True
+    # The state volume (an exporter's), writable; nothing else.
+    assert [m["mountPath"] for m in c["volumeMounts"][1:]] in ([], ["/var/lib/specmon"])
+
+
+@pytest.mark.parametrize("workload", EXPORTERS)
+def test_the_state_dir_is_a_volume_kept_by_one_pod(workload: str) -> None:
+    """--state.dir is the mounted state volume: a PVC held by one pod at a time (a Deployment
+    replaced with strategy Recreate) or a StatefulSet's claim per replica, writable by the
+    image's group (fsGroup)."""
+    found = _workload(workload)
+    pod = found["spec"]["template"]["spec"]
+    c = _container(workload, "specmon")
+    (state,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/var/lib/specmon"]
+    assert f"--state.dir={state['mountPath']}" in c["args"]
+    assert pod["securityContext"]["fsGroup"] == _dockerfile_user()[1]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if found["kind"] == "StatefulSet":
+        claims = [t["metadata"]["name"] for t in found["spec"]["volumeClaimTemplates"]]
+        assert state["name"] in claims and state["name"] not in volumes
+        return
+    claim = documents()[
+        ("PersistentVolumeClaim", volumes[state["name"]]["persistentVolumeClaim"]["claimName"])
+    ]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert found["spec"]["replicas"] == 1
+    assert found["spec"]["strategy"] == {"type": "Recreate"}
 
 
 @pytest.mark.parametrize(
@@ -270,7 +296,7 @@ def test_the_statefulset_gives_each_replica_its_shard_from_its_ordinal() -> None
 def _projected_sources(deployment: str) -> list[dict[str, Any]]:
     """The sources of the projected volume mounted at the config's directory."""
     pod = _workload(deployment)["spec"]["template"]["spec"]
-    (mount,) = _container(deployment, "specmon")["volumeMounts"]
+    mount = _container(deployment, "specmon")["volumeMounts"][0]  # the config; then the state
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     sources: list[dict[str, Any]] = volume["projected"]["sources"]
     return sources

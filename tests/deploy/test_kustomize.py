@@ -94,6 +94,7 @@ def test_every_overlay_renders_its_workload_with_the_shared_pieces() -> None:
         "standalone": {
             ("ConfigMap", "specmon"),
             ("Deployment", "specmon"),
+            ("PersistentVolumeClaim", "specmon-state"),
             ("Service", "specmon"),
             ("ServiceMonitor", "specmon"),
         },
@@ -112,6 +113,7 @@ def test_every_overlay_renders_its_workload_with_the_shared_pieces() -> None:
         "prometheus-mode": {
             ("ConfigMap", "specmon-fleet"),
             ("Deployment", "specmon-fleet"),
+            ("PersistentVolumeClaim", "specmon-fleet-state"),
             ("Service", "specmon-fleet"),
             ("ServiceMonitor", "specmon-fleet"),
         },
@@ -200,6 +202,7 @@ def test_every_rendered_object_validates_against_its_schema(tmp_path: Path) -> N
         assert {r["kind"] for r in results if r["schema"] == f"kubernetes {version} (strict)"} == {
             "ConfigMap",
             "Deployment",
+            "PersistentVolumeClaim",
             "Secret",
             "Service",
             "StatefulSet",

@@ -117,6 +117,10 @@ def test_unit_commands() -> None:
     # credentials (%d, readable by its dynamic user only); no lifecycle API.
     assert "--web.config.file=%d/web.yml" in start
     assert not [a for a in start if a.startswith("--web.enable-lifecycle")]
+    # The state (configuration epochs) in the directory systemd makes for the dynamic user.
+    assert "--state.dir=/var/lib/specmon" in start
+    assert _one(unit, "Service", "StateDirectory") == "specmon"
+    assert _one(unit, "Service", "StateDirectoryMode") == "0700"
     assert _credentials(unit) == CREDENTIALS
     pre = [shlex.split(p) for p in unit["Service"]["ExecStartPre"]]
     assert pre == [

@@ -562,3 +562,34 @@ def test_an_override_baseline_makes_an_instance_compare_with_its_twin() -> None:
     (view,) = [v for v in h.fleet.views() if v.name == spec]
     loads = [w.load for model in view.models for w in model.windows if w.load is not None]
     assert loads and all(load.baseline == twin for load in loads)
+
+
+def test_instances_keep_their_epochs_in_the_state_dir(tmp_path: Path) -> None:
+    """A Prometheus source's instances are kept in the same state file as direct targets:
+    each new instance state is restored as it is made (Fleet.on_state), each is written."""
+    from specmon.daemon.persist import StateKeeper
+
+    def keeper() -> StateKeeper:
+        # The clock of the fake Prometheus's sample times (T0 on): restored times are checked
+        # against it, none may lie more than a day ahead.
+        k = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=86400.0,
+                        clock=lambda: T0 + 60)  # fmt: skip
+        assert k.open()
+        return k
+
+    source = moving()
+    first, saving = Harness(source.config), keeper()
+    first.fleet.on_state = saving.restore
+    two_reads(first, source)
+    before = {s.config.name: s.epochs.view() for s in first.fleet.states()}
+    assert before and all(before.values())
+    asyncio.run(saving.save(first.fleet.states))
+    saving.close()
+    again, reading = Harness(source.config), keeper()
+    again.fleet.on_state = reading.restore
+    source.advance()
+    again.read(source.read(T0 + 10))
+    after = {s.config.name: s.epochs.view() for s in again.fleet.states()}
+    assert {n: [e.epochs for e in v] for n, v in after.items()} == {
+        n: [e.epochs for e in v] for n, v in before.items()
+    }

@@ -172,6 +172,11 @@ def fleet_series() -> list[dict[str, str]]:
             add("specmon_accepted_tokens_total", model, _counter(90))
             add("specmon_engine_resets_total", model, _const(1))
             add("specmon_requests_running", model, _const(3))
+            # Two configuration epochs: k = 2 before, this k now, changed at t = 1000 s.
+            for epoch, k in (("1", "2"), ("2", str(t.k))):
+                info = {**model, "epoch": epoch, "speculation": "true", "chain_length": k}
+                add("specmon_config_epoch_info", info, _const(1))
+            add("specmon_config_change_timestamp_seconds", model, _const(1000))
             for window in WINDOWS:
                 w = {**model, "window": window}
                 add("specmon_window_drafts", w, _const(1200))

@@ -239,6 +239,8 @@ def fleet() -> list[TargetState]:
         kind=ScrapeResult.CONNECTION_ERROR, message="cannot connect to 127.0.0.1:9", duration=0.002
     )
     pending = state("pending")
+    # A configuration change marked by hand: two epochs and the time of the change.
+    llama.mark(wall=1_780_000_000.0, note="draft model: a 1B drafter")
     return [vllm, llama, idle, sglang, v0, off, twin, loaded, profiled, down, pending]
 
 

@@ -1,0 +1,100 @@
+"""What keeping the epochs across restarts costs, in-process (specmon/daemon/persist.py).
+
+Run: ./dev.sh bench state [--targets 1000,10000] [--epochs 12] [--repeat 5]
+
+For each count, that many targets, each with one model holding ``--epochs`` epochs (12, the
+cap, is the worst case; a target that never changes has one): the snapshot taken on the event
+loop (what holds it), the encoding and the atomic write with its fsyncs (in a thread in the
+daemon), the file's size, and the read at start (size check, checksum, every value through
+its bounds). Median of ``--repeat`` runs, in a temporary directory, the targets' states
+frozen out of the cycle collector's scans as ``specmon run`` does (specmon/process/memory.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from specmon.daemon.config import TargetConfig
+from specmon.daemon.persist import SLICE, StateKeeper
+from specmon.daemon.target import TargetState
+from specmon.logs import get_logger
+from specmon.sharding import Shard
+
+NOW = time.time()
+
+
+def _model(epochs: int) -> dict[str, object]:
+    saved = []
+    for n in range(1, epochs + 1):
+        saved.append({
+            "n": n, "start": NOW - 3600.0 * (epochs - n + 1), "end": None if n == epochs
+            else NOW - 3600.0 * (epochs - n), "spec": n % 2 == 1, "k": 4 if n % 2 else None,
+            "reason": "chain_length" if n > 1 else "first_seen", "note": "",
+            "drafts": 123456 * (n % 2), "draft_tokens": 493824 * (n % 2),
+            "accepted": 300000 * (n % 2), "generated": 987654, "scrapes": 720,
+        })  # fmt: skip
+    return {
+        "m": {"epochs": saved, "events": [[NOW - 60.0, "engine restarted (its counters fell)"]]}
+    }
+
+
+def _states(count: int, epochs: int) -> list[TargetState]:
+    model = _model(epochs)
+    states = []
+    for i in range(count):
+        state = TargetState(
+            TargetConfig(
+                name=f"vllm-{i:05d}", url=f"http://10.0.{i // 250}.{i % 250}:8000/metrics"
+            ),
+            windows=(60.0,),
+            retention=70.0,
+        )
+        state.epochs.engine = "vllm"
+        state.epochs.restore(model, now=NOW)
+        states.append(state)
+    return states
+
+
+def _median_ms(samples: list[float]) -> str:
+    return f"{statistics.median(samples) * 1000:.1f} ms"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench state")
+    parser.add_argument("--targets", default="1000,10000")
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    for count in (int(n) for n in args.targets.split(",")):
+        states = _states(count, args.epochs)
+        gc.collect()
+        gc.freeze()  # as `specmon run` keeps its long-lived objects out of the collector's scans
+        snap, write, read = [], [], []
+        size = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(args.repeat):
+                keeper = StateKeeper(directory=Path(tmp), shard=Shard(), log=get_logger(),
+                                     max_age=90 * 86400.0)  # fmt: skip
+                started = time.perf_counter()
+                keeper.open()
+                read.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                body = keeper.snapshot(states)  # the daemon's takes it in slices of SLICE
+                snap.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                size = keeper.write_now(body)
+                write.append(time.perf_counter() - started)
+                keeper.close()
+        print(
+            f"{count} targets x {args.epochs} epochs: file {size / 1e6:.2f} MB "
+            f"({size / count:.0f} B a target); snapshot on the loop {_median_ms(snap)} "
+            f"(in slices of {SLICE} targets: {max(1, -(-count // SLICE))}); "
+            f"encode + write + fsyncs (thread) {_median_ms(write)}; read at start "
+            f"{_median_ms(read[1:] or read)} (median of {args.repeat})"
+        )
+    return 0

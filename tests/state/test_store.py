@@ -1,0 +1,374 @@
+"""The state file and its keeper: refusals (one log line, a fresh start, nothing half read),
+atomic writes, the lock, the shard, identity, and the size per target at 1,000 targets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import threading
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from specmon.daemon.config import TargetConfig
+from specmon.daemon.persist import StateKeeper, mark_targets
+from specmon.daemon.target import TargetState
+from specmon.engines import read_page
+from specmon.logs import get_logger
+from specmon.sharding import Shard
+from specmon.sim.engine import SimEngine, SimSettings
+from specmon.sim.pages import PageKind, load_template
+from specmon.state.store import (
+    MAX_FILE_BYTES,
+    DirLock,
+    StateRefused,
+    decode,
+    encode,
+    read_state,
+    state_file_name,
+    write_atomic,
+)
+
+START = 1_780_000_000.0
+
+
+def _state(name: str, url: str | None = None) -> TargetState:
+    return TargetState(
+        TargetConfig(name=name, url=url or f"http://127.0.0.1:1/{name}"),
+        windows=(60.0,),
+        retention=70.0,
+    )
+
+
+def _feed(
+    state: TargetState, *, scrapes: int = 4, k: int = 4, seed: int = 1, offset: float = 0.0
+) -> None:
+    template = load_template(PageKind.VLLM)
+    settings = SimSettings(survival=(0.9, 0.7, 0.5, 0.3)[:k])
+    engine = SimEngine(settings=settings, seed=seed, now=0.0, wall=START)
+    for i in range(1, scrapes + 1):
+        engine.advance(5.0 * i)
+        page = template.render(engine, model="m")
+        at = offset + 5.0 * i
+        state.observe(read_page(page), mono=at, wall=START + at, duration=0.001)
+
+
+def _keeper(path: Path, **kwargs: Any) -> StateKeeper:
+    return StateKeeper(directory=path, shard=Shard(), log=get_logger(), max_age=30 * 86400.0,
+                       **kwargs)  # fmt: skip
+
+
+def _save(keeper: StateKeeper, states: list[TargetState]) -> None:
+    asyncio.run(keeper.save(lambda: states))
+
+
+def test_a_round_trip_restores_every_epoch(tmp_path: Path) -> None:
+    states = [_state(f"t{i}") for i in range(3)]
+    for s in states:
+        _feed(s)
+    keeper = _keeper(tmp_path)
+    assert keeper.open()
+    _save(keeper, states)
+    keeper.close()
+    mode = stat.S_IMODE(os.stat(keeper.path).st_mode)
+    assert mode == 0o600
+    again = _keeper(tmp_path)
+    assert again.open()
+    fresh = [_state(f"t{i}") for i in range(3)]
+    for s in fresh:
+        again.restore(s)
+    assert [s.epochs.view() for s in fresh] == [s.epochs.view() for s in states]
+    assert all(s.epochs.view() for s in fresh)
+
+
+def test_a_changed_url_starts_afresh(tmp_path: Path) -> None:
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    _save(keeper, [state])
+    keeper.close()
+    again = _keeper(tmp_path)
+    again.open()
+    moved = _state("t", url="http://127.0.0.1:2/other")
+    again.restore(moved)
+    assert moved.epochs.view() == ()
+
+
+def test_the_file_holds_no_url_or_secret(tmp_path: Path) -> None:
+    state = _state("t", url="http://127.0.0.1:1/metrics?token=s3cr3t")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    _save(keeper, [state])
+    data = keeper.path.read_bytes()
+    assert b"s3cr3t" not in data and b"127.0.0.1" not in data
+
+
+def _refused(tmp_path: Path, data: bytes | None = None) -> list[MutableMapping[str, Any]]:
+    """Open a keeper on a file holding ``data``; its log lines."""
+    keeper = _keeper(tmp_path)
+    if data is not None:
+        keeper.path.write_bytes(data)
+    with structlog.testing.capture_logs() as logs:
+        assert keeper.open()
+    state = _state("t")
+    keeper.restore(state)
+    assert state.epochs.view() == ()  # a fresh start
+    keeper.close()
+    return logs
+
+
+def _good(tmp_path: Path) -> bytes:
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path / "good")
+    keeper.open()
+    _save(keeper, [state])
+    keeper.close()
+    return keeper.path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (lambda d: d[: len(d) // 2], "truncated"),
+        (lambda d: d[:-1] + (b"]" if d[-1:] != b"]" else b"}"), "corrupted"),
+        (lambda d: d.replace(b'"version":1', b'"version":2', 1), "version 2"),
+        (lambda d: b"\x00" * 100, "no header line"),
+        (lambda d: b'{"format":"other"}\n{}', "not a specmon state file"),
+        (lambda d: b"", "no header line"),
+    ],
+)
+def test_a_damaged_file_is_refused_with_one_line_and_a_fresh_start(
+    tmp_path: Path, damage: Any, says: str
+) -> None:
+    logs = _refused(tmp_path, damage(_good(tmp_path)))
+    refusals = [line for line in logs if line["event"] == "state_refused"]
+    assert len(refusals) == 1
+    assert says in refusals[0]["reason"]
+    assert [line["event"] for line in logs] == ["state_refused"]
+
+
+def test_a_restored_value_out_of_bounds_refuses_the_file(tmp_path: Path) -> None:
+    good = decode(_good(tmp_path))
+    good["targets"][0]["models"]["m"]["epochs"][0]["k"] = 1000
+    logs = _refused(tmp_path, encode(good))
+    assert [line["event"] for line in logs] == ["state_refused"]
+    assert "chain length" in logs[0]["reason"]
+
+
+def test_a_1_gb_sparse_file_is_refused_from_its_size(tmp_path: Path) -> None:
+    keeper = _keeper(tmp_path)
+    with open(keeper.path, "wb") as f:
+        f.truncate(2**30)  # sparse: no gigabyte is written, none may be read
+    with structlog.testing.capture_logs() as logs:
+        assert keeper.open()
+    assert [line["event"] for line in logs] == ["state_refused"]
+    assert "oversized" in logs[0]["reason"]
+
+
+def test_a_symlink_or_a_directory_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.write_bytes(_good(tmp_path))
+    path = tmp_path / state_file_name()
+    path.symlink_to(target)
+    with pytest.raises(StateRefused, match="symbolic link"):
+        read_state(path)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(StateRefused):
+        read_state(path)
+
+
+def test_no_file_is_a_fresh_start_without_an_error(tmp_path: Path) -> None:
+    logs = _refused(tmp_path)
+    assert [line["event"] for line in logs] == ["state_fresh"]
+
+
+def test_a_second_daemon_waits_for_the_lock(tmp_path: Path) -> None:
+    first, second = _keeper(tmp_path), _keeper(tmp_path)
+    assert first.open()
+    state = _state("t")
+    _feed(state)
+    _save(first, [state])
+    with structlog.testing.capture_logs() as logs:
+        assert not second.open()
+        _save(second, [_state("other")])  # waits: neither reads nor writes
+    assert [line["event"] for line in logs] == ["state_dir_locked"]
+    assert logs[0]["holder"] == str(os.getpid())
+    assert second.writes == 0
+    first.close()
+    late = _state("t")
+    _feed(late, scrapes=2, seed=3)  # seen live before the lock came
+    _save(second, [late])
+    assert second.writes == 1
+    (view,) = late.epochs.view()
+    assert view.epochs[0].start == START + 5.0  # the file's epoch first
+    assert DirLock(second.lock.path).acquire() is False
+
+
+def test_a_shard_keeps_only_its_targets(tmp_path: Path) -> None:
+    shard = Shard(0, 2)
+    states = [_state(f"t{i}") for i in range(20)]
+    for s in states:
+        _feed(s, scrapes=2)
+    keeper = StateKeeper(directory=tmp_path, shard=shard, log=get_logger(), max_age=86400.0)
+    keeper.open()
+    _save(keeper, states)
+    assert keeper.path.name == "specmon-state-0-of-2.json"
+    body = read_state(keeper.path)
+    assert body is not None
+    names = {t["name"] for t in body["targets"]}
+    assert names == {s.config.name for s in states if shard.keeps(s.config.name)}
+    assert 0 < len(names) < 20
+
+
+def test_a_target_not_running_is_kept_until_it_expires(tmp_path: Path) -> None:
+    state = _state("gone")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    _save(keeper, [state])
+    keeper.close()
+    again = _keeper(tmp_path)
+    again.open()
+    _save(again, [])  # the target is not configured now: its epochs stay in the file
+    body = read_state(again.path)
+    assert body is not None and [t["name"] for t in body["targets"]] == ["gone"]
+    again.close()
+    body["targets"][0]["seen"] = time.time() - 7200  # last running two hours ago
+    write_atomic(again.path, encode(body))
+    short = _keeper(tmp_path)
+    short.max_age = 3600.0  # ... kept until state_max_age after that
+    short.open()
+    _save(short, [])
+    body = read_state(short.path)
+    assert body is not None and body["targets"] == []
+
+
+def test_a_write_replaces_the_file_whole(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    write_atomic(path, encode({"a": 1}))
+    write_atomic(path, encode({"a": 2}))
+    assert read_state(path) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]  # no temporary left
+
+
+def test_mark_answers(tmp_path: Path) -> None:
+    state = _state("t")
+    log = get_logger()
+    assert mark_targets({"target": "t"}, [state], log=log)[0] == 400
+    assert mark_targets({"target": "x", "note": "n"}, [state], log=log)[0] == 404
+    assert mark_targets({"target": "t", "note": "n"}, [state], log=log)[0] == 409
+    assert mark_targets({"target": "t", "note": "n" * 201}, [state], log=log)[0] == 400
+    _feed(state)
+    status, text = mark_targets({"target": "t", "note": "draft 1B"}, [state], log=log)
+    assert (status, text) == (200, "marked: epoch 2")
+    assert state.view.epochs[0].current.note == "draft 1B"
+
+
+def test_size_per_target_at_1000_targets(tmp_path: Path) -> None:
+    """The file's size at 1,000 targets, each with MAX_EPOCHS epochs (the most kept): the
+    figure docs/deploying.md states (bounded by the per-target cap, not measured as time)."""
+    from specmon.state.epochs import MAX_EPOCHS, EpochBook
+
+    one = _state("t")
+    _feed(one)
+    for i in range(MAX_EPOCHS + 3):
+        one.mark(wall=START + 100.0 + i, note=f"draft model variant {i:03d} " + "x" * 40)
+    model = one.epochs.to_json()
+    assert len(model["m"]["epochs"]) == MAX_EPOCHS
+    states = []
+    for i in range(1000):
+        s = _state(f"target-{i:04d}")
+        s.epochs = EpochBook()
+        s.epochs.engine = "vllm"
+        s.epochs.restore(model, now=START + 1000.0)
+        states.append(s)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    _save(keeper, states)
+    size = keeper.path.stat().st_size
+    per_target = size / 1000
+    print(
+        f"state file at 1,000 targets x {MAX_EPOCHS} epochs: {size} bytes, {per_target:.0f} a target"
+    )
+    assert per_target < 4096  # the stated bound: under 4 KB a target
+    assert size < MAX_FILE_BYTES
+
+
+def test_the_write_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """The snapshot is taken on the loop; the encoding, the write and the fsyncs in a thread."""
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    writers: list[int] = []
+    write = keeper.write_now
+
+    def spy(body: dict[str, Any]) -> int:
+        writers.append(threading.get_ident())
+        return write(body)
+
+    keeper.write_now = spy  # type: ignore[method-assign]
+
+    async def save() -> int:
+        await keeper.save(lambda: [state])
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(save())
+    assert len(writers) == 1 and writers[0] != loop_thread
+    assert keeper.writes == 1 and read_state(keeper.path) is not None
+
+
+def test_a_failed_write_is_logged_and_the_old_file_kept(tmp_path: Path) -> None:
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path, max_bytes=200)  # smaller than any state: the write is refused
+    keeper.open()
+    with structlog.testing.capture_logs() as logs:
+        _save(keeper, [state])
+    assert [line["event"] for line in logs] == ["state_write_failed"]
+    assert keeper.failures == 1 and not keeper.path.exists()
+
+
+def test_the_target_page_and_the_api_list_the_epochs() -> None:
+    from specmon.daemon.status_page import views_json
+    from specmon.daemon.target_page import render_target
+
+    state = _state("t")
+    _feed(state, scrapes=4, k=4)
+    _feed(state, scrapes=5, k=2, seed=2, offset=100.0)  # restarted with k = 2: counters fall
+    html = render_target(state.view, primary_window="1m", series=(), events=())
+    assert "Configuration epochs" in html
+    assert html.index("speculating, k = 2") < html.index("speculating, k = 4")  # newest first
+    assert "chain_length" in html and "engine restarted" in html
+    (doc,) = views_json([state.view])
+    (model,) = doc["epochs"]
+    assert [(e["epoch"], e["chain_length"], e["reason"]) for e in model["epochs"]] == [
+        (1, 4, "first_seen"),
+        (2, 2, "chain_length"),
+    ]
+
+
+def test_a_target_removed_while_running_keeps_its_epochs_and_gets_them_back(
+    tmp_path: Path,
+) -> None:
+    state = _state("t")
+    _feed(state)
+    keeper = _keeper(tmp_path)
+    keeper.open()
+    state.mark(wall=START + 50.0, note="draft 1B")
+    keeper.retire(state)  # removed from the config
+    _save(keeper, [])
+    body = read_state(keeper.path)
+    assert body is not None and [t["name"] for t in body["targets"]] == ["t"]
+    back = _state("t")  # configured again, same URL
+    keeper.restore(back)
+    assert [e.note for e in back.epochs.view()[0].epochs] == ["", "draft 1B"]
