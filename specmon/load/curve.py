@@ -516,6 +516,13 @@ def fit_shape(points: Sequence[SidePoint]) -> Shape | None:
         for lo, hi in itertools.pairwise(xs):
             knees.extend(lo * (hi / lo) ** (j / 8) for j in range(8) if lo > 0)
         knees.append(xs[-1])
+        # The hinge of each split (flat left of it, a line right of it): the exact knee when
+        # the points lie on the shape, which a grid only approaches.
+        for j in range(1, len(pts) - 1):
+            flat = sum(w * y for w, y in zip(ws[:j], ys[:j], strict=True)) / sum(ws[:j])
+            a, b = _wls(xs[j:], ys[j:], ws[j:])
+            if b > 0 and xs[j - 1] <= (flat - a) / b <= xs[j]:
+                knees.append((flat - a) / b)
     best: tuple[float, float, float, float] | None = None
     for knee in knees:
         a, b = _wls([max(knee, x) for x in xs], ys, ws)
