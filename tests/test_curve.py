@@ -4,6 +4,7 @@ so the speed-up, the draft cost and the crossover at every load are known."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -33,7 +34,7 @@ SECONDS, STEP_CV = 2.0, 0.3
 
 def _chains(rng: random.Random, drafts: int) -> list[int]:
     """Drafts drawn chain by chain: accepted per position (position i needs i - 1)."""
-    conditional = [SURVIVAL[0]] + [b / a for a, b in zip(SURVIVAL, SURVIVAL[1:], strict=False)]
+    conditional = [SURVIVAL[0]] + [b / a for a, b in itertools.pairwise(SURVIVAL)]
     counts = [0] * K
     alive = drafts
     for i, p in enumerate(conditional):
@@ -118,6 +119,7 @@ def test_the_curve_extrapolates_one_bucket_and_no_further() -> None:
 
 def test_the_crossover_comes_from_the_curve_with_a_range_that_holds_the_truth() -> None:
     truth_n = MODEL.crossover(K, TOKENS)
+    assert truth_n is not None
     assert truth_n == pytest.approx(10.88, abs=0.01)
     spec, twin = accumulators((1, 2, 4, 8, 16, 32), seed=11)
     curve = twin_curve(spec, twin)
@@ -254,7 +256,8 @@ def _feed(history: LoadHistory, items: list[tuple[float, LoadInterval]]) -> None
         accepted += item.accepted_tokens
         for i, v in enumerate(item.accepted_per_position):
             positions[i] += v
-        history.add(t, LoadCounters(*totals, drafts=drafts, draft_tokens=tokens,
+        rs, ds, dt, es, ss = totals
+        history.add(t, LoadCounters(rs, ds, dt, es, ss, drafts=drafts, draft_tokens=tokens,
                                     accepted_tokens=accepted,
                                     accepted_per_position=tuple(positions)))  # fmt: skip
 
