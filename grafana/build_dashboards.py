@@ -973,14 +973,23 @@ def target_detail() -> board.Dashboard:
         # Load and speed, and the verdict against the baseline (docs/load-signals.md).
         row("Load: against the baseline"),
         Size(12, 8),
-        trend("Realized against expected speed-up", SPEEDUP_LINES, dashed("expected .*")).showing(
+        trend(
+            "Realized against expected speed-up",
+            SPEEDUP_LINES,
+            dashed("expected .*"),
+            dashed("verdict 95 % .*"),
+        ).showing(
             "Realized: the baseline's time per output token over this target's, in the concurrency "
-            "bucket the target runs in now (measured: a twin without speculation, or a profile). "
+            "bucket the target runs in now (measured: a twin without speculation, or a profile; "
+            "read off the cost curve when the window's bucket is thin). Dashed, verdict 95 %: the "
+            "bounds of the verdict's 95 % interval (acceptance, step-time spread, the curve's fit). "
             "Expected: the verdict at the configured draft cost, which ignores load. Below the "
-            "line speculation costs time; realized below 0.95 for 30 minutes fires "
-            "SpecmonSlowerThanBaseline. Empty realized: no baseline, or too little data at this "
-            "load yet (200 engine steps and 100 drafts a side).",
+            "line speculation costs time; realized below 0.95 with the interval below 1 for 30 "
+            "minutes fires SpecmonSlowerThanBaseline. Empty realized: no baseline, or too little "
+            "data at this load yet (200 engine steps and 100 drafts a side).",
             query(f"specmon_realized_speedup_ratio{{{MW}}}", "realized against {{baseline}}"),
+            query(f"specmon_verdict_speedup_lower_ratio{{{MW}}}", "verdict 95 % low"),
+            query(f"specmon_verdict_speedup_upper_ratio{{{MW}}}", "verdict 95 % high"),
             query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (configured c)"),
         ),
         bars_by_load_level(
@@ -1000,13 +1009,22 @@ def target_detail() -> board.Dashboard:
         trend("Concurrency and the crossover", CONCURRENCY, dashed("crossover .*")).showing(
             "Mean requests per engine step over the window (from the engine's counters), the "
             "requests running now, and, dashed, the concurrency at which speculation stops paying "
-            "at the window's acceptance (interpolated between the load levels measured against the "
-            "baseline; the lowest one measured when it paid at none; absent while it pays at all). "
-            "Concurrency at or above it for 15 minutes fires SpecmonAboveCrossover.",
+            "at the window's acceptance (read off the cost curve between the measured load levels "
+            "that bracket it, with its 95 % range; the lowest one measured when it paid at none; "
+            "absent while it pays at all). Concurrency at or above it for 15 minutes fires "
+            "SpecmonAboveCrossover.",
             query(f"specmon_concurrency{{{MW}}}", "concurrency (mean per step)"),
             query(
                 f"max by (baseline) (specmon_crossover_concurrency{{{MW}}})",
                 "crossover against {{baseline}}",
+            ),
+            query(
+                f"max by (baseline) (specmon_crossover_lower_concurrency{{{MW}}})",
+                "crossover 95 % low",
+            ),
+            query(
+                f"max by (baseline) (specmon_crossover_upper_concurrency{{{MW}}})",
+                "crossover 95 % high",
             ),
             query(f"specmon_requests_running{{{M}}}", "requests running now"),
         ),

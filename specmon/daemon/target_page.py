@@ -21,6 +21,7 @@ from specmon.daemon.status_page import (
     BASE_CSS,
     bars,
     baseline_for_html,
+    crossover_text,
     fmt,
     margin_html,
     marker,
@@ -304,7 +305,9 @@ def _load_table(load: LoadFigures | None, window: WindowView | None) -> str:
         )
     against = escape(load.baseline)
     crossover = (
-        f'<p class="sub">speculation stops paying at n &asymp; {load.crossover.concurrency:.1f}</p>'
+        f'<p class="sub">speculation stops paying at n &asymp; {crossover_text(load.crossover)}'
+        f"{' (95 % range)' if load.crossover.low is not None else ''}"
+        f"{'; ' + escape(load.crossover.note) if load.crossover.note else ''}</p>"
         if load.crossover is not None
         else '<p class="sub muted">no crossover within the loads seen</p>'
     )
