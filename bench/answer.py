@@ -100,7 +100,8 @@ def _judge(samples: list[dict[str, Any]], cycle_seconds: float) -> dict[str, Any
         previous: float | None = None
         first_change: float | None = None
         twin_levels: set[float] = set()
-        guesses, guess_examples = 0, []
+        guesses = 0
+        guess_examples: list[dict[str, Any]] = []
         settled = within = covered = with_interval = 0
         misses: list[dict[str, Any]] = []
         crossovers: list[float] = []
