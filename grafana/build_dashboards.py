@@ -848,9 +848,8 @@ def target_detail() -> board.Dashboard:
     rate = "[$__rate_interval]))"
     speedup = speedup_cells(REALIZED_STEPS, background=False)
     cells: list[Cell] = [
-        # First what specmon believes now, on the best evidence, and what it rests on. (The
-        # verdict's 95 % interval joins this row: specmon_verdict_speedup_lower_ratio and
-        # _upper_ratio, as bounds around the speed-up over time.)
+        # First what specmon believes now, on the best evidence, what it rests on, and its
+        # 95 % interval (bounds around the speed-up over time).
         row("Verdict: the speed-up on the best evidence"),
         Size(6, 5),
         headline("Verdict: speed-up", SPEEDUP, named=True).showing(
@@ -867,11 +866,16 @@ def target_detail() -> board.Dashboard:
             on_its_basis("specmon_verdict_alpha_margin_ratio"),
         ),
         Size(12, 5),
-        trend("Verdict over time", SPEEDUP_LINES).showing(
+        trend("Verdict over time", SPEEDUP_LINES, dashed("95 % .*")).showing(
             "The verdict's speed-up over time, one line per basis it rested on (a change of "
-            "line is a change of evidence: a twin's bucket filling, a profile loaded). Below "
-            "the line at 1 speculation costs time; SpecmonBelowBreakEven reads it.",
+            "line is a change of evidence: a twin's bucket filling, a profile loaded), and, "
+            "dashed, its 95 % interval (the acceptance's binomial uncertainty, the step times' "
+            "spread and, read off the cost curve, its fit; on configured or default c the "
+            "acceptance alone). SpecmonBelowBreakEven reads the upper bound: it warns when the "
+            "whole interval lies below 1.",
             on_its_basis("specmon_verdict_speedup_ratio", "speed-up ({{basis}})"),
+            on_its_basis("specmon_verdict_speedup_lower_ratio", "95 % low ({{basis}})"),
+            on_its_basis("specmon_verdict_speedup_upper_ratio", "95 % high ({{basis}})"),
         ),
         row("Acceptance at the configured draft cost"),
         Size(3, 4),

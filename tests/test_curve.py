@@ -98,7 +98,7 @@ def test_a_read_between_buckets_is_within_5_percent_and_its_interval_holds_the_t
         assert isinstance(read, CurveRead), read
         assert read.how == "interpolated"
         assert read.speedup == pytest.approx(truth(n), rel=0.05), n
-        assert read.low <= truth(n) <= read.high, (n, read)
+        assert read.interval is not None and read.interval[0] <= truth(n) <= read.interval[1], (n, read)
         assert read.draft_cost == pytest.approx(MODEL.draft_cost(n, K), abs=0.02)
 
 
@@ -111,7 +111,8 @@ def test_the_curve_extrapolates_one_bucket_and_no_further() -> None:
     assert isinstance(read, CurveRead) and read.how == "extrapolated"
     inside = curve.read(8, tokens_per_step=TOKENS, acceptance_sd=0.005)
     assert isinstance(inside, CurveRead)
-    assert read.high - read.low > inside.high - inside.low
+    assert read.interval is not None and inside.interval is not None
+    assert read.interval[1] - read.interval[0] > inside.interval[1] - inside.interval[0]
     # 30 is in bucket "32", two past: no read, a reason.
     beyond = curve.read(30, tokens_per_step=TOKENS, acceptance_sd=0.005)
     assert isinstance(beyond, str) and "more than a bucket above" in beyond
@@ -162,7 +163,8 @@ def test_the_interval_covers_the_truth_at_its_stated_rate() -> None:
         assert sd is not None
         read = curve.read(8, tokens_per_step=TOKENS, acceptance_sd=sd)
         assert isinstance(read, CurveRead)
-        inside += read.low <= truth(8) <= read.high
+        assert read.interval is not None
+        inside += read.interval[0] <= truth(8) <= read.interval[1]
     assert inside >= 85
 
 
