@@ -186,6 +186,16 @@ def _judge(samples: list[dict[str, Any]], cycle_seconds: float) -> dict[str, Any
     return results
 
 
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, list | tuple):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="bench answer", description=__doc__)
     p.add_argument("--cycles", type=int, default=4, help="load cycles to run (default 4)")
@@ -232,6 +242,9 @@ def main(argv: list[str]) -> int:
         "results": judged,
     }
     out = args.out or Path("bench/results") / f"{time.strftime('%Y-%m-%d')}-answer.json"
-    out.write_text(json.dumps({**record, "samples": samples}, indent=1) + "\n")
+    # One line a sample, figures to 4 decimals: a run is 1,500 samples.
+    lines = ",\n".join(json.dumps(_rounded(s), separators=(",", ":")) for s in samples)
+    head = json.dumps(_rounded(record), indent=1)[:-2]
+    out.write_text(f'{head},\n "samples": [\n{lines}\n ]\n}}\n')
     print(json.dumps(record, indent=1))
     return 0 if all(r["passed"] for r in judged.values()) and judged else 1

@@ -98,7 +98,10 @@ def test_a_read_between_buckets_is_within_5_percent_and_its_interval_holds_the_t
         assert isinstance(read, CurveRead), read
         assert read.how == "interpolated"
         assert read.speedup == pytest.approx(truth(n), rel=0.05), n
-        assert read.interval is not None and read.interval[0] <= truth(n) <= read.interval[1], (n, read)
+        assert read.interval is not None and read.interval[0] <= truth(n) <= read.interval[1], (
+            n,
+            read,
+        )
         assert read.draft_cost == pytest.approx(MODEL.draft_cost(n, K), abs=0.02)
 
 
