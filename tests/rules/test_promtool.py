@@ -521,6 +521,12 @@ MUTATIONS = [
         "slower than baseline waits for a certain loss",
         id="slower-on-the-point-estimate",
     ),
+    pytest.param(
+        r"specmon_crossover_lower_concurrency\{target",
+        "specmon_crossover_concurrency{target",
+        "above crossover quotes the crossover's range",
+        id="crossover-range-not-quoted",
+    ),
     # The load alerts (group specmon-load).
     pytest.param(
         r"< 0\.95\)",
