@@ -468,14 +468,14 @@ def engines_query(expr: str, legend: str) -> Query:
     return query(selected_engines(expr), legend)
 
 
-def with_basis(family: str) -> Query:
+def with_basis(family: str, legend: str = "{{target}} {{model}} ({{basis}})") -> Query:
     """Per target and model, ``family`` labelled with the basis of specmon's verdict."""
     basis = f"max by (target, model, basis) (specmon_verdict_info{{{TW}}})"
     expr = (
         f"max by (target, model, basis) (\n  max by (target, model) ({family}{{{TW}}})\n"
         f"  * on (target, model) group_left (basis)\n  {basis}\n)"
     )
-    return query(expr, "{{target}} {{model}} ({{basis}})")
+    return query(expr, legend)
 
 
 # Every query yields the labels (target, model) so the "merge" transformation joins them into
@@ -588,6 +588,20 @@ def overview() -> board.Dashboard:
             "acceptance cells mean no drafts in the window, or an engine that counts no drafts "
             "(TensorRT-LLM without its per-position counters, SGLang without its verify counter: "
             "docs/engines.md); empty drafts/s: an engine that counts none."
+        ),
+        Size(24, 7),
+        trend(
+            "Verdict over time, with its 95 % interval", SPEEDUP_LINES, dashed("95 % .*")
+        ).showing(
+            "Per target and model, the verdict's speed-up over time (named by its basis) and, "
+            "dashed, the bounds of its 95 % interval: on twin or profile the acceptance's "
+            "binomial uncertainty, the step times' spread and, read off the cost curve, its fit; "
+            "on engine, configured or default c the acceptance alone (the guessed c has none). "
+            "SpecmonBelowBreakEven fires when the whole interval lies below 1 (on configured or "
+            "default c, when the speed-up does).",
+            with_basis("specmon_verdict_speedup_ratio"),
+            with_basis("specmon_verdict_speedup_lower_ratio", "95 % low {{target}} {{model}}"),
+            with_basis("specmon_verdict_speedup_upper_ratio", "95 % high {{target}} {{model}}"),
         ),
         row("Acceptance"),
         Size(12, 8),
