@@ -24,9 +24,9 @@ from typing import Any, TextIO
 
 from specmon.cli._args import positive_float
 from specmon.config_values import parse_listen_address
+from specmon.daemon.answer_text import best_on_basis
 from specmon.daemon.app import Daemon
 from specmon.daemon.load_view import LoadFigures
-from specmon.daemon.status_page import best_on_basis
 from specmon.daemon.target import TargetView
 from specmon.daemon.verdict import Evidence, Verdict
 from specmon.logs import configure_logging

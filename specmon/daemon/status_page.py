@@ -17,14 +17,13 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
+from specmon.daemon.answer_text import best_on_basis, crossover_text
 from specmon.daemon.epochs_view import epochs_json
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.daemon.verdict import Evidence, Verdict
 from specmon.formatting import number
-from specmon.load import Crossover
-from specmon.report import AcceptanceReport
 
 __all__ = [
     "BASE_CSS",
@@ -363,40 +362,6 @@ def _load_cell(load: LoadFigures | None) -> str:
         if load.crossover is not None:
             parts.append(f"stops paying at n &asymp; {crossover_text(load.crossover)}")
     return "<br>".join(parts)
-
-
-def crossover_text(crossover: Crossover) -> str:
-    """The crossover with its 95 % range ("10.9 (10.2-11.6)"), and its gap note on hover."""
-    text = f"{crossover.concurrency:.1f}"
-    if crossover.low is not None and crossover.high is not None:
-        text += f" ({crossover.low:.1f}&ndash;{crossover.high:.1f})"
-    if crossover.note:
-        text += f' <span class="muted" title="{escape(crossover.note)}">&#9888; gap</span>'
-    return text
-
-
-def best_on_basis(
-    report: AcceptanceReport | None,
-    load: LoadFigures | None,
-    verdict: Verdict | None,
-    *,
-    configured: float,
-) -> tuple[int | None, float | None, str]:
-    """The best chain length on the verdict's basis: at the draft cost measured in the
-    verdict's bucket when it rests on a twin or profile, else at the configured c (and the
-    text saying which c)."""
-    if verdict is not None and verdict.basis in (Evidence.TWIN, Evidence.PROFILE) and load:
-        mine = next((b for b in load.buckets if b.label == load.bucket), None)
-        if mine is not None and mine.best_chain_length is not None:
-            return (
-                mine.best_chain_length,
-                mine.best_speedup,
-                f"at measured c {fmt(mine.draft_cost, 3)}",
-            )
-    best = report.best_chain_length if report is not None else None
-    speed = report.best_speedup if report is not None else None
-    which = "default" if verdict is not None and verdict.basis is Evidence.DEFAULT else "configured"
-    return best, speed, f"at {which} c {configured:g}"
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -13,6 +13,7 @@ from html import escape
 from urllib.parse import quote
 
 from specmon import __version__
+from specmon.daemon.answer_text import crossover_text
 from specmon.daemon.epochs_view import epochs_html
 from specmon.daemon.history import SPAN, Event, Sample, Series
 from specmon.daemon.load_view import LoadFigures
@@ -21,7 +22,6 @@ from specmon.daemon.status_page import (
     BASE_CSS,
     bars,
     baseline_for_html,
-    crossover_text,
     fmt,
     margin_html,
     marker,

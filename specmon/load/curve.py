@@ -72,27 +72,14 @@ from specmon.load.rows import (
 )
 from specmon.records import record
 
+# fmt: off
 __all__ = [
-    "COLUMNS",
-    "Z95",
-    "BucketSums",
-    "Curve",
-    "CurveAccumulator",
-    "CurveRead",
-    "CurveState",
-    "Shape",
-    "SidePoint",
-    "SlotSums",
-    "acceptance_log_sd",
-    "fit_shape",
-    "interval_spread",
-    "profile_curve",
-    "side_points",
-    "speedup_interval",
-    "state_from_dict",
-    "state_to_dict",
+    "COLUMNS", "Z95", "BucketSums", "Curve", "CurveAccumulator", "CurveRead", "CurveState",
+    "Shape", "SidePoint", "SlotSums", "acceptance_log_sd", "fit_shape", "interval_spread",
+    "profile_curve", "side_points", "speedup_interval", "state_from_dict", "state_to_dict",
     "twin_curve",
 ]
+# fmt: on
 
 #: The two-sided 95 % point of the normal distribution.
 Z95 = 1.959964
@@ -231,28 +218,16 @@ class CurveAccumulator:
         sums = self._slots.get(key)
         if sums is None:
             sums = self._slots[key] = [0.0] * _WIDTH
-        for i, value in (
-            (_I, 1.0),
-            (_RS, row[REQUEST_STEPS]),
-            (_DS, row[DECODE_SECONDS]),
-            (_DT, row[DECODE_TOKENS]),
-            (_ES, row[ENGINE_STEPS]),
-            (_SS, row[SLOT_STEPS]),
-        ):
-            sums[i] += value
-        if len(row) > POSITIONS:
-            sums[_DR] += row[DRAFTS]
-            sums[_DTK] += row[DRAFT_TOKENS]
-            sums[_AC] += row[ACCEPTED]
-            positions = row[POSITIONS : POSITIONS + _MAX_POSITIONS]
-            if len(sums) < _WIDTH + len(positions):
-                sums.extend([0.0] * (_WIDTH + len(positions) - len(sums)))
-            for i, value in enumerate(positions):
-                sums[_WIDTH + i] += value
-        elif len(row) > ACCEPTED:
-            sums[_DR] += row[DRAFTS]
-            sums[_DTK] += row[DRAFT_TOKENS]
-            sums[_AC] += row[ACCEPTED]
+        sums[_I] += 1.0
+        for i, column in ((_RS, REQUEST_STEPS), (_DS, DECODE_SECONDS), (_DT, DECODE_TOKENS),
+                          (_ES, ENGINE_STEPS), (_SS, SLOT_STEPS), (_DR, DRAFTS),
+                          (_DTK, DRAFT_TOKENS), (_AC, ACCEPTED)):  # fmt: skip
+            sums[i] += row[column] if column < len(row) else 0.0
+        positions = row[POSITIONS : POSITIONS + _MAX_POSITIONS]
+        if len(sums) < _WIDTH + len(positions):
+            sums.extend([0.0] * (_WIDTH + len(positions) - len(sums)))
+        for i, value in enumerate(positions):
+            sums[_WIDTH + i] += value
         sums[_T1] += step
         sums[_T2] += step * step
         sums[_K1] += per_step
