@@ -305,3 +305,32 @@ def test_a_thin_bucket_reads_the_curve_and_keeps_the_twin_basis() -> None:
     assert alone is not None and alone.basis is Evidence.CONFIGURED
     assert alone.speedup_interval is not None
     assert alone.speedup_interval[0] < (alone.speedup or 0) < alone.speedup_interval[1]
+
+
+def test_past_the_next_bucket_the_verdict_falls_back_saying_why() -> None:
+    """Measured at 1 and 2 only: a load of 16 is two buckets past the curve, so the verdict
+    falls back to the configured c, its detail saying so and why."""
+    from specmon.daemon.load_view import load_figures
+    from specmon.daemon.verdict import Evidence, verdict
+    from specmon.report import report_from_counters
+
+    rng = random.Random(5)
+    spec_items, twin_items = [], []
+    t = 0.0
+    for n in (1, 2, 16):
+        for _ in range(10 if n != 16 else 1):
+            t += SECONDS
+            spec_items.append((t, interval(rng, n, speculative=True)))
+            twin_items.append((t, interval(rng, n, speculative=False)))
+    spec, twin = LoadHistory(retention=600), LoadHistory(retention=600)
+    _feed(spec, spec_items)
+    _feed(twin, twin_items)
+    acceptance = spec_items[-1][1].counters
+    load = load_figures(spec.window(30), acceptance=acceptance, chain_length=K, baseline="twin",
+                        twin=twin.window(30))  # fmt: skip
+    assert load is not None and load.realized_speedup is None and load.read is None
+    assert load.reason is not None and "more than a bucket above" in load.reason
+    report = report_from_counters(acceptance, draft_cost=0.1, configured_chain_length=K)
+    answer = verdict(report, load, engine_draft_cost=None, draft_cost_configured=True)
+    assert answer is not None and answer.basis is Evidence.CONFIGURED
+    assert "more than a bucket above" in answer.detail

@@ -135,6 +135,9 @@ def verdict(
         assert load is not None
         return Verdict(basis, speedup, cost_c, breakeven, margin, detail,
                        load.speedup_interval, load.read)  # fmt: skip
+    if load is not None and load.baseline is not None and load.reason:
+        # Compared, but nothing measured at this load, nor on the curve near it: say why.
+        detail = f"no measured speed-up at this load ({load.reason}); {detail}"
     return Verdict(basis, speedup, cost_c, breakeven, margin, detail,
                    _acceptance_interval(report, speedup))  # fmt: skip
 
