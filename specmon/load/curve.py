@@ -46,6 +46,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -105,6 +106,7 @@ _WIDTH = len(COLUMNS)
 #: spread of a noiseless simulator is 0; no real measurement is that sure).
 _FLOOR = 0.005
 _MAX_SLOTS = 10_000
+_BY_N = operator.attrgetter("concurrency")
 _MAX_POSITIONS = 64
 
 
@@ -195,10 +197,6 @@ class CurveAccumulator:
         #: Rises at every change (a cache of what was read from it is good while it stays).
         self.version = 0
 
-    @property
-    def retention(self) -> float:
-        return self._retention
-
     def set_retention(self, retention: float) -> None:
         if not (retention > 0 and math.isfinite(retention)):
             raise ValueError("retention must be positive")
@@ -253,8 +251,7 @@ class CurveAccumulator:
         return self.add_row(row)
 
     def expire(self, now: float) -> None:
-        """Drop the slots that ended before ``now - retention`` (and the oldest past
-        :data:`_MAX_SLOTS`)."""
+        """Drop the slots that ended before ``now - retention`` (and past _MAX_SLOTS)."""
         oldest = math.floor((now - self._retention) / self._slot)
         dropped = False
         while self._slots:
@@ -269,7 +266,6 @@ class CurveAccumulator:
     def _changed(self) -> None:
         self.version += 1
         self._buckets = None
-        self._memo = None
 
     def buckets(self) -> tuple[BucketSums, ...]:
         """The retained sums per bucket, by bucket."""
@@ -291,8 +287,8 @@ class CurveAccumulator:
         return self._buckets
 
     def memo(self, key: object, make: Callable[[], Curve | None]) -> Curve | None:
-        """``make()``, kept until this accumulator changes or ``key`` does (the curve against
-        a baseline is built once per change, not once per window)."""
+        """``make()``, kept while ``key`` stays the same (the curve against a baseline is
+        built once for every window, and again as the key's versions move on)."""
         if self._memo is None or self._memo[0] != key:
             self._memo = (key, make())
         return self._memo[1]
@@ -489,7 +485,7 @@ def fit_shape(points: Sequence[SidePoint]) -> Shape | None:
     knees = [0.0]
     if len(pts) >= 3:
         for lo, hi in itertools.pairwise(xs):
-            knees.extend(lo * (hi / lo) ** (j / 8) for j in range(8) if lo > 0)
+            knees.extend(lo * (hi / lo) ** (j / 4) for j in range(4) if lo > 0)
         knees.append(xs[-1])
         # The hinge of each split (flat left of it, a line right of it): the exact knee when
         # the points lie on the shape, which a grid only approaches.
@@ -608,8 +604,9 @@ class Curve:
             return None
         base_steps = sum(p.tokens_per_step * p.intervals for p in base)
         base_k = base_steps / sum(p.intervals for p in base)
-        curve = Curve(spec_shape, base_shape, tuple(spec), tuple(base), base_k, drafted_per_step,
-                      scheme)  # fmt: skip
+
+        curve = Curve(spec_shape, base_shape, tuple(sorted(spec, key=_BY_N)),
+                      tuple(sorted(base, key=_BY_N)), base_k, drafted_per_step, scheme)  # fmt: skip
         return curve if curve.measured else None
 
     @property
@@ -626,7 +623,9 @@ class Curve:
         lines between the buckets."""
         total = acceptance_sd**2
         for shape, pts in ((self.spec, self.spec_points), (self.base, self.base_points)):
-            near = sorted(pts, key=lambda p: abs(math.log(max(p.concurrency, 1e-9) / n)))[:2]
+            # The buckets either side of n (the points are in concurrency order).
+            i = bisect.bisect_left(shape.points, (n,))
+            near = pts[max(i - 1, 0) : i + 1] or pts[-1:]
             total += max(p.step_relative_se for p in near) ** 2
             value = shape.at(n)
             total += (shape.residual or 0.0) ** 2
@@ -740,14 +739,14 @@ def _root(
 ) -> float:
     """Where f falls through 1 between ``lo`` and ``hi`` (scanned, then bisected), or
     ``fallback`` (default ``hi``) when it does not."""
-    grid = [lo + (hi - lo) * j / 32 for j in range(33)]
+    grid = [lo + (hi - lo) * j / 16 for j in range(17)]
     prev = grid[0]
     if f(prev) <= 1.0:
         return lo
     for n in grid[1:]:
         if f(n) <= 1.0:
             a, b = prev, n
-            for _ in range(40):
+            for _ in range(24):  # (hi - lo) / 16 / 2^24: far below any figure's precision
                 mid = (a + b) / 2
                 a, b = (mid, b) if f(mid) > 1.0 else (a, mid)
             return b
@@ -767,7 +766,9 @@ def twin_curve(
         return _build(spec, side_points(twin.buckets(), speculative=False, thresholds=thresholds),
                       thresholds)  # fmt: skip
 
-    return spec.memo(("twin", id(twin), twin.version), make)
+    # Made again after every 8th change of either side, not every scrape: an hour of buckets
+    # moves little in 8 intervals, and a fit costs about 1 ms.
+    return spec.memo(("twin", id(twin), twin.version >> 3, spec.version >> 3), make)
 
 
 def profile_curve(
@@ -778,7 +779,7 @@ def profile_curve(
 ) -> Curve | None:
     """The curve of ``spec`` against a profile's levels."""
     return spec.memo(
-        ("profile", id(profile)),
+        ("profile", id(profile), spec.version >> 3),
         lambda: _build(spec, profile.baseline_points(), thresholds),
     )
 
