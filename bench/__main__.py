@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|scale|overload|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state]``; results are
+"""Benchmarks. ``python -m bench [parser|answer|scale|overload|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -69,12 +69,16 @@ def main(argv: list[str]) -> int:
         from bench import statuspage
 
         return statuspage.main(argv[1:])
+    if which == "answer":
+        from bench import answer
+
+        return answer.main(argv[1:])
     if which == "fleet":
         from bench import fleet
 
         return fleet.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, scale, rules, promsource, cost, sidebyside, anchor, fleet, load, memory, shutdown, promhostile or status",
+        f"unknown benchmark {which!r}; choose parser, answer, scale, rules, promsource, cost, sidebyside, anchor, fleet, load, memory, shutdown, promhostile or status",
         file=sys.stderr,
     )
     return 2

@@ -468,14 +468,14 @@ def engines_query(expr: str, legend: str) -> Query:
     return query(selected_engines(expr), legend)
 
 
-def with_basis(family: str) -> Query:
+def with_basis(family: str, legend: str = "{{target}} {{model}} ({{basis}})") -> Query:
     """Per target and model, ``family`` labelled with the basis of specmon's verdict."""
     basis = f"max by (target, model, basis) (specmon_verdict_info{{{TW}}})"
     expr = (
         f"max by (target, model, basis) (\n  max by (target, model) ({family}{{{TW}}})\n"
         f"  * on (target, model) group_left (basis)\n  {basis}\n)"
     )
-    return query(expr, "{{target}} {{model}} ({{basis}})")
+    return query(expr, legend)
 
 
 # Every query yields the labels (target, model) so the "merge" transformation joins them into
@@ -588,6 +588,20 @@ def overview() -> board.Dashboard:
             "acceptance cells mean no drafts in the window, or an engine that counts no drafts "
             "(TensorRT-LLM without its per-position counters, SGLang without its verify counter: "
             "docs/engines.md); empty drafts/s: an engine that counts none."
+        ),
+        Size(24, 7),
+        trend(
+            "Verdict over time, with its 95 % interval", SPEEDUP_LINES, dashed("95 % .*")
+        ).showing(
+            "Per target and model, the verdict's speed-up over time (named by its basis) and, "
+            "dashed, the bounds of its 95 % interval: on twin or profile the acceptance's "
+            "binomial uncertainty, the step times' spread and, read off the cost curve, its fit; "
+            "on engine, configured or default c the acceptance alone (the guessed c has none). "
+            "SpecmonBelowBreakEven fires when the whole interval lies below 1 (on configured or "
+            "default c, when the speed-up does).",
+            with_basis("specmon_verdict_speedup_ratio"),
+            with_basis("specmon_verdict_speedup_lower_ratio", "95 % low {{target}} {{model}}"),
+            with_basis("specmon_verdict_speedup_upper_ratio", "95 % high {{target}} {{model}}"),
         ),
         row("Acceptance"),
         Size(12, 8),
@@ -848,9 +862,8 @@ def target_detail() -> board.Dashboard:
     rate = "[$__rate_interval]))"
     speedup = speedup_cells(REALIZED_STEPS, background=False)
     cells: list[Cell] = [
-        # First what specmon believes now, on the best evidence, and what it rests on. (The
-        # verdict's 95 % interval joins this row: specmon_verdict_speedup_lower_ratio and
-        # _upper_ratio, as bounds around the speed-up over time.)
+        # First what specmon believes now, on the best evidence, what it rests on, and its
+        # 95 % interval (bounds around the speed-up over time).
         row("Verdict: the speed-up on the best evidence"),
         Size(6, 5),
         headline("Verdict: speed-up", SPEEDUP, named=True).showing(
@@ -867,11 +880,16 @@ def target_detail() -> board.Dashboard:
             on_its_basis("specmon_verdict_alpha_margin_ratio"),
         ),
         Size(12, 5),
-        trend("Verdict over time", SPEEDUP_LINES).showing(
+        trend("Verdict over time", SPEEDUP_LINES, dashed("95 % .*")).showing(
             "The verdict's speed-up over time, one line per basis it rested on (a change of "
-            "line is a change of evidence: a twin's bucket filling, a profile loaded). Below "
-            "the line at 1 speculation costs time; SpecmonBelowBreakEven reads it.",
+            "line is a change of evidence: a twin's bucket filling, a profile loaded), and, "
+            "dashed, its 95 % interval (the acceptance's binomial uncertainty, the step times' "
+            "spread and, read off the cost curve, its fit; on configured or default c the "
+            "acceptance alone). SpecmonBelowBreakEven reads the upper bound: it warns when the "
+            "whole interval lies below 1.",
             on_its_basis("specmon_verdict_speedup_ratio", "speed-up ({{basis}})"),
+            on_its_basis("specmon_verdict_speedup_lower_ratio", "95 % low ({{basis}})"),
+            on_its_basis("specmon_verdict_speedup_upper_ratio", "95 % high ({{basis}})"),
         ),
         row("Acceptance at the configured draft cost"),
         Size(3, 4),
@@ -973,14 +991,23 @@ def target_detail() -> board.Dashboard:
         # Load and speed, and the verdict against the baseline (docs/load-signals.md).
         row("Load: against the baseline"),
         Size(12, 8),
-        trend("Realized against expected speed-up", SPEEDUP_LINES, dashed("expected .*")).showing(
+        trend(
+            "Realized against expected speed-up",
+            SPEEDUP_LINES,
+            dashed("expected .*"),
+            dashed("verdict 95 % .*"),
+        ).showing(
             "Realized: the baseline's time per output token over this target's, in the concurrency "
-            "bucket the target runs in now (measured: a twin without speculation, or a profile). "
+            "bucket the target runs in now (measured: a twin without speculation, or a profile; "
+            "read off the cost curve when the window's bucket is thin). Dashed, verdict 95 %: the "
+            "bounds of the verdict's 95 % interval (acceptance, step-time spread, the curve's fit). "
             "Expected: the verdict at the configured draft cost, which ignores load. Below the "
-            "line speculation costs time; realized below 0.95 for 30 minutes fires "
-            "SpecmonSlowerThanBaseline. Empty realized: no baseline, or too little data at this "
-            "load yet (200 engine steps and 100 drafts a side).",
+            "line speculation costs time; realized below 0.95 with the interval below 1 for 30 "
+            "minutes fires SpecmonSlowerThanBaseline. Empty realized: no baseline, or too little "
+            "data at this load yet (200 engine steps and 100 drafts a side).",
             query(f"specmon_realized_speedup_ratio{{{MW}}}", "realized against {{baseline}}"),
+            query(f"specmon_verdict_speedup_lower_ratio{{{MW}}}", "verdict 95 % low"),
+            query(f"specmon_verdict_speedup_upper_ratio{{{MW}}}", "verdict 95 % high"),
             query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (configured c)"),
         ),
         bars_by_load_level(
@@ -1000,13 +1027,22 @@ def target_detail() -> board.Dashboard:
         trend("Concurrency and the crossover", CONCURRENCY, dashed("crossover .*")).showing(
             "Mean requests per engine step over the window (from the engine's counters), the "
             "requests running now, and, dashed, the concurrency at which speculation stops paying "
-            "at the window's acceptance (interpolated between the load levels measured against the "
-            "baseline; the lowest one measured when it paid at none; absent while it pays at all). "
-            "Concurrency at or above it for 15 minutes fires SpecmonAboveCrossover.",
+            "at the window's acceptance (read off the cost curve between the measured load levels "
+            "that bracket it, with its 95 % range; the lowest one measured when it paid at none; "
+            "absent while it pays at all). Concurrency at or above it for 15 minutes fires "
+            "SpecmonAboveCrossover.",
             query(f"specmon_concurrency{{{MW}}}", "concurrency (mean per step)"),
             query(
                 f"max by (baseline) (specmon_crossover_concurrency{{{MW}}})",
                 "crossover against {{baseline}}",
+            ),
+            query(
+                f"max by (baseline) (specmon_crossover_lower_concurrency{{{MW}}})",
+                "crossover 95 % low",
+            ),
+            query(
+                f"max by (baseline) (specmon_crossover_upper_concurrency{{{MW}}})",
+                "crossover 95 % high",
             ),
             query(f"specmon_requests_running{{{M}}}", "requests running now"),
         ),

@@ -21,7 +21,7 @@ HEALTHY = ("vllm-eagle", "vllm-ngram", "llamacpp-draft", "trtllm-draft", "sglang
 def test_demo_no_tui_degrading_target_crosses_below_breakeven() -> None:
     """The demo as the README shows it, time-compressed: the degrading target's draft stops
     matching after 4 s instead of 45, so its 30 s primary window is all bad by 36 s; the
-    load-aware pairs (vLLM and TGI) go through their load levels (1, 4, 16, 8, 2, 24 requests) in 6 s each,
+    load-aware pairs (vLLM and TGI) go through their load levels (1, 4, 16, 8, 2, 32 requests) in 6 s each,
     and the crossover its load model has by construction (10.9 requests) is found within a
     bucket, with speculation paying at low load and costing time at high load."""
     proc = subprocess.Popen(

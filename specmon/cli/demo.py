@@ -24,11 +24,13 @@ from typing import Any, TextIO
 
 from specmon.cli._args import positive_float
 from specmon.config_values import parse_listen_address
+from specmon.daemon.answer_text import best_on_basis
 from specmon.daemon.app import Daemon
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import TargetView
-from specmon.daemon.verdict import Evidence
+from specmon.daemon.verdict import Evidence, Verdict
 from specmon.logs import configure_logging
+from specmon.report import AcceptanceReport
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
 from specmon.sim.pages import PageKind
@@ -109,8 +111,13 @@ def add_parser(sub: Any) -> None:
 
 
 #: The load the demo's pair goes through, each for LOAD_PHASE seconds, over and over.
-LOAD_CYCLE = (1, 4, 16, 8, 2, 24)
+#: The top level is 32, not 24: 24.0 is the edge between buckets "16" and "32", and a
+#: concurrency measured exactly there (the simulator's is exact) put each interval of that
+#: phase in one bucket or the other by a rounding's whim, mixing a loss into bucket "16".
+LOAD_CYCLE = (1, 4, 16, 8, 2, 32)
 LOAD_PHASE = 20.0
+#: The coefficient of variation of one simulated step's time in the demo's load-aware pairs.
+STEP_NOISE = 0.3
 #: The demo's load model: the simulator's bandwidth-bound model run four times faster (the
 #: same ratios, so the same crossover near 10.9 requests), so that every load level gives the
 #: daemon enough engine steps within one phase.
@@ -147,9 +154,11 @@ def demo_fleet(
         repeat=True,
         period=load_phase * len(LOAD_CYCLE),
     )
+    # Each step's time varies by 30 % (STEP_NOISE), as real steps do (specmon.load.Thresholds).
     loaded = SimSettings(
-        survival=(0.9, 0.7, 0.5, 0.3), requests_running=1, load_model=FAST_LOAD_MODEL
-    )
+        survival=(0.9, 0.7, 0.5, 0.3), requests_running=1, load_model=FAST_LOAD_MODEL,
+        step_noise=STEP_NOISE,
+    )  # fmt: skip
     pairs = [
         make_target(
             name=f"{engine}-{role}",
@@ -274,16 +283,6 @@ def _spark(values: list[float | None]) -> str:
     return "".join(out)
 
 
-#: A verdict's basis in the terminal view ("guess": no draft_cost configured).
-_BASIS_WORD = {
-    Evidence.TWIN: "twin",
-    Evidence.PROFILE: "profile",
-    Evidence.ENGINE: "engine",
-    Evidence.CONFIGURED: "config",
-    Evidence.DEFAULT: "guess",
-}
-
-
 def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[str]:
     """One line per target and model: the terminal view (also used for plain output)."""
 
@@ -292,7 +291,7 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
 
     header = (
         f"{'target':<16} {'engine':<9} {'state':<6} {'alpha':>6} {'b-even':>6} {'margin':>7} "
-        f"{'verdict':>8} {'basis':<7} {'k':>2} {'best':>4}  survival by position"
+        f"{'verdict (95 % interval)':<23} {'basis':<10} {'k':>2} {'best':>4}  survival by position"
     )
     rows = [paint(header, _BOLD) if color else header]
     for view in views:
@@ -330,14 +329,21 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                 margin_text = paint(
                     margin_text, _GREEN if margin >= 0.05 else (_YELLOW if margin >= 0 else _RED)
                 )
-            best = "-" if r.best_chain_length is None else str(r.best_chain_length)
+            load = w.load if w else None
+            # The best chain length on the verdict's basis (the bucket's measured c on a twin).
+            best_k, _, _ = best_on_basis(r, load, v, configured=model.basis.draft_cost)
+            best = "-" if best_k is None else str(best_k)
             speedup = v.speedup if v else r.expected_speedup
-            speed = f"{speedup:7.2f}x" if speedup is not None else f"{'-':>8}"
-            basis = _BASIS_WORD[v.basis] if v else "-"
+            speed = f"{speedup:.2f}x" if speedup is not None else "-"
+            if v is not None and speedup is not None and v.speedup_interval is not None:
+                speed += f" ({v.speedup_interval[0]:.2f}-{v.speedup_interval[1]:.2f})"
+            speed = f"{speed:<23}"
+            # The API's basis words (specmon_verdict_info's), "interpolated" when so read.
+            basis = v.basis.value if v else "-"
             if v is not None and v.basis is Evidence.DEFAULT:
-                basis = paint(f"{basis:<7}", _YELLOW)
+                basis = paint(f"{basis:<10}", _YELLOW)
             else:
-                basis = f"{basis:<7}"
+                basis = f"{basis:<10}"
             alpha = f"{r.alpha:6.3f}" if r.alpha is not None else f"{'-':>6}"
             breakeven = v.breakeven_alpha if v else model.basis.breakeven_alpha
             be = f"{breakeven:6.3f}" if breakeven is not None else f"{'-':>6}"
@@ -351,32 +357,53 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                 f"{view.name:<16} {engine:<9} {up} {alpha} {be} "
                 f"{margin_text} {speed} {basis} {k:>2} {best:>4}  {spark:<6} {survival}"
             )
-            load = w.load if w else None
             if load is not None and load.baseline is not None:
-                rows.append(_load_line(load, paint))
+                rows.append(_load_line(load, paint, v, r, model.basis.draft_cost))
     return rows
 
 
-def _load_line(load: LoadFigures, paint: Callable[[str, str], str]) -> str:
-    """Under a target with a baseline: load now, realized speed-up, measured c, crossover."""
-    n = f"{load.concurrency:.1f}" if load.concurrency is not None else "-"
-    parts = [f"{'':<16} {'':<9} load n={n}"]
+def _load_line(
+    load: LoadFigures,
+    paint: Callable[[str, str], str],
+    verdict: Verdict | None,
+    report: AcceptanceReport | None,
+    configured: float,
+) -> str:
+    """Under a target with a baseline: the load and speed of the verdict's own bucket (the
+    window's mean beside it, labelled), realized speed-up, measured c, crossover and its range,
+    best k on the verdict's basis and by load."""
+    mean = f"{load.concurrency:.1f}" if load.concurrency is not None else "-"
+    tpot = load.read_time_per_output_token_seconds
+    if load.realized_speedup is not None and load.read_concurrency is not None:
+        ms = f", {tpot * 1000:.1f} ms/token" if tpot is not None else ""
+        where = f"now n~{load.read_concurrency:.1f} in bucket {load.bucket}{ms}"
+        parts = [f"{'':<16} {'':<9} {where} " + paint(f"(window mean n={mean})", _DIM)]
+    else:
+        parts = [f"{'':<16} {'':<9} window mean n={mean}"]
     if load.realized_speedup is not None:
         realized = load.realized_speedup
         text = f"{realized:.2f}x"
+        if load.speedup_interval is not None:
+            text += f" ({load.speedup_interval[0]:.2f}-{load.speedup_interval[1]:.2f})"
         code = _GREEN if realized >= 1.05 else (_YELLOW if realized >= 1.0 else _RED)
-        parts.append(f"realized {paint(text, code)} vs {load.baseline}")
+        how = f", {load.read}" if load.read in ("interpolated", "extrapolated") else ""
+        parts.append(f"realized {paint(text, code)} vs {load.baseline}{how}")
         if load.measured_draft_cost is not None:
             parts.append(f"measured c {load.measured_draft_cost:.3f}")
     else:
         parts.append(paint(f"vs {load.baseline}: {load.reason or 'no figures yet'}", _DIM))
     if load.crossover is not None:
-        parts.append(f"stops paying at n~{load.crossover.concurrency:.1f}")
+        x = load.crossover
+        rng = f" ({x.low:.1f}-{x.high:.1f})" if x.low is not None and x.high is not None else ""
+        parts.append(f"stops paying at n~{x.concurrency:.1f}{rng}")
+    best_k, _, at_c = best_on_basis(report, load, verdict, configured=configured)
+    if best_k is not None:
+        parts.append(f"best k {best_k} {at_c}")
     best = [
         f"{b.label}:{b.best_chain_length}" for b in load.buckets if b.best_chain_length is not None
     ]
     if best:
-        parts.append("best k by load " + " ".join(best))
+        parts.append("best k by load (measured c) " + " ".join(best))
     return "  ".join(parts)
 
 

@@ -384,6 +384,7 @@ class Daemon:
             target,
             windows=config.global_.windows,
             retention=config.retention,
+            curve_retention=config.global_.curve_retention,
             on_view=self._view_changed,
             twins=self.twins,
         )

@@ -201,6 +201,8 @@ def _load_samples(out: Sink, wl: tuple[str, ...], load: LoadFigures) -> None:
     out.add(m.MEASURED_MARGIN, bl, load.measured_alpha_margin)
     if load.crossover is not None:
         out.add(m.CROSSOVER, bl, load.crossover.concurrency)
+        out.add(m.CROSSOVER_LOWER, bl, load.crossover.low)
+        out.add(m.CROSSOVER_UPPER, bl, load.crossover.high)
     for bucket in load.buckets:
         bc = (*bl, bucket.label)
         out.add(m.BUCKET_SPEEDUP, bc, bucket.realized_speedup)
@@ -212,6 +214,9 @@ def _load_samples(out: Sink, wl: tuple[str, ...], load: LoadFigures) -> None:
 def _verdict_samples(out: Sink, wl: tuple[str, ...], verdict: Verdict) -> None:
     out.add(m.VERDICT_INFO, (*wl, verdict.basis.value), 1.0)
     out.add(m.VERDICT_SPEEDUP, wl, verdict.speedup)
+    if verdict.speedup_interval is not None:
+        out.add(m.VERDICT_SPEEDUP_LOWER, wl, verdict.speedup_interval[0])
+        out.add(m.VERDICT_SPEEDUP_UPPER, wl, verdict.speedup_interval[1])
     out.add(m.VERDICT_MARGIN, wl, verdict.alpha_margin)
     out.add(m.VERDICT_BREAKEVEN, wl, verdict.breakeven_alpha)
     out.add(m.VERDICT_DRAFT_COST, wl, verdict.draft_cost)

@@ -95,6 +95,8 @@ class GlobalConfig:
     state_dir: Path | None = None
     #: Epochs that ended longer ago than this are dropped from the state.
     state_max_age: float = 30 * 86400.0
+    #: How long a compared target's cost curve keeps its buckets (specmon.load.curve).
+    curve_retention: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +314,9 @@ def _check_global(checker: FileChecker, raw: Any) -> GlobalConfig:
         state_max_age=checker.get(
             data, "state_max_age", "global", parse_duration, default.state_max_age
         ),
+        curve_retention=checker.get(
+            data, "curve_retention", "global", _curve_retention, default.curve_retention
+        ),
     )
 
 
@@ -320,6 +325,15 @@ def check_state_dir(value: object) -> Path:
     if not isinstance(value, str) or not value or len(value) > 4096 or "\0" in value:
         raise ValueError("must be a directory path")
     return Path(value)
+
+
+def _curve_retention(value: Any) -> float:
+    """``global.curve_retention``: a duration from 1 minute to 7 days (its memory: about 20
+    numbers per minute slot and concurrency bucket a compared target runs in)."""
+    seconds = parse_duration(value)
+    if not 60.0 <= seconds <= 7 * 86400.0:
+        raise ValueError("must be from 1m to 7d")
+    return seconds
 
 
 #: The accepted range of each ``global.limits`` key (one per PageLimits field).

@@ -10,6 +10,8 @@ them). Without either, the load figures are there and the verdict stays on the c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specmon import arithmetic
 from specmon.engines import SpecCounters
 from specmon.load import (
@@ -25,9 +27,10 @@ from specmon.load import (
     crossover_at_acceptance,
     measured_costs,
 )
-from specmon.load.compare import WITHHELD
+from specmon.load import curve as cost_curve
+from specmon.load.compare import WITHHELD, BucketComparison
 from specmon.records import record
-from specmon.report import best_chain
+from specmon.report import best_chain, report_from_counters
 
 __all__ = ["PROFILE", "BucketFigures", "LoadFigures", "live_load_figures", "load_figures"]
 
@@ -81,6 +84,15 @@ class LoadFigures:
     #: Why a bucket's figures were withheld (a bound of specmon.bounds broken: the first
     #: such bucket), counted as ``speedup_above_bound``; None when none was.
     withheld: str | None = None
+    #: The 95 % interval of ``realized_speedup`` (specmon.load.curve).
+    speedup_interval: tuple[float, float] | None = None
+    #: How the speed-up was read: "measured" (this window's bucket), "interpolated" (the
+    #: cost curve, inside the loads measured), "extrapolated" (the next bucket past them).
+    read: str | None = None
+    #: The load the figures are for (the latest interval's) and its bucket's time per
+    #: output token (this window's bucket when measured, else the curve's at that load).
+    read_concurrency: float | None = None
+    read_time_per_output_token_seconds: float | None = None
 
 
 def load_figures(
@@ -132,35 +144,109 @@ def load_figures(
     survival = arithmetic.survival(acceptance.accepted_per_position, acceptance.drafts) or []
     buckets = tuple(_bucket(v, survival, chain_length) for v in verdicts)
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
-    crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
+    curve = _curve(window, twin, profile)
+    per_step = totals.tokens_per_step
+    draft_length = mean_draft if mean_draft is not None else float(chain_length or 1)
+    sd = cost_curve.acceptance_log_sd(acceptance, tokens_per_draft=draft_length)
+    crossing = None
+    if curve is not None and per_step is not None:
+        crossing = curve.crossover(
+            tokens_per_step=per_step, acceptance_sd=sd or 0.0, chain_length=chain_length
+        )
+    elif curve is None:
+        crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
     comparison = mine.comparison if mine is not None else None
     withheld = next(
         (v.reason[len(WITHHELD) :] for v in verdicts if v.reason and v.reason.startswith(WITHHELD)),
         None,
     )
-    if comparison is None:
-        return LoadFigures(
-            concurrency, step_seconds, tpot, mean_draft, name,
-            bucket=current.label if current else None,
-            reason=mine.reason if mine is not None else "no data at this concurrency yet",
-            crossover=crossing,
-            buckets=buckets,
-            notes=notes,
-            withheld=withheld,
-        )  # fmt: skip
-    report = comparison.report
-    return LoadFigures(
+    base = LoadFigures(
         concurrency, step_seconds, tpot, mean_draft, name,
-        bucket=comparison.bucket.label,
+        bucket=current.label if current else None, crossover=crossing,
+        buckets=buckets, notes=notes, read_concurrency=now, withheld=withheld,
+    )  # fmt: skip
+    if comparison is None:
+        reason = mine.reason if mine is not None else "no data at this concurrency yet"
+        read = (
+            curve.read(
+                now, tokens_per_step=per_step, acceptance_sd=sd or 0.0, chain_length=chain_length
+            )
+            if curve is not None and now is not None and per_step is not None
+            else None
+        )
+        if isinstance(read, cost_curve.CurveRead):
+            cost = _exported_cost(read.draft_cost)
+            report = report_from_counters(
+                acceptance, draft_cost=max(read.draft_cost or 0.0, 0.0),
+                configured_chain_length=chain_length,
+            ) if read.draft_cost is not None and acceptance.drafts > 0 else None  # fmt: skip
+            lo, hi = read.between
+            where = f"between buckets {lo} and {hi}" if lo != hi else f"next to bucket {lo}"
+            assert curve is not None and now is not None and per_step is not None
+            return replace(
+                base,
+                realized_speedup=read.speedup, measured_draft_cost=cost,
+                measured_breakeven_alpha=report.breakeven_alpha if report else None,
+                measured_alpha_margin=report.alpha_margin if report else None,
+                reason=f"{read.how} on the cost curve ({where}): this window's bucket: {reason}",
+                speedup_interval=read.interval, read=read.how,
+                read_time_per_output_token_seconds=curve.tpot_at(now, per_step),
+            )  # fmt: skip
+        if isinstance(read, str):
+            reason = f"{reason}; {read}"
+        return replace(base, reason=reason)
+    report = comparison.report
+    return replace(
+        base,
         realized_speedup=comparison.realized_speedup,
         measured_draft_cost=_exported_cost(comparison.draft_cost),
         measured_breakeven_alpha=report.breakeven_alpha if report else None,
         measured_alpha_margin=report.alpha_margin if report else None,
-        crossover=crossing,
-        buckets=buckets,
-        notes=(*notes, *comparison.notes),
-        withheld=withheld,
+        bucket=comparison.bucket.label, notes=(*notes, *comparison.notes),
+        speedup_interval=_measured_interval(comparison, window, twin, draft_length),
+        read="measured",
+        read_time_per_output_token_seconds=comparison.target_time_per_output_token_seconds,
     )  # fmt: skip
+
+
+def _curve(
+    window: LoadWindow, twin: LoadWindow | None, profile: Profile | None
+) -> cost_curve.Curve | None:
+    """The target's cost curve against its twin's or its profile (None: not enough yet)."""
+    if window.curve is None:
+        return None
+    if twin is not None:
+        if twin.curve is None:
+            return None
+        return cost_curve.twin_curve(window.curve, twin.curve)
+    return cost_curve.profile_curve(window.curve, profile) if profile is not None else None
+
+
+def _measured_interval(
+    comparison: BucketComparison,
+    window: LoadWindow,
+    twin: LoadWindow | None,
+    draft_length: float,
+) -> tuple[float, float] | None:
+    """The 95 % interval of a speed-up measured in this window's bucket: the bucket's
+    acceptance (binomial from its draft counts), and its step times' spread per interval
+    (read off the cost curve's bucket) over the window's intervals there, on both sides."""
+    index = comparison.bucket.index
+    sd = cost_curve.acceptance_log_sd(comparison.counters, tokens_per_draft=draft_length)
+    variance = (sd or 0.0) ** 2
+    sides = [(window, True)] + ([(twin, False)] if twin is not None else [])
+    for side, speculative in sides:
+        assert side is not None
+        here = next((b.totals.intervals for b in side.buckets if b.bucket.index == index), 1)
+        spread = cost_curve.interval_spread(side.curve, index, here) if side.curve else None
+        # No spread known yet (fewer than 2 intervals retained): 5 %, not certainty.
+        variance += (spread if spread is not None else 0.05) ** 2
+        if speculative and sd is None and side.curve is not None:
+            tokens = cost_curve.interval_spread(side.curve, index, here, tokens=True)
+            variance += (tokens if tokens is not None else 0.05) ** 2
+    return cost_curve.speedup_interval(
+        comparison.realized_speedup, variance**0.5, chain_length=comparison.chain_length
+    )
 
 
 def live_load_figures(

@@ -9,9 +9,10 @@ daemon serves a family that is not declared here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
-
+from specmon.daemon.metric_def import InstanceState, Kind, MetricDef, Scope
+from specmon.daemon.metric_def import counter as _c
+from specmon.daemon.metric_def import gauge as _g
+from specmon.daemon.metric_def import histogram as _h
 from specmon.engines import RejectReason
 from specmon.sources import ScrapeResult
 from specmon.sources.prometheus import ReadStatus
@@ -25,73 +26,6 @@ __all__ = [
     "Scope",
     "by_name",
 ]
-
-
-class Kind(StrEnum):
-    GAUGE = "gauge"
-    COUNTER = "counter"
-    #: specmon's own instruments only (the target families are gauges and counters).
-    HISTOGRAM = "histogram"
-
-
-class Scope(StrEnum):
-    """Which table of docs/metrics.md a family belongs to (and what its series are per)."""
-
-    TARGET = "Per target"
-    MODEL = "Per target and model"
-    WINDOW = "Per target, model and window"
-    SOURCE = "Per Prometheus source"
-    OWN = "specmon's own"
-
-
-class InstanceState(StrEnum):
-    """The ``state`` label of ``specmon_source_instances``: what became of each instance a
-    Prometheus source's last usable read returned."""
-
-    #: A sample newer than the previous read's: read into the instance's windows.
-    CURRENT = "current"
-    #: No sample since the previous read (Prometheus has not scraped it again yet): kept as
-    #: it was, neither a new reading nor a failure.
-    UNCHANGED = "unchanged"
-    #: Its newest sample is older than ``stale_after``: down (``specmon_up 0``).
-    STALE = "stale"
-    #: Its series cannot be used (duplicated, malformed): down.
-    BAD_SERIES = "bad_series"
-    #: Its name hashes to another shard (``--shard``): left to that replica.
-    OTHER_SHARD = "other_shard"
-    #: A configured target (or an earlier source's instance) has the same name and wins.
-    NAME_TAKEN = "name_taken"
-
-
-@dataclass(frozen=True, slots=True)
-class MetricDef:
-    #: Family name; a counter's samples carry ``_total`` on top of it.
-    name: str
-    kind: Kind
-    #: The HELP text: what the number is and where it comes from.
-    help: str
-    #: Label names every series carries, in order (targets add their constant labels).
-    labels: tuple[str, ...]
-    scope: Scope
-    #: The meaning for docs/metrics.md when it says more than the HELP text.
-    doc: str = ""
-    #: Labels some series carry and others do not (after ``labels``, in this order).
-    optional: tuple[str, ...] = ()
-
-    @property
-    def sample_name(self) -> str:
-        return self.name + "_total" if self.kind is Kind.COUNTER else self.name
-
-    @property
-    def sample_names(self) -> tuple[str, ...]:
-        """Every sample name the family's series carry (a histogram's three)."""
-        if self.kind is Kind.HISTOGRAM:
-            return tuple(self.name + suffix for suffix in ("_bucket", "_sum", "_count"))
-        return (self.sample_name,)
-
-    @property
-    def meaning(self) -> str:
-        return self.doc or self.help
 
 
 _T = ("target",)
@@ -110,31 +44,6 @@ _AGAINST_BASELINE = (
     f"enough data on both sides; from {_ONLY_LOAD_ENGINES}; for TGI, which counts no drafted "
     "tokens, only the realized speed-ups."
 )
-
-
-def _g(
-    name: str,
-    help_: str,
-    labels: tuple[str, ...],
-    scope: Scope,
-    doc: str = "",
-    optional: tuple[str, ...] = (),
-    *,
-    note: str = "",
-) -> MetricDef:
-    """``note``: appended to the help text (or ``doc``) in docs/metrics.md only, such as
-    which targets and engines have the family."""
-    if note:
-        doc = f"{doc or help_} {note}"
-    return MetricDef(name, Kind.GAUGE, help_, labels, scope, doc, optional)
-
-
-def _c(name: str, help_: str, labels: tuple[str, ...], scope: Scope, doc: str = "") -> MetricDef:
-    return MetricDef(name, Kind.COUNTER, help_, labels, scope, doc)
-
-
-def _h(name: str, help_: str, labels: tuple[str, ...], doc: str = "") -> MetricDef:
-    return MetricDef(name, Kind.HISTOGRAM, help_, labels, Scope.OWN, doc)
 
 
 UP = _g(
@@ -434,13 +343,22 @@ MEASURED_MARGIN = _g(
 )
 CROSSOVER = _g(
     "specmon_crossover_concurrency",
-    "Lowest concurrency at which speculation stops paying at the window's acceptance, "
-    "interpolated between the concurrency buckets measured against the baseline; absent "
-    "when it pays over the whole measured range (never extrapolated).",
+    "Lowest concurrency at which speculation stops paying at the window's acceptance, read off "
+    "the cost curve where measured buckets bracket it (the lowest measured load when it pays "
+    "at none); absent when it pays over the whole measured range (never extrapolated).",
     _B,
     Scope.WINDOW,
     note=_AGAINST_BASELINE,
 )
+_RANGE = (
+    "The crossover's 95 % range: where the lower (upper) bound of the speed-up read off the "
+    "cost curve falls through 1; present with specmon_crossover_concurrency when it comes from "
+    "the curve."
+)
+CROSSOVER_LOWER = _g("specmon_crossover_lower_concurrency", _RANGE, _B, Scope.WINDOW,
+                     note=_AGAINST_BASELINE)  # fmt: skip
+CROSSOVER_UPPER = _g("specmon_crossover_upper_concurrency", _RANGE, _B, Scope.WINDOW,
+                     note=_AGAINST_BASELINE)  # fmt: skip
 BUCKET_SPEEDUP = _g(
     "specmon_bucket_realized_speedup_ratio",
     "Realized speed-up in one concurrency bucket of the window (label concurrency: the "
@@ -490,6 +408,15 @@ VERDICT_SPEEDUP = _g(
     _W,
     Scope.WINDOW,
 )
+_BOUND = (
+    "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin or profile, the "
+    "acceptance's binomial uncertainty, the step times' spread and (read off the cost curve) "
+    "its fit; on engine, configured or default, the acceptance alone. " + _VERDICT
+)
+VERDICT_SPEEDUP_LOWER = _g("specmon_verdict_speedup_lower_ratio", "Lower " + _BOUND, _W,
+                           Scope.WINDOW)  # fmt: skip
+VERDICT_SPEEDUP_UPPER = _g("specmon_verdict_speedup_upper_ratio", "Upper " + _BOUND, _W,
+                           Scope.WINDOW)  # fmt: skip
 VERDICT_MARGIN = _g(
     "specmon_verdict_alpha_margin_ratio",
     "Effective alpha minus the break-even alpha, on the same basis as "
@@ -779,12 +706,16 @@ FAMILIES: tuple[MetricDef, ...] = (
     MEASURED_BREAKEVEN,
     MEASURED_MARGIN,
     CROSSOVER,
+    CROSSOVER_LOWER,
+    CROSSOVER_UPPER,
     BUCKET_SPEEDUP,
     BUCKET_DRAFT_COST,
     BUCKET_BEST_CHAIN,
     BUCKET_BEST_SPEEDUP,
     VERDICT_INFO,
     VERDICT_SPEEDUP,
+    VERDICT_SPEEDUP_LOWER,
+    VERDICT_SPEEDUP_UPPER,
     VERDICT_MARGIN,
     VERDICT_BREAKEVEN,
     VERDICT_DRAFT_COST,

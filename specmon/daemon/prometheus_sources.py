@@ -384,6 +384,7 @@ class Fleet:
         self.log = log
         self.shard = shard or Shard()
         self.windows: tuple[float, ...] = (60.0, 300.0, 900.0)
+        self.curve_retention = 3600.0
         self.runners: dict[str, SourceRunner] = {}
         self._owners: dict[str, SourceRunner] = {}
         self._pending: set[str] = set()
@@ -402,6 +403,7 @@ class Fleet:
             target,
             windows=self.windows,
             retention=retention,
+            curve_retention=self.curve_retention,
             on_view=self._view,
             twins=self.twins,
         )
@@ -427,6 +429,7 @@ class Fleet:
         removed ones stop and drop their instances, kept ones take the new settings without
         losing their instances' windows. Returns the readiness keys of the new sources."""
         self.windows = config.global_.windows
+        self.curve_retention = config.global_.curve_retention
         wanted = {source.name: source for source in config.sources}
         for name in [n for n in self.runners if n not in wanted]:
             removed = self.runners.pop(name)

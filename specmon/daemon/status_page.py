@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
+from specmon.daemon.answer_text import best_on_basis, crossover_text
 from specmon.daemon.epochs_view import epochs_json
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
@@ -209,7 +210,11 @@ def verdict_html(verdict: Verdict | None, severity: Severity) -> str:
         if value is None
         else f'<span class="big {cls}">{value:.2f}&times;</span>'
     )
-    basis = escape(_BASIS_TEXT[verdict.basis])
+    if value is not None and verdict.speedup_interval is not None:
+        low, high = verdict.speedup_interval
+        figure += f' <span class="muted" title="95 % interval">({low:.2f}&ndash;{high:.2f})</span>'
+    read = f", {verdict.read}" if verdict.read in ("interpolated", "extrapolated") else ""
+    basis = escape(_BASIS_TEXT[verdict.basis] + read)
     return f'{figure}<br><span class="muted" title="{escape(verdict.detail)}">{basis}</span>'
 
 
@@ -294,15 +299,13 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
                 f"<td class='wide'>{_load_cell(load)}</td></tr>"
             )
             continue
-        best = report.best_chain_length if report else None
+        best, best_speed, at_c = best_on_basis(
+            report, load, verdict, configured=model.basis.draft_cost
+        )
         best_text = (
             "&ndash;"
             if best is None
-            else (
-                "0 (off)"
-                if best == 0
-                else f"{best} ({fmt(report.best_speedup if report else None, 2, '&times;')})"
-            )
+            else ("0 (off)" if best == 0 else f"{best} ({fmt(best_speed, 2, '&times;')})")
         )
         k = model.basis.chain_length
         rows.append(
@@ -315,8 +318,7 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
             f'<br><span class="muted">&alpha; {fmt(report.alpha if report else None)}'
             f" / {fmt(verdict.breakeven_alpha if verdict else None)}</span></td>"
             f'<td class="num wide">{k if k is not None else "&ndash;"} / {best_text}'
-            f'<br><span class="muted">at configured c {model.basis.draft_cost:g}'
-            f"{_engine_cost(model)}</span>"
+            f'<br><span class="muted">{at_c}{_engine_cost(model)}</span>'
             "</td>"
             f'<td class="wide">{_load_cell(load)}</td>'
             "</tr>"
@@ -328,18 +330,29 @@ def _load_cell(load: LoadFigures | None) -> str:
     """Load now, and against the baseline: realized speed-up, measured c, crossover."""
     if load is None:
         return '<span class="muted">no load series</span>'
-    parts = [
+    mean = (
         f"n &asymp; {fmt(load.concurrency, 1)}"
         f" <span class='muted'>{fmt(_ms(load.time_per_output_token_seconds), 1)} ms/token</span>"
-    ]
+    )
+    parts = [mean]
+    if load.realized_speedup is not None and load.read_concurrency is not None:
+        # The verdict's own load: the bucket it reads, not the window's mean (which can lie
+        # between the loads the window saw).
+        parts = [
+            f"now n &asymp; {load.read_concurrency:.1f} in bucket {escape(load.bucket or '?')}"
+            f" <span class='muted'>{fmt(_ms(load.read_time_per_output_token_seconds), 1)}"
+            f" ms/token</span>",
+            f"<span class='muted'>window mean {mean}</span>",
+        ]
     if load.baseline is not None:
         against = escape(load.baseline)
         if load.realized_speedup is not None:
             realized = load.realized_speedup
             cls = "pos" if realized >= 1.0 else "neg"
+            how = f", {load.read}" if load.read in ("interpolated", "extrapolated") else ""
             parts.append(
                 f"<span class='{cls}'>{realized:.2f}&times;</span> vs {against}"
-                f" <span class='muted'>c {fmt(load.measured_draft_cost, 3)}</span>"
+                f" <span class='muted'>c {fmt(load.measured_draft_cost, 3)}{how}</span>"
             )
         else:
             parts.append(
@@ -347,7 +360,7 @@ def _load_cell(load: LoadFigures | None) -> str:
                 "</span>"
             )
         if load.crossover is not None:
-            parts.append(f"stops paying at n &asymp; {load.crossover.concurrency:.1f}")
+            parts.append(f"stops paying at n &asymp; {crossover_text(load.crossover)}")
     return "<br>".join(parts)
 
 
@@ -631,7 +644,7 @@ evidence (its basis under it); margin = alpha &minus; break-even; {escape(readin
 <colgroup><col class="c1"><col class="c2"><col class="c3"><col class="c4"><col class="c5">
 <col class="c6"><col class="c7"></colgroup>
 <thead><tr><th>target</th><th>state</th><th>verdict</th><th>model &middot; window</th>
-<th>margin<br>&alpha; / break-even</th><th>k / best k<br>at configured c</th>
+<th>margin<br>&alpha; / break-even</th><th>k / best k<br>at the verdict's c</th>
 <th>load and baseline</th></tr></thead>
 {body}
 </table>

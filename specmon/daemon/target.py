@@ -46,15 +46,7 @@ from specmon.sources import ScrapeResult
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
 from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
 
-__all__ = [
-    "Event",
-    "ModelView",
-    "TargetState",
-    "TargetView",
-    "Twins",
-    "WindowView",
-    "display_url",
-]
+__all__ = ["Event", "ModelView", "TargetState", "TargetView", "Twins", "WindowView", "display_url"]
 
 
 def display_url(url: str) -> str:
@@ -154,6 +146,7 @@ class TargetState:
         retention: float,
         on_view: Callable[[TargetView], None] | None = None,
         twins: Twins | None = None,
+        curve_retention: float = 3600.0,
     ):
         #: Told of every new view (the exposition renders the target's series from it).
         self.on_view = on_view
@@ -162,8 +155,7 @@ class TargetState:
         #: Per model (speculating or not), the load readings.
         self._loads: dict[str, LoadHistory] = {}
         self.config = config
-        self._windows = windows
-        self._retention = retention
+        self._windows, self._retention, self._curve_retention = windows, retention, curve_retention
         self._histories: dict[str, CounterHistory] = {}
         self._gauges: dict[str, tuple[GaugeHistory, GaugeHistory]] = {}
         #: Per model, the engine's draft overhead readings (TensorRT-LLM).
@@ -412,9 +404,9 @@ class TargetState:
             # Lean rows while nothing compares this target (to save memory); a reload
             # that gives it a baseline, or a target that takes it as its twin, makes the
             # history whole at its first window (specmon.load.LoadHistory).
+            lean = cfg.baseline is None and cfg.cost_profile is None
             history = self._loads[model.model] = LoadHistory(
-                retention=self._retention,
-                lean=cfg.baseline is None and cfg.cost_profile is None,
+                retention=self._retention, lean=lean, curve_retention=self._curve_retention
             )
         history.add(mono, counters)
         if history.refusal is not None:

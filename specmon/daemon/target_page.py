@@ -13,6 +13,7 @@ from html import escape
 from urllib.parse import quote
 
 from specmon import __version__
+from specmon.daemon.answer_text import crossover_text
 from specmon.daemon.epochs_view import epochs_html
 from specmon.daemon.history import SPAN, Event, Sample, Series
 from specmon.daemon.load_view import LoadFigures
@@ -304,7 +305,9 @@ def _load_table(load: LoadFigures | None, window: WindowView | None) -> str:
         )
     against = escape(load.baseline)
     crossover = (
-        f'<p class="sub">speculation stops paying at n &asymp; {load.crossover.concurrency:.1f}</p>'
+        f'<p class="sub">speculation stops paying at n &asymp; {crossover_text(load.crossover)}'
+        f"{' (95 % range)' if load.crossover.low is not None else ''}"
+        f"{'; ' + escape(load.crossover.note) if load.crossover.note else ''}</p>"
         if load.crossover is not None
         else '<p class="sub muted">no crossover within the loads seen</p>'
     )

@@ -22,6 +22,8 @@ from enum import StrEnum
 
 from specmon import arithmetic
 from specmon.daemon.load_view import PROFILE, LoadFigures
+from specmon.engines import SpecCounters
+from specmon.load.curve import acceptance_log_sd, speedup_interval
 from specmon.records import record
 from specmon.report import AcceptanceReport
 
@@ -50,6 +52,13 @@ class Verdict:
     alpha_margin: float | None
     #: One line for an operator: what the answer rests on, and how to get better evidence.
     detail: str
+    #: The 95 % interval of ``speedup`` (specmon.load.curve): on a twin or profile, the
+    #: acceptance, the step times' spread and (read off the cost curve) its fit; on the
+    #: engine's, configured or default c, the acceptance alone (the guessed c has none).
+    speedup_interval: tuple[float, float] | None = None
+    #: How a twin or profile verdict was read: "measured" (this window's bucket),
+    #: "interpolated" (the cost curve, inside the loads measured), "extrapolated".
+    read: str | None = None
 
 
 def at_cost(
@@ -93,7 +102,8 @@ def verdict(
             load.measured_breakeven_alpha,
             load.measured_alpha_margin,
         )
-        detail = f"realized against {against} at this load (bucket {load.bucket})"
+        how = "" if load.read in (None, "measured") else f", {load.read} on the cost curve"
+        detail = f"realized against {against} at this load (bucket {load.bucket}{how})"
     elif report is None:
         return None
     elif engine_draft_cost is not None:
@@ -121,4 +131,31 @@ def verdict(
     speedup, cost_c, breakeven, margin = figures
     if load is not None and load.baseline_refused is not None:  # the twin was refused
         detail = f"{load.baseline_refused}; {detail}"
-    return Verdict(basis, speedup, cost_c, breakeven, margin, detail)
+    if basis in (Evidence.TWIN, Evidence.PROFILE):
+        assert load is not None
+        return Verdict(basis, speedup, cost_c, breakeven, margin, detail,
+                       load.speedup_interval, load.read)  # fmt: skip
+    if load is not None and load.baseline is not None and load.reason:
+        # Compared, but nothing measured at this load, nor on the curve near it: say why.
+        detail = f"no measured speed-up at this load ({load.reason}); {detail}"
+    return Verdict(basis, speedup, cost_c, breakeven, margin, detail,
+                   _acceptance_interval(report, speedup))  # fmt: skip
+
+
+def _acceptance_interval(
+    report: AcceptanceReport | None, speedup: float | None
+) -> tuple[float, float] | None:
+    """The 95 % interval of a speed-up at a fixed c: the acceptance's alone (binomial from
+    the window's draft counts and per-position survival); None without counted drafts."""
+    if report is None or speedup is None or not report.drafts or report.accepted_tokens is None:
+        return None
+    d = report.drafts
+    positions = tuple(round((p.survival or 0.0) * d) for p in report.positions)
+    drafted = report.mean_draft_length or float(report.chain_length or 1)
+    counters = SpecCounters(drafts=d, draft_tokens=report.draft_tokens or 0,
+                            accepted_tokens=report.accepted_tokens,
+                            accepted_per_position=positions)  # fmt: skip
+    sd = acceptance_log_sd(counters, tokens_per_draft=drafted)
+    if sd is None:
+        return None
+    return speedup_interval(speedup, sd, chain_length=report.chain_length, measured=False)

@@ -16,8 +16,9 @@ Against a baseline at matched concurrency (a twin server's bucket, or a profile 
   step: the cost model (docs/background.md) T_spec = T_base (1 + k̄ c) solved for c;
 - break-even alpha, margin and best chain length at that c, through :mod:`specmon.report`;
 - speculation pays while (1 + A/D) / (1 + c T/D) > 1 (A accepted, D drafts, T draft tokens), i.e.
-  while c < A / T; the crossover concurrency is where c(n) rises through it, interpolated
-  linearly between measured concurrencies and never extrapolated past them.
+  while c < A / T; the crossover concurrency is where the speed-up falls through 1, read off
+  the cost curve (:mod:`.curve`: both sides' step times fitted over an hour of buckets) where
+  measured buckets bracket it, never extrapolated past them.
 
 Figures that rest on too little data are None ("no value"), with the reason; see
 :class:`Thresholds`.
@@ -30,6 +31,8 @@ The package, floors without circles (each module imports only those listed befor
 - :mod:`.buckets`: concurrency buckets and the data thresholds a bucket needs;
 - :mod:`.crossover`: the speed-up at a draft cost and the crossover concurrency;
 - :mod:`.compare`: a target against a twin's bucket or a profile's level;
+- :mod:`.curve`: the cost curve (buckets kept for an hour, the shape fitted to them), the
+  verdict's 95 % interval and the crossover's range;
 - :mod:`.history`: one model's rolling history for the daemon;
 - :mod:`.profile`: profiles written by ``specmon measure --profile-out`` and their JSON.
 """

@@ -46,6 +46,12 @@ class Crossover:
     cost_percent: float
     measured_from: float
     measured_to: float
+    #: The 95 % range (from the cost curve: where the speed-up's bounds fall through 1);
+    #: None when the crossover was not read off a curve.
+    low: float | None = None
+    high: float | None = None
+    #: What an operator should know about it (a gap of unmeasured buckets).
+    note: str | None = None
 
 
 def crossover(points: Iterable[tuple[float, float]]) -> Crossover | None:

@@ -5,11 +5,13 @@ scrapes, with a sliding sum per window length (:class:`LoadHistory`), and a wind
 from __future__ import annotations
 
 from array import array
+from dataclasses import field
 
 from specmon.engines.model import RejectReason
 from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme, BucketTotals
 from specmon.load.compare import CompareMemo
 from specmon.load.counters import LoadCounters
+from specmon.load.curve import CurveAccumulator
 from specmon.load.interval import LoadInterval, Speeds, bounded_ratio
 from specmon.load.laws import interval_refusal
 from specmon.load.rows import (
@@ -49,6 +51,8 @@ class LoadWindow:
     #: The most recent interval: the load the engine is under now (read by a comparison
     #: with a baseline only: None for a window read without its buckets).
     latest: LoadInterval | None = None
+    #: The model's cost-curve accumulator (specmon.load.curve), for a comparison to read.
+    curve: CurveAccumulator | None = field(default=None, compare=False, repr=False)
 
 
 class LoadHistory:
@@ -65,7 +69,12 @@ class LoadHistory:
     (a speculating target's drafts cannot be made up)."""
 
     def __init__(
-        self, *, retention: float, scheme: BucketScheme = DEFAULT_SCHEME, lean: bool = False
+        self,
+        *,
+        retention: float,
+        scheme: BucketScheme = DEFAULT_SCHEME,
+        lean: bool = False,
+        curve_retention: float = 3600.0,
     ) -> None:
         if retention <= 0:
             raise ValueError("retention must be positive")
@@ -91,6 +100,15 @@ class LoadHistory:
         self._windows: dict[float, LoadWindow] = {}
         #: Why the last reading's interval was left out (:mod:`specmon.load.laws`), or None.
         self.refusal: tuple[RejectReason, str] | None = None
+        #: Every whole interval, per time slot and bucket, for ``curve_retention`` (the cost
+        #: curve: specmon.load.curve); fed while the history is whole (compared, or a twin).
+        #: None while lean (about 160 bytes a history saved across a fleet compared with
+        #: nothing): made with the history's first whole row.
+        self._curve_retention = curve_retention
+        self.curve: CurveAccumulator | None = None if lean else self._new_curve()
+
+    def _new_curve(self) -> CurveAccumulator:
+        return CurveAccumulator(retention=self._curve_retention, scheme=self._scheme)
 
     @property
     def lean(self) -> bool:
@@ -132,6 +150,8 @@ class LoadHistory:
                 del row[LEAN:]
             else:
                 self._bucket(row)
+                if self.curve is not None:
+                    self.curve.add_row(row)
             rows = self._rows
             rows.append(row)
             if len(rows) == rows.capacity:  # room for the retention at this rate (rows.py)
@@ -187,6 +207,7 @@ class LoadHistory:
     def _widen(self) -> None:
         """Make a lean history whole (see the class): its sums are made again."""
         self._lean = False
+        curve = self.curve = self._new_curve()
         old = self._rows
         if self._lossy:
             self._dropped += len(old)
@@ -197,6 +218,7 @@ class LoadHistory:
             for index in range(len(old)):
                 row = old.row(index) + padding
                 self._bucket(row)
+                curve.add_row(row)
                 rows.append(row)
                 if index == 0:
                     rows.reserve(old.capacity)
@@ -288,7 +310,9 @@ class LoadHistory:
             if summed is not None:
                 found.append(BucketTotals(scheme[index], summed))
         latest = self.latest if total is not None else None
-        window = self._windows[seconds] = LoadWindow(total, tuple(found), running, latest)
+        window = self._windows[seconds] = LoadWindow(
+            total, tuple(found), running, latest, self.curve
+        )
         return window
 
     def speeds(self, seconds: float) -> Speeds | None:

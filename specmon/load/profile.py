@@ -16,8 +16,10 @@ from specmon.bounds import (
     time_per_token_refusal,
 )
 from specmon.engines.model import SpecCounters, add_counters
+from specmon.load.buckets import DEFAULT_SCHEME
 from specmon.load.compare import BaselinePoint
 from specmon.load.crossover import Crossover, crossover_at_acceptance
+from specmon.load.curve import SidePoint
 from specmon.records import record
 
 PROFILE_FORMAT = "specmon-load-profile"
@@ -144,6 +146,20 @@ class Profile:
             return None
         source = "profile level" if steps[1] == "measured" else "profile, interpolated"
         return BaselinePoint(concurrency, steps[0], tpots[0], source)
+
+    def baseline_points(self) -> tuple[SidePoint, ...]:
+        """The baseline's measured levels as the cost curve's baseline side (a profile
+        states no spread: its step times' standard error is taken as 1 %)."""
+        out = []
+        for lv in self.levels:
+            side = lv.baseline
+            step, tpot = side.step_seconds, side.time_per_output_token_seconds
+            if step is None or tpot is None or step <= 0 or tpot <= 0:
+                continue
+            n = side.concurrency if side.concurrency is not None else float(lv.concurrency)
+            bucket = DEFAULT_SCHEME.bucket_of(n)
+            out.append(SidePoint(bucket.index, bucket.label, n, step, 0.01, step / tpot, 1))
+        return tuple(out)
 
     def crossover(self, counters: SpecCounters | None = None) -> Crossover | None:
         """The crossover at ``counters``' acceptance (default: the profile's own)."""

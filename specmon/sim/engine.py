@@ -43,6 +43,11 @@ class SimSettings:
     #: then derived) and chat completions are answered at the simulated speed; without it,
     #: the step time is requests_running / drafts_per_second.
     load_model: LoadModel | None = None
+    #: The coefficient of variation of one simulated step's time (with a load model): real
+    #: steps vary (batch composition, sampling, the allocator), and a step time measured
+    #: without spread would leave an interval's timing part unexercised. 0: every step the
+    #: model's time exactly.
+    step_noise: float = 0.0
 
     @property
     def chain_length(self) -> int:
@@ -73,6 +78,8 @@ class SimSettings:
             raise ValueError("requests_running must be >= 0")
         if self.load_model is not None:
             self.load_model.validate()
+        if not 0.0 <= self.step_noise <= 1.0:
+            raise ValueError("step_noise must be within [0, 1]")
 
 
 @dataclass(slots=True)
@@ -238,6 +245,10 @@ class SimEngine:
         if steps <= 0:
             return
         request_steps = s.requests_running * steps
+        if s.step_noise > 0:
+            # The mean of ``steps`` independent steps, each with this coefficient of variation.
+            spread = s.step_noise / math.sqrt(steps)
+            step = step * max(0.05, 1.0 + self.rng.gauss(0.0, spread))
         self._add_seconds(request_steps, step)
         if s.speculation:
             _, accepted = self.add_drafts(request_steps)

@@ -463,3 +463,23 @@ def test_state_dir_and_its_max_age() -> None:
         with pytest.raises(ConfigError) as caught:
             parse_config(f"global: {{{bad}}}\n" + target, environ={})
         assert any(says in p for p in caught.value.problems), caught.value.problems
+
+
+def test_curve_retention_is_a_bounded_duration(tmp_path: Path) -> None:
+    """``global.curve_retention`` (the cost curve's memory, issue 54): default 1h, a duration
+    from 1m to 7d, and what a target's state gives its load histories."""
+    from specmon.daemon.config import load_config
+    from specmon.daemon.target import TargetState
+
+    path = tmp_path / "c.yml"
+    path.write_text(
+        "global: {curve_retention: 2h}\ntargets: [{name: a, url: 'http://x/metrics'}]\n"
+    )
+    config = load_config(path)
+    assert config.global_.curve_retention == 7200.0
+    for bad in ("10s", "8d", "soon"):
+        path.write_text(f"global: {{curve_retention: {bad}}}\ntargets: []\n")
+        with pytest.raises(ConfigError, match="curve_retention"):
+            load_config(path)
+    state = TargetState(config.targets[0], windows=(60.0,), retention=70.0, curve_retention=7200.0)
+    assert state._curve_retention == 7200.0

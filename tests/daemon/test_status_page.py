@@ -220,19 +220,44 @@ def test_each_row_heads_with_its_verdict_and_says_its_basis() -> None:
 
 
 def test_figures_on_the_configured_cost_say_so() -> None:
-    """The k / best k column rests on the configured c, whatever the verdict beside it rests
-    on: its header and every cell say "at configured c"; so do the target page's columns."""
+    """The k / best k column follows the verdict's basis (issue 54): at the draft cost measured
+    in the verdict's bucket on a twin, else at the configured (or default) c, every cell saying
+    which; the target page's configured-cost columns say so."""
     views = fleet_views()
     html = render_status(views, primary_window="5m", ready=True)
-    assert "<th>k / best k<br>at configured c</th>" in html
+    assert "<th>k / best k<br>at the verdict's c</th>" in html
     loaded = html[html.index('href="/target/vllm-loaded"') :].split("</tbody>")[0]
     assert "vs its twin" in loaded  # the verdict on the twin's evidence ...
-    assert '<span class="muted">at configured c 0.1</span>' in loaded  # ... k on the guess
+    assert '<span class="muted">at measured c 0.' in loaded  # ... and best k on it too
     speculating = [v for v in views if v.up and v.speculation and v.models]
     cells = re.findall(r'<td class="num wide">[^<]*<br><span class="muted">([^<]*)</span>', html)
     assert len(cells) >= len(speculating) and all(
-        c.startswith("at configured c ") for c in cells
+        c.startswith(("at configured c ", "at default c ", "at measured c ")) for c in cells
     ), cells
     [view] = [v for v in views if v.name == "vllm-loaded"]
     page = render_target(view, primary_window="5m", series=(), events=(), now=0.0)
     assert "<th>speed-up<br>at configured c</th><th>best k<br>at configured c</th>" in page
+
+
+def test_one_answer_on_every_surface() -> None:
+    """The verdict with its 95 % interval, the load of its own bucket, best k on its basis and
+    the configured c said as such, on the status page and the demo's terminal view (issue 54)."""
+    from specmon.cli.demo import render_rows
+
+    views = {v.name: v for v in fleet_views()}
+    loaded = views["vllm-loaded"]
+    window = loaded.models[0].window("5m")
+    assert window is not None and window.verdict is not None and window.load is not None
+    verdict, load = window.verdict, window.load
+    assert verdict.speedup_interval is not None and load.read_concurrency is not None
+    low, high = verdict.speedup_interval
+    html = render_status([loaded], primary_window="5m", ready=True)
+    assert f"({low:.2f}&ndash;{high:.2f})" in html
+    assert f"now n &asymp; {load.read_concurrency:.1f} in bucket {load.bucket}" in html
+    assert "window mean n &asymp;" in html
+    guessed = render_status([views["vllm-a"]], primary_window="5m", ready=True)
+    assert "at default c 0.1" in guessed  # no draft_cost configured: the default, a guess
+    rows = "\n".join(render_rows([loaded, views["vllm-a"]], window="5m", color=False))
+    assert f"{verdict.speedup:.2f}x ({low:.2f}-{high:.2f})" in rows
+    assert f"now n~{load.read_concurrency:.1f} in bucket {load.bucket}" in rows
+    assert " default " in rows and " guess " not in rows  # the API's basis words

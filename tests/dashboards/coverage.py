@@ -44,6 +44,8 @@ AGAINST_BASELINE = frozenset(
         "specmon_measured_breakeven_alpha_ratio",
         "specmon_measured_alpha_margin_ratio",
         "specmon_crossover_concurrency",
+        "specmon_crossover_lower_concurrency",
+        "specmon_crossover_upper_concurrency",
         "specmon_bucket_realized_speedup_ratio",
         "specmon_bucket_draft_cost_ratio",
         "specmon_bucket_best_chain_length",

@@ -201,6 +201,8 @@ def fleet_series() -> list[dict[str, str]]:
                 )
                 add("specmon_verdict_info", {**w, "basis": basis}, _const(1))
                 add("specmon_verdict_speedup_ratio", w, _const(1.8 if twin else 1.6))
+                add("specmon_verdict_speedup_lower_ratio", w, _const(1.7 if twin else 1.55))
+                add("specmon_verdict_speedup_upper_ratio", w, _const(1.9 if twin else 1.65))
                 add("specmon_verdict_alpha_margin_ratio", w, _const(0.3 if twin else 0.31))
                 add("specmon_verdict_breakeven_alpha_ratio", w, _const(0.3 if twin else 0.29))
                 add("specmon_verdict_draft_cost_ratio", w, _const(0.12 if twin else 0.1))
@@ -215,6 +217,8 @@ def fleet_series() -> list[dict[str, str]]:
                 add("specmon_measured_breakeven_alpha_ratio", bl, _const(0.3))
                 add("specmon_measured_alpha_margin_ratio", bl, _const(0.3))
                 add("specmon_crossover_concurrency", bl, _const(14))
+                add("specmon_crossover_lower_concurrency", bl, _const(13))
+                add("specmon_crossover_upper_concurrency", bl, _const(15))
                 for bucket, speedup in (("4", 1.8), ("16", 0.9)):
                     bc = {**bl, "concurrency": bucket}
                     add("specmon_bucket_realized_speedup_ratio", bc, _const(speedup))

@@ -65,6 +65,7 @@ CONTRACT_LABELS = {
     "baseline",
     "le",  # the bucket bound of specmon's own histograms
     "reason",  # why a reading was refused (specmon_rejected_readings_total)
+    "basis",  # what the verdict rests on (specmon_verdict_info)
 }
 _RECORD_NAME = re.compile(r"^[a-z_]+:[a-z0-9_]+:[a-z0-9_]+$")
 

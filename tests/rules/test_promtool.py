@@ -496,6 +496,37 @@ MUTATIONS = [
         ),
         id="basis-not-read",
     ),
+    # The verdict's 95 % interval decides (issue 54), but not on a guessed cost.
+    pytest.param(
+        r'\(specmon_verdict_speedup_upper_ratio\{window="5m"\} >= 1\)',
+        '(specmon_verdict_speedup_upper_ratio{window="5m"} >= 100)',
+        "the verdict's interval decides, the point estimate on the configured cost",
+        id="warning-on-the-point-estimate",
+    ),
+    pytest.param(
+        r'\(specmon_verdict_speedup_upper_ratio\{window="5m"\} >= 0\.75\)',
+        '(specmon_verdict_speedup_upper_ratio{window="5m"} >= 100)',
+        "the verdict's interval decides, the point estimate on the configured cost",
+        id="page-on-the-point-estimate",
+    ),
+    pytest.param(
+        r'basis=~"configured\|default"',
+        'basis="none"',
+        "the verdict's interval decides, the point estimate on the configured cost",
+        id="interval-on-a-guessed-cost",
+    ),
+    pytest.param(
+        r'\(specmon_verdict_speedup_upper_ratio\{window="15m"\} >= 1\)',
+        '(specmon_verdict_speedup_upper_ratio{window="15m"} >= 100)',
+        "slower than baseline waits for a certain loss",
+        id="slower-on-the-point-estimate",
+    ),
+    pytest.param(
+        r"specmon_crossover_lower_concurrency\{target",
+        "specmon_crossover_concurrency{target",
+        "above crossover quotes the crossover's range",
+        id="crossover-range-not-quoted",
+    ),
     # The load alerts (group specmon-load).
     pytest.param(
         r"< 0\.95\)",

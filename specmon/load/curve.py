@@ -1,0 +1,797 @@
+"""The cost curve of one target and model: step time with and without speculation as functions
+of concurrency, kept far longer than any window, and the speed-up, draft cost, 95 % interval
+and crossover read from it at any load inside what was measured. Pure: no I/O.
+
+Public API (what the daemon, and issue 55's persistence, code against):
+
+- :class:`CurveAccumulator` (``retention=3600.0``, ``slot_seconds=60.0``, ``scheme``): one
+  model's intervals summed per time slot and concurrency bucket (never raw rows).
+  ``add_row(row)`` takes one interval row (:mod:`specmon.load.rows`' layout, the history's
+  clock in ``row[END]``); ``add(end, interval)`` a :class:`LoadInterval`; ``expire(now)``
+  drops slots older than the retention; ``buckets()`` the retained sums per bucket
+  (:class:`BucketSums`, oldest slot first summed, cached until the next add); ``version``
+  rises at every change.
+- Its state, a plain serialisable record: ``state()`` -> :class:`CurveState` (``retention``,
+  ``slot_seconds``, ``slots``: :class:`SlotSums` (``start``, ``bucket``, ``values``: the
+  column sums in :data:`COLUMNS` order, then the accepted drafts per position));
+  ``CurveAccumulator.from_state(state, scheme=...)``; ``state_to_dict(state)`` /
+  ``state_from_dict(data)`` (JSON-ready dict, strict: ``ValueError`` naming the problem).
+  Slot ``start`` times are the history's clock (monotonic in the daemon): to persist across
+  a restart, shift them by the clocks' difference.
+- :func:`side_points` -> :class:`SidePoint` per bucket with enough data (the
+  :class:`~specmon.load.buckets.Thresholds` a window's bucket needs), its step time, the
+  relative standard error of that mean (spread of the per-interval step times) and K.
+- :func:`fit_shape` -> :class:`Shape`: T(n) = fixed + slope max(knee, n) (the cost model's
+  fixed part, bandwidth-bound floor and compute-bound slope, docs/background.md), weighted
+  least squares over the buckets, its relative fit residual.
+- :class:`Curve` (``Curve.build(spec, base, ...)``; :func:`twin_curve`,
+  :func:`profile_curve`): ``read(concurrency, acceptance)`` -> :class:`CurveRead` (speed-up,
+  draft cost, 95 % interval, ``how``: "interpolated" inside the measured range,
+  "extrapolated" in the next bucket past it) or a reason string; ``crossover(acceptance)``
+  -> :class:`~specmon.load.crossover.Crossover` with its range, only where measured buckets
+  bracket it.
+- :func:`speedup_interval` and :func:`acceptance_log_sd`: the interval's arithmetic, for a
+  verdict read off a window's bucket or off the configured cost.
+
+The interval is a normal approximation on log(speed-up) (delta method): the variance of
+log K (accepted tokens per step: the per-draft accepted count's variance from per-position
+survival, binomial per token without positions, else the per-interval spread), of log
+T_spec and log T_base (spread of per-interval step times / sqrt(intervals)), and, for a read
+off the curve, the fit's relative residual and the disagreement between the shape and
+straight lines between neighbouring buckets (docs/load-signals.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import operator
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
+from specmon.engines.model import SpecCounters
+from specmon.load.buckets import DEFAULT_SCHEME, DEFAULT_THRESHOLDS, BucketScheme, Thresholds
+from specmon.load.crossover import Crossover
+from specmon.load.interval import LoadInterval, bounded_ratio
+from specmon.load.rows import (
+    ACCEPTED,
+    DECODE_SECONDS,
+    DECODE_TOKENS,
+    DRAFT_TOKENS,
+    DRAFTS,
+    END,
+    ENGINE_STEPS,
+    ERRORS,
+    POSITIONS,
+    REQUEST_STEPS,
+    RESETS,
+    SLOT_STEPS,
+    row_concurrency,
+)
+from specmon.records import record
+
+# fmt: off
+__all__ = [
+    "COLUMNS", "Z95", "BucketSums", "Curve", "CurveAccumulator", "CurveRead", "CurveState",
+    "Shape", "SidePoint", "SlotSums", "acceptance_log_sd", "fit_shape", "interval_spread",
+    "profile_curve", "side_points", "speedup_interval", "state_from_dict", "state_to_dict",
+    "twin_curve",
+]
+# fmt: on
+
+#: The two-sided 95 % point of the normal distribution.
+Z95 = 1.959964
+#: The column sums a slot keeps, in order; the accepted drafts per position follow.
+COLUMNS = (
+    "intervals",
+    "request_steps",
+    "decode_seconds",
+    "decode_tokens",
+    "engine_steps",
+    "slot_steps",
+    "drafts",
+    "draft_tokens",
+    "accepted",
+    "step_sum",
+    "step_squares",
+    "tokens_per_step_sum",
+    "tokens_per_step_squares",
+)
+_I, _RS, _DS, _DT, _ES, _SS, _DR, _DTK, _AC, _T1, _T2, _K1, _K2 = range(len(COLUMNS))
+_WIDTH = len(COLUMNS)
+#: A mean step time's relative standard error is never taken below this (the per-interval
+#: spread of a noiseless simulator is 0; no real measurement is that sure).
+_FLOOR = 0.005
+_MAX_SLOTS = 10_000
+_BY_N = operator.attrgetter("concurrency")
+_MAX_POSITIONS = 64
+
+
+@record
+class SlotSums:
+    """One time slot's sums in one bucket: ``values`` in :data:`COLUMNS` order, then the
+    accepted drafts per position."""
+
+    start: float
+    bucket: int
+    values: tuple[float, ...]
+
+
+@record
+class CurveState:
+    """A :class:`CurveAccumulator`'s whole state, plain (see :func:`state_to_dict`)."""
+
+    retention: float
+    slot_seconds: float
+    slots: tuple[SlotSums, ...]
+
+
+@record
+class BucketSums:
+    """The retained sums of one bucket (all its slots)."""
+
+    bucket: int
+    label: str
+    values: tuple[float, ...]
+
+    @property
+    def intervals(self) -> int:
+        return round(self.values[_I])
+
+    @property
+    def totals(self) -> LoadInterval:
+        """The bucket's sums as one :class:`LoadInterval` (for :class:`Thresholds`)."""
+        v = self.values
+        return LoadInterval(
+            request_steps=v[_RS],
+            decode_seconds=v[_DS],
+            decode_tokens=v[_DT],
+            engine_steps=v[_ES],
+            slot_steps=v[_SS],
+            drafts=round(v[_DR]),
+            draft_tokens=round(v[_DTK]),
+            accepted_tokens=round(v[_AC]),
+            accepted_per_position=tuple(round(x) for x in v[_WIDTH:]),
+            intervals=round(v[_I]),
+        )
+
+    def relative_se(self, first: int, second: int) -> float | None:
+        """The relative standard error of the mean of a per-interval figure whose sum and sum
+        of squares are columns ``first`` and ``second`` (None with fewer than 2 intervals)."""
+        v = self.values
+        m = v[_I]
+        if m < 2 or v[first] <= 0:
+            return None
+        mean = v[first] / m
+        var = max(v[second] / m - mean * mean, 0.0) * m / (m - 1)
+        return math.sqrt(var / m) / mean
+
+
+class CurveAccumulator:
+    """One model's intervals summed per time slot and concurrency bucket, kept for
+    ``retention`` seconds (see the module's API)."""
+
+    __slots__ = ("_buckets", "_memo", "_retention", "_scheme", "_slot", "_slots", "version")
+
+    def __init__(
+        self,
+        *,
+        retention: float = 3600.0,
+        slot_seconds: float = 60.0,
+        scheme: BucketScheme = DEFAULT_SCHEME,
+    ) -> None:
+        if not (retention > 0 and math.isfinite(retention)):
+            raise ValueError("retention must be positive")
+        if not (slot_seconds > 0 and math.isfinite(slot_seconds)):
+            raise ValueError("slot_seconds must be positive")
+        self._retention = retention
+        self._slot = min(slot_seconds, retention)
+        self._scheme = scheme
+        #: (slot index, bucket) -> sums, oldest slot first (dicts keep insertion order).
+        self._slots: dict[tuple[int, int], list[float]] = {}
+        self._buckets: tuple[BucketSums, ...] | None = None
+        self._memo: tuple[object, Curve | None] | None = None
+        #: Rises at every change (a cache of what was read from it is good while it stays).
+        self.version = 0
+
+    def set_retention(self, retention: float) -> None:
+        if not (retention > 0 and math.isfinite(retention)):
+            raise ValueError("retention must be positive")
+        self._retention = retention
+
+    def add_row(self, row: Sequence[float]) -> bool:
+        """Add one interval row (an interval with a reset, no concurrency or no step time is
+        left out); True when it was added."""
+        if row[RESETS] > 0 or row[REQUEST_STEPS] <= 0:
+            return False
+        concurrency = row_concurrency(row)  # type: ignore[arg-type]
+        step = bounded_ratio(row[DECODE_SECONDS], row[REQUEST_STEPS], row[ERRORS + 1], row[ERRORS])
+        if concurrency is None or step is None or step <= 0:
+            return False
+        per_step = row[DECODE_TOKENS] / row[REQUEST_STEPS]
+        key = (math.floor(row[END] / self._slot), self._scheme.index_of(concurrency))
+        sums = self._slots.get(key)
+        if sums is None:
+            sums = self._slots[key] = [0.0] * _WIDTH
+        sums[_I] += 1.0
+        for i, column in ((_RS, REQUEST_STEPS), (_DS, DECODE_SECONDS), (_DT, DECODE_TOKENS),
+                          (_ES, ENGINE_STEPS), (_SS, SLOT_STEPS), (_DR, DRAFTS),
+                          (_DTK, DRAFT_TOKENS), (_AC, ACCEPTED)):  # fmt: skip
+            sums[i] += row[column] if column < len(row) else 0.0
+        positions = row[POSITIONS : POSITIONS + _MAX_POSITIONS]
+        if len(sums) < _WIDTH + len(positions):
+            sums.extend([0.0] * (_WIDTH + len(positions) - len(sums)))
+        for i, value in enumerate(positions):
+            sums[_WIDTH + i] += value
+        sums[_T1] += step
+        sums[_T2] += step * step
+        sums[_K1] += per_step
+        sums[_K2] += per_step * per_step
+        self._changed()
+        self.expire(row[END])
+        return True
+
+    def add(self, end: float, interval: LoadInterval) -> bool:
+        """Add one :class:`LoadInterval` ending at ``end`` (see :meth:`add_row`)."""
+        e = interval.errors
+        row = array(
+            "d",
+            (
+                end, interval.seconds or 0.0, interval.request_steps, interval.decode_seconds,
+                interval.decode_tokens, interval.engine_steps or 0.0, interval.slot_steps or 0.0,
+                *e, 1.0, 1.0 if interval.engine_steps is None else 0.0,
+                1.0 if interval.slot_steps is None else 0.0, 0.0, float(interval.resets), -1.0,
+                float(interval.drafts), float(interval.draft_tokens),
+                float(interval.accepted_tokens), 0.0, *map(float, interval.accepted_per_position),
+            ),
+        )  # fmt: skip
+        return self.add_row(row)
+
+    def expire(self, now: float) -> None:
+        """Drop the slots that ended before ``now - retention`` (and past _MAX_SLOTS)."""
+        oldest = math.floor((now - self._retention) / self._slot)
+        dropped = False
+        while self._slots:
+            key = next(iter(self._slots))
+            if key[0] >= oldest and len(self._slots) <= _MAX_SLOTS:
+                break
+            del self._slots[key]
+            dropped = True
+        if dropped:
+            self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._buckets = None
+
+    def buckets(self) -> tuple[BucketSums, ...]:
+        """The retained sums per bucket, by bucket."""
+        if self._buckets is None:
+            summed: dict[int, list[float]] = {}
+            for (_, bucket), values in self._slots.items():
+                into = summed.get(bucket)
+                if into is None:
+                    summed[bucket] = list(values)
+                    continue
+                if len(into) < len(values):
+                    into.extend([0.0] * (len(values) - len(into)))
+                for i, value in enumerate(values):
+                    into[i] += value
+            labels = self._scheme.buckets
+            self._buckets = tuple(
+                BucketSums(b, labels[b].label, tuple(summed[b])) for b in sorted(summed)
+            )
+        return self._buckets
+
+    def memo(self, key: object, make: Callable[[], Curve | None]) -> Curve | None:
+        """``make()``, kept while ``key`` stays the same (the curve against a baseline is
+        built once for every window, and again as the key's versions move on)."""
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, make())
+        return self._memo[1]
+
+    def state(self) -> CurveState:
+        return CurveState(
+            self._retention,
+            self._slot,
+            tuple(
+                SlotSums(index * self._slot, bucket, tuple(values))
+                for (index, bucket), values in self._slots.items()
+            ),
+        )
+
+    @classmethod
+    def from_state(
+        cls, state: CurveState, *, scheme: BucketScheme = DEFAULT_SCHEME
+    ) -> CurveAccumulator:
+        out = cls(retention=state.retention, slot_seconds=state.slot_seconds, scheme=scheme)
+        count = len(scheme.buckets)
+        for slot in sorted(state.slots, key=lambda s: s.start):
+            if not 0 <= slot.bucket < count or len(slot.values) < _WIDTH:
+                raise ValueError(f"slot at {slot.start:g}: bucket or width out of range")
+            key = (math.floor(slot.start / out._slot + 0.5), slot.bucket)
+            out._slots[key] = list(slot.values)
+        out._changed()
+        return out
+
+
+def state_to_dict(state: CurveState) -> dict[str, Any]:
+    """A JSON-ready dict of ``state``."""
+    return {
+        "retention_seconds": state.retention,
+        "slot_seconds": state.slot_seconds,
+        "columns": list(COLUMNS),
+        "slots": [
+            {"start": s.start, "bucket": s.bucket, "values": list(s.values)} for s in state.slots
+        ],
+    }
+
+
+def state_from_dict(data: Mapping[str, Any]) -> CurveState:
+    """The state :func:`state_to_dict` wrote; ValueError naming the first problem."""
+
+    def number(value: object, where: str, *, positive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}: must be a number")
+        out = float(value)
+        if not math.isfinite(out) or (positive and out <= 0) or (not positive and out < -1e18):
+            raise ValueError(f"{where}: out of range")
+        return out
+
+    if not isinstance(data, Mapping):
+        raise ValueError("curve state: must be a mapping")
+    if list(data.get("columns", ())) != list(COLUMNS):
+        raise ValueError("columns: not this version's")
+    retention = number(data.get("retention_seconds"), "retention_seconds", positive=True)
+    slot_seconds = number(data.get("slot_seconds"), "slot_seconds", positive=True)
+    raw = data.get("slots")
+    if not isinstance(raw, list) or len(raw) > _MAX_SLOTS:
+        raise ValueError(f"slots: must be a list of at most {_MAX_SLOTS}")
+    slots = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"slots[{i}]: must be a mapping")
+        values = item.get("values")
+        bucket = item.get("bucket")
+        if not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < 0:
+            raise ValueError(f"slots[{i}].bucket: must be an integer >= 0")
+        if not isinstance(values, list) or not _WIDTH <= len(values) <= _WIDTH + _MAX_POSITIONS:
+            raise ValueError(f"slots[{i}].values: must be a list of {_WIDTH} to "
+                             f"{_WIDTH + _MAX_POSITIONS} numbers")  # fmt: skip
+        numbers = tuple(number(v, f"slots[{i}].values[{j}]") for j, v in enumerate(values))
+        if any(v < 0 for v in numbers):
+            raise ValueError(f"slots[{i}].values: sums must be >= 0")
+        slots.append(SlotSums(number(item.get("start"), f"slots[{i}].start"), bucket, numbers))
+    return CurveState(retention, slot_seconds, tuple(slots))
+
+
+def interval_spread(
+    accumulator: CurveAccumulator, bucket: int, intervals: int, *, tokens: bool = False
+) -> float | None:
+    """The relative standard error of a mean over ``intervals`` scrape intervals in
+    ``bucket``, from the per-interval spread the accumulator retained there (step time, or
+    tokens per step with ``tokens``); None with fewer than 2 retained intervals."""
+    sums = next((b for b in accumulator.buckets() if b.bucket == bucket), None)
+    if sums is None:
+        return None
+    first, second = (_K1, _K2) if tokens else (_T1, _T2)
+    se = sums.relative_se(first, second)
+    if se is None:
+        return None
+    return max(se * math.sqrt(sums.values[_I] / max(intervals, 1)), _FLOOR)
+
+
+# -- points and the shape ---------------------------------------------------------------------
+
+
+@record
+class SidePoint:
+    """One bucket of one side with enough data: its mean concurrency, mean step time (decode
+    seconds / request-steps), that mean's relative standard error, and tokens per step."""
+
+    bucket: int
+    label: str
+    concurrency: float
+    step_seconds: float
+    step_relative_se: float
+    tokens_per_step: float
+    intervals: int
+
+
+def side_points(
+    buckets: Sequence[BucketSums],
+    *,
+    speculative: bool,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> tuple[SidePoint, ...]:
+    """The buckets with enough data (a window's bucket's :class:`Thresholds`)."""
+    out = []
+    for b in buckets:
+        totals = b.totals
+        if thresholds.short_of(totals, speculative=speculative) is not None:
+            continue
+        n, step, per_step = totals.concurrency, totals.step_seconds, totals.tokens_per_step
+        if n is None or step is None or per_step is None or step <= 0:
+            continue
+        se = b.relative_se(_T1, _T2)
+        out.append(
+            SidePoint(b.bucket, b.label, n, step, max(se if se is not None else 0.05, _FLOOR),
+                      per_step, b.intervals)
+        )  # fmt: skip
+    return tuple(out)
+
+
+@record
+class Shape:
+    """T(n) = fixed + slope max(knee, n), fitted; ``residual``: the weighted root mean square
+    of the relative residuals (None when the fit has no degree of freedom)."""
+
+    fixed: float
+    slope: float
+    knee: float
+    residual: float | None
+    points: tuple[tuple[float, float], ...]
+
+    def at(self, concurrency: float) -> float:
+        return self.fixed + self.slope * max(self.knee, concurrency)
+
+    def lines(self, concurrency: float) -> float:
+        """Straight lines between the points (flat past the ends): what the shape is checked
+        against between buckets."""
+        xs = [p[0] for p in self.points]
+        i = bisect.bisect_left(xs, concurrency)
+        if i <= 0:
+            return self.points[0][1]
+        if i >= len(xs):
+            return self.points[-1][1]
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        return y0 + (y1 - y0) * (concurrency - x0) / (x1 - x0) if x1 > x0 else y1
+
+
+def _wls(xs: Sequence[float], ys: Sequence[float], ws: Sequence[float]) -> tuple[float, float]:
+    """Weighted least squares y = a + b x with a >= 0, b >= 0."""
+    sw = sum(ws)
+    mx = sum(w * x for w, x in zip(ws, xs, strict=True)) / sw
+    my = sum(w * y for w, y in zip(ws, ys, strict=True)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs, strict=True))
+    sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys, strict=True))
+    b = sxy / sxx if sxx > 0 else 0.0
+    if b < 0:
+        return my, 0.0
+    a = my - b * mx
+    if a < 0:
+        sxx0 = sum(w * x * x for w, x in zip(ws, xs, strict=True))
+        return 0.0, (sum(w * x * y for w, x, y in zip(ws, xs, ys, strict=True)) / sxx0
+                     if sxx0 > 0 else 0.0)  # fmt: skip
+    return a, b
+
+
+def fit_shape(points: Sequence[SidePoint]) -> Shape | None:
+    """The cost model's shape through a side's points, weighted by 1 / their relative
+    variance: the knee searched over the points and a grid between them; with two points, the
+    straight line through them; with one, flat."""
+    pts = sorted(points, key=lambda p: p.concurrency)
+    if not pts:
+        return None
+    xy = tuple((p.concurrency, p.step_seconds) for p in pts)
+    if len(pts) == 1:
+        return Shape(pts[0].step_seconds, 0.0, 0.0, None, xy)
+    xs = [p.concurrency for p in pts]
+    ys = [p.step_seconds for p in pts]
+    ws = [1.0 / (p.step_seconds * p.step_relative_se) ** 2 for p in pts]
+    knees = [0.0]
+    if len(pts) >= 3:
+        for lo, hi in itertools.pairwise(xs):
+            knees.extend(lo * (hi / lo) ** (j / 4) for j in range(4) if lo > 0)
+        knees.append(xs[-1])
+        # The hinge of each split (flat left of it, a line right of it): the exact knee when
+        # the points lie on the shape, which a grid only approaches.
+        for j in range(1, len(pts) - 1):
+            flat = sum(w * y for w, y in zip(ws[:j], ys[:j], strict=True)) / sum(ws[:j])
+            a, b = _wls(xs[j:], ys[j:], ws[j:])
+            if b > 0 and xs[j - 1] <= (flat - a) / b <= xs[j]:
+                knees.append((flat - a) / b)
+    best: tuple[float, float, float, float] | None = None
+    for knee in knees:
+        a, b = _wls([max(knee, x) for x in xs], ys, ws)
+        sse = sum(w * (a + b * max(knee, x) - y) ** 2 for w, x, y in zip(ws, xs, ys, strict=True))
+        if best is None or sse < best[0] * (1 - 1e-9):
+            best = (sse, a, b, knee)
+    assert best is not None
+    _, a, b, knee = best
+    dof = len(pts) - 3
+    residual = None
+    if dof > 0:
+        rel = [((a + b * max(knee, x)) - y) / y for x, y in zip(xs, ys, strict=True)]
+        residual = math.sqrt(sum(r * r for r in rel) / dof)
+    return Shape(a, b, knee, residual, xy)
+
+
+# -- the interval ---------------------------------------------------------------------------
+
+
+def acceptance_log_sd(counters: SpecCounters | None, *, tokens_per_draft: float) -> float | None:
+    """The standard deviation of log(mean acceptance length L = 1 + accepted / drafts): the
+    per-draft accepted count's variance from per-position survival (a chain: draft i accepted
+    implies i - 1 was, so E[a^2] = sum (2i - 1) s_i), or binomial per drafted token without
+    positions; None without drafts."""
+    if counters is None or counters.drafts <= 0:
+        return None
+    d = counters.drafts
+    mean = counters.accepted_tokens / d
+    positions = counters.accepted_per_position
+    if positions and abs(sum(positions) - counters.accepted_tokens) <= len(positions):
+        survival = [c / d for c in positions]
+        second = sum((2 * i + 1) * s for i, s in enumerate(survival))
+        var = max(second - mean * mean, 0.0)
+    else:
+        p = min(max(mean / tokens_per_draft, 0.0), 1.0) if tokens_per_draft > 0 else 0.0
+        var = tokens_per_draft * p * (1 - p)
+    # At least one draft's worth of doubt: all accepted or none is not a certainty.
+    var = max(var, 0.25 / d)
+    return math.sqrt(var / d) / (1.0 + mean)
+
+
+def speedup_interval(
+    speedup: float, log_sd: float, *, chain_length: int | None = None, measured: bool = True
+) -> tuple[float, float] | None:
+    """The 95 % interval of a speed-up whose log has standard deviation ``log_sd``; None when
+    an end breaks the physical bound on a speed-up (:func:`specmon.bounds.speedup_refusal`,
+    k: ``chain_length``, else the largest any adapter reads; ``measured``: from timing)."""
+    spread = math.exp(Z95 * max(log_sd, 0.0))
+    low, high = speedup / spread, speedup * spread
+    k = chain_bound(configured=chain_length)
+    for end in (low, high):
+        if speedup_refusal(end, chain_length=k, measured=measured) is not None:
+            return None
+    return low, high
+
+
+# -- the curve ------------------------------------------------------------------------------
+
+
+class BaselineCurve(Protocol):
+    """A profile as the curve's baseline side: its measured levels."""
+
+    def baseline_points(self) -> tuple[SidePoint, ...]: ...
+
+
+@record
+class CurveRead:
+    """The curve at one load: the realized speed-up K T_base(n) / (K_base T_spec(n)), the
+    draft cost c there (None without drafted tokens), the 95 % interval, and how it was
+    read: "interpolated" (inside the measured range) or "extrapolated" (the next bucket)."""
+
+    concurrency: float
+    speedup: float
+    #: The 95 % interval (None: an end broke the bound on a speed-up, specmon.bounds).
+    interval: tuple[float, float] | None
+    draft_cost: float | None
+    how: str
+    #: The measured buckets it lies between (labels), for the detail line.
+    between: tuple[str, str]
+
+
+@record
+class Curve:
+    """Both sides' shapes and the buckets measured on both."""
+
+    spec: Shape
+    base: Shape
+    spec_points: tuple[SidePoint, ...]
+    base_points: tuple[SidePoint, ...]
+    #: Tokens per step of the baseline (1 for a server that does not speculate).
+    base_tokens_per_step: float
+    #: Drafted tokens per request-step of the speculative side (None: not counted).
+    drafted_per_step: float | None
+    scheme: BucketScheme = DEFAULT_SCHEME
+
+    @staticmethod
+    def build(
+        spec: Sequence[SidePoint],
+        base: Sequence[SidePoint],
+        *,
+        drafted_per_step: float | None,
+        scheme: BucketScheme = DEFAULT_SCHEME,
+    ) -> Curve | None:
+        """None unless both sides have a point in a bucket the other also measured (the
+        range a read may interpolate in is where both were measured)."""
+        spec_shape, base_shape = fit_shape(spec), fit_shape(base)
+        if spec_shape is None or base_shape is None:
+            return None
+        base_steps = sum(p.tokens_per_step * p.intervals for p in base)
+        base_k = base_steps / sum(p.intervals for p in base)
+
+        curve = Curve(spec_shape, base_shape, tuple(sorted(spec, key=_BY_N)),
+                      tuple(sorted(base, key=_BY_N)), base_k, drafted_per_step, scheme)  # fmt: skip
+        return curve if curve.measured else None
+
+    @property
+    def measured(self) -> tuple[SidePoint, ...]:
+        """The speculative side's points in buckets the baseline also measured."""
+        lo = min(p.concurrency for p in self.base_points)
+        hi = max(p.concurrency for p in self.base_points)
+        base = {p.bucket for p in self.base_points}
+        return tuple(p for p in self.spec_points if p.bucket in base or lo <= p.concurrency <= hi)
+
+    def _log_sd(self, n: float, acceptance_sd: float) -> float:
+        """log(speed-up)'s standard deviation at ``n``: acceptance, both sides' nearest
+        buckets' standard errors, the fit residuals and the shape's disagreement with straight
+        lines between the buckets."""
+        total = acceptance_sd**2
+        for shape, pts in ((self.spec, self.spec_points), (self.base, self.base_points)):
+            # The buckets either side of n (the points are in concurrency order).
+            i = bisect.bisect_left(shape.points, (n,))
+            near = pts[max(i - 1, 0) : i + 1] or pts[-1:]
+            total += max(p.step_relative_se for p in near) ** 2
+            value = shape.at(n)
+            total += (shape.residual or 0.0) ** 2
+            total += ((shape.lines(n) - value) / value) ** 2 if value > 0 else 0.0
+        return math.sqrt(total)
+
+    def tpot_at(self, concurrency: float, tokens_per_step: float) -> float | None:
+        """The speculative side's time per output token at ``concurrency``."""
+        step = self.spec.at(concurrency)
+        return step / tokens_per_step if step > 0 and tokens_per_step > 0 else None
+
+    def speedup_at(self, concurrency: float, tokens_per_step: float) -> float | None:
+        spec, base = self.spec.at(concurrency), self.base.at(concurrency)
+        if spec <= 0 or base <= 0 or self.base_tokens_per_step <= 0:
+            return None
+        return tokens_per_step * base / (self.base_tokens_per_step * spec)
+
+    def read(
+        self,
+        concurrency: float,
+        *,
+        tokens_per_step: float,
+        acceptance_sd: float,
+        chain_length: int | None = None,
+    ) -> CurveRead | str:
+        """The curve at ``concurrency`` with the window's acceptance (``tokens_per_step``,
+        log standard deviation ``acceptance_sd``), or why not (outside the measured range
+        by more than a bucket)."""
+        points = sorted(self.measured, key=lambda p: p.concurrency)
+        lo, hi = points[0], points[-1]
+        index = self.scheme.index_of(concurrency)
+        how = "interpolated"
+        between: tuple[str, str]
+        if concurrency < lo.concurrency or concurrency > hi.concurrency:
+            edge = lo if concurrency < lo.concurrency else hi
+            if index not in (edge.bucket, edge.bucket - 1, edge.bucket + 1):
+                side = "below" if edge is lo else "above"
+                return (f"load {concurrency:.1f} is more than a bucket {side} the measured "
+                        f"range (buckets {lo.label}-{hi.label})")  # fmt: skip
+            how = "interpolated" if index == edge.bucket else "extrapolated"
+            between = (edge.label, edge.label)
+        else:
+            i = bisect.bisect_left([p.concurrency for p in points], concurrency)
+            below = points[max(i - 1, 0)]
+            above = points[min(i, len(points) - 1)]
+            between = (below.label, above.label)
+        speedup = self.speedup_at(concurrency, tokens_per_step)
+        if speedup is None:
+            return "no step time on the curve"
+        problem = speedup_refusal(speedup, chain_length=chain_bound(configured=chain_length),
+                                  measured=True)  # fmt: skip
+        if problem is not None:
+            return f"withheld: the curve's {problem}"
+        sd = self._log_sd(concurrency, acceptance_sd)
+        if how == "extrapolated":
+            sd *= 2.0
+        interval = speedup_interval(speedup, sd, chain_length=chain_length)
+        cost = None
+        if self.drafted_per_step:
+            ratio = self.spec.at(concurrency) / self.base.at(concurrency)
+            cost = (ratio - 1.0) / self.drafted_per_step
+        if cost is not None and draft_cost_refusal(cost) is not None:
+            cost = None
+        return CurveRead(concurrency, speedup, interval, cost, how, between)
+
+    def crossover(
+        self, *, tokens_per_step: float, acceptance_sd: float, chain_length: int | None = None
+    ) -> Crossover | None:
+        """Where the speed-up at the window's acceptance falls through 1, only where measured
+        buckets bracket it (paid at one, not at the next measured); its range where the
+        interval's bounds fall through 1. Not paid even at the lowest measured load: that
+        load. None when it pays over the whole measured range."""
+        points = sorted(self.measured, key=lambda p: p.concurrency)
+        values = [self.speedup_at(p.concurrency, tokens_per_step) for p in points]
+        k = chain_bound(configured=chain_length)
+        if any(
+            v is None or speedup_refusal(v, chain_length=k, measured=True) is not None
+            for v in values
+        ):
+            return None  # no step time, or a speed-up the bounds refuse (specmon.bounds)
+        measured = [(p, v) for p, v in zip(points, values, strict=True) if v is not None]
+        first, last = measured[0][0].concurrency, measured[-1][0].concurrency
+
+        def bound(n: float, sign: int) -> float:
+            s = self.speedup_at(n, tokens_per_step) or 0.0
+            return s * math.exp(sign * Z95 * self._log_sd(n, acceptance_sd))
+
+        if measured[0][1] <= 1.0:
+            return Crossover(first, None, first, measured[0][1], (1 - measured[0][1]) * 100,
+                             first, last, low=first, high=first)  # fmt: skip
+        for (p0, _), (p1, s1) in itertools.pairwise(measured):
+            if s1 > 1.0:
+                continue
+            at = _root(lambda n: bound(n, 0), p0.concurrency, p1.concurrency)
+            low = _root(lambda n: bound(n, -1), first, p1.concurrency, fallback=first)
+            high = _root(lambda n: bound(n, 1), p0.concurrency, last, fallback=last)
+            gap = p1.bucket - p0.bucket - 1
+            note = (
+                f"between buckets {p0.label} and {p1.label}, {gap} bucket"
+                f"{'s' if gap > 1 else ''} apart with no measurement: the range is wide"
+                if gap >= 1
+                else None
+            )
+            return Crossover(at, p0.concurrency, p1.concurrency, s1, (1 - s1) * 100, first, last,
+                             low=min(low, at), high=max(high, at), note=note)  # fmt: skip
+        return None
+
+
+def _root(
+    f: Callable[[float], float], lo: float, hi: float, *, fallback: float | None = None
+) -> float:
+    """Where f falls through 1 between ``lo`` and ``hi`` (scanned, then bisected), or
+    ``fallback`` (default ``hi``) when it does not."""
+    grid = [lo + (hi - lo) * j / 16 for j in range(17)]
+    prev = grid[0]
+    if f(prev) <= 1.0:
+        return lo
+    for n in grid[1:]:
+        if f(n) <= 1.0:
+            a, b = prev, n
+            for _ in range(24):  # (hi - lo) / 16 / 2^24: far below any figure's precision
+                mid = (a + b) / 2
+                a, b = (mid, b) if f(mid) > 1.0 else (a, mid)
+            return b
+        prev = n
+    return hi if fallback is None else fallback
+
+
+def twin_curve(
+    spec: CurveAccumulator,
+    twin: CurveAccumulator,
+    *,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> Curve | None:
+    """The curve of ``spec`` against its twin's accumulator (built once per change)."""
+
+    def make() -> Curve | None:
+        return _build(spec, side_points(twin.buckets(), speculative=False, thresholds=thresholds),
+                      thresholds)  # fmt: skip
+
+    # Made again after every 8th change of either side, not every scrape: an hour of buckets
+    # moves little in 8 intervals, and a fit costs about 1 ms.
+    return spec.memo(("twin", id(twin), twin.version >> 3, spec.version >> 3), make)
+
+
+def profile_curve(
+    spec: CurveAccumulator,
+    profile: BaselineCurve,
+    *,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> Curve | None:
+    """The curve of ``spec`` against a profile's levels."""
+    return spec.memo(
+        ("profile", id(profile), spec.version >> 3),
+        lambda: _build(spec, profile.baseline_points(), thresholds),
+    )
+
+
+def _build(
+    spec: CurveAccumulator, base: Sequence[SidePoint], thresholds: Thresholds
+) -> Curve | None:
+    if not base:
+        return None
+    buckets = spec.buckets()
+    points = side_points(buckets, speculative=True, thresholds=thresholds)
+    steps = sum(b.values[_RS] for b in buckets if b.bucket in {p.bucket for p in points})
+    drafted = sum(b.values[_DTK] for b in buckets if b.bucket in {p.bucket for p in points})
+    return Curve.build(points, base, drafted_per_step=drafted / steps if drafted > 0 and steps
+                       > 0 else None, scheme=spec._scheme)  # fmt: skip
