@@ -435,6 +435,15 @@ class EpochTracker:
             current.generated_tokens + c.generated, current.scrapes + c.scrapes,
         )  # fmt: skip
 
+    def position(self) -> tuple[int, bool, tuple[int, ...]] | None:
+        """The current epoch's number, whether a change is being confirmed, and the numbers
+        of every epoch kept (None before the first sighting)."""
+        current = self._current
+        if current is None:
+            return None
+        numbers = (*(e.number for e in self._past), current.number)
+        return current.number, self._candidate is not None, numbers
+
     def view(self, model: str) -> ModelEpochs | None:
         epochs = self.epochs()
         if not epochs:
@@ -613,6 +622,11 @@ class EpochBook:
                 if epoch is not None:
                     marked.append(epoch)
         return marked
+
+    def position(self, model: str) -> tuple[int, bool, tuple[int, ...]] | None:
+        """A model's :meth:`EpochTracker.position` (None: not followed)."""
+        tracker = self._trackers.get(model)
+        return tracker.position() if tracker is not None else None
 
     def view(self) -> tuple[ModelEpochs, ...]:
         views = (t.view(name) for name, t in self._trackers.items())
