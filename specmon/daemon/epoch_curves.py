@@ -66,7 +66,7 @@ class ChangeView:
 
 
 class _Model:
-    __slots__ = ("concurrency", "curves", "number", "pending")
+    __slots__ = ("concurrency", "curves", "number", "pending", "saved")
 
     def __init__(self) -> None:
         self.number = 0
@@ -74,6 +74,20 @@ class _Model:
         self.pending: CurveAccumulator | None = None
         #: The latest interval's concurrency ("at this load").
         self.concurrency: float | None = None
+        #: Each epoch's saved form and the accumulator version it was made at (a past
+        #: epoch's is made once).
+        self.saved: dict[int, tuple[int, dict[str, Any]]] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for number, curve in self.curves.items():
+            made = self.saved.get(number)
+            if made is None or made[0] != curve.version:
+                made = self.saved[number] = (curve.version, state_to_dict(curve.state()))
+            out[str(number)] = made[1]
+        for gone in set(self.saved) - set(self.curves):
+            del self.saved[gone]
+        return out
 
 
 def _merge(into: CurveAccumulator, other: CurveAccumulator) -> CurveAccumulator:
@@ -171,11 +185,7 @@ class EpochCurves:
     def to_json(self) -> dict[str, Any]:
         """Per model, per epoch number, the accumulator's state (the pending intervals of a
         change being confirmed are not kept: at most a few scrapes)."""
-        return {
-            name: {str(n): state_to_dict(c.state()) for n, c in m.curves.items()}
-            for name, m in self._models.items()
-            if m.curves
-        }
+        return {name: m.to_json() for name, m in self._models.items() if m.curves}
 
     def restore(self, data: Mapping[str, Any], book: EpochBook) -> None:
         """Take saved accumulators (validated through specmon.bounds: raises ValueError,

@@ -392,12 +392,13 @@ BUCKET_BEST_SPEEDUP = _g(
 _VERDICT = "On the best evidence: the basis is specmon_verdict_info's."
 VERDICT_INFO = _g(
     "specmon_verdict_info",
-    "1 for the basis the window's verdict rests on, best first: twin, profile, engine, "
+    "1 for the basis the window's verdict rests on, best first: twin, profile, history, engine, "
     "configured, default (no draft_cost configured: the default c, a guess).",
     (*_W, "basis"),
     Scope.WINDOW,
     "1 for what the window's `specmon_verdict_*` figures rest on, best first: `twin` "
-    "(realized against the baseline twin at the current load), `profile`, `engine` (the "
+    "(realized against the baseline twin at the current load), `profile`, `history` (against "
+    "this server's own epoch without speculation at the same load), `engine` (the "
     "engine's measured c: TensorRT-LLM), `configured`, `default` (no `draft_cost`: 0.1, a "
     "guess). A series apart, so a change of basis does not restart an alert's `for:`",
 )
@@ -664,8 +665,8 @@ LOG_LINES_DROPPED = _c(
 )
 
 # Declared beside this table (they need the types above); listed in it.
-from specmon.daemon.metrics_epochs import CONFIG_CHANGE_TIME as CONFIG_CHANGE_TIME  # noqa: E402
 from specmon.daemon.metrics_epochs import CONFIG_EPOCH_INFO as CONFIG_EPOCH_INFO  # noqa: E402
+from specmon.daemon.metrics_epochs import EPOCH_FAMILIES  # noqa: E402
 
 #: Every family, in the order /metrics serves the target families and the docs list them.
 FAMILIES: tuple[MetricDef, ...] = (
@@ -676,8 +677,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     SPECULATION_ENABLED,
     BASELINE_INFO,
     BASELINE_USABLE,
-    CONFIG_EPOCH_INFO,
-    CONFIG_CHANGE_TIME,
+    *EPOCH_FAMILIES,
     CHAIN_LENGTH,
     DRAFT_COST,
     REQUESTS_RUNNING,

@@ -285,7 +285,8 @@ class TargetState:
             self._overheads.clear()
             self._lengths.clear()
             self._loads.clear()
-            self.curves.clear()
+            if self._engine is not None:  # another engine (the epochs start afresh too)
+                self.curves.clear()
             self._margin_sign.clear()
             self._engine = reading.engine
         speculation = reading.speculation
