@@ -139,7 +139,7 @@ class EpochCurves:
             state.pending = None
         if row is None:
             return
-        state.concurrency = row_concurrency(row)  # type: ignore[arg-type]
+        state.concurrency = row_concurrency(row)
         if pending:
             if state.pending is None:
                 state.pending = epoch_accumulator()

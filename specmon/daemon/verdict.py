@@ -95,6 +95,7 @@ def verdict(
 ) -> Verdict | None:
     """The best-evidence verdict of one window (None: nothing to judge, no report and no
     comparison)."""
+    figures: tuple[float | None, float | None, float | None, float | None]
     history = load is not None and load.baseline == HISTORY
     if load is not None and history and load.realized_speedup is not None:
         basis = Evidence.HISTORY
@@ -105,7 +106,7 @@ def verdict(
         twin = load.baseline != PROFILE
         basis = Evidence.TWIN if twin else Evidence.PROFILE
         against = f"the twin {load.baseline}" if twin else "the cost profile"
-        figures: tuple[float | None, float | None, float | None, float | None] = (
+        figures = (
             load.realized_speedup,
             load.measured_draft_cost,
             load.measured_breakeven_alpha,

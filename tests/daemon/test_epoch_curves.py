@@ -118,11 +118,9 @@ def test_the_state_file_keeps_the_basis_and_the_speedup(tmp_path: Path) -> None:
     # specmon restarted: a new state for the same target, restored from the file, scraping on.
     again = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
     assert again.open()
-    fresh = TargetState(
-        state.config,
-        windows=fleet.config.global_.windows,  # type: ignore[union-attr]
-        retention=fleet.config.retention,
-    )  # type: ignore[union-attr]
+    config = fleet.config
+    assert config is not None
+    fresh = TargetState(state.config, windows=config.global_.windows, retention=config.retention)
     again.restore(fresh)
     fleet.states[NAME] = fresh
     fleet.advance(fleet.now + 40)  # the new state's windows fill (30 s window, 1 s scrapes)

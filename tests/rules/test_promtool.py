@@ -553,6 +553,18 @@ MUTATIONS = [
         id="slower-no-keep-firing",
     ),
     pytest.param(
+        r"specmon_change_speedup_upper_ratio < 1\n",
+        "specmon_change_speedup_upper_ratio < 1.05\n",
+        "a change that made the server slower with certainty",
+        id="change-uncertain-fires",
+    ),
+    pytest.param(
+        r"(alert: SpecmonChangeRegressed\n(?:.*\n)*?\s+for:) 30m",
+        "\\g<1> 5m",
+        "a change that made the server slower with certainty",
+        id="change-short-for",
+    ),
+    pytest.param(
         r"(alert: SpecmonAboveCrossover\n(?:.*\n)*?\s+for:) 15m",
         "\\g<1> 5m",
         "load swinging across the crossover stays silent",
@@ -689,7 +701,7 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     config = str(PROM_DIR / "alertmanager.example.yml")
     result = run_tool(["amtool", "check-config", config])
     _ok(result)
-    assert "5 inhibit rules" in result.stdout
+    assert "6 inhibit rules" in result.stdout
     inhibit = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     (tier,) = [r for r in inhibit["inhibit_rules"] if 'severity="critical"' in r["source_matchers"]]
     assert 'severity="warning"' in tier["target_matchers"]
@@ -708,6 +720,16 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     assert receiver("alertname=SpecmonReadingsRejected", "severity=info") == "tickets"
     assert receiver("alertname=SpecmonSlowerThanBaseline", "severity=warning") == "tickets"
     assert receiver("alertname=SpecmonAboveCrossover", "severity=warning") == "tickets"
+    assert receiver("alertname=SpecmonChangeRegressed", "severity=warning") == "tickets"
+    (change,) = [
+        r
+        for r in inhibit["inhibit_rules"]
+        if r["target_matchers"] == ['alertname="SpecmonChangeRegressed"']
+    ]
+    assert change["source_matchers"] == [
+        'alertname=~"SpecmonBelowBreakEven|SpecmonSpeculationMissing"'
+    ]
+    assert set(change["equal"]) == {"target", "model"}
     (load,) = [
         r
         for r in inhibit["inhibit_rules"]
