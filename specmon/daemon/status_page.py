@@ -184,6 +184,7 @@ def margin_html(value: float | None) -> str:
 _BASIS_TEXT = {
     Evidence.TWIN: "vs its twin",
     Evidence.PROFILE: "vs its profile",
+    Evidence.HISTORY: "vs its own past",
     Evidence.ENGINE: "engine's c",
     Evidence.CONFIGURED: "configured c",
     Evidence.DEFAULT: "default c: a guess",

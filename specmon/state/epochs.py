@@ -436,13 +436,19 @@ class EpochTracker:
         )  # fmt: skip
 
     def position(self) -> tuple[int, bool, tuple[int, ...]] | None:
-        """The current epoch's number, whether a change is being confirmed, and the numbers
-        of every epoch kept (None before the first sighting)."""
+        """The current epoch's number, whether a change is being confirmed, and the epochs
+        whose cost curves are kept: the current, the previous and the newest without
+        speculation (what the history basis and "did the change help?" read; at most 3
+        curves a model, so a target's state stays small). None before the first sighting."""
         current = self._current
         if current is None:
             return None
-        numbers = (*(e.number for e in self._past), current.number)
-        return current.number, self._candidate is not None, numbers
+        past = self._past
+        plain = next((e.number for e in reversed(past) if not e.speculation), None)
+        numbers = {current.number, *(e.number for e in past[-1:])} | (
+            {plain} if plain is not None else set()
+        )
+        return current.number, self._candidate is not None, tuple(sorted(numbers))
 
     def view(self, model: str) -> ModelEpochs | None:
         epochs = self.epochs()

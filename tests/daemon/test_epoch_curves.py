@@ -6,11 +6,15 @@ the per-bucket change speed-ups and their survival through the state file."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from specmon.cli.demo import FAST_LOAD_MODEL
 from specmon.daemon.collector import target_samples
+from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.persist import StateKeeper
 from specmon.daemon.target import TargetState
 from specmon.daemon.verdict import Evidence
@@ -88,6 +92,10 @@ def test_k_changed_from_4_to_2_by_a_restart_is_compared_per_bucket() -> None:
     truth = _truth(k2) / _truth(k4)
     assert abs(bucket.speedup / truth - 1) < 0.05, (bucket.speedup, truth)
     assert bucket.acceptance_change is not None and bucket.acceptance_interval is not None
+    # Curves kept: the current, the previous and the newest without speculation (epoch 1).
+    numbers = [e.number for e in epochs.epochs]
+    kept = state.curves.to_json()[epochs.model]
+    assert sorted(map(int, kept)) == sorted({numbers[0], numbers[-2], numbers[-1]})
     # The verdict still reads the epoch without speculation (epoch 1), not the k = 4 one.
     basis, speedup, _, detail = _verdict(state)
     assert basis is Evidence.HISTORY and abs(speedup / _truth(k2) - 1) < 0.05, (speedup, detail)
@@ -129,3 +137,20 @@ def test_the_state_file_keeps_the_basis_and_the_speedup(tmp_path: Path) -> None:
     assert abs(after_speedup / speedup - 1) < 0.01, (speedup, after_speedup)
     assert abs(fresh.view.changes[0].buckets[0].speedup / before - 1) < 0.01
     again.close()
+
+
+def test_a_saved_curve_out_of_bounds_is_refused() -> None:
+    """Restored sums go through the bounds a live interval obeys: more accepted than drafted
+    tokens, or a time per output token past specmon.bounds, refuse the whole state."""
+    state = _fleet(120).states[NAME]
+    saved = state.curves.to_json()
+    model, curves = next(iter(saved.items()))
+    number, curve = next(iter(curves.items()))
+    columns = curve["columns"]
+    for column, value in (("accepted", 1e12), ("decode_seconds", 1e15)):
+        bad = copy.deepcopy(saved)
+        bad[model][number]["slots"][0]["values"][columns.index(column)] = value
+        fresh = EpochCurves()
+        with pytest.raises(ValueError, match="curves"):
+            fresh.restore(bad, state.epochs)
+    EpochCurves().restore(saved, state.epochs)  # the unharmed state is taken
