@@ -106,12 +106,12 @@ class LoadHistory:
         #: nothing): made with the history's first whole row.
         self._curve_retention = curve_retention
         self.curve: CurveAccumulator | None = None if lean else self._new_curve()
-
-    def _new_curve(self) -> CurveAccumulator:
-        return CurveAccumulator(retention=self._curve_retention, scheme=self._scheme)
         #: The last reading's interval row, whole even in a lean history (None: the last
         #: reading closed no interval): the configuration epoch's accumulator takes it.
         self.whole_row: array[float] | None = None
+
+    def _new_curve(self) -> CurveAccumulator:
+        return CurveAccumulator(retention=self._curve_retention, scheme=self._scheme)
 
     @property
     def lean(self) -> bool:
