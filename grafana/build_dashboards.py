@@ -1063,6 +1063,19 @@ def target_detail() -> board.Dashboard:
             ),
         ),
         trend(
+            "Did the change help? Speed-up since the last change", SPEEDUP, dashed(".* 95 % .*")
+        ).showing(
+            "Per concurrency bucket both the current and the previous configuration epoch ran at "
+            "(speculation on or off, a new k, a draft swap marked with specmon mark): the "
+            "previous epoch's time per output token over the current one's, and its 95 % "
+            "interval, dashed. Above 1 the change made this server faster at that load; an "
+            "upper bound below 1 for 30 minutes fires SpecmonChangeRegressed (the "
+            "configuration changes annotation marks when it began; docs/history.md).",
+            query(f"specmon_change_speedup_ratio{{{M}}}", "{{concurrency}}"),
+            query(f"specmon_change_speedup_lower_ratio{{{M}}}", "{{concurrency}} 95 % low"),
+            query(f"specmon_change_speedup_upper_ratio{{{M}}}", "{{concurrency}} 95 % high"),
+        ),
+        trend(
             "Draft cost c: measured against configured",
             COST,
             dashed("^c (engine|measured) .*"),
