@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -154,3 +155,25 @@ def test_a_saved_curve_out_of_bounds_is_refused() -> None:
         with pytest.raises(ValueError, match="curves"):
             fresh.restore(bad, state.epochs)
     EpochCurves().restore(saved, state.epochs)  # the unharmed state is taken
+
+
+def test_a_state_too_large_keeps_its_epochs_without_the_curves(tmp_path: Path) -> None:
+    """Past the file's cap with the curves' sums, the epochs are written without them (one
+    warning), not nothing at all."""
+    state = _fleet(120).states[NAME]
+    body = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    full = len(json.dumps(body.snapshot([state])))
+    lean = len(json.dumps({**state.epochs.to_json()}))
+    keeper = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE,
+                         max_bytes=(full + lean) // 2)  # fmt: skip
+    assert keeper.open()
+    asyncio.run(keeper.save(lambda: [state]))
+    assert keeper.writes == 1 and keeper.failures == 0
+    keeper.close()
+    again = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    assert again.open()
+    fresh = TargetState(state.config, windows=(30.0,), retention=60.0)
+    again.restore(fresh)
+    assert [e.number for e in fresh.view.epochs[0].epochs] == [1, 2]
+    assert fresh.curves.to_json() == {}
+    again.close()
