@@ -62,7 +62,7 @@ _BOUND = (
     "its log: both epochs' per-interval spreads of step time and tokens per step)."
 )
 CHANGE_SPEEDUP = MetricDef(
-    "specmon_change_speedup_ratio", Kind.GAUGE, "Speed-up of " + _CHANGE,
+    "specmon_change_speedup_ratio", Kind.GAUGE, "The " + _CHANGE,
     (*_M, "concurrency"), Scope.MODEL, _CHANGE_DOC,
 )  # fmt: skip
 CHANGE_SPEEDUP_LOWER = MetricDef(
