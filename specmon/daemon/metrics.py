@@ -404,14 +404,14 @@ VERDICT_INFO = _g(
 )
 VERDICT_SPEEDUP = _g(
     "specmon_verdict_speedup_ratio",
-    "Speed-up over no speculation specmon believes now: realized against the twin or "
-    "profile at the current load, else at the engine's, configured or default c. " + _VERDICT,
+    "Speed-up over no speculation specmon believes now: realized against the twin, profile or "
+    "own past at the current load, else at the engine's, configured or default c. " + _VERDICT,
     _W,
     Scope.WINDOW,
 )
 _BOUND = (
-    "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin or profile, the "
-    "acceptance's binomial uncertainty, the step times' spread and (read off the cost curve) "
+    "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin, profile, history: "
+    "the acceptance's binomial uncertainty, the step times' spread and (off the cost curve) "
     "its fit; on engine, configured or default, the acceptance alone. " + _VERDICT
 )
 VERDICT_SPEEDUP_LOWER = _g("specmon_verdict_speedup_lower_ratio", "Lower " + _BOUND, _W,
@@ -433,8 +433,8 @@ VERDICT_BREAKEVEN = _g(
 )
 VERDICT_DRAFT_COST = _g(
     "specmon_verdict_draft_cost_ratio",
-    "Draft cost c the verdict rests on (measured against the twin or profile, the engine's, "
-    "the configured or the default one). " + _VERDICT,
+    "Draft cost c the verdict rests on (measured against the twin, profile, own past; the "
+    "engine's, the configured or the default one). " + _VERDICT,
     _W,
     Scope.WINDOW,
 )
