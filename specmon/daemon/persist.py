@@ -197,8 +197,10 @@ class StateKeeper:
         data = encode(body)
         if len(data) > self.max_bytes and any(t.get("curves") for t in body["targets"]):
             # The epochs first: without the curves' sums (the history basis starts again).
-            self.log.warning("state_curves_dropped", bytes=len(data), max_bytes=self.max_bytes)
-            data = encode({**body, "targets": [{**t, "curves": {}} for t in body["targets"]]})
+            lean = encode({**body, "targets": [{**t, "curves": {}} for t in body["targets"]]})
+            if len(lean) <= self.max_bytes:
+                self.log.warning("state_curves_dropped", bytes=len(data), max_bytes=self.max_bytes)
+                data = lean
         if len(data) > self.max_bytes:
             raise OSError(f"the state would take {len(data)} bytes, more than {self.max_bytes}")
         with self._write_lock:
