@@ -51,11 +51,12 @@ _CHANGE = (
     "enough of (200 engine steps and 3 scrape intervals each); above 1 the change made the "
     "server faster there. From the epochs' own sums (kept across restarts with a state_dir)."
 )
+_ABSENT = "Like the load figures, absent for SGLang and TensorRT-LLM (no step timing)"
 _CHANGE_DOC = (
     "the newest configuration change's speed-up at the same load, by `concurrency` bucket: "
     "the previous epoch's time per output token over the current one's, in a bucket both "
     "epochs measured enough of; above 1 the change made the server faster "
-    "([history](history.md#did-the-change-help))"
+    "([history](history.md#did-the-change-help)). " + _ABSENT
 )
 _BOUND = (
     "bound of the 95 % interval of specmon_change_speedup_ratio (a normal approximation on "
@@ -68,13 +69,13 @@ CHANGE_SPEEDUP = MetricDef(
 CHANGE_SPEEDUP_LOWER = MetricDef(
     "specmon_change_speedup_lower_ratio", Kind.GAUGE, "Lower " + _BOUND,
     (*_M, "concurrency"), Scope.MODEL,
-    "lower bound of the 95 % interval of `specmon_change_speedup_ratio`",
+    "lower bound of the 95 % interval of `specmon_change_speedup_ratio`. " + _ABSENT,
 )  # fmt: skip
 CHANGE_SPEEDUP_UPPER = MetricDef(
     "specmon_change_speedup_upper_ratio", Kind.GAUGE, "Upper " + _BOUND,
     (*_M, "concurrency"), Scope.MODEL,
     "upper bound of the 95 % interval of `specmon_change_speedup_ratio`: below 1, the change "
-    "made the server slower there with certainty (`SpecmonChangeRegressed`)",
+    "made the server slower there with certainty (`SpecmonChangeRegressed`). " + _ABSENT,
 )  # fmt: skip
 #: In the order the metric table lists them.
 EPOCH_FAMILIES = (
