@@ -1,12 +1,14 @@
 """What keeping the epochs across restarts costs, in-process (specmon/daemon/persist.py).
 
-Run: ./dev.sh bench state [--targets 1000,10000] [--epochs 12] [--repeat 5]
+Run: ./dev.sh bench state [--targets 1000,10000] [--epochs 12] [--buckets 0] [--repeat 5]
 
 For each count, that many targets, each with one model holding ``--epochs`` epochs (12, the
 cap, is the worst case; a target that never changes has one): the snapshot taken on the event
 loop (what holds it), the encoding and the atomic write with its fsyncs (in a thread in the
 daemon), the file's size, and the read at start (size check, checksum, every value through
-its bounds). Median of ``--repeat`` runs, in a temporary directory, the targets' states
+its bounds). ``--buckets N``: each model also keeps the cost-curve sums of the epochs whose
+curves are kept (the current, the previous and the newest without speculation: 3) in N
+concurrency buckets each, k = 4 (issue 55's history basis). Median of ``--repeat`` runs, in a temporary directory, the targets' states
 frozen out of the cycle collector's scans as ``specmon run`` does (specmon/process/memory.py).
 """
 
@@ -43,8 +45,24 @@ def _model(epochs: int) -> dict[str, object]:
     }
 
 
-def _states(count: int, epochs: int) -> list[TargetState]:
+def _curves(buckets: int) -> dict[str, object]:
+    """The saved sums of the kept epochs' curves, ``buckets`` buckets each (k = 4)."""
+    from specmon.load.curve import COLUMNS, state_to_dict
+    from specmon.load.matched import epoch_accumulator
+
+    values = [720.0, 1.2e5, 61.3, 2.9e5, 3.1e4, 1.2e5, 1.2e5, 4.9e5, 3.0e5, 0.46, 0.00031,
+              2.41, 5.83, 1.1e5, 8.6e4, 6.2e4, 4.1e4]  # fmt: skip
+    assert len(values) == len(COLUMNS) + 4
+    state = epoch_accumulator().state()
+    from specmon.load.curve import SlotSums
+
+    slots = tuple(SlotSums(0.0, b, tuple(v * (1 + b / 7) for v in values)) for b in range(buckets))
+    return state_to_dict(type(state)(state.retention, state.slot_seconds, slots))
+
+
+def _states(count: int, epochs: int, buckets: int = 0) -> list[TargetState]:
     model = _model(epochs)
+    curve = _curves(buckets) if buckets else None
     states = []
     for i in range(count):
         state = TargetState(
@@ -56,6 +74,9 @@ def _states(count: int, epochs: int) -> list[TargetState]:
         )
         state.epochs.engine = "vllm"
         state.epochs.restore(model, now=NOW)
+        where = state.epochs.position("m")
+        if curve is not None and where is not None:
+            state.curves.restore({"m": {str(n): curve for n in where[2]}}, state.epochs)
         states.append(state)
     return states
 
@@ -68,10 +89,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench state")
     parser.add_argument("--targets", default="1000,10000")
     parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--buckets", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     for count in (int(n) for n in args.targets.split(",")):
-        states = _states(count, args.epochs)
+        states = _states(count, args.epochs, args.buckets)
         gc.collect()
         gc.freeze()  # as `specmon run` keeps its long-lived objects out of the collector's scans
         snap, write, read = [], [], []
@@ -91,7 +113,7 @@ def main(argv: list[str]) -> int:
                 write.append(time.perf_counter() - started)
                 keeper.close()
         print(
-            f"{count} targets x {args.epochs} epochs: file {size / 1e6:.2f} MB "
+            f"{count} targets x {args.epochs} epochs, {args.buckets} curve buckets: file {size / 1e6:.2f} MB "
             f"({size / count:.0f} B a target); snapshot on the loop {_median_ms(snap)} "
             f"(in slices of {SLICE} targets: {max(1, -(-count // SLICE))}); "
             f"encode + write + fsyncs (thread) {_median_ms(write)}; read at start "

@@ -544,7 +544,8 @@ def overview() -> board.Dashboard:
             "Per target and model, over the selected window: the speed-up over no speculation "
             "specmon believes now (red below 1: speculation costs throughput), and in brackets the "
             "basis it rests on, best first: twin (realized against the baseline twin at the "
-            "current load), profile, engine (the engine's measured draft cost: TensorRT-LLM), "
+            "current load), profile, history (against this server's own epoch without speculation at "
+            "the same load), engine (the engine's measured draft cost: TensorRT-LLM), "
             "configured (specmon's draft_cost), default (no draft_cost: 0.1, a guess). The table "
             "below shows the figures at the configured c.",
             with_basis("specmon_verdict_speedup_ratio"),
@@ -853,7 +854,8 @@ def on_its_basis(family: str, legend: str = "{{basis}}") -> Query:
 #: What the verdict rests on, in the words of specmon_verdict_info's basis label.
 BASES = (
     "twin (realized against the baseline twin at the current load), profile (against a cost "
-    "profile), engine (the engine's measured draft cost: TensorRT-LLM), configured "
+    "profile), history (against this server's own epoch without speculation at the same "
+    "load), engine (the engine's measured draft cost: TensorRT-LLM), configured "
     "(specmon's draft_cost), default (no draft_cost: 0.1, a guess)"
 )
 
@@ -1059,6 +1061,19 @@ def target_detail() -> board.Dashboard:
                 f"and {TWIN}\n)",
                 "baseline {{target}}",
             ),
+        ),
+        trend(
+            "Did the change help? Speed-up since the last change", SPEEDUP, dashed(".* 95 % .*")
+        ).showing(
+            "Per concurrency bucket both the current and the previous configuration epoch ran at "
+            "(speculation on or off, a new k, a draft swap marked with specmon mark): the "
+            "previous epoch's time per output token over the current one's, and its 95 % "
+            "interval, dashed. Above 1 the change made this server faster at that load; an "
+            "upper bound below 1 for 30 minutes fires SpecmonChangeRegressed (the "
+            "configuration changes annotation marks when it began; docs/history.md).",
+            query(f"specmon_change_speedup_ratio{{{M}}}", "{{concurrency}}"),
+            query(f"specmon_change_speedup_lower_ratio{{{M}}}", "{{concurrency}} 95 % low"),
+            query(f"specmon_change_speedup_upper_ratio{{{M}}}", "{{concurrency}} 95 % high"),
         ),
         trend(
             "Draft cost c: measured against configured",

@@ -17,6 +17,12 @@ from typing import NamedTuple, Protocol
 from specmon.daemon import metrics as m
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.metrics import MetricDef
+from specmon.daemon.metrics_epochs import (
+    CHANGE_SPEEDUP,
+    CHANGE_SPEEDUP_LOWER,
+    CHANGE_SPEEDUP_UPPER,
+    CONFIG_CHANGE_TIME,
+)
 from specmon.daemon.target import ModelView, TargetView
 from specmon.daemon.verdict import Verdict
 from specmon.report import AcceptanceReport
@@ -134,7 +140,14 @@ def emit_target(view: TargetView, out: Sink) -> None:
             k = str(e.chain_length) if e.chain_length else "none"
             out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), str(e.speculation).lower(), k), 1)
         if epochs.previous is not None:
-            out.add(m.CONFIG_CHANGE_TIME, ml, epochs.current.start)
+            out.add(CONFIG_CHANGE_TIME, ml, epochs.current.start)
+    for change in view.changes:
+        for b in change.buckets:
+            bl = (view.name, engine, change.model, b.label)
+            out.add(CHANGE_SPEEDUP, bl, b.speedup)
+            if b.interval is not None:
+                out.add(CHANGE_SPEEDUP_LOWER, bl, b.interval[0])
+                out.add(CHANGE_SPEEDUP_UPPER, bl, b.interval[1])
     for model in view.models:
         _model_samples(out, (view.name, engine, model.model), model)
 

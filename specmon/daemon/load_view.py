@@ -32,10 +32,19 @@ from specmon.load.compare import WITHHELD, BucketComparison
 from specmon.records import record
 from specmon.report import best_chain, report_from_counters
 
-__all__ = ["PROFILE", "BucketFigures", "LoadFigures", "live_load_figures", "load_figures"]
+__all__ = [
+    "HISTORY",
+    "PROFILE",
+    "BucketFigures",
+    "LoadFigures",
+    "live_load_figures",
+    "load_figures",
+]
 
 #: The ``baseline`` label of figures measured against a ``cost_profile``.
 PROFILE = "profile"
+#: The ``baseline`` of figures read against the server's own past (specmon.daemon.epoch_curves).
+HISTORY = "history"
 #: Mean drafted tokens per draft this far below k means the engine varies its draft length.
 _VARIABLE_DRAFT = 0.95
 
@@ -93,6 +102,8 @@ class LoadFigures:
     #: output token (this window's bucket when measured, else the curve's at that load).
     read_concurrency: float | None = None
     read_time_per_output_token_seconds: float | None = None
+    #: The ``history`` basis: the epoch compared, in words (specmon.daemon.epoch_curves).
+    against: str | None = None
 
 
 def load_figures(

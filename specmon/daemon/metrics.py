@@ -392,25 +392,26 @@ BUCKET_BEST_SPEEDUP = _g(
 _VERDICT = "On the best evidence: the basis is specmon_verdict_info's."
 VERDICT_INFO = _g(
     "specmon_verdict_info",
-    "1 for the basis the window's verdict rests on, best first: twin, profile, engine, "
+    "1 for the basis the window's verdict rests on, best first: twin, profile, history, engine, "
     "configured, default (no draft_cost configured: the default c, a guess).",
     (*_W, "basis"),
     Scope.WINDOW,
     "1 for what the window's `specmon_verdict_*` figures rest on, best first: `twin` "
-    "(realized against the baseline twin at the current load), `profile`, `engine` (the "
+    "(realized against the baseline twin at the current load), `profile`, `history` (against "
+    "this server's own epoch without speculation at the same load), `engine` (the "
     "engine's measured c: TensorRT-LLM), `configured`, `default` (no `draft_cost`: 0.1, a "
     "guess). A series apart, so a change of basis does not restart an alert's `for:`",
 )
 VERDICT_SPEEDUP = _g(
     "specmon_verdict_speedup_ratio",
-    "Speed-up over no speculation specmon believes now: realized against the twin or "
-    "profile at the current load, else at the engine's, configured or default c. " + _VERDICT,
+    "Speed-up over no speculation specmon believes now: realized against the twin, profile or "
+    "own past at the current load, else at the engine's, configured or default c. " + _VERDICT,
     _W,
     Scope.WINDOW,
 )
 _BOUND = (
-    "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin or profile, the "
-    "acceptance's binomial uncertainty, the step times' spread and (read off the cost curve) "
+    "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin, profile, history: "
+    "the acceptance's binomial uncertainty, the step times' spread and (off the cost curve) "
     "its fit; on engine, configured or default, the acceptance alone. " + _VERDICT
 )
 VERDICT_SPEEDUP_LOWER = _g("specmon_verdict_speedup_lower_ratio", "Lower " + _BOUND, _W,
@@ -432,8 +433,8 @@ VERDICT_BREAKEVEN = _g(
 )
 VERDICT_DRAFT_COST = _g(
     "specmon_verdict_draft_cost_ratio",
-    "Draft cost c the verdict rests on (measured against the twin or profile, the engine's, "
-    "the configured or the default one). " + _VERDICT,
+    "Draft cost c the verdict rests on (measured against the twin, profile, own past; the "
+    "engine's, the configured or the default one). " + _VERDICT,
     _W,
     Scope.WINDOW,
 )
@@ -664,8 +665,8 @@ LOG_LINES_DROPPED = _c(
 )
 
 # Declared beside this table (they need the types above); listed in it.
-from specmon.daemon.metrics_epochs import CONFIG_CHANGE_TIME as CONFIG_CHANGE_TIME  # noqa: E402
 from specmon.daemon.metrics_epochs import CONFIG_EPOCH_INFO as CONFIG_EPOCH_INFO  # noqa: E402
+from specmon.daemon.metrics_epochs import EPOCH_FAMILIES  # noqa: E402
 
 #: Every family, in the order /metrics serves the target families and the docs list them.
 FAMILIES: tuple[MetricDef, ...] = (
@@ -676,8 +677,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     SPECULATION_ENABLED,
     BASELINE_INFO,
     BASELINE_USABLE,
-    CONFIG_EPOCH_INFO,
-    CONFIG_CHANGE_TIME,
+    *EPOCH_FAMILIES,
     CHAIN_LENGTH,
     DRAFT_COST,
     REQUESTS_RUNNING,

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from specmon.daemon.metrics import Kind, MetricDef, Scope
 
-__all__ = ["CONFIG_CHANGE_TIME", "CONFIG_EPOCH_INFO"]
+__all__ = [
+    "CHANGE_SPEEDUP",
+    "CHANGE_SPEEDUP_LOWER",
+    "CHANGE_SPEEDUP_UPPER",
+    "CONFIG_CHANGE_TIME",
+    "CONFIG_EPOCH_INFO",
+    "EPOCH_FAMILIES",
+]
 
 _M = ("target", "engine", "model")
 
@@ -37,3 +44,41 @@ CONFIG_CHANGE_TIME = MetricDef(
     "when it was confirmed); absent while the model has had one epoch only. The dashboards' "
     "annotations mark it",
 )
+
+_CHANGE = (
+    "the newest configuration change's speed-up at matched load: the previous epoch's time per "
+    "output token over the current epoch's, in a concurrency bucket both epochs measured "
+    "enough of (200 engine steps and 3 scrape intervals each); above 1 the change made the "
+    "server faster there. From the epochs' own sums (kept across restarts with a state_dir)."
+)
+_ABSENT = "Like the load figures, absent for SGLang and TensorRT-LLM (no step timing)"
+_CHANGE_DOC = (
+    "the newest configuration change's speed-up at the same load, by `concurrency` bucket: "
+    "the previous epoch's time per output token over the current one's, in a bucket both "
+    "epochs measured enough of; above 1 the change made the server faster "
+    "([history](history.md#did-the-change-help)). " + _ABSENT
+)
+_BOUND = (
+    "bound of the 95 % interval of specmon_change_speedup_ratio (a normal approximation on "
+    "its log: both epochs' per-interval spreads of step time and tokens per step)."
+)
+CHANGE_SPEEDUP = MetricDef(
+    "specmon_change_speedup_ratio", Kind.GAUGE, "The " + _CHANGE,
+    (*_M, "concurrency"), Scope.MODEL, _CHANGE_DOC,
+)  # fmt: skip
+CHANGE_SPEEDUP_LOWER = MetricDef(
+    "specmon_change_speedup_lower_ratio", Kind.GAUGE, "Lower " + _BOUND,
+    (*_M, "concurrency"), Scope.MODEL,
+    "lower bound of the 95 % interval of `specmon_change_speedup_ratio`. " + _ABSENT,
+)  # fmt: skip
+CHANGE_SPEEDUP_UPPER = MetricDef(
+    "specmon_change_speedup_upper_ratio", Kind.GAUGE, "Upper " + _BOUND,
+    (*_M, "concurrency"), Scope.MODEL,
+    "upper bound of the 95 % interval of `specmon_change_speedup_ratio`: below 1, the change "
+    "made the server slower there with certainty (`SpecmonChangeRegressed`). " + _ABSENT,
+)  # fmt: skip
+#: In the order the metric table lists them.
+EPOCH_FAMILIES = (
+    CONFIG_EPOCH_INFO, CONFIG_CHANGE_TIME, CHANGE_SPEEDUP, CHANGE_SPEEDUP_LOWER,
+    CHANGE_SPEEDUP_UPPER,
+)  # fmt: skip

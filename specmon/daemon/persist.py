@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.target import TargetState
 from specmon.logs import Logger
 from specmon.sharding import Shard
@@ -128,9 +129,11 @@ class StateKeeper:
         if saved is None:
             return
         if state.epochs.view():  # seen live before the lock came: merged, checked again
+            # (the epochs are numbered on: their saved curves are let go, not misfiled)
             state.epochs.restore(saved["models"], now=self.clock())
         else:  # checked when the file was read
             state.epochs = saved["book"]
+            state.curves = saved["curves"]
         state.epochs.engine = saved["engine"] or None
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
@@ -140,7 +143,9 @@ class StateKeeper:
         models = state.epochs.to_json()
         if models:
             self._saved[state_key(state)] = {"engine": state.epochs.engine, "models": models,
-                                             "seen": self.clock(), "book": state.epochs}  # fmt: skip
+                                             "seen": self.clock(), "book": state.epochs,
+                                             "curves": state.curves,
+                                             "curves_json": state.curves.to_json()}  # fmt: skip
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -151,7 +156,10 @@ class StateKeeper:
         seen.add(key)
         state.epochs.expire(now=now, max_age=self.max_age)
         models = state.epochs.to_json()
-        return _target_json(key, state.epochs.engine, models, seen=now) if models else None
+        if not models:
+            return None
+        return _target_json(key, state.epochs.engine, models, seen=now,
+                            curves=state.curves.to_json())  # fmt: skip
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """The body to write, taken at once (the epochs' saved forms, a few per target)."""
@@ -180,12 +188,19 @@ class StateKeeper:
             if key in seen or saved["seen"] < now - self.max_age:
                 del self._saved[key]  # a target that came back, or expired
                 continue
-            targets.append(_target_json(key, saved["engine"], saved["models"], seen=saved["seen"]))
+            targets.append(_target_json(key, saved["engine"], saved["models"], seen=saved["seen"],
+                                        curves=saved["curves_json"]))  # fmt: skip
         return {"written": now, "shard": str(self.shard), "targets": targets[:MAX_TARGETS]}
 
     def write_now(self, body: dict[str, Any]) -> int:
         """Encode and write ``body`` (in a thread); its size in bytes. Raises OSError."""
         data = encode(body)
+        if len(data) > self.max_bytes and any(t.get("curves") for t in body["targets"]):
+            # The epochs first: without the curves' sums (the history basis starts again).
+            lean = encode({**body, "targets": [{**t, "curves": {}} for t in body["targets"]]})
+            if len(lean) <= self.max_bytes:
+                self.log.warning("state_curves_dropped", bytes=len(data), max_bytes=self.max_bytes)
+                data = lean
         if len(data) > self.max_bytes:
             raise OSError(f"the state would take {len(data)} bytes, more than {self.max_bytes}")
         with self._write_lock:
@@ -218,13 +233,15 @@ class StateKeeper:
 
 
 def _target_json(
-    key: Key, engine: str | None, models: dict[str, Any], *, seen: float
-) -> dict[str, Any]:
+    key: Key, engine: str | None, models: dict[str, Any], *, seen: float,
+    curves: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
     """One target's entry; ``seen``: when it was last running (a target no longer
     configured is kept until that is ``state_max_age`` ago)."""
     name, url, configured_engine, model = key
     return {"name": name, "url_sha256": url, "configured_engine": configured_engine,
-            "configured_model": model, "engine": engine, "seen": seen, "models": models}  # fmt: skip
+            "configured_model": model, "engine": engine, "seen": seen, "models": models,
+            "curves": curves}  # fmt: skip
 
 
 def _targets(body: dict[str, Any], *, now: float, shard: Shard) -> dict[Key, dict[str, Any]]:
@@ -255,12 +272,18 @@ def _targets(body: dict[str, Any], *, now: float, shard: Shard) -> dict[Key, dic
                 raise ValueError("seen: not a time up to a day ahead")
             book = EpochBook()
             book.restore(models, now=now)
+            raw_curves = item.get("curves", {})
+            if not isinstance(raw_curves, dict):
+                raise ValueError("curves: not an object")
+            curves = EpochCurves()
+            curves.restore(raw_curves, book)
         except ValueError as exc:
             raise StateRefused(f"target {index}: {exc}") from None
         key: Key = (fields[0], fields[1], fields[2], fields[3])  # type: ignore[assignment]
         if not shard.keeps(key[0]):
             continue
-        out[key] = {"engine": engine, "models": models, "seen": float(seen), "book": book}
+        out[key] = {"engine": engine, "models": models, "seen": float(seen), "book": book,
+                    "curves": curves, "curves_json": raw_curves}  # fmt: skip
     return out
 
 

@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
 from specmon.daemon.answer_text import best_on_basis, crossover_text
-from specmon.daemon.epochs_view import epochs_json
+from specmon.daemon.epochs_view import epochs_api
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
@@ -184,6 +184,7 @@ def margin_html(value: float | None) -> str:
 _BASIS_TEXT = {
     Evidence.TWIN: "vs its twin",
     Evidence.PROFILE: "vs its profile",
+    Evidence.HISTORY: "vs its own past",
     Evidence.ENGINE: "engine's c",
     Evidence.CONFIGURED: "configured c",
     Evidence.DEFAULT: "default c: a guess",
@@ -782,7 +783,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                     }
                     for m in view.models
                 ],
-                "epochs": epochs_json(view.epochs),
+                **epochs_api(view),
             }
         )
     return out

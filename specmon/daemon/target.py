@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from specmon.bounds import acceptance_length_refusal, chain_bound
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.epoch_curves import ChangeView, EpochCurves, history_figures
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
 from specmon.daemon.twins import TwinCheck, Twins
 from specmon.daemon.verdict import Verdict, verdict
@@ -126,6 +127,8 @@ class TargetView:
     baseline_for: tuple[str, ...] = ()
     #: Each model's configuration epochs (specmon.state.epochs), kept while it is down.
     epochs: tuple[ModelEpochs, ...] = ()
+    #: Each model's newest change compared per load bucket (specmon.daemon.epoch_curves).
+    changes: tuple[ChangeView, ...] = ()
 
 
 @record
@@ -171,6 +174,8 @@ class TargetState:
         self._twin_check: TwinCheck | None = None
         #: Configuration epochs per model, kept across restarts (specmon.daemon.persist).
         self.epochs = EpochBook()
+        #: Each epoch's cost-curve accumulator (the history basis, "did the change help?").
+        self.curves = EpochCurves()
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -280,6 +285,8 @@ class TargetState:
             self._overheads.clear()
             self._lengths.clear()
             self._loads.clear()
+            if self._engine is not None:  # another engine (the epochs start afresh too)
+                self.curves.clear()
             self._margin_sign.clear()
             self._engine = reading.engine
         speculation = reading.speculation
@@ -338,6 +345,8 @@ class TargetState:
         events.extend(
             Event("info", name, fields) for name, fields in self.epochs.observe(reading, wall)
         )
+        for name, load in self._loads.items():
+            self.curves.feed(self.epochs, name, load.whole_row)
         message = reading.message
         if not models and rejected and reading.speculation:
             message = "every speculative-decoding reading was refused: " + "; ".join(
@@ -362,7 +371,8 @@ class TargetState:
             baseline=self.config.baseline,
             baseline_check=self._twin_check,
             baseline_for=baseline_for,
-            epochs=self.epochs.view(),
+            epochs=(epochs := self.epochs.view()),
+            changes=self.curves.changes(epochs),
         )
         return events
 
@@ -444,14 +454,21 @@ class TargetState:
             if check is not None and not check.usable:
                 twin = None  # refused: the verdict falls to the next basis
         if acceptance is None or (twin is None and cfg.cost_profile is None):
-            # Nothing to compare with: the live figures straight off the window's sums.
-            return live_load_figures(
-                history.speeds(seconds),
+            # Nothing to compare with: the live figures straight off the window's sums, and
+            # the server's own past where it ran without speculation at these loads.
+            speeds = history.speeds(seconds)
+            live = live_load_figures(
+                speeds,
                 acceptance=acceptance,
                 chain_length=k,
                 baseline=cfg.baseline,
                 refused=check.detail if check is not None and not check.usable else None,
             )
+            if live is None or acceptance is None:
+                return live
+            epochs = next((e for e in self.view.epochs if e.model == model), None)
+            return history_figures(live, curves=self.curves, epochs=epochs, speeds=speeds,
+                                   acceptance=acceptance, chain_length=k)  # fmt: skip
         # Only a comparison with a baseline reads the window's concurrency buckets.
         return load_figures(
             history.window(seconds),

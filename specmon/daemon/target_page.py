@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from specmon import __version__
 from specmon.daemon.answer_text import crossover_text
-from specmon.daemon.epochs_view import epochs_html
+from specmon.daemon.epochs_view import changes_html, epochs_html
 from specmon.daemon.history import SPAN, Event, Sample, Series
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import pick_window, target_severity, window_severity
@@ -177,6 +177,7 @@ def render_target(
     if not models:
         parts.append('<p class="muted">no models read yet</p>')
     parts.append('<h2 id="epochs">Configuration epochs</h2>' + epochs_html(view.epochs))
+    parts.append('<h2 id="change">Did the change help?</h2>' + changes_html(view.changes))
     parts.append('<h2 id="notes">How the figures are derived</h2>')
     parts.append(_notes(view, primary_window))
     parts.append('<h2 id="events">Recent errors and refused readings</h2>')

@@ -6,10 +6,12 @@ The evidence, best first:
 1. ``twin``: the speed-up realized against the baseline twin at the current load (its buckets
    of the same concurrency), with the draft cost measured there;
 2. ``profile``: the same against the cost profile (``specmon measure --profile-out``);
-3. ``engine``: the draft cost the engine measures itself (TensorRT-LLM's draft overhead),
+3. ``history``: the speed-up realized against this server's own epoch without speculation at
+   the same load (configuration epochs, kept across restarts: docs/history.md);
+4. ``engine``: the draft cost the engine measures itself (TensorRT-LLM's draft overhead),
    applied to the window's acceptance by the cost model (docs/background.md);
-4. ``configured``: the configured ``draft_cost``, applied the same way;
-5. ``default``: no draft cost configured anywhere: ``DEFAULT_DRAFT_COST``, a guess.
+5. ``configured``: the configured ``draft_cost``, applied the same way;
+6. ``default``: no draft cost configured anywhere: ``DEFAULT_DRAFT_COST``, a guess.
 
 The margin and the break-even alpha are on the same basis as the speed-up. The configured-cost
 figures (``specmon_expected_speedup_ratio``, ``specmon_alpha_margin_ratio``, ...) stay as they
@@ -21,7 +23,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from specmon import arithmetic
-from specmon.daemon.load_view import PROFILE, LoadFigures
+from specmon.daemon.load_view import HISTORY, PROFILE, LoadFigures
 from specmon.engines import SpecCounters
 from specmon.load.curve import acceptance_log_sd, speedup_interval
 from specmon.records import record
@@ -35,6 +37,7 @@ class Evidence(StrEnum):
 
     TWIN = "twin"
     PROFILE = "profile"
+    HISTORY = "history"
     ENGINE = "engine"
     CONFIGURED = "configured"
     DEFAULT = "default"
@@ -92,11 +95,18 @@ def verdict(
 ) -> Verdict | None:
     """The best-evidence verdict of one window (None: nothing to judge, no report and no
     comparison)."""
-    if load is not None and load.baseline is not None and load.realized_speedup is not None:
+    figures: tuple[float | None, float | None, float | None, float | None]
+    history = load is not None and load.baseline == HISTORY
+    if load is not None and history and load.realized_speedup is not None:
+        basis = Evidence.HISTORY
+        figures = (load.realized_speedup, load.measured_draft_cost,
+                   load.measured_breakeven_alpha, load.measured_alpha_margin)  # fmt: skip
+        detail = f"realized {load.against}"
+    elif load is not None and load.baseline is not None and load.realized_speedup is not None:
         twin = load.baseline != PROFILE
         basis = Evidence.TWIN if twin else Evidence.PROFILE
         against = f"the twin {load.baseline}" if twin else "the cost profile"
-        figures: tuple[float | None, float | None, float | None, float | None] = (
+        figures = (
             load.realized_speedup,
             load.measured_draft_cost,
             load.measured_breakeven_alpha,
@@ -131,7 +141,7 @@ def verdict(
     speedup, cost_c, breakeven, margin = figures
     if load is not None and load.baseline_refused is not None:  # the twin was refused
         detail = f"{load.baseline_refused}; {detail}"
-    if basis in (Evidence.TWIN, Evidence.PROFILE):
+    if basis in (Evidence.TWIN, Evidence.PROFILE, Evidence.HISTORY):
         assert load is not None
         return Verdict(basis, speedup, cost_c, breakeven, margin, detail,
                        load.speedup_interval, load.read)  # fmt: skip

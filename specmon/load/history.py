@@ -106,6 +106,9 @@ class LoadHistory:
         #: nothing): made with the history's first whole row.
         self._curve_retention = curve_retention
         self.curve: CurveAccumulator | None = None if lean else self._new_curve()
+        #: The last reading's interval row, whole even in a lean history (None: the last
+        #: reading closed no interval): the configuration epoch's accumulator takes it.
+        self.whole_row: array[float] | None = None
 
     def _new_curve(self) -> CurveAccumulator:
         return CurveAccumulator(retention=self._curve_retention, scheme=self._scheme)
@@ -135,6 +138,7 @@ class LoadHistory:
         :attr:`latest`."""
         last = self._last
         self.refusal = None
+        self.whole_row = None
         if last is not None and time <= last[0]:
             return False
         if self._windows:
@@ -144,6 +148,7 @@ class LoadHistory:
             self.refusal = interval_refusal(last[1], counters, time - last[0])
         if last is not None and self.refusal is None:
             row = interval_row(last[1], counters, time - last[0], time)
+            self.whole_row = array("d", row) if self._lean else row
             if self._lean:
                 if not self._lossy and any(row[DRAFTS:]):
                     self._lossy = True

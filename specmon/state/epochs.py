@@ -435,6 +435,21 @@ class EpochTracker:
             current.generated_tokens + c.generated, current.scrapes + c.scrapes,
         )  # fmt: skip
 
+    def position(self) -> tuple[int, bool, tuple[int, ...]] | None:
+        """The current epoch's number, whether a change is being confirmed, and the epochs
+        whose cost curves are kept: the current, the previous and the newest without
+        speculation (what the history basis and "did the change help?" read; at most 3
+        curves a model, so a target's state stays small). None before the first sighting."""
+        current = self._current
+        if current is None:
+            return None
+        past = self._past
+        plain = next((e.number for e in reversed(past) if not e.speculation), None)
+        numbers = {current.number, *(e.number for e in past[-1:])} | (
+            {plain} if plain is not None else set()
+        )
+        return current.number, self._candidate is not None, tuple(sorted(numbers))
+
     def view(self, model: str) -> ModelEpochs | None:
         epochs = self.epochs()
         if not epochs:
@@ -613,6 +628,11 @@ class EpochBook:
                 if epoch is not None:
                     marked.append(epoch)
         return marked
+
+    def position(self, model: str) -> tuple[int, bool, tuple[int, ...]] | None:
+        """A model's :meth:`EpochTracker.position` (None: not followed)."""
+        tracker = self._trackers.get(model)
+        return tracker.position() if tracker is not None else None
 
     def view(self) -> tuple[ModelEpochs, ...]:
         views = (t.view(name) for name, t in self._trackers.items())

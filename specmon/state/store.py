@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 FORMAT = "specmon-state"
-VERSION = 1
+#: 2: each epoch's cost-curve sums (issue 55's history basis) beside the epochs.
+VERSION = 2
 #: Largest state file read or written (about 3 KB a target: 10,000 targets in 30 MB).
 MAX_FILE_BYTES = 64 * 2**20
 #: Longest header line.

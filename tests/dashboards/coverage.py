@@ -13,6 +13,7 @@ does not exist:
   mean draft length) and every figure against a baseline for the engines whose pages carry no
   per-step timing specmon reads (SGLang, TensorRT-LLM): the contract says they exist for vLLM
   (V1), llama.cpp and TGI only; TGI, which counts no drafted tokens, has no measured cost.
+  The change's speed-up per bucket (issue 55) needs the same timing.
 - :data:`WITH_BASELINE`: families exported only for a target compared with a baseline
   (``baseline:`` a twin, or ``cost_profile``), and ``specmon_draft_cost_ratio{source="measured"}``.
   A query reading one may be empty when no target it selects has a baseline.
@@ -54,7 +55,16 @@ AGAINST_BASELINE = frozenset(
 )
 #: Present only for a target that has a baseline (specmon_baseline_info: a twin).
 WITH_BASELINE = AGAINST_BASELINE | {"specmon_baseline_info", "specmon_baseline_usable"}
-_NO_TIMING = LOAD | AGAINST_BASELINE
+#: The newest configuration change per concurrency bucket (the epochs' cost curves, which
+#: need the engine's step timing as the load figures do).
+CHANGE = frozenset(
+    {
+        "specmon_change_speedup_ratio",
+        "specmon_change_speedup_lower_ratio",
+        "specmon_change_speedup_upper_ratio",
+    }
+)
+_NO_TIMING = LOAD | AGAINST_BASELINE | CHANGE
 ABSENT: dict[str, frozenset[str]] = {
     "sglang": frozenset({"specmon_draft_tokens_total"}) | _NO_TIMING,
     # TGI's router times its decode steps (load figures), but it counts no drafted tokens:

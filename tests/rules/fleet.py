@@ -177,6 +177,13 @@ def fleet_series() -> list[dict[str, str]]:
                 info = {**model, "epoch": epoch, "speculation": "true", "chain_length": k}
                 add("specmon_config_epoch_info", info, _const(1))
             add("specmon_config_change_timestamp_seconds", model, _const(1000))
+            for bucket, ratio in (("4", 1.2), ("16", 1.05)):
+                if "specmon_change_speedup_ratio" in absent:  # no step timing: no curves
+                    break
+                b = {**model, "concurrency": bucket}
+                add("specmon_change_speedup_ratio", b, _const(ratio))
+                add("specmon_change_speedup_lower_ratio", b, _const(ratio - 0.05))
+                add("specmon_change_speedup_upper_ratio", b, _const(ratio + 0.03))
             for window in WINDOWS:
                 w = {**model, "window": window}
                 add("specmon_window_drafts", w, _const(1200))

@@ -36,6 +36,7 @@ REQUIRED_ALERTS = {
     "SpecmonAcceptanceDrop",
     "SpecmonSlowerThanBaseline",
     "SpecmonAboveCrossover",
+    "SpecmonChangeRegressed",
     "SpecmonSpeculationMissing",
     "SpecmonTargetDown",
     "SpecmonReadingsRejected",

@@ -553,6 +553,18 @@ MUTATIONS = [
         id="slower-no-keep-firing",
     ),
     pytest.param(
+        r"specmon_change_speedup_upper_ratio < 1\n",
+        "specmon_change_speedup_upper_ratio < 1.05\n",
+        "a change that made the server slower with certainty",
+        id="change-uncertain-fires",
+    ),
+    pytest.param(
+        r"(alert: SpecmonChangeRegressed\n(?:.*\n)*?\s+for:) 30m",
+        "\\g<1> 5m",
+        "a change that made the server slower with certainty",
+        id="change-short-for",
+    ),
+    pytest.param(
         r"(alert: SpecmonAboveCrossover\n(?:.*\n)*?\s+for:) 15m",
         "\\g<1> 5m",
         "load swinging across the crossover stays silent",
@@ -689,7 +701,7 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     config = str(PROM_DIR / "alertmanager.example.yml")
     result = run_tool(["amtool", "check-config", config])
     _ok(result)
-    assert "5 inhibit rules" in result.stdout
+    assert "6 inhibit rules" in result.stdout
     inhibit = yaml.safe_load((PROM_DIR / "alertmanager.example.yml").read_text("utf-8"))
     (tier,) = [r for r in inhibit["inhibit_rules"] if 'severity="critical"' in r["source_matchers"]]
     assert 'severity="warning"' in tier["target_matchers"]
@@ -708,6 +720,16 @@ def test_example_alertmanager_config_routes_and_inhibits() -> None:
     assert receiver("alertname=SpecmonReadingsRejected", "severity=info") == "tickets"
     assert receiver("alertname=SpecmonSlowerThanBaseline", "severity=warning") == "tickets"
     assert receiver("alertname=SpecmonAboveCrossover", "severity=warning") == "tickets"
+    assert receiver("alertname=SpecmonChangeRegressed", "severity=warning") == "tickets"
+    (change,) = [
+        r
+        for r in inhibit["inhibit_rules"]
+        if r["target_matchers"] == ['alertname="SpecmonChangeRegressed"']
+    ]
+    assert change["source_matchers"] == [
+        'alertname=~"SpecmonBelowBreakEven|SpecmonSpeculationMissing"'
+    ]
+    assert set(change["equal"]) == {"target", "model"}
     (load,) = [
         r
         for r in inhibit["inhibit_rules"]
@@ -788,9 +810,10 @@ def test_every_dashboard_query_returns_data(tmp_path: Path, name: str) -> None:
             queries.append(q)
     assert queries
     if name == "specmon-target.json":
-        # tgi1's draft tokens per second; the 12 load and baseline queries for trt1; for tgi1,
-        # which has the load figures but no baseline, the 10 baseline queries.
-        assert len(allowed_empty) == 1 + 12 + 10, allowed_empty
+        # tgi1's draft tokens per second; the 14 load and baseline queries and the 3 of the
+        # last change (no step timing) for trt1; for tgi1, which has the load figures but no
+        # baseline, the 12 baseline queries (the crossover's range added 2 of each).
+        assert len(allowed_empty) == 1 + (14 + 3) + 12, allowed_empty
         assert all(entry.startswith(("trt1:", "tgi1:")) for entry in allowed_empty)
     rules = tmp_path / "none.rules.yml"
     rules.write_text("groups: []\n")

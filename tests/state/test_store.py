@@ -139,7 +139,7 @@ def _good(tmp_path: Path) -> bytes:
     [
         (lambda d: d[: len(d) // 2], "truncated"),
         (lambda d: d[:-1] + (b"]" if d[-1:] != b"]" else b"}"), "corrupted"),
-        (lambda d: d.replace(b'"version":1', b'"version":2', 1), "version 2"),
+        (lambda d: d.replace(b'"version":2', b'"version":1', 1), "version 1"),  # an old file
         (lambda d: b"\x00" * 100, "no header line"),
         (lambda d: b'{"format":"other"}\n{}', "not a specmon state file"),
         (lambda d: b"", "no header line"),

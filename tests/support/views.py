@@ -4,7 +4,10 @@ randomness, no I/O."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.epoch_curves import ChangeView
 from specmon.daemon.target import TargetState, TargetView, Twins
 from specmon.engines import (
     Context,
@@ -16,6 +19,7 @@ from specmon.engines import (
     SpecGauges,
 )
 from specmon.load import PROFILE_FORMAT, PROFILE_VERSION, Profile, profile_from_json
+from specmon.load.matched import MatchedBucket
 from specmon.sources import ScrapeResult
 
 WINDOWS = (60.0, 300.0)
@@ -241,6 +245,25 @@ def fleet() -> list[TargetState]:
     pending = state("pending")
     # A configuration change marked by hand: two epochs and the time of the change.
     llama.mark(wall=1_780_000_000.0, note="draft model: a 1B drafter")
+    # ... and "did the change help?" at two loads (the change's series: a bucket each).
+    (epochs,) = llama.view.epochs
+    assert epochs.previous is not None
+    buckets = tuple(
+        MatchedBucket(
+            index,
+            label,
+            (n, n),
+            ratio,
+            (ratio * 0.93, ratio * 1.07),
+            (0.6, 0.55),
+            -0.05,
+            (-0.08, -0.02),
+        )
+        for index, label, n, ratio in ((2, "4", 4.1, 1.18), (4, "16", 15.8, 0.84))
+    )
+    llama.view = replace(llama.view, changes=(ChangeView(epochs.model, epochs.previous,
+                                                         epochs.current, buckets, ("4", "16"),
+                                                         ("4", "16")),))  # fmt: skip
     return [vllm, llama, idle, sglang, v0, off, twin, loaded, profiled, down, pending]
 
 

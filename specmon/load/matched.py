@@ -1,0 +1,180 @@
+"""Two configuration epochs of one server compared at matched load: per concurrency bucket
+both measured, the speed-up of the newer configuration over the older (the ratio of their
+times per output token there) and the change in draft acceptance, each with its 95 %
+interval; and a read at any load, through the cost curve where a bucket is thin. Pure: the
+epochs' sums are :class:`~specmon.load.curve.CurveAccumulator` s (issue 55: the epochs are
+the curve's accumulators, per configuration).
+
+The interval of a bucket's speed-up is the curve's method (:mod:`specmon.load.curve`): a
+normal approximation on log(speed-up), whose variance is the sum over both epochs of the
+relative variances of the mean step time and of the mean tokens per step (each from its
+per-interval spread over the intervals summed, never below the curve's floor). The
+acceptance change's is the difference of two binomial proportions (drafted tokens).
+"""
+
+from __future__ import annotations
+
+import math
+
+from specmon.bounds import speedup_refusal
+from specmon.load.buckets import DEFAULT_SCHEME, DEFAULT_THRESHOLDS, Thresholds
+from specmon.load.curve import (
+    COLUMNS,
+    Z95,
+    BucketSums,
+    Curve,
+    CurveAccumulator,
+    CurveRead,
+    SidePoint,
+    side_points,
+    speedup_interval,
+)
+from specmon.records import record
+
+__all__ = [
+    "MatchedBucket",
+    "epoch_accumulator",
+    "loads_seen",
+    "matched_buckets",
+    "matched_read",
+]
+
+#: An epoch's accumulator keeps one slot per bucket for its whole life (its age is the
+#: epoch's, bounded by ``state_max_age``): no time slots, so nothing to shift across a
+#: restart and a few hundred numbers an epoch.
+EPOCH_SPAN = 1e9
+_FLOOR = 0.005
+_T1, _T2 = COLUMNS.index("step_sum"), COLUMNS.index("step_squares")
+_K1, _K2 = COLUMNS.index("tokens_per_step_sum"), COLUMNS.index("tokens_per_step_squares")
+_DT, _DS = COLUMNS.index("decode_tokens"), COLUMNS.index("decode_seconds")
+_DTK, _AC = COLUMNS.index("draft_tokens"), COLUMNS.index("accepted")
+
+
+def epoch_accumulator() -> CurveAccumulator:
+    """A fresh epoch's accumulator (one slot per bucket, never expired)."""
+    return CurveAccumulator(retention=EPOCH_SPAN, slot_seconds=EPOCH_SPAN)
+
+
+@record
+class MatchedBucket:
+    """One bucket both epochs measured enough of."""
+
+    bucket: int
+    label: str
+    #: Each epoch's mean concurrency there (older, newer).
+    concurrency: tuple[float, float]
+    #: Time per output token older / newer: above 1, the change made the server faster.
+    speedup: float
+    #: Its 95 % interval (None: an end broke the bound on a speed-up, specmon.bounds).
+    interval: tuple[float, float] | None
+    #: Draft acceptance (accepted / drafted tokens) of each epoch there (None: no drafts).
+    acceptance: tuple[float | None, float | None]
+    #: Newer minus older and its 95 % interval (None unless both drafted).
+    acceptance_change: float | None
+    acceptance_interval: tuple[float, float] | None
+
+
+def loads_seen(
+    accumulator: CurveAccumulator,
+    *,
+    speculative: bool,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> tuple[SidePoint, ...]:
+    """The buckets an epoch measured enough of (a window's bucket's thresholds)."""
+    return side_points(accumulator.buckets(), speculative=speculative, thresholds=thresholds)
+
+
+def _sums(accumulator: CurveAccumulator, bucket: int) -> BucketSums | None:
+    return next((b for b in accumulator.buckets() if b.bucket == bucket), None)
+
+
+def _log_variance(sums: BucketSums) -> float:
+    """The relative variance of one epoch's time per output token in a bucket."""
+    total = 0.0
+    for first, second in ((_T1, _T2), (_K1, _K2)):
+        se = sums.relative_se(first, second)
+        total += max(se if se is not None else 0.05, _FLOOR) ** 2
+    return total
+
+
+def _acceptance(sums: BucketSums) -> tuple[float, float] | None:
+    """Draft acceptance there and its binomial variance (None without drafted tokens)."""
+    drafted = sums.values[_DTK]
+    if drafted <= 0:
+        return None
+    p = min(max(sums.values[_AC] / drafted, 0.0), 1.0)
+    return p, max(p * (1 - p), 0.25 / drafted) / drafted
+
+
+def matched_buckets(
+    older: CurveAccumulator,
+    newer: CurveAccumulator,
+    *,
+    older_speculative: bool,
+    newer_speculative: bool,
+    chain_length: int | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> tuple[MatchedBucket, ...]:
+    """Per bucket both epochs measured enough of: the newer's speed-up over the older and
+    the change in acceptance (a bucket whose speed-up the bounds refuse is left out)."""
+    old_points = {p.bucket: p for p in loads_seen(older, speculative=older_speculative,
+                                                  thresholds=thresholds)}  # fmt: skip
+    out = []
+    for point in loads_seen(newer, speculative=newer_speculative, thresholds=thresholds):
+        before = old_points.get(point.bucket)
+        old_sums, new_sums = _sums(older, point.bucket), _sums(newer, point.bucket)
+        if before is None or old_sums is None or new_sums is None:
+            continue
+        old_tpot = old_sums.values[_DS] / old_sums.values[_DT]
+        new_tpot = new_sums.values[_DS] / new_sums.values[_DT]
+        if old_tpot <= 0 or new_tpot <= 0:
+            continue
+        speedup = old_tpot / new_tpot
+        if speedup_refusal(speedup, chain_length=None, measured=True) is not None:
+            continue
+        sd = math.sqrt(_log_variance(old_sums) + _log_variance(new_sums))
+        interval = speedup_interval(speedup, sd, chain_length=chain_length)
+        a_old, a_new = _acceptance(old_sums), _acceptance(new_sums)
+        change = change_interval = None
+        if a_old is not None and a_new is not None:
+            change = a_new[0] - a_old[0]
+            half = Z95 * math.sqrt(a_old[1] + a_new[1])
+            change_interval = (max(change - half, -1.0), min(change + half, 1.0))
+        out.append(
+            MatchedBucket(point.bucket, point.label, (before.concurrency, point.concurrency),
+                          speedup, interval, (a_old[0] if a_old else None,
+                                              a_new[0] if a_new else None),
+                          change, change_interval)
+        )  # fmt: skip
+    return tuple(out)
+
+
+def matched_read(
+    baseline: CurveAccumulator,
+    current: CurveAccumulator,
+    concurrency: float,
+    *,
+    tokens_per_step: float,
+    acceptance_sd: float,
+    chain_length: int | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> CurveRead | str:
+    """The current epoch (speculating) against an epoch without speculation at
+    ``concurrency``: the bucket's measured ratio where both measured it, else the cost
+    curve's read between the buckets both measured (the curve's own limits: one bucket past
+    them at most); a reason string when the loads do not overlap."""
+    base = loads_seen(baseline, speculative=False, thresholds=thresholds)
+    spec = loads_seen(current, speculative=True, thresholds=thresholds)
+    if not base or not spec:
+        return "no load bucket measured enough in both epochs yet"
+    steps = drafted_sum = 0.0
+    for b in current.buckets():
+        if b.bucket in {p.bucket for p in spec}:
+            steps += b.values[COLUMNS.index("request_steps")]
+            drafted_sum += b.values[_DTK]
+    drafted = drafted_sum / steps if steps > 0 and drafted_sum > 0 else None
+    curve = Curve.build(spec, base, drafted_per_step=drafted, scheme=DEFAULT_SCHEME)
+    if curve is None:
+        return "the epochs' loads do not overlap"
+    return curve.read(concurrency, tokens_per_step=tokens_per_step, acceptance_sd=acceptance_sd,
+                      chain_length=chain_length)  # fmt: skip
