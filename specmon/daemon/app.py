@@ -625,7 +625,7 @@ class Daemon:
             lag=self.metrics.loop_lag,
             gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),
             log=self.log,
-            on_lag=lambda lag: self.governor.lagged(at=loop.time(), lag=lag),
+            on_lag=lambda lag: self.governor.watched(at=loop.time(), lag=lag),
         )
         self.loop_watch.install()
         self._watch_task = asyncio.create_task(self.loop_watch.run(), name="loop-watch")

@@ -29,8 +29,18 @@ A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behi
 scrape ran: a wake-up inside the scrape's span started at least ``excuse_fraction`` of the
 scrape timeout late. The target is then neither marked down nor counted as failed (its
 ``specmon_up`` stays as it was); the scrape counts in
-``specmon_scrape_timeouts_excused_total``. A target that really hangs is still reported: once
-the stretch has brought the lateness down, its timeouts are its own again.
+``specmon_scrape_timeouts_excused_total``.
+
+**Excuses are bounded.** A target's timeouts are excused at most ``excuse_limit`` (1) in a
+row. Its next scrape, at the configured interval (not stretched), is a **probe**: judged
+whatever specmon's state, on a deadline that counts specmon's own running time, the time on
+the clock less the stalls the loop watch measured meanwhile (:meth:`Governor.owed`: a
+process stopped 0.7 s in every second gives a 1.5 s timeout about 5 s on the clock), and at
+most ``probe_wall`` (5) timeouts on the clock. A healthy engine answers a probe; one that
+hangs goes down on it. A target that hangs is therefore down at most one stretched interval,
+one timeout, one configured interval and ``probe_wall`` timeouts after it hangs (2 s every
+2 s with a 1.5 s timeout, stretch at its cap of 8: 16 + 1.5 + 2 + 7.5 = 27 s), however
+starved specmon is.
 """
 
 from __future__ import annotations
@@ -67,6 +77,8 @@ class Policy:
     relax_step: float = 0.85
     max_stretch: float = 8.0
     excuse_fraction: float = 0.2
+    excuse_limit: int = 1
+    probe_wall: float = 5.0
 
     def __post_init__(self) -> None:
         if not (0 < self.calm_below < self.behind_after):
@@ -77,6 +89,8 @@ class Policy:
             raise ValueError("need period > 0, relax_after >= 1, max_stretch >= 1")
         if not (0 < self.headroom <= 1) or self.excuse_fraction <= 0:
             raise ValueError("need 0 < headroom <= 1 and excuse_fraction > 0")
+        if self.excuse_limit < 1 or self.probe_wall < 1:
+            raise ValueError("need excuse_limit >= 1 and probe_wall >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +136,7 @@ class Governor:
         self._gaps: dict[float, list[float]] = {}
         self._calm = 0
         self._slots: deque[tuple[int, float]] = deque()
+        self._stalls: deque[tuple[int, float]] = deque()
 
     # -- what the scrapers report -------------------------------------------------------------
 
@@ -158,19 +173,38 @@ class Governor:
     def lagged(self, *, at: float, lag: float) -> None:
         """The event loop was ``lag`` seconds late at loop time ``at`` (a scrape's start, or
         the loop watch's timer): kept, worst per :data:`SLOT`, for :meth:`excuses`."""
-        slot = math.floor(at / SLOT)
-        slots = self._slots
-        if slots and slots[-1][0] == slot:
-            if lag > slots[-1][1]:
-                slots[-1] = (slot, lag)
-        elif not slots or slot > slots[-1][0]:
-            slots.append((slot, lag))
-            oldest = slot - int(_KEPT / SLOT)
-            while slots[0][0] < oldest:
-                slots.popleft()
-        else:  # out of order (callers on one loop are not): merged into the newest slot
-            if lag > slots[-1][1]:
-                slots[-1] = (slots[-1][0], lag)
+        _keep(self._slots, at=at, lag=lag)
+
+    def watched(self, *, at: float, lag: float) -> None:
+        """The loop watch's timer woke ``lag`` seconds late at loop time ``at``: the loop
+        could not run for that long (held, or the process stopped). Kept for :meth:`excuses`
+        and, summed, for :meth:`owed`."""
+        _keep(self._slots, at=at, lag=lag)
+        _keep(self._stalls, at=at, lag=lag)
+
+    def stalled_during(self, *, start: float, end: float) -> float:
+        """Seconds between loop times ``start`` and ``end`` the loop could not run: the
+        stalls the loop watch (and the deadlines of probes) measured, at most ``end -
+        start``."""
+        first, last = math.floor(start / SLOT), math.floor(end / SLOT)
+        total = 0.0
+        for slot, lag in reversed(self._stalls):
+            if slot < first:
+                break
+            if slot <= last:  # a stall seen just after start may have begun before it
+                total += min(lag, (slot + 1) * SLOT - start)
+        return min(total, max(0.0, end - start))
+
+    def owed(self, *, start: float, now: float, late: float, timeout: float, until: float) -> float:
+        """Seconds a probe scrape that started at loop time ``start`` is still owed at loop
+        time ``now`` to have had ``timeout`` seconds of specmon's own running time (the time
+        on the clock less :meth:`stalled_during`); ``late``: how late its deadline woke (a
+        stall the loop watch may not have reported yet). Never past loop time ``until``."""
+        _keep(self._stalls, at=now, lag=late)
+        if now >= until:
+            return 0.0
+        ran = (now - start) - self.stalled_during(start=start, end=now)
+        return max(0.0, min(timeout - ran, until - now))
 
     def behind_during(self, *, start: float, end: float) -> float:
         """The worst lateness seen between loop times ``start`` and ``end``, seconds."""
@@ -240,6 +274,22 @@ class Governor:
         for interval in gone:
             del self.achieved[interval]
         return gone
+
+
+def _keep(slots: deque[tuple[int, float]], *, at: float, lag: float) -> None:
+    """Keep ``lag`` at loop time ``at`` in ``slots``: the worst per :data:`SLOT`, for
+    :data:`_KEPT` seconds."""
+    slot = math.floor(at / SLOT)
+    if slots and slots[-1][0] == slot:
+        if lag > slots[-1][1]:
+            slots[-1] = (slot, lag)
+    elif not slots or slot > slots[-1][0]:
+        slots.append((slot, lag))
+        oldest = slot - int(_KEPT / SLOT)
+        while slots[0][0] < oldest:
+            slots.popleft()
+    elif lag > slots[-1][1]:  # out of order (callers on one loop are not): the newest slot
+        slots[-1] = (slots[-1][0], lag)
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -12,6 +12,7 @@ the interval (the grid only delays a wake-up, by less than a tick, and never acc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import random
@@ -26,6 +27,7 @@ from specmon.daemon.ingest import Ingest, internal_error
 from specmon.daemon.target import Event, TargetState
 from specmon.logs import Logger
 from specmon.sources import Failure, Outcome, Reading, ScrapeResult, Source
+from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
 
 __all__ = ["MAX_TICK", "TargetScraper", "backoff_delay", "next_due", "wake_time"]
@@ -124,6 +126,9 @@ class TargetScraper:
         self._log = log.bind(target=state.config.name)
         self._on_scraped = on_scraped
         self.failures = 0
+        #: Timeouts excused in a row: at the governor's ``excuse_limit`` the next scrape is a
+        #: probe, judged whatever specmon's state (module governor, "Excuses are bounded").
+        self.excused = 0
 
     async def run(self, *, first_delay: float | None = None) -> None:
         """Scrape until cancelled. The first scrape waits a random part of the interval so
@@ -159,15 +164,23 @@ class TargetScraper:
                 self._log.exception("scrape_failed")
             interval = self.state.config.scrape_interval
             stretch = 1.0 if governor is None else governor.stretch
-            asked = backoff_delay(interval * stretch, self.failures)
+            # After an excused timeout the probe comes at the configured interval: a target
+            # that hangs is not hidden for a stretched interval more.
+            asked = interval if self.excused else backoff_delay(interval * stretch, self.failures)
             due = next_due(due, wait=asked, now=loop.time())
 
     async def scrape_once(self) -> None:
         started = time.perf_counter()
         loop_started = asyncio.get_running_loop().time()
+        governor = self._governor
+        probe = governor is not None and self.excused >= governor.policy.excuse_limit
+        config = self.state.config
         outcome: Outcome
         try:
-            outcome = await self._source(self.state.config).read()
+            if governor is not None and probe:
+                outcome = await self._probe(governor, config, start=loop_started)
+            else:
+                outcome = await self._source(config).read()
         except FetchError as exc:
             outcome = Failure(
                 kind=exc.kind, message=str(exc), duration=time.perf_counter() - started
@@ -177,9 +190,11 @@ class TargetScraper:
         except Exception as exc:  # a bug must cost one scrape, never the target or the daemon
             self._log.exception("read_failed")
             outcome = internal_error(exc, time.perf_counter() - started)
-        if self._excused(outcome, start=loop_started):
+        if not probe and self._excused(outcome, start=loop_started):
+            self.excused += 1
             self._canonical(ScrapeResult.TIMEOUT, outcome.duration, excused=True)
             return
+        self.excused = 0
         events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
         self._emit(events)
         view = self.state.view
@@ -196,6 +211,31 @@ class TargetScraper:
             kind = view.error_kind or ScrapeResult.INTERNAL_ERROR
             self._canonical(kind, outcome.duration, error=view.error)
         self._on_scraped(self.state.config.name)
+
+    async def _probe(self, governor: Governor, config: TargetConfig, *, start: float) -> Reading:
+        """A scrape judged whatever specmon's state: its timeout counts the time specmon ran
+        (the clock less the stalls measured meanwhile), up to ``probe_wall`` timeouts on the
+        clock; a timeout then is the target's."""
+        timeout = config.scrape_timeout
+        until = start + timeout * governor.policy.probe_wall
+        loop = asyncio.get_running_loop()
+        source = self._source(dataclasses.replace(config, scrape_timeout=until - start))
+
+        def owed(late: float) -> float:
+            return governor.owed(
+                start=start, now=loop.time(), late=late, timeout=timeout, until=until
+            )
+
+        try:
+            async with deadline(timeout, extend=owed):
+                return await source.read()
+        except TimeoutError:
+            clock = loop.time() - start
+            raise FetchError(
+                ScrapeResult.TIMEOUT,
+                f"no complete response within {timeout:g}s of specmon's own time "
+                f"({clock:.1f}s on the clock)",
+            ) from None
 
     def _excused(self, outcome: Outcome, *, start: float) -> bool:
         """A timeout while specmon itself was behind: not the target's (module governor)."""

@@ -5,6 +5,8 @@ not counted against a target)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import structlog
@@ -15,8 +17,12 @@ from specmon.daemon.governor import SLOT, Governor, Policy
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.target import TargetState
+from specmon.engines import read_page
+from specmon.process.loopwatch import LoopWatch
 from specmon.sources import Reading, ScrapeResult
+from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
+from tests.support.virtual_clock import VirtualLoop, stopped_every_second
 
 
 def _period(
@@ -163,6 +169,33 @@ def test_a_timeout_is_excused_only_when_specmon_was_behind_during_the_scrape() -
     assert governor.excused == 1 and excused == [True]
 
 
+def test_a_probe_is_owed_the_time_specmon_ran_not_the_time_on_the_clock() -> None:
+    governor = Governor()
+    # The loop watch saw the process stopped 0.7 s in each of the seconds 11 and 12.
+    governor.watched(at=11.75, lag=0.7)
+    governor.watched(at=12.75, lag=0.7)
+    assert governor.stalled_during(start=10.9, end=13.0) == pytest.approx(1.4)
+    # Started at 10.9 with a 1.5 s timeout: at 13.0, 2.1 s on the clock, 0.7 s ran.
+    owed = governor.owed(start=10.9, now=13.0, late=0.0, timeout=1.5, until=20.0)
+    assert owed == pytest.approx(0.8)
+    # A stall the watch has not reported yet: the deadline's own lateness counts.
+    owed = governor.owed(start=10.9, now=13.75, late=0.7, timeout=1.5, until=20.0)
+    assert owed == pytest.approx(1.5 - (2.85 - 2.1))
+    # Never past ``until``; nothing owed once the time has run.
+    assert governor.owed(start=10.9, now=19.9, late=0.0, timeout=9.0, until=20.0) == (
+        pytest.approx(0.1)
+    )
+    assert governor.owed(start=10.9, now=20.0, late=0.0, timeout=9.0, until=20.0) == 0.0
+    assert governor.owed(start=30.0, now=31.6, late=0.0, timeout=1.5, until=40.0) == 0.0
+
+
+def test_a_stall_seen_just_after_a_start_counts_only_from_the_start() -> None:
+    governor = Governor()
+    governor.watched(at=5.05, lag=0.7)  # stopped 4.35 .. 5.05; the scrape started at 5.0
+    assert governor.stalled_during(start=5.0, end=6.0) == pytest.approx(0.1)
+    assert governor.stalled_during(start=7.0, end=6.0) == 0.0
+
+
 def test_lateness_slots_are_bounded_and_keep_the_worst() -> None:
     governor = Governor()
     for index in range(100_000):
@@ -179,6 +212,8 @@ def test_policy_refuses_thresholds_that_cannot_work() -> None:
         Policy(raise_min=1.0)
     with pytest.raises(ValueError, match="period"):
         Policy(max_stretch=0.5)
+    with pytest.raises(ValueError, match="excuse_limit"):
+        Policy(excuse_limit=0)
 
 
 # -- the scraper ------------------------------------------------------------------------------
@@ -318,3 +353,147 @@ def test_every_target_waits_its_interval_times_the_stretch() -> None:
     # machine wakes the loop late, never early).
     assert asked_gaps[1] == pytest.approx(0.3)
     assert starts[1] - starts[0] >= 0.3 - 0.01
+
+
+# -- excuses are bounded: a hung target under starvation (issue 53 item 6) ------------------
+
+PAGE = (
+    Path(__file__).parents[1] / "fixtures" / "pages" / "vllm-load-spec-c1-after.txt"
+).read_text()
+
+
+class _Null:
+    def observe(self, amount: float) -> None:
+        """Nothing recorded."""
+
+
+class _Engine:
+    """One fake engine behind a target: it answers ``answer`` seconds after the request (on
+    the clock: the engine is not stopped with specmon; the answer then takes a few passes of
+    the loop to read), or, from loop time ``hang_at`` on, accepts and never answers. Bounded
+    by the config's ``scrape_timeout`` as ``fetch_page`` is."""
+
+    def __init__(self, config: TargetConfig, *, answer: float, hang_at: float | None) -> None:
+        self._timeout = config.scrape_timeout
+        self._answer = answer
+        self._hang_at = hang_at
+
+    async def read(self) -> Reading:
+        loop = asyncio.get_running_loop()
+        try:
+            async with deadline(self._timeout):
+                hung = self._hang_at is not None and loop.time() >= self._hang_at
+                await asyncio.sleep(3600.0 if hung else self._answer)
+                for _ in range(4):
+                    await asyncio.sleep(0)
+        except TimeoutError:
+            raise FetchError(
+                ScrapeResult.TIMEOUT, f"no complete response within {self._timeout:g}s"
+            ) from None
+        return Reading(page=read_page(PAGE), size=len(PAGE), duration=0.003)
+
+
+@dataclass
+class _Starved:
+    """What a starved run saw: when each target was first seen down (loop time), the
+    timeouts excused, and the hung target's scraper."""
+
+    down_at: dict[str, float]
+    excused: int
+    hung_excused_max: int
+
+
+#: How long each healthy engine takes to answer, seconds: at once, slowly, nearly the timeout
+#: (an answer due inside a stop is read at the resume, when the deadline may be due too).
+ANSWERS = (0.003, 0.6, 1.3)
+
+
+def _starved(*, hang_at: float, seconds: float, stop: float) -> _Starved:
+    """Healthy targets (:data:`ANSWERS`) and one that hangs at ``hang_at``, every 2 s with
+    a 1.5 s timeout, the process stopped ``stop`` s in every second; the governor closes a
+    period every 5 s and the loop watch feeds it, as in the daemon."""
+    loop = VirtualLoop(stopped=stopped_every_second(stop) if stop > 0 else None)
+    governor = Governor(seed=1)
+    registry = CollectorRegistry()
+    log = structlog.get_logger()
+    ingest = Ingest(
+        scrapes_total=Counter("s", "s", ["target", "result"], registry=registry),
+        rejected_total=Counter("r", "r", ["target", "reason"], registry=registry),
+        log=log,
+    )
+    engines: dict[str, tuple[float, float | None]] = {
+        f"h{i}": (answer, None) for i, answer in enumerate(ANSWERS)
+    }
+    engines["hung"] = (ANSWERS[0], hang_at)
+    scrapers: dict[str, TargetScraper] = {}
+    for name, (answer, hangs) in engines.items():
+        config = TargetConfig(
+            name=name, url="http://127.0.0.1:9/metrics", scrape_interval=2.0, scrape_timeout=1.5
+        )
+        scrapers[name] = TargetScraper(
+            TargetState(config, windows=(60.0,), retention=70.0),
+            source=lambda cfg, a=answer, h=hangs: _Engine(cfg, answer=a, hang_at=h),  # type: ignore[misc]
+            ingest=ingest,
+            log=log,
+            on_scraped=lambda _name: None,
+            governor=governor,
+        )
+    seen = _Starved(down_at={}, excused=0, hung_excused_max=0)
+
+    async def govern() -> None:
+        while True:
+            await asyncio.sleep(governor.policy.period)
+            governor.close()
+
+    async def monitor() -> None:  # as Prometheus would read /metrics: whenever specmon runs
+        while True:
+            await asyncio.sleep(0.1)
+            for name, scraper in scrapers.items():
+                view = scraper.state.view
+                if view.scraped and not view.up:
+                    seen.down_at.setdefault(name, loop.time())
+            seen.hung_excused_max = max(seen.hung_excused_max, scrapers["hung"].excused)
+
+    async def main() -> None:
+        watch = LoopWatch(
+            lag=_Null(),
+            gc_pause=lambda _generation: _Null(),
+            clock=loop.time,
+            on_lag=lambda lag: governor.watched(at=loop.time(), lag=lag),
+        )
+        tasks = [
+            asyncio.create_task(watch.run()),
+            asyncio.create_task(govern()),
+            asyncio.create_task(monitor()),
+        ]
+        for index, scraper in enumerate(scrapers.values()):
+            tasks.append(asyncio.create_task(scraper.run(first_delay=0.37 * index)))
+        await asyncio.sleep(seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    seen.excused = governor.excused
+    return seen
+
+
+def test_a_hung_target_goes_down_within_30_s_while_specmon_is_starved() -> None:
+    """Issue 53's case, on a clock the test controls: the process stopped 0.7 s in every
+    second throughout; a target that accepts and never answers is down within 30 s of
+    hanging, the healthy ones never are, though timeouts are excused all along."""
+    run = _starved(hang_at=60.0, seconds=180.0, stop=0.7)
+    assert run.excused > 0  # the starvation made timeouts that were specmon's
+    assert run.hung_excused_max == 1  # excused once in a row, never more
+    assert set(run.down_at) == {"hung"}
+    assert 60.0 < run.down_at["hung"] <= 60.0 + 30.0
+
+
+def test_without_starvation_a_hung_target_goes_down_at_its_first_timeout() -> None:
+    run = _starved(hang_at=30.0, seconds=60.0, stop=0.0)
+    assert run.excused == 0
+    assert set(run.down_at) == {"hung"}
+    assert run.down_at["hung"] <= 30.0 + 2.0 + 1.5 + 0.2  # the next scrape's timeout
