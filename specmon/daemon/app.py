@@ -672,6 +672,9 @@ class Daemon:
                 late_p90_s=round(period.p90, 3),
                 slip=round(period.slip, 3),
                 scrapes=period.scrapes,
+                excused=period.excused,
+                stalled_share=round(period.stall, 3),
+                state=period.state,
                 hint="specmon cannot scrape every target on time: every interval is stretched "
                 "evenly (runbook: SpecmonOverloaded)"
                 if period.stretch > 1.0

@@ -129,6 +129,8 @@ class TargetScraper:
         #: Timeouts excused in a row: at the governor's ``excuse_limit`` the next scrape is a
         #: probe, judged whatever specmon's state (module governor, "Excuses are bounded").
         self.excused = 0
+        #: Loop time of the last successful read (for the interval achieved).
+        self._last_read: float | None = None
 
     async def run(self, *, first_delay: float | None = None) -> None:
         """Scrape until cancelled. The first scrape waits a random part of the interval so
@@ -200,6 +202,11 @@ class TargetScraper:
         view = self.state.view
         if view.up and isinstance(outcome, Reading):
             self.failures = 0
+            if governor is not None:
+                now = asyncio.get_running_loop().time()
+                if self._last_read is not None:
+                    governor.completed(interval=config.scrape_interval, gap=now - self._last_read)
+                self._last_read = now
             self._canonical(
                 ScrapeResult.SUCCESS,
                 outcome.duration,
