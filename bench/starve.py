@@ -92,8 +92,17 @@ class _Hangable:
             raise TimeoutError("hangable server did not start")
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        async def shut() -> None:
+            if self._server is not None:
+                self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+            self._loop.call_soon(self._loop.stop)
+
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(shut(), self._loop)
+            self._thread.join(timeout=5)
 
 
 class _Starver(threading.Thread):

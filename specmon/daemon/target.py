@@ -8,7 +8,9 @@ a new immutable :class:`TargetView` that the exporter and the status page read w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +48,9 @@ from specmon.report import (
 from specmon.sources import ScrapeResult
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
 from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
+
+#: Readings whose times give a target's achieved interval (the median of their gaps).
+_READS_KEPT = 6
 
 __all__ = ["Event", "ModelView", "TargetState", "TargetView", "Twins", "WindowView", "display_url"]
 
@@ -176,6 +181,8 @@ class TargetState:
         self.epochs = EpochBook()
         #: Each epoch's cost-curve accumulator (the history basis, "did the change help?").
         self.curves = EpochCurves()
+        #: When the last few readings were taken (monotonic): the interval achieved.
+        self._read_times: deque[float] = deque(maxlen=_READS_KEPT)
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -187,6 +194,24 @@ class TargetState:
     def engine(self) -> Engine | None:
         """The engine of the last page read."""
         return self._engine
+
+    @property
+    def read_interval(self) -> float | None:
+        """The median time between the target's last few readings, seconds (None before
+        two): the interval achieved, stretched or not."""
+        return _median_gap(self._read_times)
+
+    def _sparse(self, seconds: float) -> tuple[RejectReason, str] | None:
+        """Why a window of ``seconds`` is too short for a figure at the interval achieved
+        (shorter than two of them), or None."""
+        achieved = self.read_interval
+        if achieved is None or seconds >= 2 * achieved:
+            return None
+        return RejectReason.SPARSE_WINDOW, (
+            f"shorter than two of the intervals achieved between readings ({achieved:.3g} s; "
+            f"specmon is stretching its scrape intervals, runbook SpecmonOverloaded): too few "
+            "readings for a figure"
+        )
 
     @property
     def view(self) -> TargetView:
@@ -268,6 +293,7 @@ class TargetState:
         self, reading: PageReading, *, mono: float, wall: float, duration: float
     ) -> list[Event]:
         events: list[Event] = []
+        self._read_times.append(mono)
         was = self.view
         if not was.up:
             events.append(Event("info", "target_up", {"engine": _engine_name(reading.engine)}))
@@ -628,7 +654,7 @@ class TargetState:
                 else None
             )
             if report is not None:
-                why = _withheld(delta, report)
+                why = _withheld(delta, report) or self._sparse(seconds)
                 if why is not None:
                     report = None
                     if withheld is not None:
@@ -767,6 +793,12 @@ def _withhold(withheld: list[Rejection], model: str, reason: RejectReason, detai
     """Count a withheld figure once a model and reason a scrape."""
     if not any(r.model == model and r.reason is reason for r in withheld):
         withheld.append(Rejection(model, reason, detail, whole_model=False))
+
+
+def _median_gap(times: Sequence[float]) -> float | None:
+    """The (lower) median gap between consecutive ``times`` (None with fewer than two)."""
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    return gaps[(len(gaps) - 1) // 2] if gaps else None
 
 
 def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:
