@@ -545,7 +545,7 @@ SCRAPE_STRETCH = _g(
     Scope.OWN,
     "the factor the overload governor multiplies every directly scraped target's interval by: "
     "`1` on schedule; above 1 the process could not start every scrape on time and scrapes "
-    "every target less often, evenly, instead of letting some time out (at most 8; "
+    "every target less often, evenly, instead of letting some time out (at most 16; "
     "[runbook](runbook.md#specmonoverloaded))",
 )
 SCRAPE_DELAY = _g(

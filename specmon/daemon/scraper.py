@@ -183,6 +183,11 @@ class TargetScraper:
                 outcome = await self._probe(governor, config, start=loop_started)
             else:
                 outcome = await self._source(config).read()
+        except _Inconclusive:
+            assert governor is not None
+            governor.excuse()  # never given its timeout: excused, and probed again
+            self._canonical(ScrapeResult.TIMEOUT, time.perf_counter() - started, excused=True)
+            return
         except FetchError as exc:
             outcome = Failure(
                 kind=exc.kind, message=str(exc), duration=time.perf_counter() - started
@@ -222,11 +227,13 @@ class TargetScraper:
     async def _probe(self, governor: Governor, config: TargetConfig, *, start: float) -> Reading:
         """A scrape judged whatever specmon's state: its timeout counts the time specmon ran
         (the clock less the stalls measured meanwhile), up to ``probe_wall`` timeouts on the
-        clock; a timeout then is the target's."""
+        clock; a timeout then is the target's. One that reached that bound before specmon
+        gave it its timeout raises :class:`_Inconclusive`: specmon could not judge."""
         timeout = config.scrape_timeout
         until = start + timeout * governor.policy.probe_wall
         loop = asyncio.get_running_loop()
-        source = self._source(dataclasses.replace(config, scrape_timeout=until - start))
+        # The source's own deadline later than ``until``: the probe's decides.
+        source = self._source(dataclasses.replace(config, scrape_timeout=until - start + 1.0))
 
         def owed(late: float) -> float:
             return governor.owed(
@@ -237,11 +244,14 @@ class TargetScraper:
             async with deadline(timeout, extend=owed):
                 return await source.read()
         except TimeoutError:
-            clock = loop.time() - start
+            now = loop.time()
+            ran = (now - start) - governor.stalled_during(start=start, end=now)
+            if ran < timeout * 0.95:
+                raise _Inconclusive from None
             raise FetchError(
                 ScrapeResult.TIMEOUT,
                 f"no complete response within {timeout:g}s of specmon's own time "
-                f"({clock:.1f}s on the clock)",
+                f"({now - start:.1f}s on the clock)",
             ) from None
 
     def _excused(self, outcome: Outcome, *, start: float) -> bool:
@@ -283,6 +293,10 @@ class TargetScraper:
         if self.failures:
             fields["failures"] = self.failures
         self._log.debug("scrape", **fields, **extra)
+
+
+class _Inconclusive(Exception):
+    """A probe that reached its bound on the clock before specmon gave it its timeout."""
 
 
 def _r(value: float | None) -> float | None:

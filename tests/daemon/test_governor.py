@@ -380,3 +380,13 @@ def test_without_starvation_a_hung_target_goes_down_at_its_first_timeout() -> No
     assert run.excused == 0
     assert set(run.down_at) == {"hung"}
     assert run.down_at["hung"] <= 30.0 + 2.0 + 1.5 + 0.2  # the next scrape's timeout
+
+
+def test_a_probe_specmon_could_not_give_its_timeout_judges_nothing() -> None:
+    """Stopped 0.95 s in every second, specmon runs less than an eighth of the time: a probe
+    reaches 8 timeouts on the clock with less than one timeout of specmon's own time, and is
+    excused instead of judged, for healthy and hung targets alike (the bound holds while
+    specmon runs at least an eighth of the time)."""
+    run = _starved(hang_at=30.0, seconds=120.0, stop=0.95)
+    assert run.excused > 0
+    assert run.down_at == {}
