@@ -129,6 +129,10 @@ class TargetScraper:
         #: Timeouts excused in a row: at the governor's ``excuse_limit`` the next scrape is a
         #: probe, judged whatever specmon's state (module governor, "Excuses are bounded").
         self.excused = 0
+        #: The next scrape is a probe due at the configured interval (after the first excused
+        #: timeout in a row; a probe that judged nothing waits for the stretched schedule, or
+        #: probes would scrape a starved process's targets 16 times as often as the rest).
+        self._probe_soon = False
         #: Loop time of the last successful read (for the interval achieved).
         self._last_read: float | None = None
 
@@ -168,7 +172,8 @@ class TargetScraper:
             stretch = 1.0 if governor is None else governor.stretch
             # After an excused timeout the probe comes at the configured interval: a target
             # that hangs is not hidden for a stretched interval more.
-            asked = interval if self.excused else backoff_delay(interval * stretch, self.failures)
+            soon = self._probe_soon
+            asked = interval if soon else backoff_delay(interval * stretch, self.failures)
             due = next_due(due, wait=asked, now=loop.time())
 
     async def scrape_once(self) -> None:
@@ -186,6 +191,7 @@ class TargetScraper:
         except _Inconclusive:
             assert governor is not None
             governor.excuse()  # never given its timeout: excused, and probed again
+            self._probe_soon = False
             self._canonical(ScrapeResult.TIMEOUT, time.perf_counter() - started, excused=True)
             return
         except FetchError as exc:
@@ -199,9 +205,11 @@ class TargetScraper:
             outcome = internal_error(exc, time.perf_counter() - started)
         if not probe and self._excused(outcome, start=loop_started):
             self.excused += 1
+            self._probe_soon = True
             self._canonical(ScrapeResult.TIMEOUT, outcome.duration, excused=True)
             return
         self.excused = 0
+        self._probe_soon = False
         events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
         self._emit(events)
         view = self.state.view
