@@ -36,7 +36,7 @@ was. Each period is one of:
   and the calm periods counted so far still count.
 
 The settling time is one stretched interval of the longest configured interval, at least a
-period and at most ``settle_max`` (15) s: a change reaches every target at its next scrape,
+period and at most ``settle_max`` (10) s: a change reaches every target at its next scrape,
 so until then the periods still show the schedule before it. At the point it finds, the
 stretch tries one step lower once every ``hold`` and comes back at once: it moves by one
 step around its point, never more.
@@ -92,7 +92,7 @@ class Policy:
     excused_min: int = 3
     calm_stall: float = 0.2
     relax_after: int = 2
-    settle_max: float = 15.0
+    settle_max: float = 10.0
     hold: float = 30.0
     headroom: float = 0.8
     raise_min: float = 1.25
