@@ -53,8 +53,8 @@ whatever specmon's state, on a deadline that counts specmon's own running time, 
 the clock less the stalls the loop watch measured meanwhile (:meth:`Governor.owed`: a
 process stopped 0.7 s in every second gives a 1.5 s timeout about 5 s on the clock), and at
 most ``probe_wall`` (8) timeouts on the clock. A healthy engine answers a probe; one that
-hangs goes down on it. A probe that reaches that bound before specmon gave it its timeout (the
-process ran less than an eighth of the time) judges nothing: it is excused, and the next
+hangs goes down on it. A probe that reaches that bound before specmon gave it half its timeout (the
+process ran less than a sixteenth of the time) judges nothing: it is excused, and the next
 scrape is a probe again. A target that hangs is therefore down at most one stretched
 interval, one timeout, one configured interval and ``scrape_timeout`` over the share of the
 time specmon runs after it hangs (2 s every 2 s with a 1.5 s timeout, specmon stopped 0.7 s

@@ -236,7 +236,7 @@ class TargetScraper:
         """A scrape judged whatever specmon's state: its timeout counts the time specmon ran
         (the clock less the stalls measured meanwhile), up to ``probe_wall`` timeouts on the
         clock; a timeout then is the target's. One that reached that bound before specmon
-        gave it its timeout raises :class:`_Inconclusive`: specmon could not judge."""
+        gave it half its timeout raises :class:`_Inconclusive`: specmon could not judge."""
         timeout = config.scrape_timeout
         until = start + timeout * governor.policy.probe_wall
         loop = asyncio.get_running_loop()
@@ -254,7 +254,7 @@ class TargetScraper:
         except TimeoutError:
             now = loop.time()
             ran = (now - start) - governor.stalled_during(start=start, end=now)
-            if ran < timeout * 0.95:
+            if ran < timeout / 2:  # not even half its timeout: specmon cannot judge
                 raise _Inconclusive from None
             raise FetchError(
                 ScrapeResult.TIMEOUT,
@@ -304,7 +304,7 @@ class TargetScraper:
 
 
 class _Inconclusive(Exception):
-    """A probe that reached its bound on the clock before specmon gave it its timeout."""
+    """A probe that reached its bound on the clock before specmon gave it half its timeout."""
 
 
 def _r(value: float | None) -> float | None:

@@ -291,12 +291,14 @@ class _Starved:
 ANSWERS = (0.003, 0.6, 1.3)
 
 
-def _starved(*, hang_at: float, seconds: float, stop: float) -> _Starved:
+def _starved(
+    *, hang_at: float, seconds: float, stop: float, governor: Governor | None = None
+) -> _Starved:
     """Healthy targets (:data:`ANSWERS`) and one that hangs at ``hang_at``, every 2 s with
     a 1.5 s timeout, the process stopped ``stop`` s in every second; the governor closes a
     period every 5 s and the loop watch feeds it, as in the daemon."""
     loop = VirtualLoop(stopped=stopped_every_second(stop) if stop > 0 else None)
-    governor = Governor(seed=1)
+    governor = governor or Governor(seed=1)
     registry = CollectorRegistry()
     log = structlog.get_logger()
     ingest = Ingest(
@@ -382,11 +384,18 @@ def test_without_starvation_a_hung_target_goes_down_at_its_first_timeout() -> No
     assert run.down_at["hung"] <= 30.0 + 2.0 + 1.5 + 0.2  # the next scrape's timeout
 
 
-def test_a_probe_specmon_could_not_give_its_timeout_judges_nothing() -> None:
-    """Stopped 0.95 s in every second, specmon runs less than an eighth of the time: a probe
-    reaches 8 timeouts on the clock with less than one timeout of specmon's own time, and is
-    excused instead of judged, for healthy and hung targets alike (the bound holds while
-    specmon runs at least an eighth of the time)."""
-    run = _starved(hang_at=30.0, seconds=120.0, stop=0.95)
+class _Starving(Governor):
+    """A governor told the loop could run only 3 % of every span (a process starved some
+    way the loop watch sees, without being stopped)."""
+
+    def stalled_during(self, *, start: float, end: float) -> float:
+        return 0.97 * max(0.0, end - start)
+
+
+def test_a_probe_specmon_could_not_give_half_its_timeout_judges_nothing() -> None:
+    """A probe that reaches 8 timeouts on the clock with less than half a timeout of
+    specmon's own time is excused instead of judged: the hung target is not put down on a
+    scrape specmon never ran, and the next scrape probes again."""
+    run = _starved(hang_at=30.0, seconds=120.0, stop=0.0, governor=_Starving(seed=1))
     assert run.excused > 0
     assert run.down_at == {}
