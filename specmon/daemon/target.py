@@ -8,9 +8,7 @@ a new immutable :class:`TargetView` that the exporter and the status page read w
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +18,7 @@ from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.epoch_curves import ChangeView, EpochCurves, history_figures
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
+from specmon.daemon.reads import ReadTimes
 from specmon.daemon.twins import TwinCheck, Twins
 from specmon.daemon.verdict import Verdict, verdict
 from specmon.engines import (
@@ -48,9 +47,6 @@ from specmon.report import (
 from specmon.sources import ScrapeResult
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
 from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
-
-#: Readings whose times give a target's achieved interval (the median of their gaps).
-_READS_KEPT = 6
 
 __all__ = ["Event", "ModelView", "TargetState", "TargetView", "Twins", "WindowView", "display_url"]
 
@@ -181,8 +177,8 @@ class TargetState:
         self.epochs = EpochBook()
         #: Each epoch's cost-curve accumulator (the history basis, "did the change help?").
         self.curves = EpochCurves()
-        #: When the last few readings were taken (monotonic): the interval achieved.
-        self._read_times: deque[float] = deque(maxlen=_READS_KEPT)
+        #: When the last few readings were taken: the interval achieved.
+        self._reads = ReadTimes()
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -199,19 +195,7 @@ class TargetState:
     def read_interval(self) -> float | None:
         """The median time between the target's last few readings, seconds (None before
         two): the interval achieved, stretched or not."""
-        return _median_gap(self._read_times)
-
-    def _sparse(self, seconds: float) -> tuple[RejectReason, str] | None:
-        """Why a window of ``seconds`` is too short for a figure at the interval achieved
-        (shorter than two of them), or None."""
-        achieved = self.read_interval
-        if achieved is None or seconds >= 2 * achieved:
-            return None
-        return RejectReason.SPARSE_WINDOW, (
-            f"shorter than two of the intervals achieved between readings ({achieved:.3g} s; "
-            f"specmon is stretching its scrape intervals, runbook SpecmonOverloaded): too few "
-            "readings for a figure"
-        )
+        return self._reads.interval
 
     @property
     def view(self) -> TargetView:
@@ -293,7 +277,7 @@ class TargetState:
         self, reading: PageReading, *, mono: float, wall: float, duration: float
     ) -> list[Event]:
         events: list[Event] = []
-        self._read_times.append(mono)
+        self._reads.add(mono)
         was = self.view
         if not was.up:
             events.append(Event("info", "target_up", {"engine": _engine_name(reading.engine)}))
@@ -654,7 +638,7 @@ class TargetState:
                 else None
             )
             if report is not None:
-                why = _withheld(delta, report) or self._sparse(seconds)
+                why = _withheld(delta, report) or self._reads.sparse(seconds)
                 if why is not None:
                     report = None
                     if withheld is not None:
@@ -793,12 +777,6 @@ def _withhold(withheld: list[Rejection], model: str, reason: RejectReason, detai
     """Count a withheld figure once a model and reason a scrape."""
     if not any(r.model == model and r.reason is reason for r in withheld):
         withheld.append(Rejection(model, reason, detail, whole_model=False))
-
-
-def _median_gap(times: Sequence[float]) -> float | None:
-    """The (lower) median gap between consecutive ``times`` (None with fewer than two)."""
-    gaps = sorted(b - a for a, b in itertools.pairwise(times))
-    return gaps[(len(gaps) - 1) // 2] if gaps else None
 
 
 def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:
