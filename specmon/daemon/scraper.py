@@ -268,6 +268,9 @@ class TargetScraper:
             return False
         if outcome.kind is not ScrapeResult.TIMEOUT:
             return False
+        view = self.state.view
+        if view.scraped and not view.up:  # down already: its timeouts are its own (a tarpit
+            return False  # must not count as specmon's trouble for the governor)
         return self._governor.excuses(
             timeout=self.state.config.scrape_timeout,
             start=start,
