@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|answer|scale|overload|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state]``; results are
+"""Benchmarks. ``python -m bench [parser|answer|scale|overload|starve|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ def main(argv: list[str]) -> int:
         from bench import overload
 
         return overload.main(argv[1:])
+    if which == "starve":
+        from bench import starve
+
+        return starve.main(argv[1:])
     if which == "promhostile":
         from bench import promhostile
 

@@ -80,6 +80,67 @@ def metrics(port: int, *, took: list[float] | None = None) -> Samples:
     return out
 
 
+def light_read(port: int) -> dict[str, Any]:
+    """A few figures from the daemon's page without a full parse (fast enough to read every
+    few seconds at 6,000 targets): healthy targets down, successful and excused scrapes, the
+    stretch and the interval achieved."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as response:
+        body = response.read().decode()
+    down: list[str] = []
+    success = judged_timeouts = 0.0
+    own: dict[str, float] = {}
+    for line in body.splitlines():
+        if line.startswith("specmon_up{"):
+            labels, value = line.rsplit(" ", 1)
+            if float(value) == 0.0:
+                name = labels.split('target="', 1)[1].split('"', 1)[0]
+                if name != DOWN:
+                    down.append(name)
+        elif line.startswith("specmon_scrapes_total{"):
+            labels, value = line.rsplit(" ", 1)
+            if 'result="success"' in labels:
+                success += float(value)
+            elif 'result="timeout"' in labels:
+                judged_timeouts += float(value)
+        elif line.startswith(
+            (
+                "specmon_scrape_timeouts_excused_total ",
+                "specmon_scrape_interval_stretch ",
+                "specmon_scrape_delay_seconds ",
+                "specmon_scrape_interval_achieved_seconds{",
+            )
+        ):
+            name, value = line.rsplit(" ", 1)
+            own[name.split("{", 1)[0]] = float(value)
+    return {
+        "healthy_down": len(down),
+        "healthy_down_examples": sorted(down)[:5],
+        "success_total": success,
+        "timeouts_judged_total": judged_timeouts,
+        "excused_total": own.get("specmon_scrape_timeouts_excused_total", float("nan")),
+        "stretch": own.get("specmon_scrape_interval_stretch", float("nan")),
+        "delay_p90_s": own.get("specmon_scrape_delay_seconds", float("nan")),
+        "achieved_s": own.get("specmon_scrape_interval_achieved_seconds", float("nan")),
+    }
+
+
+def tail_share(reads: list[dict[str, Any]], *, seconds: float) -> dict[str, Any]:
+    """Excused timeouts over successful scrapes in the last ``seconds`` of the reads."""
+    if len(reads) < 2:
+        return {}
+    end = reads[-1]
+    start = next((r for r in reads if r["t"] >= end["t"] - seconds), reads[0])
+    excused = end["excused_total"] - start["excused_total"]
+    success = end["success_total"] - start["success_total"]
+    return {
+        "span_s": round(end["t"] - start["t"], 1),
+        "excused": excused,
+        "successful": success,
+        "judged_timeouts": end["timeouts_judged_total"] - start["timeouts_judged_total"],
+        "excused_per_successful": round(excused / success, 5) if success else None,
+    }
+
+
 def _one(samples: Samples, name: str) -> float:
     return next((v for (n, _), v in samples.items() if n == name), float("nan"))
 
@@ -264,6 +325,10 @@ def run(
     competitor: bool,
     prometheus: str | None = None,
     pin: bool = True,
+    timeout: str | None = None,
+    reads_every: float = 0.0,
+    reduce_to: int | None = None,
+    reduce_at: float = 0.0,
 ) -> dict[str, Any]:
     """One run (see the module docstring); ``prometheus``: the binary for an end-to-end rule
     run, None for none; ``pin``: False runs every process where the kernel puts it."""
@@ -296,12 +361,22 @@ def run(
             "fleet.log",
         )  # fmt: skip
         wait_http(f"http://127.0.0.1:{sim_port}/stats", 30)
-        lines = ["global:", f"  scrape_interval: {interval}", "targets:"]
-        for i in range(targets):
-            lines += [f"  - name: t{i}", f"    url: http://127.0.0.1:{sim_port}/t/vllm-{i}/metrics"]
-        if prometheus is not None:  # nothing listens there: really down
-            lines += [f"  - name: {DOWN}", f"    url: http://127.0.0.1:{closed_port}/metrics"]
-        (work / "config.yaml").write_text("\n".join(lines) + "\n")
+
+        def write_config(count: int) -> None:
+            lines = ["global:", f"  scrape_interval: {interval}"]
+            if timeout is not None:
+                lines.append(f"  scrape_timeout: {timeout}")
+            lines.append("targets:")
+            for i in range(count):
+                lines += [
+                    f"  - name: t{i}",
+                    f"    url: http://127.0.0.1:{sim_port}/t/vllm-{i}/metrics",
+                ]
+            if prometheus is not None:  # nothing listens there: really down
+                lines += [f"  - name: {DOWN}", f"    url: http://127.0.0.1:{closed_port}/metrics"]
+            (work / "config.yaml").write_text("\n".join(lines) + "\n")
+
+        write_config(targets)
         comp = None
         if competitor:
             comp = start(
@@ -337,20 +412,41 @@ def run(
             ready_s = None
         progress(f"ready after {ready_s} s; warm-up {warmup:g} s, then {seconds:g} s")
         time.sleep(warmup)
-        before = metrics(daemon_port)
+        before = {} if reads_every else metrics(daemon_port)  # reads: no 30 s parse now
         run_start = time.time()
         cpu0, t0 = cpu_seconds(daemon.pid), time.monotonic()
         comp0 = cpu_seconds(comp.pid) if comp is not None else 0.0
         loads: list[float] = []
+        reads: list[dict[str, Any]] = []
         deadline = t0 + seconds
+        last_minute = t0
+        reduced_at: float | None = None
         while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(60.0, left))
-            loads.append(os.getloadavg()[0])
+            time.sleep(min(reads_every or 60.0, left))
             for proc in procs:
                 if proc.poll() is not None:
                     raise RuntimeError(f"process {proc.pid} exited with {proc.returncode}")
-            share = (cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - t0)
-            progress(f"{time.monotonic() - t0:.0f} s: load {loads[-1]:.2f}, daemon {share:.2f}")
+            if reduce_to is not None and reduced_at is None and time.monotonic() - t0 >= reduce_at:
+                write_config(reduce_to)
+                daemon.send_signal(signal.SIGHUP)
+                reduced_at = round(time.monotonic() - t0, 1)
+                progress(f"reduced to {reduce_to} targets (SIGHUP)")
+            if reads_every:
+                read = light_read(daemon_port)
+                read["t"] = round(time.monotonic() - t0, 1)
+                reads.append(read)
+            if time.monotonic() - last_minute >= 60.0 or not reads_every:
+                last_minute = time.monotonic()
+                loads.append(os.getloadavg()[0])
+                share = (cpu_seconds(daemon.pid) - cpu0) / (time.monotonic() - t0)
+                extra = (
+                    f", stretch {reads[-1]['stretch']:.2f}, healthy down {reads[-1]['healthy_down']}"
+                    if reads
+                    else ""
+                )
+                progress(
+                    f"{time.monotonic() - t0:.0f} s: load {loads[-1]:.2f}, daemon {share:.2f}{extra}"
+                )
         cpu1, t1 = cpu_seconds(daemon.pid), time.monotonic()
         comp1 = cpu_seconds(comp.pid) if comp is not None else 0.0
         took: list[float] = []
@@ -397,6 +493,28 @@ def run(
             + log.count('"scrape_on_schedule"'),
             **summarize(before, after, targets=targets),
         }
+        if reads:
+            result["reads_every_s"] = reads_every
+            result["reads"] = reads
+            after_first_minute = [r for r in reads if r["t"] >= 60.0]
+            result["healthy_down_max_after_first_minute"] = max(
+                (r["healthy_down"] for r in after_first_minute), default=None
+            )
+            result["reads_with_healthy_down_after_first_minute"] = sum(
+                1 for r in after_first_minute if r["healthy_down"]
+            )
+            loaded = [r for r in reads if reduced_at is None or r["t"] <= reduced_at]
+            result["last_3_minutes"] = tail_share(loaded, seconds=180.0)
+            if reduced_at is not None:
+                result["reduced_to"] = reduce_to
+                result["reduced_at_s"] = reduced_at
+                back = next(
+                    (r["t"] for r in reads if r["t"] > reduced_at and r["stretch"] == 1.0), None
+                )
+                result["stretch_back_to_1_after_s"] = (
+                    None if back is None else round(back - reduced_at, 1)
+                )
+            result["stretch_over_reads"] = _stats([r["stretch"] for r in reads])
         if prometheus is not None:
             result["prometheus"] = prometheus_report(
                 prom_port, start=prom_start, end=time.time(), run_start=run_start
@@ -425,6 +543,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--prometheus", action="store_true", help="the end-to-end rule run (module docstring)"
     )
+    parser.add_argument("--timeout", help="scrape_timeout (default: the daemon's)")
+    parser.add_argument(
+        "--reads-every", type=float, default=0.0, help="read a few figures every N s (0: none)"
+    )
+    parser.add_argument("--reduce-to", type=int, help="targets left after --reduce-at (SIGHUP)")
+    parser.add_argument("--reduce-at", type=float, default=0.0, help="seconds into the run")
     parser.add_argument("--json-out", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     binary = None
@@ -444,6 +568,10 @@ def main(argv: list[str]) -> int:
         competitor=not args.no_competitor,
         prometheus=binary,
         pin=not args.no_pin,
+        timeout=args.timeout,
+        reads_every=args.reads_every,
+        reduce_to=args.reduce_to,
+        reduce_at=args.reduce_at,
     )
     text = json.dumps(result, indent=2, sort_keys=True, default=sorted)
     print(text)

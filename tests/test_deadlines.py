@@ -81,3 +81,37 @@ def test_an_error_inside_the_block_passes_through() -> None:
         return pending()
 
     assert asyncio.run(main()) == 0
+
+
+def test_an_extended_deadline_expires_only_when_nothing_more_is_owed() -> None:
+    """``extend`` is asked at the deadline (with how late the wheel woke); the block runs on
+    while it answers more time, and expires at the first answer of none."""
+    asked: list[float] = []
+
+    def extend(late: float) -> float:
+        asked.append(late)
+        return 0.2 if len(asked) < 3 else 0.0
+
+    async def main() -> tuple[float, str, int]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with deadline(0.1, extend=extend):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return loop.time() - started, "timeout", pending()
+        return loop.time() - started, "ended", pending()
+
+    took, how, left = asyncio.run(main())
+    assert how == "timeout" and left == 0
+    assert len(asked) == 3 and all(late >= 0 for late in asked)
+    assert took >= 0.1 + 0.2 + 0.2  # never early
+
+
+def test_an_extended_block_that_ends_in_time_is_untouched() -> None:
+    async def main() -> tuple[str, int]:
+        async with deadline(0.05, extend=lambda _late: 0.5):
+            await asyncio.sleep(0.2)  # past the deadline, within the extension
+        return "done", pending()
+
+    assert asyncio.run(main()) == ("done", 0)

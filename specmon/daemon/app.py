@@ -625,7 +625,7 @@ class Daemon:
             lag=self.metrics.loop_lag,
             gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),
             log=self.log,
-            on_lag=lambda lag: self.governor.lagged(at=loop.time(), lag=lag),
+            on_lag=lambda lag: self.governor.watched(at=loop.time(), lag=lag),
         )
         self.loop_watch.install()
         self._watch_task = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
@@ -672,6 +672,9 @@ class Daemon:
                 late_p90_s=round(period.p90, 3),
                 slip=round(period.slip, 3),
                 scrapes=period.scrapes,
+                excused=period.excused,
+                stalled_share=round(period.stall, 3),
+                state=period.state,
                 hint="specmon cannot scrape every target on time: every interval is stretched "
                 "evenly (runbook: SpecmonOverloaded)"
                 if period.stretch > 1.0

@@ -12,25 +12,53 @@ interval by one factor lowers the demand until it fits again: every target is st
 at the same reduced rate, and none is singled out. The factor is the one figure to watch
 (``specmon_scrape_interval_stretch``; 1 is on schedule) and ``SpecmonOverloaded`` fires on it.
 
-The policy (:class:`Policy`), once a period:
+The control law (:class:`Policy` holds its constants), once a period of ``period`` (5) s.
+It converges to the smallest stretch at which the scrapes it starts complete on time, as TCP's
+congestion control does: grow fast on trouble, shrink slowly on calm, remember where trouble
+was. Each period is one of:
 
-- **behind**: the median scrape started at least ``behind_after`` seconds after its wake-up.
-  A loop that keeps up starts scrapes within milliseconds; one held now and then (a cycle
-  collection) delays a few, not half. The stretch grows by the schedule's slip (the mean of
-  each scrape's achieved gap over the gap it asked for) divided by ``headroom``, at least
-  ``raise_min`` and at most ``raise_max`` times in one period, up to ``max_stretch``.
-- **calm**: the 90th percentile started within ``calm_below`` seconds. After ``relax_after``
-  calm periods in a row the stretch shrinks by ``relax_step`` (never below 1), and the count
-  starts again: the process finds its way back to the configured intervals in steps, and
-  the gap between the two thresholds (hysteresis) keeps it from swinging at the edge.
-- anything between: the stretch stays; so does it with no scrape in the period.
+- **trouble**: the median scrape started ``behind_after`` (0.25) s or more after its wake-up,
+  or at least ``excused_min`` (3) and ``excused_share`` (0.5 %) of the scrapes started timed
+  out while specmon was behind (excused: they started on time and their answers waited
+  behind others', which lateness alone does not show). If the last change was a relaxation
+  within the settling time, the stretch goes back to where it was before it (one step) and
+  that value is a floor for ``hold`` (30) s; otherwise, once the last change has settled, it
+  is multiplied by the schedule's slip (the mean of each scrape's achieved gap over the gap
+  it asked for) over ``headroom`` (0.8), between ``raise_min`` (1.25) and ``raise_max`` (2),
+  up to ``max_stretch`` (16).
+- **calm**: the median started within ``calm_below`` (0.05) s, no timeout was excused and the
+  loop watch's lags add up to less than ``calm_stall`` (20 %) of the period. After
+  ``relax_after`` (2) calm periods, and at least the settling time, since the last change,
+  the stretch is multiplied by ``relax_step`` (0.8), not below 1 nor, while it holds, the
+  floor. The floor is dropped early when the period starts fewer than half the scrapes it
+  started when the floor was set (the load went).
+- **hold**: anything between (a collection or a page build now and then): nothing changes,
+  and the calm periods counted so far still count.
+
+The settling time is one stretched interval of the longest configured interval, at least a
+period and at most ``settle_max`` (10) s: a change reaches every target at its next scrape,
+so until then the periods still show the schedule before it. At the point it finds, the
+stretch tries one step lower once every ``hold`` and comes back at once: it moves by one
+step around its point, never more.
 
 A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behind while the
 scrape ran: a wake-up inside the scrape's span started at least ``excuse_fraction`` of the
 scrape timeout late. The target is then neither marked down nor counted as failed (its
 ``specmon_up`` stays as it was); the scrape counts in
-``specmon_scrape_timeouts_excused_total``. A target that really hangs is still reported: once
-the stretch has brought the lateness down, its timeouts are its own again.
+``specmon_scrape_timeouts_excused_total``.
+
+**Excuses are bounded.** A target's timeouts are excused at most ``excuse_limit`` (1) in a
+row. Its next scrape, at the configured interval (not stretched), is a **probe**: judged
+whatever specmon's state, on a deadline that counts specmon's own running time, the time on
+the clock less the stalls the loop watch measured meanwhile (:meth:`Governor.owed`: a
+process stopped 0.7 s in every second gives a 1.5 s timeout about 5 s on the clock), and at
+most ``probe_wall`` (8) timeouts on the clock. A healthy engine answers a probe; one that
+hangs goes down on it. A probe that reaches that bound before specmon gave it half its timeout (the
+process ran less than a sixteenth of the time) judges nothing: it is excused, and the next
+scrape is a probe again. A target that hangs is therefore down at most one stretched
+interval, one timeout, one configured interval and ``scrape_timeout`` over the share of the
+time specmon runs after it hangs (2 s every 2 s with a 1.5 s timeout, specmon stopped 0.7 s
+in every second: 2 s x stretch + 1.5 + 2 + 5 s; measured 8-9 s, bench/RESULTS.md, "Starved").
 """
 
 from __future__ import annotations
@@ -55,18 +83,25 @@ _INTERVALS = 32
 
 @dataclass(frozen=True, kw_only=True)
 class Policy:
-    """The governor's thresholds (see the module docstring)."""
+    """The governor's control law's constants (see the module docstring)."""
 
     period: float = 5.0
     behind_after: float = 0.25
-    calm_below: float = 0.1
-    relax_after: int = 3
+    calm_below: float = 0.05
+    excused_share: float = 0.005
+    excused_min: int = 3
+    calm_stall: float = 0.2
+    relax_after: int = 2
+    settle_max: float = 10.0
+    hold: float = 30.0
     headroom: float = 0.8
     raise_min: float = 1.25
     raise_max: float = 2.0
-    relax_step: float = 0.85
-    max_stretch: float = 8.0
+    relax_step: float = 0.8
+    max_stretch: float = 16.0
     excuse_fraction: float = 0.2
+    excuse_limit: int = 1
+    probe_wall: float = 8.0
 
     def __post_init__(self) -> None:
         if not (0 < self.calm_below < self.behind_after):
@@ -77,6 +112,12 @@ class Policy:
             raise ValueError("need period > 0, relax_after >= 1, max_stretch >= 1")
         if not (0 < self.headroom <= 1) or self.excuse_fraction <= 0:
             raise ValueError("need 0 < headroom <= 1 and excuse_fraction > 0")
+        if self.excuse_limit < 1 or self.probe_wall < 1:
+            raise ValueError("need excuse_limit >= 1 and probe_wall >= 1")
+        if not (0 < self.excused_share < 1) or self.excused_min < 1 or self.calm_stall <= 0:
+            raise ValueError("need 0 < excused_share < 1, excused_min >= 1, calm_stall > 0")
+        if self.settle_max < self.period or self.hold < 0:
+            raise ValueError("need settle_max >= period and hold >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +130,12 @@ class Period:
     p90: float
     #: Mean achieved gap over the gap asked for (1 without data).
     slip: float
+    #: Timeouts excused in the period, and the share of the period the loop could not run
+    #: (the loop watch's lags summed, over the period).
+    excused: int
+    stall: float
+    #: ``trouble``, ``calm`` or ``hold`` (module docstring).
+    state: str
     stretch: float
     changed: bool
 
@@ -109,8 +156,8 @@ class Governor:
         self.stretch = 1.0
         #: The last closed period's 90th percentile of scrape lateness, seconds.
         self.delay = 0.0
-        #: Configured interval -> the mean gap between two scrapes of one target, seconds,
-        #: measured in the last period that had such scrapes (targets backing off left out).
+        #: Configured interval -> the median gap between two successful scrapes of one
+        #: target, seconds, in the last period that had such scrapes.
         self.achieved: dict[float, float] = {}
         #: Timeouts excused since the start.
         self.excused = 0
@@ -120,8 +167,21 @@ class Governor:
         self._slip_sum = 0.0
         self._slip_count = 0
         self._gaps: dict[float, list[float]] = {}
+        self._gaps_seen: dict[float, int] = {}
+        self._excused_now = 0
+        self._stall_sum = 0.0
+        self._longest = 0.0
+        #: Calm periods since the last change; periods since it; the stretch before it and
+        #: whether it was a relaxation; the known-good stretch and the periods it holds.
         self._calm = 0
+        self._since = 0
+        self._before = 1.0
+        self._relaxed = False
+        self._floor = 1.0
+        self._floor_left = 0
+        self._floor_scrapes = 0
         self._slots: deque[tuple[int, float]] = deque()
+        self._stalls: deque[tuple[int, float]] = deque()
 
     # -- what the scrapers report -------------------------------------------------------------
 
@@ -141,36 +201,66 @@ class Governor:
             if index < _SAMPLES:
                 self._samples[index] = late
         self.lagged(at=at, lag=late)
+        self._longest = max(self._longest, interval)
         if gap is None or asked <= 0 or not math.isfinite(gap):
             return
         self._slip_sum += gap / asked
         self._slip_count += 1
-        stretched = interval * self.stretch
-        if asked <= stretched * 1.001:  # not backing off: the interval it achieves
-            gaps = self._gaps.get(interval)
-            if gaps is None:
-                if len(self._gaps) >= _INTERVALS:
-                    return
-                gaps = self._gaps[interval] = [0.0, 0.0]
-            gaps[0] += gap
-            gaps[1] += 1
+
+    def completed(self, *, interval: float, gap: float) -> None:
+        """A target whose configured interval is ``interval`` was read successfully ``gap``
+        seconds after its previous successful read: a sample of the interval achieved."""
+        if not math.isfinite(gap) or gap <= 0:
+            return
+        gaps = self._gaps.get(interval)
+        if gaps is None:
+            if len(self._gaps) >= _INTERVALS:
+                return
+            gaps = self._gaps[interval] = []
+        seen = self._gaps_seen[interval] = self._gaps_seen.get(interval, 0) + 1
+        if len(gaps) < _SAMPLES:
+            gaps.append(gap)
+        else:
+            index = self._random.randrange(seen)
+            if index < _SAMPLES:
+                gaps[index] = gap
 
     def lagged(self, *, at: float, lag: float) -> None:
         """The event loop was ``lag`` seconds late at loop time ``at`` (a scrape's start, or
         the loop watch's timer): kept, worst per :data:`SLOT`, for :meth:`excuses`."""
-        slot = math.floor(at / SLOT)
-        slots = self._slots
-        if slots and slots[-1][0] == slot:
-            if lag > slots[-1][1]:
-                slots[-1] = (slot, lag)
-        elif not slots or slot > slots[-1][0]:
-            slots.append((slot, lag))
-            oldest = slot - int(_KEPT / SLOT)
-            while slots[0][0] < oldest:
-                slots.popleft()
-        else:  # out of order (callers on one loop are not): merged into the newest slot
-            if lag > slots[-1][1]:
-                slots[-1] = (slots[-1][0], lag)
+        _keep(self._slots, at=at, lag=lag)
+
+    def watched(self, *, at: float, lag: float) -> None:
+        """The loop watch's timer woke ``lag`` seconds late at loop time ``at``: the loop
+        could not run for that long (held, or the process stopped). Kept for :meth:`excuses`
+        and, summed, for :meth:`owed`."""
+        _keep(self._slots, at=at, lag=lag)
+        _keep(self._stalls, at=at, lag=lag)
+        self._stall_sum += max(0.0, lag)
+
+    def stalled_during(self, *, start: float, end: float) -> float:
+        """Seconds between loop times ``start`` and ``end`` the loop could not run: the
+        stalls the loop watch (and the deadlines of probes) measured, at most ``end -
+        start``."""
+        first, last = math.floor(start / SLOT), math.floor(end / SLOT)
+        total = 0.0
+        for slot, lag in reversed(self._stalls):
+            if slot < first:
+                break
+            if slot <= last:  # a stall seen just after start may have begun before it
+                total += min(lag, (slot + 1) * SLOT - start)
+        return min(total, max(0.0, end - start))
+
+    def owed(self, *, start: float, now: float, late: float, timeout: float, until: float) -> float:
+        """Seconds a probe scrape that started at loop time ``start`` is still owed at loop
+        time ``now`` to have had ``timeout`` seconds of specmon's own running time (the time
+        on the clock less :meth:`stalled_during`); ``late``: how late its deadline woke (a
+        stall the loop watch may not have reported yet). Never past loop time ``until``."""
+        _keep(self._stalls, at=now, lag=late)
+        if now >= until:
+            return 0.0
+        ran = (now - start) - self.stalled_during(start=start, end=now)
+        return max(0.0, min(timeout - ran, until - now))
 
     def behind_during(self, *, start: float, end: float) -> float:
         """The worst lateness seen between loop times ``start`` and ``end``, seconds."""
@@ -186,42 +276,76 @@ class Governor:
     def excuses(self, *, timeout: float, start: float, end: float) -> bool:
         """Whether a scrape that timed out after ``timeout`` seconds, between loop times
         ``start`` and ``end``, timed out because specmon was behind; counted when so."""
-        own = self.behind_during(start=start, end=end)
+        own = max(
+            self.behind_during(start=start, end=end), self.stalled_during(start=start, end=end)
+        )
         if own >= self.policy.excuse_fraction * timeout:
-            self.excused += 1
-            if self._on_excuse is not None:
-                self._on_excuse()
+            self.excuse()
             return True
         return False
+
+    def excuse(self) -> None:
+        """Count one timeout excused (a probe specmon could not give its timeout, too)."""
+        self.excused += 1
+        self._excused_now += 1
+        if self._on_excuse is not None:
+            self._on_excuse()
 
     # -- the decision -------------------------------------------------------------------------
 
     def close(self) -> Period:
-        """End the current period: decide the stretch for the next one."""
+        """End the current period: decide the stretch for the next one (the control law,
+        module docstring)."""
         policy = self.policy
         samples = sorted(self._samples)
-        scrapes = self._seen
+        scrapes, excused = self._seen, self._excused_now
         median = _quantile(samples, 0.5)
         p90 = _quantile(samples, 0.9)
         slip = self._slip_sum / self._slip_count if self._slip_count else 1.0
-        for interval, (total, count) in self._gaps.items():
-            self.achieved[interval] = total / count
-        self._samples, self._seen = [], 0
-        self._slip_sum, self._slip_count = 0.0, 0
-        self._gaps = {}
+        stall = self._stall_sum / policy.period
+        for interval, gaps in self._gaps.items():
+            self.achieved[interval] = _quantile(sorted(gaps), 0.5)
+        longest = self._longest
+        self._samples, self._seen, self._excused_now, self._stall_sum = [], 0, 0, 0.0
+        self._slip_sum, self._slip_count, self._longest = 0.0, 0, 0.0
+        self._gaps, self._gaps_seen = {}, {}
         before = self.stretch
-        if scrapes and median >= policy.behind_after:
+        self._since += 1
+        self._floor_left = max(0, self._floor_left - 1)
+        if scrapes < self._floor_scrapes / 2:  # half the work it held for: another load
+            self._floor_left = 0
+        # A change reaches every target within one stretched interval: until then the
+        # period's figures still show the schedule before it.
+        settle = max(1, math.ceil(min(longest * self.stretch, policy.settle_max) / policy.period))
+        trouble = scrapes > 0 and (
+            median >= policy.behind_after
+            or excused >= max(policy.excused_min, policy.excused_share * scrapes)
+        )
+        calm = (
+            scrapes > 0
+            and median < policy.calm_below
+            and excused == 0
+            and stall < policy.calm_stall
+        )
+        if trouble:
             self._calm = 0
-            factor = min(policy.raise_max, max(policy.raise_min, slip / policy.headroom))
-            self.stretch = min(policy.max_stretch, self.stretch * factor)
-        elif scrapes and p90 < policy.calm_below:
+            if self._relaxed and self._since <= settle + 1:
+                # The last relaxation caused it: back one step, and hold there.
+                self._floor, self._floor_left = self._before, math.ceil(policy.hold / policy.period)
+                self._floor_scrapes = scrapes
+                self._change(self._before, relaxed=False)
+            elif self._since >= settle:
+                factor = min(policy.raise_max, max(policy.raise_min, slip / policy.headroom))
+                self._change(min(policy.max_stretch, self.stretch * factor), relaxed=False)
+        elif calm:
             self._calm += 1
-            if self._calm >= policy.relax_after and self.stretch > 1.0:
-                self._calm = 0
+            if self.stretch > 1.0 and self._calm >= max(policy.relax_after, settle):
                 relaxed = self.stretch * policy.relax_step
-                self.stretch = 1.0 if relaxed < 1.0 + 1e-9 else relaxed
-        else:
-            self._calm = 0
+                relaxed = 1.0 if relaxed < 1.0 + 1e-9 else relaxed
+                if self._floor_left > 0:
+                    relaxed = max(relaxed, self._floor)
+                if relaxed < self.stretch:
+                    self._change(relaxed, relaxed=True)
         if scrapes:
             self.delay = p90
         return Period(
@@ -229,9 +353,18 @@ class Governor:
             median=median,
             p90=p90,
             slip=slip,
+            excused=excused,
+            stall=stall,
+            state="trouble" if trouble else "calm" if calm else "hold",
             stretch=self.stretch,
             changed=self.stretch != before,
         )
+
+    def _change(self, stretch: float, *, relaxed: bool) -> None:
+        if stretch == self.stretch:
+            return
+        self._before, self.stretch, self._relaxed = self.stretch, stretch, relaxed
+        self._since, self._calm = 0, 0
 
     def forget_intervals(self, keep: set[float]) -> list[float]:
         """Drop the achieved interval of configured intervals no target has any more;
@@ -240,6 +373,22 @@ class Governor:
         for interval in gone:
             del self.achieved[interval]
         return gone
+
+
+def _keep(slots: deque[tuple[int, float]], *, at: float, lag: float) -> None:
+    """Keep ``lag`` at loop time ``at`` in ``slots``: the worst per :data:`SLOT`, for
+    :data:`_KEPT` seconds."""
+    slot = math.floor(at / SLOT)
+    if slots and slots[-1][0] == slot:
+        if lag > slots[-1][1]:
+            slots[-1] = (slot, lag)
+    elif not slots or slot > slots[-1][0]:
+        slots.append((slot, lag))
+        oldest = slot - int(_KEPT / SLOT)
+        while slots[0][0] < oldest:
+            slots.popleft()
+    elif lag > slots[-1][1]:  # out of order (callers on one loop are not): the newest slot
+        slots[-1] = (slots[-1][0], lag)
 
 
 def _quantile(ordered: list[float], q: float) -> float:

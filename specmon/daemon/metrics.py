@@ -545,7 +545,7 @@ SCRAPE_STRETCH = _g(
     Scope.OWN,
     "the factor the overload governor multiplies every directly scraped target's interval by: "
     "`1` on schedule; above 1 the process could not start every scrape on time and scrapes "
-    "every target less often, evenly, instead of letting some time out (at most 8; "
+    "every target less often, evenly, instead of letting some time out (at most 16; "
     "[runbook](runbook.md#specmonoverloaded))",
 )
 SCRAPE_DELAY = _g(
@@ -560,25 +560,30 @@ SCRAPE_DELAY = _g(
 )
 SCRAPE_INTERVAL_ACHIEVED = _g(
     "specmon_scrape_interval_achieved_seconds",
-    "The interval specmon actually achieves between two scrapes of a target, by configured "
-    "interval: the mean gap between consecutive scrape starts in the governor's last period "
-    "with such scrapes (targets backing off after failures left out).",
+    "The interval specmon actually achieves between two successful reads of a target, by "
+    "configured interval: the median over the reads completed in the governor's last period "
+    "of the time since the same target's previous successful read.",
     ("interval",),
     Scope.OWN,
-    "the interval specmon actually achieves between two scrapes of one target, per configured "
-    "interval (`interval`, e.g. `5s`): the mean gap between consecutive scrape starts in the "
-    "overload governor's last period with such scrapes; targets backing off after failures "
-    "are left out. The configured interval times the stretch, plus the loop's lateness",
+    "the interval specmon actually achieves between two successful reads of one target, per "
+    "configured interval (`interval`, e.g. `5s`): the median, over the reads completed in the "
+    "overload governor's last period with such reads, of the time since the same target's "
+    "previous successful read (timeouts, excused or not, lengthen it). The data resolution "
+    "every window has: a window shorter than two of these holds too few readings",
 )
 SCRAPE_EXCUSED = _c(
     "specmon_scrape_timeouts_excused",
     "Scrape timeouts not counted against their target because specmon itself was behind "
-    "while the scrape ran (its event loop woke at least a fifth of the scrape timeout late).",
+    "while the scrape ran (its event loop woke, or was held in all, at least a fifth of the "
+    "scrape timeout late); once in a row: the next scrape is judged.",
     (),
     Scope.OWN,
     "scrape timeouts not counted against their target: specmon itself was behind while the "
-    "scrape ran (a wake-up in the scrape's span started at least a fifth of `scrape_timeout` "
-    "late); the target's `specmon_up` and `specmon_scrapes_total` are left as they were",
+    "scrape ran (a wake-up in the scrape's span started, or the loop was held in all, at "
+    "least a fifth of `scrape_timeout` late); the target's `specmon_up` and "
+    "`specmon_scrapes_total` are left as they were. Once in a row: the target's next scrape, "
+    "one configured interval later, is judged on specmon's own running time "
+    "([runbook](runbook.md#specmonoverloaded))",
 )
 _S = ("source",)
 SOURCE_UP = _g(

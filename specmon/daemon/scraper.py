@@ -12,6 +12,7 @@ the interval (the grid only delays a wake-up, by less than a tick, and never acc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import random
@@ -26,6 +27,7 @@ from specmon.daemon.ingest import Ingest, internal_error
 from specmon.daemon.target import Event, TargetState
 from specmon.logs import Logger
 from specmon.sources import Failure, Outcome, Reading, ScrapeResult, Source
+from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
 
 __all__ = ["MAX_TICK", "TargetScraper", "backoff_delay", "next_due", "wake_time"]
@@ -124,6 +126,15 @@ class TargetScraper:
         self._log = log.bind(target=state.config.name)
         self._on_scraped = on_scraped
         self.failures = 0
+        #: Timeouts excused in a row: at the governor's ``excuse_limit`` the next scrape is a
+        #: probe, judged whatever specmon's state (module governor, "Excuses are bounded").
+        self.excused = 0
+        #: The next scrape is a probe due at the configured interval (after the first excused
+        #: timeout in a row; a probe that judged nothing waits for the stretched schedule, or
+        #: probes would scrape a starved process's targets 16 times as often as the rest).
+        self._probe_soon = False
+        #: Loop time of the last successful read (for the interval achieved).
+        self._last_read: float | None = None
 
     async def run(self, *, first_delay: float | None = None) -> None:
         """Scrape until cancelled. The first scrape waits a random part of the interval so
@@ -159,15 +170,30 @@ class TargetScraper:
                 self._log.exception("scrape_failed")
             interval = self.state.config.scrape_interval
             stretch = 1.0 if governor is None else governor.stretch
-            asked = backoff_delay(interval * stretch, self.failures)
+            # After an excused timeout the probe comes at the configured interval: a target
+            # that hangs is not hidden for a stretched interval more.
+            soon = self._probe_soon
+            asked = interval if soon else backoff_delay(interval * stretch, self.failures)
             due = next_due(due, wait=asked, now=loop.time())
 
     async def scrape_once(self) -> None:
         started = time.perf_counter()
         loop_started = asyncio.get_running_loop().time()
+        governor = self._governor
+        probe = governor is not None and self.excused >= governor.policy.excuse_limit
+        config = self.state.config
         outcome: Outcome
         try:
-            outcome = await self._source(self.state.config).read()
+            if governor is not None and probe:
+                outcome = await self._probe(governor, config, start=loop_started)
+            else:
+                outcome = await self._source(config).read()
+        except _Inconclusive:
+            assert governor is not None
+            governor.excuse()  # never given its timeout: excused, and probed again
+            self._probe_soon = False
+            self._canonical(ScrapeResult.TIMEOUT, time.perf_counter() - started, excused=True)
+            return
         except FetchError as exc:
             outcome = Failure(
                 kind=exc.kind, message=str(exc), duration=time.perf_counter() - started
@@ -177,14 +203,23 @@ class TargetScraper:
         except Exception as exc:  # a bug must cost one scrape, never the target or the daemon
             self._log.exception("read_failed")
             outcome = internal_error(exc, time.perf_counter() - started)
-        if self._excused(outcome, start=loop_started):
+        if not probe and self._excused(outcome, start=loop_started):
+            self.excused += 1
+            self._probe_soon = True
             self._canonical(ScrapeResult.TIMEOUT, outcome.duration, excused=True)
             return
+        self.excused = 0
+        self._probe_soon = False
         events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
         self._emit(events)
         view = self.state.view
         if view.up and isinstance(outcome, Reading):
             self.failures = 0
+            if governor is not None:
+                now = asyncio.get_running_loop().time()
+                if self._last_read is not None:
+                    governor.completed(interval=config.scrape_interval, gap=now - self._last_read)
+                self._last_read = now
             self._canonical(
                 ScrapeResult.SUCCESS,
                 outcome.duration,
@@ -197,12 +232,45 @@ class TargetScraper:
             self._canonical(kind, outcome.duration, error=view.error)
         self._on_scraped(self.state.config.name)
 
+    async def _probe(self, governor: Governor, config: TargetConfig, *, start: float) -> Reading:
+        """A scrape judged whatever specmon's state: its timeout counts the time specmon ran
+        (the clock less the stalls measured meanwhile), up to ``probe_wall`` timeouts on the
+        clock; a timeout then is the target's. One that reached that bound before specmon
+        gave it half its timeout raises :class:`_Inconclusive`: specmon could not judge."""
+        timeout = config.scrape_timeout
+        until = start + timeout * governor.policy.probe_wall
+        loop = asyncio.get_running_loop()
+        # The source's own deadline later than ``until``: the probe's decides.
+        source = self._source(dataclasses.replace(config, scrape_timeout=until - start + 1.0))
+
+        def owed(late: float) -> float:
+            return governor.owed(
+                start=start, now=loop.time(), late=late, timeout=timeout, until=until
+            )
+
+        try:
+            async with deadline(timeout, extend=owed):
+                return await source.read()
+        except TimeoutError:
+            now = loop.time()
+            ran = (now - start) - governor.stalled_during(start=start, end=now)
+            if ran < timeout / 2:  # not even half its timeout: specmon cannot judge
+                raise _Inconclusive from None
+            raise FetchError(
+                ScrapeResult.TIMEOUT,
+                f"no complete response within {timeout:g}s of specmon's own time "
+                f"({now - start:.1f}s on the clock)",
+            ) from None
+
     def _excused(self, outcome: Outcome, *, start: float) -> bool:
         """A timeout while specmon itself was behind: not the target's (module governor)."""
         if self._governor is None or not isinstance(outcome, Failure):
             return False
         if outcome.kind is not ScrapeResult.TIMEOUT:
             return False
+        view = self.state.view
+        if view.scraped and not view.up:  # down already: its timeouts are its own (a tarpit
+            return False  # must not count as specmon's trouble for the governor)
         return self._governor.excuses(
             timeout=self.state.config.scrape_timeout,
             start=start,
@@ -236,6 +304,10 @@ class TargetScraper:
         if self.failures:
             fields["failures"] = self.failures
         self._log.debug("scrape", **fields, **extra)
+
+
+class _Inconclusive(Exception):
+    """A probe that reached its bound on the clock before specmon gave it half its timeout."""
 
 
 def _r(value: float | None) -> float | None:

@@ -18,6 +18,7 @@ from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.epoch_curves import ChangeView, EpochCurves, history_figures
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
+from specmon.daemon.reads import ReadTimes
 from specmon.daemon.twins import TwinCheck, Twins
 from specmon.daemon.verdict import Verdict, verdict
 from specmon.engines import (
@@ -176,6 +177,8 @@ class TargetState:
         self.epochs = EpochBook()
         #: Each epoch's cost-curve accumulator (the history basis, "did the change help?").
         self.curves = EpochCurves()
+        #: When the last few readings were taken: the interval achieved.
+        self._reads = ReadTimes()
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -187,6 +190,12 @@ class TargetState:
     def engine(self) -> Engine | None:
         """The engine of the last page read."""
         return self._engine
+
+    @property
+    def read_interval(self) -> float | None:
+        """The median time between the target's last few readings, seconds (None before
+        two): the interval achieved, stretched or not."""
+        return self._reads.interval
 
     @property
     def view(self) -> TargetView:
@@ -268,6 +277,7 @@ class TargetState:
         self, reading: PageReading, *, mono: float, wall: float, duration: float
     ) -> list[Event]:
         events: list[Event] = []
+        self._reads.add(mono)
         was = self.view
         if not was.up:
             events.append(Event("info", "target_up", {"engine": _engine_name(reading.engine)}))
@@ -628,7 +638,7 @@ class TargetState:
                 else None
             )
             if report is not None:
-                why = _withheld(delta, report)
+                why = _withheld(delta, report) or self._reads.sparse(seconds)
                 if why is not None:
                     report = None
                     if withheld is not None:

@@ -232,6 +232,10 @@ class RejectReason(StrEnum):
     #: above (k + 1) x 1.1, or a draft cost that is not finite: withheld (every scrape while
     #: the window holds the intervals behind it).
     SPEEDUP_ABOVE_BOUND = "speedup_above_bound"
+    #: A window shorter than two of the intervals achieved between the target's reads (the
+    #: overload governor stretched them): too few readings for a figure; withheld (counted
+    #: once a scrape).
+    SPARSE_WINDOW = "sparse_window"
 
 
 @record

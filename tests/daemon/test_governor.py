@@ -5,6 +5,8 @@ not counted against a target)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import structlog
@@ -15,125 +17,12 @@ from specmon.daemon.governor import SLOT, Governor, Policy
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.scraper import TargetScraper
 from specmon.daemon.target import TargetState
+from specmon.engines import read_page
+from specmon.process.loopwatch import LoopWatch
 from specmon.sources import Reading, ScrapeResult
+from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
-
-
-def _period(
-    governor: Governor,
-    *,
-    late: float,
-    scrapes: int = 200,
-    interval: float = 5.0,
-    slip: float = 1.0,
-    at: float = 0.0,
-) -> None:
-    """``scrapes`` scrapes, each ``late`` seconds late, each target's gap ``slip`` times what
-    it asked for (the stretched interval)."""
-    asked = interval * governor.stretch
-    for index in range(scrapes):
-        governor.started(
-            at=at + index * 0.01, late=late, interval=interval, asked=asked, gap=asked * slip
-        )
-
-
-def test_on_schedule_nothing_changes() -> None:
-    governor = Governor(seed=1)
-    for _ in range(20):
-        _period(governor, late=0.004)
-        period = governor.close()
-        assert not period.changed
-    assert governor.stretch == 1.0
-    assert governor.delay == pytest.approx(0.004)
-    assert governor.achieved == {5.0: pytest.approx(5.0)}
-
-
-def test_behind_it_stretches_by_the_slip_over_the_headroom_within_bounds() -> None:
-    governor = Governor(seed=1)
-    _period(governor, late=0.8, slip=1.5)  # the schedule slips by half: 1.5 / 0.8 = 1.875
-    period = governor.close()
-    assert period.changed and period.median == pytest.approx(0.8)
-    assert governor.stretch == pytest.approx(1.875)
-    _period(governor, late=0.8, slip=1.0)  # behind without slipping: the smallest step
-    governor.close()
-    assert governor.stretch == pytest.approx(1.875 * 1.25)
-    _period(governor, late=3.0, slip=9.0)  # far behind: at most doubled in one period
-    governor.close()
-    assert governor.stretch == pytest.approx(1.875 * 1.25 * 2.0)
-    for _ in range(5):
-        _period(governor, late=3.0, slip=9.0)
-        governor.close()
-    assert governor.stretch == 8.0  # the cap
-
-
-def test_a_few_late_scrapes_a_held_loop_now_and_then_do_not_stretch() -> None:
-    governor = Governor(seed=1)
-    for _ in range(10):
-        _period(governor, late=0.003, scrapes=170)
-        _period(governor, late=0.6, scrapes=30)  # a cycle collection held 15 % of them
-        assert not governor.close().changed
-    assert governor.stretch == 1.0
-    assert governor.delay == pytest.approx(0.6)  # but the p90 shows it
-
-
-def test_it_relaxes_back_in_steps_after_calm_periods_and_holds_between_thresholds() -> None:
-    policy = Policy()
-    governor = Governor(seed=1)
-    _period(governor, late=1.0, slip=2.0)
-    governor.close()
-    assert governor.stretch == 2.0
-    # Between the thresholds (p90 0.15 s: not calm, median not behind): it holds.
-    for _ in range(10):
-        _period(governor, late=0.15)
-        assert not governor.close().changed
-    assert governor.stretch == 2.0
-    # Calm: one step down every relax_after periods, and back to exactly 1.
-    history = []
-    for _ in range(40):
-        _period(governor, late=0.01)
-        governor.close()
-        history.append(governor.stretch)
-    assert history[policy.relax_after - 2] == 2.0
-    assert history[policy.relax_after - 1] == pytest.approx(2.0 * policy.relax_step)
-    assert history == sorted(history, reverse=True)
-    assert history[-1] == 1.0
-
-
-def test_a_calm_streak_is_broken_by_a_period_between_the_thresholds() -> None:
-    governor = Governor(policy=Policy(relax_after=3), seed=1)
-    _period(governor, late=1.0, slip=2.0)
-    governor.close()
-    for late in (0.01, 0.01, 0.15, 0.01, 0.01):
-        _period(governor, late=late)
-        governor.close()
-    assert governor.stretch == 2.0  # never three calm periods in a row
-    _period(governor, late=0.01)
-    governor.close()
-    assert governor.stretch < 2.0
-
-
-def test_a_period_without_scrapes_changes_nothing() -> None:
-    governor = Governor(seed=1)
-    _period(governor, late=1.0, slip=2.0)
-    governor.close()
-    for _ in range(10):
-        period = governor.close()
-        assert period.scrapes == 0 and not period.changed
-    assert governor.stretch == 2.0 and governor.delay == pytest.approx(1.0)
-
-
-def test_the_achieved_interval_is_measured_per_configured_interval_without_backoff() -> None:
-    governor = Governor(seed=1)
-    governor.started(at=0, late=0, interval=5.0, asked=5.0, gap=5.2)
-    governor.started(at=0, late=0, interval=5.0, asked=5.0, gap=5.4)
-    governor.started(at=0, late=0, interval=1.0, asked=1.0, gap=1.1)
-    governor.started(at=0, late=0, interval=5.0, asked=40.0, gap=40.0)  # backing off
-    governor.close()
-    assert governor.achieved == {5.0: pytest.approx(5.3), 1.0: pytest.approx(1.1)}
-    governor.close()  # no scrapes of either: the last measured values stay
-    assert governor.achieved == {5.0: pytest.approx(5.3), 1.0: pytest.approx(1.1)}
-    assert governor.forget_intervals({5.0}) == [1.0]
-    assert governor.achieved == {5.0: pytest.approx(5.3)}
+from tests.support.virtual_clock import VirtualLoop, stopped_every_second
 
 
 def test_percentiles_come_from_a_bounded_sample() -> None:
@@ -163,6 +52,33 @@ def test_a_timeout_is_excused_only_when_specmon_was_behind_during_the_scrape() -
     assert governor.excused == 1 and excused == [True]
 
 
+def test_a_probe_is_owed_the_time_specmon_ran_not_the_time_on_the_clock() -> None:
+    governor = Governor()
+    # The loop watch saw the process stopped 0.7 s in each of the seconds 11 and 12.
+    governor.watched(at=11.75, lag=0.7)
+    governor.watched(at=12.75, lag=0.7)
+    assert governor.stalled_during(start=10.9, end=13.0) == pytest.approx(1.4)
+    # Started at 10.9 with a 1.5 s timeout: at 13.0, 2.1 s on the clock, 0.7 s ran.
+    owed = governor.owed(start=10.9, now=13.0, late=0.0, timeout=1.5, until=20.0)
+    assert owed == pytest.approx(0.8)
+    # A stall the watch has not reported yet: the deadline's own lateness counts.
+    owed = governor.owed(start=10.9, now=13.75, late=0.7, timeout=1.5, until=20.0)
+    assert owed == pytest.approx(1.5 - (2.85 - 2.1))
+    # Never past ``until``; nothing owed once the time has run.
+    assert governor.owed(start=10.9, now=19.9, late=0.0, timeout=9.0, until=20.0) == (
+        pytest.approx(0.1)
+    )
+    assert governor.owed(start=10.9, now=20.0, late=0.0, timeout=9.0, until=20.0) == 0.0
+    assert governor.owed(start=30.0, now=31.6, late=0.0, timeout=1.5, until=40.0) == 0.0
+
+
+def test_a_stall_seen_just_after_a_start_counts_only_from_the_start() -> None:
+    governor = Governor()
+    governor.watched(at=5.05, lag=0.7)  # stopped 4.35 .. 5.05; the scrape started at 5.0
+    assert governor.stalled_during(start=5.0, end=6.0) == pytest.approx(0.1)
+    assert governor.stalled_during(start=7.0, end=6.0) == 0.0
+
+
 def test_lateness_slots_are_bounded_and_keep_the_worst() -> None:
     governor = Governor()
     for index in range(100_000):
@@ -179,6 +95,8 @@ def test_policy_refuses_thresholds_that_cannot_work() -> None:
         Policy(raise_min=1.0)
     with pytest.raises(ValueError, match="period"):
         Policy(max_stretch=0.5)
+    with pytest.raises(ValueError, match="excuse_limit"):
+        Policy(excuse_limit=0)
 
 
 # -- the scraper ------------------------------------------------------------------------------
@@ -318,3 +236,166 @@ def test_every_target_waits_its_interval_times_the_stretch() -> None:
     # machine wakes the loop late, never early).
     assert asked_gaps[1] == pytest.approx(0.3)
     assert starts[1] - starts[0] >= 0.3 - 0.01
+
+
+# -- excuses are bounded: a hung target under starvation (issue 53 item 6) ------------------
+
+PAGE = (
+    Path(__file__).parents[1] / "fixtures" / "pages" / "vllm-load-spec-c1-after.txt"
+).read_text()
+
+
+class _Null:
+    def observe(self, amount: float) -> None:
+        """Nothing recorded."""
+
+
+class _Engine:
+    """One fake engine behind a target: it answers ``answer`` seconds after the request (on
+    the clock: the engine is not stopped with specmon; the answer then takes a few passes of
+    the loop to read), or, from loop time ``hang_at`` on, accepts and never answers. Bounded
+    by the config's ``scrape_timeout`` as ``fetch_page`` is."""
+
+    def __init__(self, config: TargetConfig, *, answer: float, hang_at: float | None) -> None:
+        self._timeout = config.scrape_timeout
+        self._answer = answer
+        self._hang_at = hang_at
+
+    async def read(self) -> Reading:
+        loop = asyncio.get_running_loop()
+        try:
+            async with deadline(self._timeout):
+                hung = self._hang_at is not None and loop.time() >= self._hang_at
+                await asyncio.sleep(3600.0 if hung else self._answer)
+                for _ in range(4):
+                    await asyncio.sleep(0)
+        except TimeoutError:
+            raise FetchError(
+                ScrapeResult.TIMEOUT, f"no complete response within {self._timeout:g}s"
+            ) from None
+        return Reading(page=read_page(PAGE), size=len(PAGE), duration=0.003)
+
+
+@dataclass
+class _Starved:
+    """What a starved run saw: when each target was first seen down (loop time), the
+    timeouts excused, and the hung target's scraper."""
+
+    down_at: dict[str, float]
+    excused: int
+    hung_excused_max: int
+
+
+#: How long each healthy engine takes to answer, seconds: at once, slowly, nearly the timeout
+#: (an answer due inside a stop is read at the resume, when the deadline may be due too).
+ANSWERS = (0.003, 0.6, 1.3)
+
+
+def _starved(
+    *, hang_at: float, seconds: float, stop: float, governor: Governor | None = None
+) -> _Starved:
+    """Healthy targets (:data:`ANSWERS`) and one that hangs at ``hang_at``, every 2 s with
+    a 1.5 s timeout, the process stopped ``stop`` s in every second; the governor closes a
+    period every 5 s and the loop watch feeds it, as in the daemon."""
+    loop = VirtualLoop(stopped=stopped_every_second(stop) if stop > 0 else None)
+    governor = governor or Governor(seed=1)
+    registry = CollectorRegistry()
+    log = structlog.get_logger()
+    ingest = Ingest(
+        scrapes_total=Counter("s", "s", ["target", "result"], registry=registry),
+        rejected_total=Counter("r", "r", ["target", "reason"], registry=registry),
+        log=log,
+    )
+    engines: dict[str, tuple[float, float | None]] = {
+        f"h{i}": (answer, None) for i, answer in enumerate(ANSWERS)
+    }
+    engines["hung"] = (ANSWERS[0], hang_at)
+    scrapers: dict[str, TargetScraper] = {}
+    for name, (answer, hangs) in engines.items():
+        config = TargetConfig(
+            name=name, url="http://127.0.0.1:9/metrics", scrape_interval=2.0, scrape_timeout=1.5
+        )
+        scrapers[name] = TargetScraper(
+            TargetState(config, windows=(60.0,), retention=70.0),
+            source=lambda cfg, a=answer, h=hangs: _Engine(cfg, answer=a, hang_at=h),  # type: ignore[misc]
+            ingest=ingest,
+            log=log,
+            on_scraped=lambda _name: None,
+            governor=governor,
+        )
+    seen = _Starved(down_at={}, excused=0, hung_excused_max=0)
+
+    async def govern() -> None:
+        while True:
+            await asyncio.sleep(governor.policy.period)
+            governor.close()
+
+    async def monitor() -> None:  # as Prometheus would read /metrics: whenever specmon runs
+        while True:
+            await asyncio.sleep(0.1)
+            for name, scraper in scrapers.items():
+                view = scraper.state.view
+                if view.scraped and not view.up:
+                    seen.down_at.setdefault(name, loop.time())
+            seen.hung_excused_max = max(seen.hung_excused_max, scrapers["hung"].excused)
+
+    async def main() -> None:
+        watch = LoopWatch(
+            lag=_Null(),
+            gc_pause=lambda _generation: _Null(),
+            clock=loop.time,
+            on_lag=lambda lag: governor.watched(at=loop.time(), lag=lag),
+        )
+        tasks = [
+            asyncio.create_task(watch.run()),
+            asyncio.create_task(govern()),
+            asyncio.create_task(monitor()),
+        ]
+        for index, scraper in enumerate(scrapers.values()):
+            tasks.append(asyncio.create_task(scraper.run(first_delay=0.37 * index)))
+        await asyncio.sleep(seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    seen.excused = governor.excused
+    return seen
+
+
+def test_a_hung_target_goes_down_within_30_s_while_specmon_is_starved() -> None:
+    """Issue 53's case, on a clock the test controls: the process stopped 0.7 s in every
+    second throughout; a target that accepts and never answers is down within 30 s of
+    hanging, the healthy ones never are, though timeouts are excused all along."""
+    run = _starved(hang_at=60.0, seconds=180.0, stop=0.7)
+    assert run.excused > 0  # the starvation made timeouts that were specmon's
+    assert run.hung_excused_max == 1  # excused once in a row, never more
+    assert set(run.down_at) == {"hung"}
+    assert 60.0 < run.down_at["hung"] <= 60.0 + 30.0
+
+
+def test_without_starvation_a_hung_target_goes_down_at_its_first_timeout() -> None:
+    run = _starved(hang_at=30.0, seconds=60.0, stop=0.0)
+    assert run.excused == 0
+    assert set(run.down_at) == {"hung"}
+    assert run.down_at["hung"] <= 30.0 + 2.0 + 1.5 + 0.2  # the next scrape's timeout
+
+
+class _Starving(Governor):
+    """A governor told the loop could run only 3 % of every span (a process starved some
+    way the loop watch sees, without being stopped)."""
+
+    def stalled_during(self, *, start: float, end: float) -> float:
+        return 0.97 * max(0.0, end - start)
+
+
+def test_a_probe_specmon_could_not_give_half_its_timeout_judges_nothing() -> None:
+    """A probe that reaches 8 timeouts on the clock with less than half a timeout of
+    specmon's own time is excused instead of judged: the hung target is not put down on a
+    scrape specmon never ran, and the next scrape probes again."""
+    run = _starved(hang_at=30.0, seconds=120.0, stop=0.0, governor=_Starving(seed=1))
+    assert run.excused > 0
+    assert run.down_at == {}

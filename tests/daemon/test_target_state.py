@@ -14,7 +14,14 @@ from specmon.daemon.collector import target_samples
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.status_page import views_json
 from specmon.daemon.target import Event, ModelView, TargetState
-from specmon.engines import Engine, ModelReading, PageReading, SpecCounters, read_page
+from specmon.engines import (
+    Engine,
+    ModelReading,
+    PageReading,
+    RejectReason,
+    SpecCounters,
+    read_page,
+)
 from specmon.sources import ScrapeResult
 from tests.support.views import small_profile
 
@@ -338,3 +345,38 @@ def test_trtllm_without_drafts_or_k_exports_its_estimates() -> None:
     assert {"specmon_mean_acceptance_length", "specmon_mean_draft_length"} <= names
     window = views_json([state.view])[0]["models"][0]["windows"][0]
     assert window["report"]["engine_estimate"] is True
+
+
+def test_a_window_shorter_than_two_achieved_intervals_says_so_instead_of_a_figure() -> None:
+    """Readings every 40 s (a 5 s interval stretched 8x): the 1m window holds one interval
+    of data, and is withheld as ``sparse_window``; the 5m window keeps its figures."""
+    state = _state()
+    for index in range(5):
+        n = 100 * (index + 1)
+        state.observe(
+            _reading(n, 3 * n, (n * 8 // 10, n * 6 // 10, n * 4 // 10)),
+            mono=40.0 * index,
+            wall=40.0 * index,
+            duration=0.01,
+        )
+    assert state.read_interval == 40.0
+    [model] = state.view.models
+    one, five = model.windows
+    assert one.report is None and one.readings == 2  # data, but too sparse for a figure
+    assert five.report is not None
+    [why] = [r for r in state.view.rejected if r.reason is RejectReason.SPARSE_WINDOW]
+    assert why.detail.startswith("1m: shorter than two of the intervals achieved") and not (
+        why.whole_model
+    )
+    # Back on schedule (every 5 s): the 1m window has figures again.
+    for index in range(5, 12):
+        n = 100 * (index + 1)
+        state.observe(
+            _reading(n, 3 * n, (n * 8 // 10, n * 6 // 10, n * 4 // 10)),
+            mono=160.0 + 5.0 * (index - 4),
+            wall=0.0,
+            duration=0.01,
+        )
+    assert state.read_interval == 5.0
+    assert state.view.models[0].windows[0].report is not None
+    assert not any(r.reason is RejectReason.SPARSE_WINDOW for r in state.view.rejected)

@@ -442,22 +442,28 @@ MUTATIONS = [
         id="rejections-short-for",
     ),
     pytest.param(
-        r'rejected_readings_total\{reason!~"imprecise_window\|speedup_above_bound"\}\[15m\]\) > 0',
-        'rejected_readings_total{reason!~"imprecise_window|speedup_above_bound"}[15m]) >= 0',
+        r'rejected_readings_total\{reason!~"imprecise_window\|speedup_above_bound\|sparse_window"\}\[15m\]\) > 0',
+        'rejected_readings_total{reason!~"imprecise_window|speedup_above_bound|sparse_window"}[15m]) >= 0',
         "readings rejected fires after 30 minutes",
         id="rejections-any-counter",
     ),
     pytest.param(
-        r'\{reason!~"imprecise_window\|speedup_above_bound"\}',
+        r'\{reason!~"imprecise_window\|speedup_above_bound\|sparse_window"\}',
         "",
         "readings rejected fires after 30 minutes",
         id="rejections-withheld-windows",
     ),
     pytest.param(
-        r"imprecise_window\|speedup_above_bound",
-        "imprecise_window",
+        r"imprecise_window\|speedup_above_bound\|sparse_window",
+        "imprecise_window|sparse_window",
         "readings rejected fires after 30 minutes",
         id="rejections-withheld-speedups",
+    ),
+    pytest.param(
+        r"imprecise_window\|speedup_above_bound\|sparse_window",
+        "imprecise_window|speedup_above_bound",
+        "readings rejected fires after 30 minutes",
+        id="rejections-sparse-windows",
     ),
     # specmon_draft_cost_ratio has a configured and an engine-measured source.
     pytest.param(

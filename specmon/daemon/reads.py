@@ -1,0 +1,45 @@
+"""When a target's last few readings were taken: the interval it achieves between them
+(stretched by the overload governor or not), and whether a window is too short for a figure
+at that interval."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+from specmon.engines import RejectReason
+
+__all__ = ["ReadTimes"]
+
+#: Readings whose times give a target's achieved interval (the median of their gaps).
+KEPT = 6
+
+
+class ReadTimes:
+    """The monotonic times of a target's last :data:`KEPT` readings."""
+
+    __slots__ = ("_times",)
+
+    def __init__(self) -> None:
+        self._times: deque[float] = deque(maxlen=KEPT)
+
+    def add(self, mono: float) -> None:
+        self._times.append(mono)
+
+    @property
+    def interval(self) -> float | None:
+        """The (lower) median gap between the readings kept, seconds (None before two)."""
+        gaps = sorted(b - a for a, b in itertools.pairwise(self._times))
+        return gaps[(len(gaps) - 1) // 2] if gaps else None
+
+    def sparse(self, seconds: float) -> tuple[RejectReason, str] | None:
+        """Why a window of ``seconds`` is too short for a figure at the interval achieved
+        (shorter than two of them), or None."""
+        achieved = self.interval
+        if achieved is None or seconds >= 2 * achieved:
+            return None
+        return RejectReason.SPARSE_WINDOW, (
+            f"shorter than two of the intervals achieved between readings ({achieved:.3g} s; "
+            "specmon is stretching its scrape intervals, runbook SpecmonOverloaded): too few "
+            "readings for a figure"
+        )
