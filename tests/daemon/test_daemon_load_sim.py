@@ -92,7 +92,10 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
         with daemon(config, tmp_path) as d:
 
             def finished() -> dict[str, Any] | None:
-                window = d.targets()["spec"]["models"][0]["windows"][0]
+                models = d.targets()["spec"]["models"]
+                if not models:  # before the first scrape (a slow start under load)
+                    return None
+                window = models[0]["windows"][0]
                 load = window["load"]
                 if load is None:
                     return None
