@@ -105,6 +105,14 @@ def _kinds(docs: list[Any]) -> list[tuple[str, str]]:
     return sorted((d["kind"], d["metadata"]["name"]) for d in docs)
 
 
+def _shipped_file(doc: dict[str, Any]) -> bool:
+    """A PrometheusRule or dashboard ConfigMap: the shipped files, carried untemplated."""
+    labels = doc.get("metadata", {}).get("labels") or {}
+    return doc.get("kind") == "PrometheusRule" or (
+        doc.get("kind") == "ConfigMap" and labels.get("app.kubernetes.io/component") == "dashboards"
+    )
+
+
 def _one(docs: list[Any], kind: str) -> dict[str, Any]:
     (found,) = [d for d in docs if d["kind"] == kind]
     return dict(found)
@@ -615,7 +623,10 @@ def test_the_state_directory_is_used_only_with_persistence() -> None:
     recreates its pod (one ReadWriteOnce volume), a StatefulSet claims one per replica."""
     for variant in ("defaults", *DOCUMENTED_EXAMPLES):
         values, sets = VARIANTS[variant]
-        text = render_text(*values, sets=sets)
+        # The shipped rules and dashboards mention state_dir in their own texts (the
+        # SpecmonChangeRegressed comment): judge the objects the chart templates itself.
+        own = [d for d in render(*values, sets=sets) if not _shipped_file(d)]
+        text = yaml.safe_dump_all(own)
         if variant == "standalone":  # the kustomize overlay's: a claim, strategy Recreate
             assert "--state.dir=/var/lib/specmon" in text and "PersistentVolumeClaim" in text
             continue
