@@ -12,6 +12,12 @@ within the c that 8 % on the step-time ratio 1 + k̄ c amounts to of measure's s
 measure's tokens/s ratio implies; and ``specmon_crossover_concurrency`` equals a hand
 computation from the exported bucket costs at the window's acceptance.
 
+And the verdict as an operator sees it (``verdict_watch``: ``/api/v1/targets`` polled once a
+second while the levels run): at concurrency 1 and 4, the last verdict read during the level
+(or right after it) for the level's bucket has a measured basis (``twin`` here), a 95 %
+interval that holds it, and a speed-up within 15 % of measure's tokens/s ratio; the interval
+is printed beside it (issue 54's "Done when").
+
 Where the crossover falls is printed (``pytest -s``), not asserted: on a shared 2-core machine
 a single pass moves with the other work (docs/measure.md). Bounded: the servers stop at the
 end, every request has measure's timeout, and the levels are sized to just pass the
@@ -29,6 +35,14 @@ from specmon.load import ProfileLevel
 from tests.realengines.conftest import wait_target_up, write_config
 from tests.realengines.daemon_ab import check_levels, report_table, run_measure_level, scraped_after
 from tests.realengines.load_pair import load_pair, measure_argv, write_prompts
+from tests.realengines.servers import LlamaServer
+from tests.realengines.verdict_watch import (
+    VerdictRow,
+    VerdictWatch,
+    check_verdicts,
+    level_verdict,
+    report_verdicts,
+)
 from tests.support.daemon import Exported, daemon
 
 pytestmark = pytest.mark.realengine
@@ -57,6 +71,9 @@ BASE, SPEC = "llama-base", "llama-spec"
 #: level keeps them. That tail is about one batch in ten, with steps up to half as long, so the
 #: step-time ratio 1 + k̄ c can differ by about 5 %; 8 % leaves room for noise.
 STEP_RATIO_AGREEMENT = 0.08
+#: The levels whose verdict is held to measure (issue 54); 16 is printed only: its bucket
+#: fills last and its tail, while the requests finish, reads lower buckets.
+VERDICT_LEVELS = (1, 4)
 
 
 def test_daemon_buckets_agree_with_measure(
@@ -78,27 +95,58 @@ def test_daemon_buckets_agree_with_measure(
         with daemon(config, tmp_path) as d:
             wait_target_up(d, BASE)
             wait_target_up(d, SPEC)
-            for index, (n, repeats) in enumerate(LEVELS):
-                if index:
-                    # One scrape interval apart: no interval of a server holds two levels.
-                    time.sleep(INTERVAL + 0.5)
-                argv = measure_argv(
-                    base, spec, prompts_file=prompts, levels=[n], repeats=repeats,
-                    max_tokens=MAX_TOKENS, profile_out=tmp_path / "unused.json",
-                )  # fmt: skip
-                cut = argv.index("--profile-out")
-                argv = argv[:cut] + argv[cut + 2 :]
-                if index:
-                    argv[argv.index("--warmup") + 1] = "0"
-                levels.append(run_measure_level(argv, tmp_path / f"profile-{n}.json"))
+            watch = VerdictWatch(d, target=SPEC, window="10m")
+            spans: list[float] = []
+            with watch:
+                run_levels(base, spec, prompts, tmp_path, levels, spans)
+                # Right after the last level, while the verdict's bucket may still be its.
+                time.sleep(INTERVAL + 0.5)
+                spans.append(time.time())
             capsys.readouterr()
             end = time.time()
             m: Exported = d.wait_for(lambda: scraped_after(d, (BASE, SPEC), end), timeout=20)
             api = d.targets()
 
+    reads = watch.reads()
+    verdicts = [
+        VerdictRow(
+            level,
+            level_verdict(reads, level=level, start=spans[i], end=spans[i + 1]),
+            tuple(r for r in reads if spans[i] <= r.wall < spans[i + 1]),
+        )
+        for i, level in enumerate(levels)
+    ]
     outcome = check_levels(
         levels, api=api, metrics=m, target=SPEC, baseline=BASE, window="10m",
         step_ratio_agreement=STEP_RATIO_AGREEMENT,
     )  # fmt: skip
     with capsys.disabled():
         report_table(outcome)
+        report_verdicts(verdicts)
+    check_verdicts(verdicts, asserted=VERDICT_LEVELS)
+
+
+def run_levels(
+    base: LlamaServer,
+    spec: LlamaServer,
+    prompts: Path,
+    tmp_path: Path,
+    levels: list[ProfileLevel],
+    spans: list[float],
+) -> None:
+    """``specmon measure`` at each of :data:`LEVELS` in turn; ``spans`` gets the wall time each
+    level started (a level's span runs to the next one's start)."""
+    for index, (n, repeats) in enumerate(LEVELS):
+        if index:
+            # One scrape interval apart: no interval of a server holds two levels.
+            time.sleep(INTERVAL + 0.5)
+        spans.append(time.time())
+        argv = measure_argv(
+            base, spec, prompts_file=prompts, levels=[n], repeats=repeats,
+            max_tokens=MAX_TOKENS, profile_out=tmp_path / "unused.json",
+        )  # fmt: skip
+        cut = argv.index("--profile-out")
+        argv = argv[:cut] + argv[cut + 2 :]
+        if index:
+            argv[argv.index("--warmup") + 1] = "0"
+        levels.append(run_measure_level(argv, tmp_path / f"profile-{n}.json"))
