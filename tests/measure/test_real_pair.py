@@ -123,7 +123,7 @@ def test_real_pair_command_line_table_and_labbook(pair: tuple[Any, Any], tmp_pat
     assert f"llamacpp {BUILD}" in out
     assert "Concurrency 1" in out and "12 of 12 identical, byte for byte" in out
     for workload in ("copy", "closed", "open", "all"):
-        assert re.search(rf"^  {workload} +\d+\.\d +\d+\.\d +0\.\d\dx +0\.\d{{3}} \(counters\) +yes",
+        assert re.search(rf"^  {workload} +\d+\.\d +\d+\.\d +\d+\.\d\dx +0\.\d{{3}} \(counters\) +yes",
                          out, re.MULTILINE), out  # fmt: skip
     assert "measured break-even" in out and "Result: completions identical (exit 0)" in out
     lines = [json.loads(line) for line in labbook.read_text().splitlines()]
