@@ -809,11 +809,17 @@ def test_every_dashboard_query_returns_data(tmp_path: Path, name: str) -> None:
             queries.append(q)
     assert queries
     if name == "specmon-target.json":
-        # tgi1's draft tokens per second; the 14 load and baseline queries and the 3 of the
-        # last change (no step timing) for trt1; for tgi1, which has the load figures but no
-        # baseline, the 12 baseline queries (the crossover's range added 2 of each).
-        assert len(allowed_empty) == 1 + (14 + 3) + 12, allowed_empty
-        assert all(entry.startswith(("trt1:", "tgi1:")) for entry in allowed_empty)
+        # The 12 queries of figures against a baseline (realized speed-up, speed-up by
+        # concurrency (2), the crossover and its 95 % range (3), the baseline's time per output
+        # token, the buckets' draft cost, and the best chain length per load level (4)) for
+        # trt1 and tgi1, which have no baseline twin; for trt1 also its concurrency and time
+        # per output token (TensorRT-LLM has no load figures) and the 3 queries of the last
+        # change (no step timing); for tgi1 also its draft tokens per second (TGI counts none).
+        per_target = {"trt1": 12 + 2 + 3, "tgi1": 12 + 1}
+        for target, count in per_target.items():
+            found = [e for e in allowed_empty if e.startswith(f"{target}:")]
+            assert len(found) == count, (target, found)
+        assert len(allowed_empty) == sum(per_target.values()), allowed_empty
     rules = tmp_path / "none.rules.yml"
     rules.write_text("groups: []\n")
     spec = {
