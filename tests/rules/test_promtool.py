@@ -40,7 +40,7 @@ def _ok(result: Any) -> None:
 def test_check_rules() -> None:
     result = run_tool(["promtool", "check", "rules", str(ALERTS_FILE), str(RECORDING_FILE)])
     _ok(result)
-    assert "SUCCESS: 14 rules found" in result.stdout
+    assert "SUCCESS: 15 rules found" in result.stdout
     assert "SUCCESS: 53 rules found" in result.stdout
 
 
