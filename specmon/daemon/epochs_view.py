@@ -64,14 +64,17 @@ def epochs_html(models: Sequence[ModelEpochs]) -> str:
                 else "&ndash;"
             )
             rows.append(
-                f"<tr><td>{e.number}</td><td>{_when(e.start)} &ndash; {until}</td>"
+                f"<tr><td>{e.number}</td><td>{_when(e.start)} &ndash;<br>{until}</td>"
                 f"<td>{escape(e.describe())}</td><td>{escape(e.reason.value)}</td>"
-                f"<td>{e.generated_tokens}</td><td>{acceptance}</td></tr>"
+                f'<td class="num">{e.generated_tokens}</td><td class="num">{acceptance}</td></tr>'
             )
+        # The target page's table layout (specmon.daemon.target_page): the table scrolls in
+        # its box on a phone, headers and numbers never break inside.
         parts.append(
-            f'<p class="sub">model {escape(m.model)}</p><table><tr><th>epoch</th>'
-            "<th>from &ndash; to</th><th>configuration</th><th>began by</th>"
-            "<th>tokens generated</th><th>draft acceptance</th></tr>" + "".join(rows) + "</table>"
+            f'<p class="sub">model {escape(m.model)}</p><div class="scroll"><table><thead><tr>'
+            "<th>epoch</th><th>from &ndash; to</th><th>configuration</th><th>began by</th>"
+            "<th>tokens<br>generated</th><th>draft<br>acceptance</th></tr></thead>"
+            "<tbody>" + "".join(rows) + "</tbody></table></div>"
         )
         if m.pending:
             parts.append(f'<p class="sub">change being confirmed: {escape(m.pending)}</p>')

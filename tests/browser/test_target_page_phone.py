@@ -86,8 +86,10 @@ def _check(page: Any, what: str, width: int) -> None:
     assert page.locator("td.num").count() >= 10, what  # the tables are there to measure
     assert page.evaluate(BROKEN) == [], what
     boxes = page.evaluate(BOXES)
-    # The windows, and the load table of a target with a baseline.
-    assert len(boxes) == (1 if what.startswith("vllm-baseline") else 2), (what, boxes)
+    # The windows, the load table of a target with a baseline, and the configuration epochs
+    # of the target's one model (each demo target has an epoch from its first reading).
+    assert len(boxes) == (2 if what.startswith("vllm-baseline") else 3), (what, boxes)
+    assert page.locator("#epochs ~ .scroll").count() == 1, what
     for right, box, inside in boxes:
         assert right <= width + 0.5, (what, boxes)  # each box inside the window
         if width >= 1280:
