@@ -19,6 +19,8 @@ does not exist:
   A query reading one may be empty when no target it selects has a baseline.
 - :data:`ON_FIRST_EVENT`: families whose series appear with their first event (a refused
   reading). A query reading one must return data for some combination, not for each.
+- :data:`CHANGE`: the newest configuration change per bucket (issue 55) exists only once a
+  target has changed its speculative configuration; a scenario without a change has none.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 
 from tests.rules.common import promql_metric_names
 
-__all__ = ["ABSENT", "LOAD", "ON_FIRST_EVENT", "WITH_BASELINE", "may_be_empty"]
+__all__ = ["ABSENT", "CHANGE", "LOAD", "ON_FIRST_EVENT", "WITH_BASELINE", "may_be_empty"]
 
 #: Load and speed per window, from the engine's decode timing (vLLM V1 and llama.cpp only).
 LOAD = frozenset(
