@@ -67,6 +67,7 @@ th{background:#eef0f4;font-weight:600;font-size:12px;text-transform:uppercase;co
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pos{color:#1a7f37}.neg{color:#cf222e;font-weight:600}.warn{color:#9a6700;font-weight:600}
 .muted{color:#6b7385}
+.nowrap{white-space:nowrap}
 .mk{font-weight:700}
 .s0 .mk,.s1 .mk,.s2 .mk,.s3 .mk{color:#cf222e}.s4 .mk{color:#9a6700}
 .s5 .mk{color:#5b6475}.s6 .mk{color:#1a7f37}
@@ -213,7 +214,9 @@ def verdict_html(verdict: Verdict | None, severity: Severity) -> str:
     )
     if value is not None and verdict.speedup_interval is not None:
         low, high = verdict.speedup_interval
-        figure += f' <span class="muted" title="95 % interval">({low:.2f}&ndash;{high:.2f})</span>'
+        figure += (
+            f' <span class="muted nowrap" title="95 % interval">({low:.2f}&ndash;{high:.2f})</span>'
+        )
     read = f", {verdict.read}" if verdict.read in ("interpolated", "extrapolated") else ""
     basis = escape(_BASIS_TEXT[verdict.basis] + read)
     return f'{figure}<br><span class="muted" title="{escape(verdict.detail)}">{basis}</span>'

@@ -102,6 +102,11 @@ def _check_index(page: Any, base: str) -> None:
     assert url.get_attribute("title").endswith("pppp/metrics")  # query strings never shown
     box = url.bounding_box()
     assert box is not None and box["x"] + box["width"] <= width + 0.5
+    # a verdict's 95 % interval never breaks inside itself ("(0.68-" / "0.76)")
+    intervals = page.locator('[title="95 % interval"]')
+    assert intervals.count() >= 1
+    lines = intervals.evaluate_all("els => els.map(e => e.getClientRects().length)")
+    assert lines == [1] * len(lines), lines
 
 
 def _check_target_page(page: Any, base: str) -> None:
