@@ -117,6 +117,17 @@ def test_without_the_ca_the_server_is_not_trusted(pki: Pki, tmp_path: Path) -> N
         assert "certificate is not trusted" in str(outcome), outcome
 
 
+def token_over_mtls(url: str, pki: Pki, directory: Path) -> TargetConfig:
+    """One target at ``url`` with ``bearer_token_file: token`` (in ``directory``) and a client
+    certificate: the token travels only inside mutual TLS."""
+    return target(
+        f"targets:\n  - name: a\n    url: {url}\n    bearer_token_file: token\n"
+        f"    tls: {{ca_file: {pki.server_ca}, cert_file: {pki.client_cert},"
+        f" key_file: {pki.client_key}}}\n",
+        directory,
+    )
+
+
 def test_a_token_file_gone_after_load_is_a_credentials_error(pki: Pki, tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret-token-value\n")
@@ -124,12 +135,7 @@ def test_a_token_file_gone_after_load_is_a_credentials_error(pki: Pki, tmp_path:
 
     async def go() -> list[str | FetchError]:
         async with https_engine(pki, seen) as url:
-            config = target(
-                f"targets:\n  - name: a\n    url: {url}\n    bearer_token_file: token\n"
-                f"    tls: {{ca_file: {pki.server_ca}, cert_file: {pki.client_cert},"
-                f" key_file: {pki.client_key}}}\n",
-                tmp_path,
-            )
+            config = token_over_mtls(url, pki, tmp_path)
             return await read_twice(config, between=token.unlink)
 
     first, second = asyncio.run(go())
@@ -207,12 +213,7 @@ def test_a_token_with_a_line_break_is_refused_before_any_request(pki: Pki, tmp_p
 
     async def go() -> list[str | FetchError]:
         async with https_engine(pki, seen) as url:
-            config = target(
-                f"targets:\n  - name: a\n    url: {url}\n    bearer_token_file: token\n"
-                f"    tls: {{ca_file: {pki.server_ca}, cert_file: {pki.client_cert},"
-                f" key_file: {pki.client_key}}}\n",
-                tmp_path,
-            )
+            config = token_over_mtls(url, pki, tmp_path)
             return await read_twice(config, between=lambda: token.write_text("a\x00b-token\n"))
 
     first, second = asyncio.run(go())

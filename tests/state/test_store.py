@@ -67,14 +67,21 @@ def _save(keeper: StateKeeper, states: list[TargetState]) -> None:
     asyncio.run(keeper.save(lambda: states))
 
 
-def test_a_round_trip_restores_every_epoch(tmp_path: Path) -> None:
-    states = [_state(f"t{i}") for i in range(3)]
+def _written(path: Path, states: list[TargetState]) -> StateKeeper:
+    """A keeper that wrote ``states`` (each fed) to ``path`` and closed: what a clean stop
+    leaves behind."""
     for s in states:
         _feed(s)
-    keeper = _keeper(tmp_path)
+    keeper = _keeper(path)
     assert keeper.open()
     _save(keeper, states)
     keeper.close()
+    return keeper
+
+
+def test_a_round_trip_restores_every_epoch(tmp_path: Path) -> None:
+    states = [_state(f"t{i}") for i in range(3)]
+    keeper = _written(tmp_path, states)
     mode = stat.S_IMODE(os.stat(keeper.path).st_mode)
     assert mode == 0o600
     again = _keeper(tmp_path)
@@ -87,12 +94,7 @@ def test_a_round_trip_restores_every_epoch(tmp_path: Path) -> None:
 
 
 def test_a_changed_url_starts_afresh(tmp_path: Path) -> None:
-    state = _state("t")
-    _feed(state)
-    keeper = _keeper(tmp_path)
-    keeper.open()
-    _save(keeper, [state])
-    keeper.close()
+    _written(tmp_path, [_state("t")])
     again = _keeper(tmp_path)
     again.open()
     moved = _state("t", url="http://127.0.0.1:2/other")
@@ -125,13 +127,7 @@ def _refused(tmp_path: Path, data: bytes | None = None) -> list[MutableMapping[s
 
 
 def _good(tmp_path: Path) -> bytes:
-    state = _state("t")
-    _feed(state)
-    keeper = _keeper(tmp_path / "good")
-    keeper.open()
-    _save(keeper, [state])
-    keeper.close()
-    return keeper.path.read_bytes()
+    return _written(tmp_path / "good", [_state("t")]).path.read_bytes()
 
 
 @pytest.mark.parametrize(
@@ -230,12 +226,7 @@ def test_a_shard_keeps_only_its_targets(tmp_path: Path) -> None:
 
 
 def test_a_target_not_running_is_kept_until_it_expires(tmp_path: Path) -> None:
-    state = _state("gone")
-    _feed(state)
-    keeper = _keeper(tmp_path)
-    keeper.open()
-    _save(keeper, [state])
-    keeper.close()
+    _written(tmp_path, [_state("gone")])
     again = _keeper(tmp_path)
     again.open()
     _save(again, [])  # the target is not configured now: its epochs stay in the file
