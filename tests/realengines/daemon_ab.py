@@ -72,6 +72,31 @@ def scraped_after(d: Daemon, targets: Sequence[str], wall: float) -> Exported | 
     return m
 
 
+def scrape_story(m: Exported, targets: Sequence[str]) -> str:
+    """How the daemon's scrapes went (for a failure's message): per target its scrapes by
+    result, then the governor's stretch, the achieved interval and the excused timeouts."""
+    parts = []
+    for name in targets:
+        results = {
+            dict(k)["result"]: int(v)
+            for k, v in m.samples.get("specmon_scrapes_total", {}).items()
+            if dict(k).get("target") == name and v
+        }
+        rejected = {
+            dict(k)["reason"]: int(v)
+            for k, v in m.samples.get("specmon_rejected_readings_total", {}).items()
+            if dict(k).get("target") == name and v
+        }
+        parts.append(f"{name}: scrapes {results}, rejected {rejected}")
+    achieved = m.samples.get("specmon_scrape_interval_achieved_seconds", {})
+    parts.append(
+        f"stretch {m.value('specmon_scrape_interval_stretch')}, "
+        f"achieved {sorted(achieved.values())}, "
+        f"excused {m.value('specmon_scrape_timeouts_excused_total')}"
+    )
+    return "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class Row:
     level: ProfileLevel
@@ -139,7 +164,9 @@ def check_levels(
         assert concurrency is not None, level
         label = DEFAULT_SCHEME.bucket_of(concurrency).label
         bucket = buckets.get(label)
-        assert bucket is not None and bucket["reason"] is None, (level.concurrency, buckets)
+        assert bucket is not None and bucket["reason"] is None, (
+            level.concurrency, buckets, scrape_story(metrics, (target, baseline))
+        )  # fmt: skip
         realized, cost = bucket["realized_speedup"], bucket["draft_cost"]
         assert metrics.value(
             "specmon_bucket_realized_speedup_ratio", concurrency=label, **labels
@@ -192,7 +219,19 @@ def check_levels(
         assert (expected is None) == (crossing is None) or (
             last is not None and abs(last - 1.0) <= speedup_agreement
         ), (expected, crossing, points)
-    if crossing is not None:
+    if crossing is not None and crossing["low"] is None:
+        # Not read off the cost curve: the window has figures the curve does not hold yet (it
+        # is refitted at every 8th change of either side, specmon.load.curve.twin_curve, so
+        # for a few scrapes after a level it may still lack that level). Then the crossover is
+        # the straight line between the window's buckets, exactly the hand computation, and
+        # no range is claimed.
+        assert expected is not None, (crossing, points)
+        assert exported == pytest.approx(crossing["concurrency"], rel=1e-9)
+        assert crossing["concurrency"] == pytest.approx(expected[0], rel=1e-9), (crossing, points)
+        assert (crossing["pays_up_to"] is not None) is expected[1], (crossing, expected)
+        assert crossing["high"] is None, crossing
+        assert metrics.value("specmon_crossover_lower_concurrency", **labels) is None
+    elif crossing is not None:
         assert exported == pytest.approx(crossing["concurrency"], rel=1e-9)
         low, high = crossing["low"], crossing["high"]
         assert low is not None and high is not None
