@@ -82,8 +82,8 @@ def metrics(port: int, *, took: list[float] | None = None) -> Samples:
 
 def light_read(port: int) -> dict[str, Any]:
     """A few figures from the daemon's page without a full parse (fast enough to read every
-    few seconds at 6,000 targets): healthy targets down, successful and excused scrapes, the
-    stretch and the interval achieved."""
+    few seconds at 6,000 targets): healthy targets down, successful, excused and deferred
+    scrapes, the stretch, the in-flight limit and the interval achieved."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as response:
         body = response.read().decode()
     down: list[str] = []
@@ -108,6 +108,8 @@ def light_read(port: int) -> dict[str, Any]:
                 "specmon_scrape_interval_stretch ",
                 "specmon_scrape_delay_seconds ",
                 "specmon_scrape_interval_achieved_seconds{",
+                "specmon_scrapes_in_flight_limit ",
+                "specmon_scrapes_deferred_total ",
             )
         ):
             name, value = line.rsplit(" ", 1)
@@ -121,6 +123,8 @@ def light_read(port: int) -> dict[str, Any]:
         "stretch": own.get("specmon_scrape_interval_stretch", float("nan")),
         "delay_p90_s": own.get("specmon_scrape_delay_seconds", float("nan")),
         "achieved_s": own.get("specmon_scrape_interval_achieved_seconds", float("nan")),
+        "in_flight_limit": own.get("specmon_scrapes_in_flight_limit", float("nan")),
+        "deferred_total": own.get("specmon_scrapes_deferred_total", float("nan")),
     }
 
 
@@ -137,6 +141,7 @@ def tail_share(reads: list[dict[str, Any]], *, seconds: float) -> dict[str, Any]
         "excused": excused,
         "successful": success,
         "judged_timeouts": end["timeouts_judged_total"] - start["timeouts_judged_total"],
+        "deferred": end["deferred_total"] - start["deferred_total"],
         "excused_per_successful": round(excused / success, 5) if success else None,
     }
 

@@ -102,6 +102,11 @@ class Policy:
     excuse_fraction: float = 0.2
     excuse_limit: int = 1
     probe_wall: float = 8.0
+    inflight_max: int = 256
+    inflight_min: int = 4
+    inflight_share: float = 0.5
+    inflight_cut: float = 0.5
+    inflight_grow: float = 1.1
 
     def __post_init__(self) -> None:
         if not (0 < self.calm_below < self.behind_after):
@@ -118,6 +123,10 @@ class Policy:
             raise ValueError("need 0 < excused_share < 1, excused_min >= 1, calm_stall > 0")
         if self.settle_max < self.period or self.hold < 0:
             raise ValueError("need settle_max >= period and hold >= 0")
+        if not (1 <= self.inflight_min <= self.inflight_max) or self.inflight_share <= 0:
+            raise ValueError("need 1 <= inflight_min <= inflight_max and inflight_share > 0")
+        if not (0 < self.inflight_cut < 1 < self.inflight_grow):
+            raise ValueError("need 0 < inflight_cut < 1 < inflight_grow")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +147,11 @@ class Period:
     state: str
     stretch: float
     changed: bool
+    #: Scrapes that completed (judged: not excused) and that waited at the in-flight limit;
+    #: the limit decided for the next period.
+    completed: int = 0
+    deferred: int = 0
+    limit: int = 0
 
 
 class Governor:
@@ -149,9 +163,22 @@ class Governor:
         policy: Policy | None = None,
         seed: int | None = None,
         on_excuse: Callable[[], None] | None = None,
+        on_defer: Callable[[], None] | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self._on_excuse = on_excuse
+        self._on_defer = on_defer
+        #: Scrapes allowed in flight at once (the in-flight limit), and those in flight.
+        self.limit = self.policy.inflight_max
+        self.inflight = 0
+        #: Scrapes that waited at the limit since the start.
+        self.deferred = 0
+        self._deferred_now = 0
+        self._completed_now = 0
+        self._timeout_least = math.inf
+        #: After a cut, the limit grows no higher than this for ``hold`` s (periods left).
+        self._ceiling = self.policy.inflight_max
+        self._ceiling_left = 0
         #: The factor every target's interval is multiplied by (1: on schedule).
         self.stretch = 1.0
         #: The last closed period's 90th percentile of scrape lateness, seconds.
@@ -291,6 +318,51 @@ class Governor:
         if self._on_excuse is not None:
             self._on_excuse()
 
+    # -- the in-flight limit ------------------------------------------------------------------
+
+    def admit(self, *, force: bool = False) -> bool:
+        """Whether one more scrape may start now (counted in flight when so); ``force``:
+        whatever the limit (a probe next in line)."""
+        if not force and self.inflight >= self.limit:
+            return False
+        self.inflight += 1
+        return True
+
+    def defer(self) -> None:
+        """Count one scrape that waits for a place under the limit (not started: its
+        timeout has not begun, and its target reads later)."""
+        self.deferred += 1
+        self._deferred_now += 1
+        if self._on_defer is not None:
+            self._on_defer()
+
+    def finished(self, *, judged: bool, timeout: float) -> None:
+        """A scrape admitted by :meth:`admit` ended; ``judged``: it completed with an
+        outcome for its target (not excused, not cancelled); ``timeout``: its target's."""
+        self.inflight = max(0, self.inflight - 1)
+        if judged:
+            self._completed_now += 1
+            if timeout > 0:
+                self._timeout_least = min(self._timeout_least, timeout)
+
+    def _limit(self, *, trouble: bool, deferred: int, completed: int, timeout: float) -> None:
+        """The in-flight limit's law (module docstring): cut on excused timeouts to at most
+        what completes inside the timeout (Little's law), grow slowly while scrapes wait and
+        nothing is excused."""
+        policy = self.policy
+        self._ceiling_left = max(0, self._ceiling_left - 1)
+        if trouble:
+            cut = self.limit * policy.inflight_cut
+            if completed and math.isfinite(timeout):  # Little: in flight = rate x time
+                cut = min(cut, completed / policy.period * timeout * policy.inflight_share)
+            self._ceiling = max(policy.inflight_min, math.floor(self.limit * 0.9))
+            self._ceiling_left = math.ceil(policy.hold / policy.period)
+            self.limit = max(policy.inflight_min, math.floor(cut))
+        elif deferred:
+            grown = max(self.limit + 1, math.floor(self.limit * policy.inflight_grow))
+            top = self._ceiling if self._ceiling_left else policy.inflight_max
+            self.limit = max(self.limit, min(grown, top, policy.inflight_max))
+
     # -- the decision -------------------------------------------------------------------------
 
     def close(self) -> Period:
@@ -306,6 +378,8 @@ class Governor:
         for interval, gaps in self._gaps.items():
             self.achieved[interval] = _quantile(sorted(gaps), 0.5)
         longest = self._longest
+        deferred, completed, timeout = self._deferred_now, self._completed_now, self._timeout_least
+        self._deferred_now, self._completed_now, self._timeout_least = 0, 0, math.inf
         self._samples, self._seen, self._excused_now, self._stall_sum = [], 0, 0, 0.0
         self._slip_sum, self._slip_count, self._longest = 0.0, 0, 0.0
         self._gaps, self._gaps_seen = {}, {}
@@ -317,10 +391,9 @@ class Governor:
         # A change reaches every target within one stretched interval: until then the
         # period's figures still show the schedule before it.
         settle = max(1, math.ceil(min(longest * self.stretch, policy.settle_max) / policy.period))
-        trouble = scrapes > 0 and (
-            median >= policy.behind_after
-            or excused >= max(policy.excused_min, policy.excused_share * scrapes)
-        )
+        doomed = excused >= max(policy.excused_min, policy.excused_share * scrapes)
+        trouble = scrapes > 0 and (median >= policy.behind_after or doomed)
+        self._limit(trouble=doomed, deferred=deferred, completed=completed, timeout=timeout)
         calm = (
             scrapes > 0
             and median < policy.calm_below
@@ -358,6 +431,9 @@ class Governor:
             state="trouble" if trouble else "calm" if calm else "hold",
             stretch=self.stretch,
             changed=self.stretch != before,
+            completed=completed,
+            deferred=deferred,
+            limit=self.limit,
         )
 
     def _change(self, stretch: float, *, relaxed: bool) -> None:
