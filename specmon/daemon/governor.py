@@ -107,6 +107,7 @@ class Policy:
     inflight_share: float = 0.5
     inflight_cut: float = 0.5
     inflight_grow: float = 1.1
+    inflight_hold: float = 120.0
 
     def __post_init__(self) -> None:
         if not (0 < self.calm_below < self.behind_after):
@@ -125,8 +126,8 @@ class Policy:
             raise ValueError("need settle_max >= period and hold >= 0")
         if not (1 <= self.inflight_min <= self.inflight_max) or self.inflight_share <= 0:
             raise ValueError("need 1 <= inflight_min <= inflight_max and inflight_share > 0")
-        if not (0 < self.inflight_cut < 1 < self.inflight_grow):
-            raise ValueError("need 0 < inflight_cut < 1 < inflight_grow")
+        if not (0 < self.inflight_cut < 1 < self.inflight_grow) or self.inflight_hold < 0:
+            raise ValueError("need 0 < inflight_cut < 1 < inflight_grow and inflight_hold >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,7 +357,7 @@ class Governor:
             if completed and math.isfinite(timeout):  # Little: in flight = rate x time
                 cut = min(cut, completed / policy.period * timeout * policy.inflight_share)
             self._ceiling = max(policy.inflight_min, math.floor(self.limit * 0.9))
-            self._ceiling_left = math.ceil(policy.hold / policy.period)
+            self._ceiling_left = math.ceil(policy.inflight_hold / policy.period)
             self.limit = max(policy.inflight_min, math.floor(cut))
         elif deferred:
             grown = max(self.limit + 1, math.floor(self.limit * policy.inflight_grow))
