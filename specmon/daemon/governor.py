@@ -41,6 +41,26 @@ so until then the periods still show the schedule before it. At the point it fin
 stretch tries one step lower once every ``hold`` and comes back at once: it moves by one
 step around its point, never more.
 
+**The in-flight limit.** The stretch sets how many scrapes start; it cannot help when more
+are in flight than complete inside their timeout (past the stretch's cap, or in the seconds
+after a relaxation one step too far): each of them waits behind the others, on the loop and in
+the client's connection pool, until its deadline, and the work spent on it is lost, which
+keeps the process behind (issue 58: 5,205 excused against 70,134 read in 140 s at 6,000
+targets every 1 s, on a process using 0.42 of a core). So at most :attr:`Governor.limit`
+scrapes run at once (:meth:`admit`); one over it waits before it starts, in order, outside its
+timeout (:meth:`defer`, counted in ``specmon_scrapes_deferred_total``), and starts when one
+in flight ends: its target reads later, the achieved interval says so, and the wait counts
+as lateness, so the stretch grows with it. The limit starts at ``inflight_max`` (256, the
+client session's connections, beyond which requests already waited inside their timeout).
+A period with excused timeouts (the stretch's own test) cuts it to ``inflight_cut`` (0.5) of
+itself, or lower to Little's law's share of what completes inside the timeout: the scrapes
+that completed per second, times the smallest timeout among them, times ``inflight_share``
+(0.5); at least ``inflight_min`` (4). A period in which scrapes waited and none was excused
+grows it by ``inflight_grow`` (10 %, at least one), never above ``inflight_max``, nor for
+``inflight_hold`` (120) s after a cut above 0.9 of the limit that was cut. Cut fast, grow
+slowly, remember where trouble was: in steady overload it probes above its point once every
+two minutes and comes back at once.
+
 A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behind while the
 scrape ran: a wake-up inside the scrape's span started at least ``excuse_fraction`` of the
 scrape timeout late. The target is then neither marked down nor counted as failed (its
