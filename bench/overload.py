@@ -2,7 +2,7 @@
 time; what the overload governor does about it.
 
 Run: python -m bench overload [--targets 2000] [--interval 1s] [--seconds 45] [--no-competitor]
-                               [--no-pin] [--prometheus] [--json-out FILE]
+                               [--no-pin] [--prometheus] [--fixed-stretch S] [--json-out FILE]
 
 cgroups are read-only on the reference machine, so the daemon is held to about half a core by
 pinning it (``taskset``) to one CPU beside a busy competitor pinned to the same CPU (the
@@ -334,6 +334,7 @@ def run(
     reads_every: float = 0.0,
     reduce_to: int | None = None,
     reduce_at: float = 0.0,
+    fixed_stretch: float | None = None,
 ) -> dict[str, Any]:
     """One run (see the module docstring); ``prometheus``: the binary for an end-to-end rule
     run, None for none; ``pin``: False runs every process where the kernel puts it."""
@@ -388,8 +389,11 @@ def run(
                 [*on(daemon_cpu), sys.executable, "-c", "while True: pass"],
                 "competitor.log",
             )
+        command = ["-m", "specmon"]
+        if fixed_stretch is not None:  # the sweep: the daemon's stretch held there
+            command = ["-m", "bench.fixed_stretch", f"{fixed_stretch:g}"]
         daemon = start(
-            [*on(daemon_cpu), sys.executable, "-m", "specmon", "run",
+            [*on(daemon_cpu), sys.executable, *command, "run",
              "--config.file", str(work / "config.yaml"),
              "--web.listen-address", f"127.0.0.1:{daemon_port}", "--log.level", "info"],
             "daemon.log",
@@ -475,6 +479,7 @@ def run(
             "interval": interval,
             "competitor": competitor,
             "pinned": pin,
+            "fixed_stretch": fixed_stretch,
             "seconds": round(t1 - t0, 1),
             "ready_s": ready_s,
             "daemon_cpu_share_of_one_core": round((cpu1 - cpu0) / (t1 - t0), 3),
@@ -554,6 +559,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--reduce-to", type=int, help="targets left after --reduce-at (SIGHUP)")
     parser.add_argument("--reduce-at", type=float, default=0.0, help="seconds into the run")
+    parser.add_argument(
+        "--fixed-stretch",
+        type=float,
+        help="hold the daemon's stretch at this value (the sweep; bench/fixed_stretch.py)",
+    )
     parser.add_argument("--json-out", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     binary = None
@@ -577,6 +587,7 @@ def main(argv: list[str]) -> int:
         reads_every=args.reads_every,
         reduce_to=args.reduce_to,
         reduce_at=args.reduce_at,
+        fixed_stretch=args.fixed_stretch,
     )
     text = json.dumps(result, indent=2, sort_keys=True, default=sorted)
     print(text)
