@@ -234,12 +234,21 @@ class Governor:
     # -- what the scrapers report -------------------------------------------------------------
 
     def started(
-        self, *, at: float, late: float, interval: float, asked: float, gap: float | None
+        self,
+        *,
+        at: float,
+        late: float,
+        interval: float,
+        asked: float,
+        gap: float | None,
+        waited: bool = False,
     ) -> None:
         """A scrape started at loop time ``at``, ``late`` seconds after its wake-up; its
         target's configured interval is ``interval``, and ``gap`` seconds passed since the
         target's previous scrape started (None for its first), where ``asked`` were asked
-        for (the stretched interval, or a failing target's back-off)."""
+        for (the stretched interval, or a failing target's back-off). ``waited``: it waited
+        at the in-flight limit, so its lateness is not the loop's and is no evidence for
+        :meth:`excuses` (the scraper reports the loop's own through :meth:`lagged`)."""
         late = max(0.0, late)
         self._seen += 1
         if len(self._samples) < _SAMPLES:
@@ -248,7 +257,8 @@ class Governor:
             index = self._random.randrange(self._seen)
             if index < _SAMPLES:
                 self._samples[index] = late
-        self.lagged(at=at, lag=late)
+        if not waited:
+            self.lagged(at=at, lag=late)
         self._longest = max(self._longest, interval)
         if gap is None or asked <= 0 or not math.isfinite(gap):
             return

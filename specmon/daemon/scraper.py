@@ -216,9 +216,12 @@ class TargetScraper:
             await waker.until(wake)
             judged = False
             if governor is not None and gated is not None:
-                # Over the in-flight limit: wait, not started; lateness counts the wait.
-                probe = self.excused >= governor.policy.excuse_limit
-                if await gated.enter(first=probe):
+                # Over the in-flight limit: wait, not started; lateness counts the wait, but
+                # only the loop's own lateness is evidence that specmon was behind.
+                woke = loop.time()
+                waited = await gated.enter(first=self.excused >= governor.policy.excuse_limit)
+                if waited:
+                    governor.lagged(at=woke, lag=woke - wake)
                     due = loop.time()  # deferred: the schedule goes on from its start
                 now = loop.time()
                 governor.started(
@@ -227,6 +230,7 @@ class TargetScraper:
                     interval=interval,
                     asked=asked,
                     gap=None if previous is None else now - previous,
+                    waited=waited,
                 )
                 previous = now
             try:

@@ -218,3 +218,15 @@ def test_scrapes_over_the_limit_wait_outside_their_timeout_and_complete() -> Non
     assert deferred > 100  # they waited before starting: the engine's 5 a second are read
     assert success_limited >= 0.95 * 5 * 60
     assert success < success_limited  # the engine's time went to requests that timed out
+
+
+def test_a_wait_at_the_limit_is_lateness_but_no_excuse() -> None:
+    """A scrape that waited 3 s at the limit started 3 s late (the stretch sees it), but
+    the loop was not behind: a timeout beside it is the target's."""
+    governor = Governor(seed=1)
+    governor.lagged(at=9.0, lag=0.01)  # the loop woke it on time
+    governor.started(at=12.0, late=3.0, interval=1.0, asked=1.0, gap=None, waited=True)
+    assert not governor.excuses(timeout=1.0, start=11.5, end=12.5)
+    assert governor.close().median == 3.0
+    governor.started(at=22.0, late=3.0, interval=1.0, asked=1.0, gap=None)  # the loop's own
+    assert governor.excuses(timeout=1.0, start=21.5, end=22.5)
