@@ -2,7 +2,7 @@
 time; what the overload governor does about it.
 
 Run: python -m bench overload [--targets 2000] [--interval 1s] [--seconds 45] [--no-competitor]
-                               [--no-pin] [--prometheus] [--json-out FILE]
+                               [--no-pin] [--prometheus] [--fixed-stretch S] [--json-out FILE]
 
 cgroups are read-only on the reference machine, so the daemon is held to about half a core by
 pinning it (``taskset``) to one CPU beside a busy competitor pinned to the same CPU (the
@@ -82,8 +82,8 @@ def metrics(port: int, *, took: list[float] | None = None) -> Samples:
 
 def light_read(port: int) -> dict[str, Any]:
     """A few figures from the daemon's page without a full parse (fast enough to read every
-    few seconds at 6,000 targets): healthy targets down, successful and excused scrapes, the
-    stretch and the interval achieved."""
+    few seconds at 6,000 targets): healthy targets down, successful, excused and deferred
+    scrapes, the stretch, the in-flight limit and the interval achieved."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as response:
         body = response.read().decode()
     down: list[str] = []
@@ -108,6 +108,8 @@ def light_read(port: int) -> dict[str, Any]:
                 "specmon_scrape_interval_stretch ",
                 "specmon_scrape_delay_seconds ",
                 "specmon_scrape_interval_achieved_seconds{",
+                "specmon_scrapes_in_flight_limit ",
+                "specmon_scrapes_deferred_total ",
             )
         ):
             name, value = line.rsplit(" ", 1)
@@ -121,6 +123,8 @@ def light_read(port: int) -> dict[str, Any]:
         "stretch": own.get("specmon_scrape_interval_stretch", float("nan")),
         "delay_p90_s": own.get("specmon_scrape_delay_seconds", float("nan")),
         "achieved_s": own.get("specmon_scrape_interval_achieved_seconds", float("nan")),
+        "in_flight_limit": own.get("specmon_scrapes_in_flight_limit", float("nan")),
+        "deferred_total": own.get("specmon_scrapes_deferred_total", float("nan")),
     }
 
 
@@ -137,6 +141,7 @@ def tail_share(reads: list[dict[str, Any]], *, seconds: float) -> dict[str, Any]
         "excused": excused,
         "successful": success,
         "judged_timeouts": end["timeouts_judged_total"] - start["timeouts_judged_total"],
+        "deferred": end["deferred_total"] - start["deferred_total"],
         "excused_per_successful": round(excused / success, 5) if success else None,
     }
 
@@ -329,6 +334,7 @@ def run(
     reads_every: float = 0.0,
     reduce_to: int | None = None,
     reduce_at: float = 0.0,
+    fixed_stretch: float | None = None,
 ) -> dict[str, Any]:
     """One run (see the module docstring); ``prometheus``: the binary for an end-to-end rule
     run, None for none; ``pin``: False runs every process where the kernel puts it."""
@@ -383,8 +389,11 @@ def run(
                 [*on(daemon_cpu), sys.executable, "-c", "while True: pass"],
                 "competitor.log",
             )
+        command = ["-m", "specmon"]
+        if fixed_stretch is not None:  # the sweep: the daemon's stretch held there
+            command = ["-m", "bench.fixed_stretch", f"{fixed_stretch:g}"]
         daemon = start(
-            [*on(daemon_cpu), sys.executable, "-m", "specmon", "run",
+            [*on(daemon_cpu), sys.executable, *command, "run",
              "--config.file", str(work / "config.yaml"),
              "--web.listen-address", f"127.0.0.1:{daemon_port}", "--log.level", "info"],
             "daemon.log",
@@ -470,6 +479,7 @@ def run(
             "interval": interval,
             "competitor": competitor,
             "pinned": pin,
+            "fixed_stretch": fixed_stretch,
             "seconds": round(t1 - t0, 1),
             "ready_s": ready_s,
             "daemon_cpu_share_of_one_core": round((cpu1 - cpu0) / (t1 - t0), 3),
@@ -549,6 +559,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--reduce-to", type=int, help="targets left after --reduce-at (SIGHUP)")
     parser.add_argument("--reduce-at", type=float, default=0.0, help="seconds into the run")
+    parser.add_argument(
+        "--fixed-stretch",
+        type=float,
+        help="hold the daemon's stretch at this value (the sweep; bench/fixed_stretch.py)",
+    )
     parser.add_argument("--json-out", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     binary = None
@@ -572,6 +587,7 @@ def main(argv: list[str]) -> int:
         reads_every=args.reads_every,
         reduce_to=args.reduce_to,
         reduce_at=args.reduce_at,
+        fixed_stretch=args.fixed_stretch,
     )
     text = json.dumps(result, indent=2, sort_keys=True, default=sorted)
     print(text)

@@ -44,7 +44,7 @@ from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.persist import StateKeeper, mark_targets
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
-from specmon.daemon.scraper import TargetScraper
+from specmon.daemon.scraper import TargetScraper, gate
 from specmon.daemon.status_page import (
     MAX_PER_PAGE,
     StatusCache,
@@ -106,6 +106,8 @@ class _OwnMetrics:
         self.scrape_delay = gauge(m.SCRAPE_DELAY)
         self.scrape_interval = gauge(m.SCRAPE_INTERVAL_ACHIEVED)
         self.scrape_excused = counter(m.SCRAPE_EXCUSED)
+        self.scrape_deferred = counter(m.SCRAPE_DEFERRED)
+        self.scrape_limit = gauge(m.SCRAPE_LIMIT)
         self.web = WebMetrics(
             reload_ok=gauge(m.WEB_RELOAD_OK),
             reload_time=gauge(m.WEB_RELOAD_TIME),
@@ -159,7 +161,10 @@ class Daemon:
         self.metrics = _OwnMetrics(self.registry)
         #: The overload governor: every direct target's interval is stretched by one factor
         #: when the process cannot scrape on time (specmon/daemon/governor.py).
-        self.governor = Governor(on_excuse=self.metrics.scrape_excused.inc)
+        self.governor = Governor(
+            on_excuse=self.metrics.scrape_excused.inc, on_defer=self.metrics.scrape_deferred.inc
+        )
+        self.metrics.scrape_limit.set(self.governor.limit)
         dropped = self.metrics.log_lines_dropped
         LIMIT.on_drop = lambda event: dropped.labels(event=event).inc()
         self._export_errors_logged: set[tuple[str, str]] = set()
@@ -657,6 +662,9 @@ class Daemon:
         governor, metrics = self.governor, self.metrics
         metrics.scrape_stretch.set(governor.stretch)
         metrics.scrape_delay.set(governor.delay)
+        metrics.scrape_limit.set(governor.limit)
+        if period.deferred:  # the limit may have grown: start whom it now lets in
+            gate(governor).admit_waiting()
         configured = {r.state.config.scrape_interval for r in self._running.values()}
         for interval in governor.forget_intervals(configured):
             with contextlib.suppress(KeyError):
@@ -674,6 +682,8 @@ class Daemon:
                 scrapes=period.scrapes,
                 excused=period.excused,
                 stalled_share=round(period.stall, 3),
+                in_flight_limit=period.limit,
+                deferred=period.deferred,
                 state=period.state,
                 hint="specmon cannot scrape every target on time: every interval is stretched "
                 "evenly (runbook: SpecmonOverloaded)"

@@ -41,6 +41,26 @@ so until then the periods still show the schedule before it. At the point it fin
 stretch tries one step lower once every ``hold`` and comes back at once: it moves by one
 step around its point, never more.
 
+**The in-flight limit.** The stretch sets how many scrapes start; it cannot help when more
+are in flight than complete inside their timeout (past the stretch's cap, or in the seconds
+after a relaxation one step too far): each of them waits behind the others, on the loop and in
+the client's connection pool, until its deadline, and the work spent on it is lost, which
+keeps the process behind (issue 58: 5,205 excused against 70,134 read in 140 s at 6,000
+targets every 1 s, on a process using 0.42 of a core). So at most :attr:`Governor.limit`
+scrapes run at once (:meth:`admit`); one over it waits before it starts, in order, outside its
+timeout (:meth:`defer`, counted in ``specmon_scrapes_deferred_total``), and starts when one
+in flight ends: its target reads later, the achieved interval says so, and the wait counts
+as lateness, so the stretch grows with it. The limit starts at ``inflight_max`` (256, the
+client session's connections, beyond which requests already waited inside their timeout).
+A period with excused timeouts (the stretch's own test) cuts it to ``inflight_cut`` (0.5) of
+itself, or lower to Little's law's share of what completes inside the timeout: the scrapes
+that completed per second, times the smallest timeout among them, times ``inflight_share``
+(0.5); at least ``inflight_min`` (4). A period in which scrapes waited and none was excused
+grows it by ``inflight_grow`` (10 %, at least one), never above ``inflight_max``, nor for
+``inflight_hold`` (120) s after a cut above 0.9 of the limit that was cut. Cut fast, grow
+slowly, remember where trouble was: in steady overload it probes above its point once every
+two minutes and comes back at once.
+
 A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behind while the
 scrape ran: a wake-up inside the scrape's span started at least ``excuse_fraction`` of the
 scrape timeout late. The target is then neither marked down nor counted as failed (its
@@ -102,6 +122,12 @@ class Policy:
     excuse_fraction: float = 0.2
     excuse_limit: int = 1
     probe_wall: float = 8.0
+    inflight_max: int = 256
+    inflight_min: int = 4
+    inflight_share: float = 0.5
+    inflight_cut: float = 0.5
+    inflight_grow: float = 1.1
+    inflight_hold: float = 120.0
 
     def __post_init__(self) -> None:
         if not (0 < self.calm_below < self.behind_after):
@@ -118,6 +144,10 @@ class Policy:
             raise ValueError("need 0 < excused_share < 1, excused_min >= 1, calm_stall > 0")
         if self.settle_max < self.period or self.hold < 0:
             raise ValueError("need settle_max >= period and hold >= 0")
+        if not (1 <= self.inflight_min <= self.inflight_max) or self.inflight_share <= 0:
+            raise ValueError("need 1 <= inflight_min <= inflight_max and inflight_share > 0")
+        if not (0 < self.inflight_cut < 1 < self.inflight_grow) or self.inflight_hold < 0:
+            raise ValueError("need 0 < inflight_cut < 1 < inflight_grow and inflight_hold >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,6 +168,11 @@ class Period:
     state: str
     stretch: float
     changed: bool
+    #: Scrapes that completed (judged: not excused) and that waited at the in-flight limit;
+    #: the limit decided for the next period.
+    completed: int = 0
+    deferred: int = 0
+    limit: int = 0
 
 
 class Governor:
@@ -149,9 +184,22 @@ class Governor:
         policy: Policy | None = None,
         seed: int | None = None,
         on_excuse: Callable[[], None] | None = None,
+        on_defer: Callable[[], None] | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self._on_excuse = on_excuse
+        self._on_defer = on_defer
+        #: Scrapes allowed in flight at once (the in-flight limit), and those in flight.
+        self.limit = self.policy.inflight_max
+        self.inflight = 0
+        #: Scrapes that waited at the limit since the start.
+        self.deferred = 0
+        self._deferred_now = 0
+        self._completed_now = 0
+        self._timeout_least = math.inf
+        #: After a cut, the limit grows no higher than this for ``hold`` s (periods left).
+        self._ceiling = self.policy.inflight_max
+        self._ceiling_left = 0
         #: The factor every target's interval is multiplied by (1: on schedule).
         self.stretch = 1.0
         #: The last closed period's 90th percentile of scrape lateness, seconds.
@@ -186,12 +234,21 @@ class Governor:
     # -- what the scrapers report -------------------------------------------------------------
 
     def started(
-        self, *, at: float, late: float, interval: float, asked: float, gap: float | None
+        self,
+        *,
+        at: float,
+        late: float,
+        interval: float,
+        asked: float,
+        gap: float | None,
+        waited: bool = False,
     ) -> None:
         """A scrape started at loop time ``at``, ``late`` seconds after its wake-up; its
         target's configured interval is ``interval``, and ``gap`` seconds passed since the
         target's previous scrape started (None for its first), where ``asked`` were asked
-        for (the stretched interval, or a failing target's back-off)."""
+        for (the stretched interval, or a failing target's back-off). ``waited``: it waited
+        at the in-flight limit, so its lateness is not the loop's and is no evidence for
+        :meth:`excuses` (the scraper reports the loop's own through :meth:`lagged`)."""
         late = max(0.0, late)
         self._seen += 1
         if len(self._samples) < _SAMPLES:
@@ -200,7 +257,8 @@ class Governor:
             index = self._random.randrange(self._seen)
             if index < _SAMPLES:
                 self._samples[index] = late
-        self.lagged(at=at, lag=late)
+        if not waited:
+            self.lagged(at=at, lag=late)
         self._longest = max(self._longest, interval)
         if gap is None or asked <= 0 or not math.isfinite(gap):
             return
@@ -291,6 +349,51 @@ class Governor:
         if self._on_excuse is not None:
             self._on_excuse()
 
+    # -- the in-flight limit ------------------------------------------------------------------
+
+    def admit(self, *, force: bool = False) -> bool:
+        """Whether one more scrape may start now (counted in flight when so); ``force``:
+        whatever the limit (a probe next in line)."""
+        if not force and self.inflight >= self.limit:
+            return False
+        self.inflight += 1
+        return True
+
+    def defer(self) -> None:
+        """Count one scrape that waits for a place under the limit (not started: its
+        timeout has not begun, and its target reads later)."""
+        self.deferred += 1
+        self._deferred_now += 1
+        if self._on_defer is not None:
+            self._on_defer()
+
+    def finished(self, *, judged: bool, timeout: float) -> None:
+        """A scrape admitted by :meth:`admit` ended; ``judged``: it completed with an
+        outcome for its target (not excused, not cancelled); ``timeout``: its target's."""
+        self.inflight = max(0, self.inflight - 1)
+        if judged:
+            self._completed_now += 1
+            if timeout > 0:
+                self._timeout_least = min(self._timeout_least, timeout)
+
+    def _limit(self, *, trouble: bool, deferred: int, completed: int, timeout: float) -> None:
+        """The in-flight limit's law (module docstring): cut on excused timeouts to at most
+        what completes inside the timeout (Little's law), grow slowly while scrapes wait and
+        nothing is excused."""
+        policy = self.policy
+        self._ceiling_left = max(0, self._ceiling_left - 1)
+        if trouble:
+            cut = self.limit * policy.inflight_cut
+            if completed and math.isfinite(timeout):  # Little: in flight = rate x time
+                cut = min(cut, completed / policy.period * timeout * policy.inflight_share)
+            self._ceiling = max(policy.inflight_min, math.floor(self.limit * 0.9))
+            self._ceiling_left = math.ceil(policy.inflight_hold / policy.period)
+            self.limit = max(policy.inflight_min, math.floor(cut))
+        elif deferred:
+            grown = max(self.limit + 1, math.floor(self.limit * policy.inflight_grow))
+            top = self._ceiling if self._ceiling_left else policy.inflight_max
+            self.limit = max(self.limit, min(grown, top, policy.inflight_max))
+
     # -- the decision -------------------------------------------------------------------------
 
     def close(self) -> Period:
@@ -306,6 +409,8 @@ class Governor:
         for interval, gaps in self._gaps.items():
             self.achieved[interval] = _quantile(sorted(gaps), 0.5)
         longest = self._longest
+        deferred, completed, timeout = self._deferred_now, self._completed_now, self._timeout_least
+        self._deferred_now, self._completed_now, self._timeout_least = 0, 0, math.inf
         self._samples, self._seen, self._excused_now, self._stall_sum = [], 0, 0, 0.0
         self._slip_sum, self._slip_count, self._longest = 0.0, 0, 0.0
         self._gaps, self._gaps_seen = {}, {}
@@ -317,10 +422,9 @@ class Governor:
         # A change reaches every target within one stretched interval: until then the
         # period's figures still show the schedule before it.
         settle = max(1, math.ceil(min(longest * self.stretch, policy.settle_max) / policy.period))
-        trouble = scrapes > 0 and (
-            median >= policy.behind_after
-            or excused >= max(policy.excused_min, policy.excused_share * scrapes)
-        )
+        doomed = excused >= max(policy.excused_min, policy.excused_share * scrapes)
+        trouble = scrapes > 0 and (median >= policy.behind_after or doomed)
+        self._limit(trouble=doomed, deferred=deferred, completed=completed, timeout=timeout)
         calm = (
             scrapes > 0
             and median < policy.calm_below
@@ -358,6 +462,9 @@ class Governor:
             state="trouble" if trouble else "calm" if calm else "hold",
             stretch=self.stretch,
             changed=self.stretch != before,
+            completed=completed,
+            deferred=deferred,
+            limit=self.limit,
         )
 
     def _change(self, stretch: float, *, relaxed: bool) -> None:

@@ -585,6 +585,27 @@ SCRAPE_EXCUSED = _c(
     "one configured interval later, is judged on specmon's own running time "
     "([runbook](runbook.md#specmonoverloaded))",
 )
+SCRAPE_LIMIT = _g(
+    "specmon_scrapes_in_flight_limit",
+    "Scrapes specmon lets run at once (the overload governor's in-flight limit: cut when "
+    "timeouts are excused, to what completes inside the timeout; grown while scrapes wait).",
+    (),
+    Scope.OWN,
+    "the overload governor's in-flight limit: scrapes allowed to run at once (256, the client "
+    "session's connections, while nothing is excused); cut when timeouts are excused to what "
+    "the measured completion rate finishes inside the timeout (Little's law), grown slowly "
+    "while scrapes wait ([runbook](runbook.md#specmonoverloaded))",
+)
+SCRAPE_DEFERRED = _c(
+    "specmon_scrapes_deferred",
+    "Scrapes that waited for a place under the in-flight limit before they started (their "
+    "timeout had not begun; their target was read later, as the achieved interval shows).",
+    (),
+    Scope.OWN,
+    "scrapes that waited for a place under `specmon_scrapes_in_flight_limit` before they "
+    "started: not timed out, not excused; their target is read later, which "
+    "`specmon_scrape_interval_achieved_seconds` includes",
+)
 _S = ("source",)
 SOURCE_UP = _g(
     "specmon_source_up",
@@ -749,6 +770,8 @@ FAMILIES: tuple[MetricDef, ...] = (
     SCRAPE_DELAY,
     SCRAPE_INTERVAL_ACHIEVED,
     SCRAPE_EXCUSED,
+    SCRAPE_LIMIT,
+    SCRAPE_DEFERRED,
 )
 
 #: Families prometheus_client's standard collectors add (process, platform, garbage

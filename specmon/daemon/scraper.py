@@ -18,6 +18,7 @@ import math
 import random
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ from specmon.sources import Failure, Outcome, Reading, ScrapeResult, Source
 from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
 
-__all__ = ["MAX_TICK", "TargetScraper", "backoff_delay", "next_due", "wake_time"]
+__all__ = ["MAX_TICK", "Gate", "TargetScraper", "backoff_delay", "gate", "next_due", "wake_time"]
 
 
 def backoff_delay(interval: float, failures: int) -> float:
@@ -95,6 +96,66 @@ class _Waker:
 _WAKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = weakref.WeakKeyDictionary()
 
 
+class Gate:
+    """The governor's in-flight limit, applied: a scrape over it waits here, in order, before
+    it starts (its timeout not begun), and starts when a scrape in flight ends. A probe (the
+    scrape after an excused timeout) waits first in line. At most one waiter per target."""
+
+    def __init__(self, governor: Governor) -> None:
+        self._governor = governor
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def enter(self, *, first: bool = False) -> bool:
+        """Wait for a place under the limit; True when the scrape had to wait (deferred)."""
+        governor = self._governor
+        if not self._waiting and governor.admit():
+            return False
+        future = asyncio.get_running_loop().create_future()
+        if first:
+            self._waiting.appendleft(future)
+        else:
+            self._waiting.append(future)
+        governor.defer()
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # admitted, then cancelled
+                self.leave(judged=False, timeout=0.0)
+            raise
+        return True
+
+    def leave(self, *, judged: bool, timeout: float) -> None:
+        """A scrape that entered ended (see :meth:`Governor.finished`): its place goes to
+        the next in line."""
+        self._governor.finished(judged=judged, timeout=timeout)
+        self.admit_waiting()
+
+    def admit_waiting(self) -> None:
+        """Start as many waiting scrapes as the limit allows (it may have grown)."""
+        waiting, governor = self._waiting, self._governor
+        while waiting:
+            if waiting[0].done():  # its scraper was cancelled while it waited
+                waiting.popleft()
+                continue
+            if not governor.admit():
+                return
+            waiting.popleft().set_result(None)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+_GATES: weakref.WeakKeyDictionary[Governor, Gate] = weakref.WeakKeyDictionary()
+
+
+def gate(governor: Governor) -> Gate:
+    """The one gate of ``governor`` (every scraper it governs waits at the same one)."""
+    found = _GATES.get(governor)
+    if found is None:
+        found = _GATES[governor] = Gate(governor)
+    return found
+
+
 def _waker(loop: asyncio.AbstractEventLoop) -> _Waker:
     waker = _WAKERS.get(loop)
     if waker is None:
@@ -149,10 +210,19 @@ class TargetScraper:
         governor = self._governor
         asked = interval
         previous: float | None = None
+        gated = None if governor is None else gate(governor)
         while True:
             wake = wake_time(due, interval=interval)
             await waker.until(wake)
-            if governor is not None:
+            judged = False
+            if governor is not None and gated is not None:
+                # Over the in-flight limit: wait, not started; lateness counts the wait, but
+                # only the loop's own lateness is evidence that specmon was behind.
+                woke = loop.time()
+                waited = await gated.enter(first=self.excused >= governor.policy.excuse_limit)
+                if waited:
+                    governor.lagged(at=woke, lag=woke - wake)
+                    due = loop.time()  # deferred: the schedule goes on from its start
                 now = loop.time()
                 governor.started(
                     at=now,
@@ -160,14 +230,18 @@ class TargetScraper:
                     interval=interval,
                     asked=asked,
                     gap=None if previous is None else now - previous,
+                    waited=waited,
                 )
                 previous = now
             try:
-                await self.scrape_once()
+                judged = await self.scrape_once()
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep scraping whatever happened
                 self._log.exception("scrape_failed")
+            finally:
+                if gated is not None:
+                    gated.leave(judged=judged, timeout=self.state.config.scrape_timeout)
             interval = self.state.config.scrape_interval
             stretch = 1.0 if governor is None else governor.stretch
             # After an excused timeout the probe comes at the configured interval: a target
@@ -176,7 +250,8 @@ class TargetScraper:
             asked = interval if soon else backoff_delay(interval * stretch, self.failures)
             due = next_due(due, wait=asked, now=loop.time())
 
-    async def scrape_once(self) -> None:
+    async def scrape_once(self) -> bool:
+        """One scrape; True when its outcome was delivered to the target (not excused)."""
         started = time.perf_counter()
         loop_started = asyncio.get_running_loop().time()
         governor = self._governor
@@ -193,7 +268,7 @@ class TargetScraper:
             governor.excuse()  # never given its timeout: excused, and probed again
             self._probe_soon = False
             self._canonical(ScrapeResult.TIMEOUT, time.perf_counter() - started, excused=True)
-            return
+            return False
         except FetchError as exc:
             outcome = Failure(
                 kind=exc.kind, message=str(exc), duration=time.perf_counter() - started
@@ -207,7 +282,7 @@ class TargetScraper:
             self.excused += 1
             self._probe_soon = True
             self._canonical(ScrapeResult.TIMEOUT, outcome.duration, excused=True)
-            return
+            return False
         self.excused = 0
         self._probe_soon = False
         events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
@@ -231,6 +306,7 @@ class TargetScraper:
             kind = view.error_kind or ScrapeResult.INTERNAL_ERROR
             self._canonical(kind, outcome.duration, error=view.error)
         self._on_scraped(self.state.config.name)
+        return True
 
     async def _probe(self, governor: Governor, config: TargetConfig, *, start: float) -> Reading:
         """A scrape judged whatever specmon's state: its timeout counts the time specmon ran

@@ -184,10 +184,19 @@ def test_every_target_waits_its_interval_times_the_stretch() -> None:
 
     class _Recording(Governor):
         def started(
-            self, *, at: float, late: float, interval: float, asked: float, gap: float | None
+            self,
+            *,
+            at: float,
+            late: float,
+            interval: float,
+            asked: float,
+            gap: float | None,
+            waited: bool = False,
         ) -> None:
             asked_gaps.append(asked)
-            super().started(at=at, late=late, interval=interval, asked=asked, gap=gap)
+            super().started(
+                at=at, late=late, interval=interval, asked=asked, gap=gap, waited=waited
+            )
 
     governor = _Recording()
     governor.stretch = 3.0

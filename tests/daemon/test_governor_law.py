@@ -256,3 +256,129 @@ def test_far_past_the_core_at_5_s_it_settles_and_never_stays_at_the_cap() -> Non
     settled = history[60:]
     assert min(settled) >= smallest * policy.relax_step
     assert max(settled) <= 1.5 * smallest
+
+
+# -- the in-flight limit, on a process the test controls --------------------------------------
+
+
+@dataclass
+class _Pipe:
+    """``targets`` every ``interval`` s on a process that completes ``capacity`` scrapes a
+    second, a ``timeout`` s each. Scrapes in flight share the process: when more arrive
+    than it completes, the in-flight limit fills and each scrape takes limit / capacity s;
+    the part of them past the timeout time out while specmon is behind (excused); the
+    arrivals beyond the capacity wait at the gate (deferred) and start late. The stretch and
+    the limit decided at a period's close apply from the next."""
+
+    targets: int
+    interval: float
+    capacity: float
+    timeout: float = 1.0
+    excused: int = 0
+    completed: int = 0
+    limits: list[int] = field(default_factory=list)
+
+    def step(self, governor: Governor) -> Period:
+        period = governor.policy.period
+        arrivals = self.targets / (self.interval * governor.stretch)
+        saturated = arrivals > self.capacity
+        started = round(min(arrivals, self.capacity) * period)
+        in_flight = governor.limit if saturated else arrivals * 0.01
+        share = max(0.0, 1.0 - self.timeout * self.capacity / in_flight) if in_flight else 0.0
+        excused = round(started * share)
+        deferred = round((arrivals - self.capacity) * period) if saturated else 0
+        late = 1.0 if deferred else 0.005
+        at = next(_STARTS)
+        asked = self.interval * governor.stretch
+        for index in range(started):
+            governor.started(
+                at=at + index * 0.001,
+                late=late,
+                interval=self.interval,
+                asked=asked,
+                gap=asked * (arrivals / self.capacity if saturated else 1.0),
+            )
+        for _ in range(deferred):
+            governor.defer()
+        for _ in range(started - excused):
+            governor.finished(judged=True, timeout=self.timeout)
+        if excused:
+            end = at + started * 0.001
+            governor.lagged(at=end + 1.0, lag=5.0)
+            for _ in range(excused):
+                assert governor.excuses(timeout=self.timeout, start=end + 0.5, end=end + 1.5)
+                governor.finished(judged=False, timeout=self.timeout)
+        self.excused += excused
+        self.completed += started - excused
+        closed = governor.close()
+        self.limits.append(governor.limit)
+        return closed
+
+
+def test_the_limit_is_cut_to_what_completes_inside_the_timeout() -> None:
+    """256 in flight on a process of 200 a second: 1.28 s each against a 1 s timeout, 22 %
+    excused; the limit is cut at once to Little's law's share of what completed (156 a
+    second x 1 s x 0.5 = 78), below half its value."""
+    governor = Governor(seed=1)
+    pipe = _Pipe(targets=6000, interval=1.0, capacity=200.0)
+    period = pipe.step(governor)
+    assert period.state == "trouble" and period.excused > 0
+    assert period.completed == 781 and governor.limit == 78  # floor(781 / 5 x 1 x 0.5)
+    assert governor.limit < Policy().inflight_max * Policy().inflight_cut
+
+
+def test_the_limit_grows_slowly_while_scrapes_wait_and_nothing_is_excused() -> None:
+    governor = Governor(policy=Policy(inflight_max=1000), seed=1)
+    governor.limit = 20
+    pipe = _Pipe(targets=6000, interval=1.0, capacity=400.0)
+    pipe.step(governor)  # 20 in flight at 400 a second: 0.05 s each, scrapes wait
+    assert governor.limit == 22  # 10 %
+    pipe.step(governor)
+    assert governor.limit == 24
+    pipe.capacity = 10_000.0  # nothing waits: the limit stays where it is
+    for _ in range(5):
+        pipe.step(governor)
+    assert governor.limit == 24
+
+
+def test_far_past_the_core_the_limit_settles_and_almost_nothing_is_excused() -> None:
+    """Issue 58's first bullet on a process the test controls: 6,000 targets every 1 s, a 1 s
+    timeout, a process of 200 scrapes a second (a third of a core): past the stretch's cap
+    (375 a second at 16) the gate holds the rest. Over 20 minutes after the first: excused
+    timeouts under 1 % of the completed scrapes, the limit never above what completes inside
+    the timeout by more than one growth step, cut at most once every 2 minutes."""
+    policy = Policy()
+    governor = Governor(seed=1)
+    pipe = _Pipe(targets=6000, interval=1.0, capacity=200.0)
+    for _ in range(12):
+        pipe.step(governor)
+    assert governor.stretch == policy.max_stretch  # and scrapes wait at the gate beyond it
+    excused, completed = pipe.excused, pipe.completed
+    pipe.limits.clear()
+    for _ in range(240):
+        pipe.step(governor)
+    assert (pipe.excused - excused) < 0.01 * (pipe.completed - completed)
+    edge = pipe.capacity * pipe.timeout
+    assert max(pipe.limits) <= edge * policy.inflight_grow
+    cuts = sum(1 for a, b in itertools.pairwise(pipe.limits) if b < a)
+    assert cuts <= 240 * policy.period / 120.0
+    assert min(pipe.limits) >= edge * policy.inflight_share * policy.inflight_cut
+
+
+def test_when_the_load_goes_the_gate_holds_nothing_back_and_the_stretch_relaxes() -> None:
+    """From the cap at a 1 s interval: 13 steps of 0.8 to 1, each after 2 calm periods, so
+    130 s (at 5 s, or from a stretch under 8, within 2 minutes); the limit left where it was
+    binds nothing, nothing waits at the gate."""
+    governor = Governor(seed=1)
+    pipe = _Pipe(targets=6000, interval=1.0, capacity=200.0)
+    for _ in range(60):
+        pipe.step(governor)
+    assert governor.stretch == Policy().max_stretch
+    pipe.targets = 1000
+    pipe.capacity = 2000.0
+    excused = pipe.excused
+    periods = [pipe.step(governor) for _ in range(27)]
+    history = [period.stretch for period in periods]
+    assert history[-2:] == [1.0, 1.0] and history[-3] > 1.0
+    assert history == sorted(history, reverse=True)
+    assert sum(period.deferred for period in periods) == 0 and pipe.excused == excused

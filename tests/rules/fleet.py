@@ -120,6 +120,8 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_scrape_delay_seconds", own, _const(0.004))
         add("specmon_scrape_interval_achieved_seconds", {**own, "interval": "5s"}, _const(5))
         add("specmon_scrape_timeouts_excused_total", own, _const(0))
+        add("specmon_scrapes_in_flight_limit", own, _const(256))
+        add("specmon_scrapes_deferred_total", own, _const(0))
         # A Prometheus source (fleet mode) beside the direct targets.
         source = {**own, "source": "prometheus:9090"}
         add("specmon_source_up", source, _const(1))
