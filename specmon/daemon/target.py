@@ -383,15 +383,19 @@ class TargetState:
         (None: the model does not speculate)."""
         history, counts = self._loads.get(model), self._histories.get(model)
         since, end = self._openings.at(model), self._reads.last
-        if since is None or (history is None and counts is None):
-            return None
         found: tuple[int, float | None, float | None]
+        if since is None:
+            return None
         if history is not None:
             found = history.counts(seconds, since=since)
-        else:
-            assert counts is not None
+        elif counts is not None:
             delta = counts.window(seconds, since=since)
             found = (delta.readings - 1 if delta else 0, None, None)
+        elif model in self._gauges:  # a gauge reading each interval (SGLang)
+            mean = self._gauges[model][0].mean(seconds, since=since)
+            found = (mean[1] if mean else 0, None, None)
+        else:
+            return None
         return straddle(seconds=seconds, since=since, end=end,
                         change=self._openings.change(model), counts=found, drafts=drafts)  # fmt: skip
 
@@ -442,17 +446,12 @@ class TargetState:
 
     def _plain_view(self, model: ModelReading) -> ModelView:
         """A model without speculation (a baseline server): its load and speed per window."""
-        windows = tuple(
-            WindowView(
-                format_duration(seconds),
-                seconds,
-                None,
-                None,
-                None,
-                load=self._load(model.model, seconds, None, None),
-            )
-            for seconds in self._windows
-        )
+        windows = []
+        for seconds in self._windows:
+            cut = self._straddle(model.model, seconds, None)
+            load = None if cut and cut.held else self._load(model.model, seconds, None, None)
+            windows.append(WindowView(format_duration(seconds), seconds, None, None, None,
+                                      load=load, straddle=cut))  # fmt: skip
         return ModelView(
             model=model.model,
             basis=basis(draft_cost=self.config.draft_cost),
@@ -460,7 +459,7 @@ class TargetState:
             totals_draft_tokens=None,
             totals_accepted=None,
             resets=0,
-            windows=windows,
+            windows=tuple(windows),
             requests_running=model.context.requests_running,
             speculating=False,
         )
@@ -662,9 +661,10 @@ class TargetState:
             model_basis = report.basis
         else:
             length_h, rate_h = self._gauges[model]
+            since = self._openings.at(model)
             for seconds in self._windows:
-                length = length_h.mean(seconds)
-                rate = rate_h.mean(seconds)
+                length = length_h.mean(seconds, since=since)
+                rate = rate_h.mean(seconds, since=since)
                 averaged = SpecGauges(
                     scope=gauges.scope,
                     mean_acceptance_length=length[0] if length else None,
@@ -676,13 +676,13 @@ class TargetState:
                     configured_chain_length=cfg.chain_length,
                     detected_chain_length=chain_length,
                 )
-                windows.append(
-                    WindowView(
-                        format_duration(seconds), seconds, None, None, report,
-                        verdict=verdict(report, None, engine_draft_cost=None,
-                                        draft_cost_configured=cfg.draft_cost_configured),
-                    )
-                )  # fmt: skip
+                cut = self._straddle(model, seconds, None)
+                if cut is not None and cut.held is not None:
+                    report = None
+                judged = verdict(report, None, engine_draft_cost=None,
+                                 draft_cost_configured=cfg.draft_cost_configured)  # fmt: skip
+                windows.append(WindowView(format_duration(seconds), seconds, None, None, report,
+                                          verdict=with_straddle(judged, cut), straddle=cut))  # fmt: skip
             model_basis = basis(
                 draft_cost=cfg.draft_cost,
                 configured_chain_length=cfg.chain_length,

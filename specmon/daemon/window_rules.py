@@ -51,9 +51,14 @@ class Straddle:
     #: Why its figures are withheld (too little of the new configuration yet), else None.
     held: str | None = None
 
+    @property
+    def clock(self) -> str:
+        """The change's time of day, UTC ("14:01:07")."""
+        return time.strftime("%H:%M:%S", time.gmtime(self.change))
+
     def text(self) -> str:
         """The one wording every surface shows."""
-        at = time.strftime("%H:%M:%S", time.gmtime(self.change))
+        at = self.clock
         if self.held is not None:
             return (
                 f"window straddles the configuration change at {at} UTC (now {self.now}); "
