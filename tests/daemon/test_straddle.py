@@ -166,3 +166,27 @@ def test_a_change_marked_by_hand_cuts_the_windows_at_the_last_reading_before_it(
     assert window.straddle is not None and window.straddle.held is None
     assert window.straddle.change == marked.start == 150.5
     assert "(now speculating, k = 4 (draft model: Qwen3-0.6B))" in window.straddle.text()
+
+
+def test_a_twin_compared_window_and_its_cost_curve_start_at_the_change() -> None:
+    """vllm-loaded (compared with its twin vllm-baseline) restarted with k = 2 after k = 4 at
+    400 s, in the load cycle's phase of 8 requests from 420 s: at 424 s its 2 m window's twin
+    verdict is the k = 2 draft's at that load (read whole, 1.38x against a truth of 1.65x), and
+    its cost curve holds only the intervals since the change."""
+    fleet = DemoFleet(names=("vllm-loaded", "vllm-baseline"))
+    fleet.advance(400)
+    engine = fleet.targets["vllm-loaded"].engine
+    engine.configure(replace(engine.settings, survival=(0.9, 0.7)), now=fleet.now, wall=fleet.now)
+    fleet.advance(424)
+    assert engine.settings.requests_running == 8
+    truth = FAST_LOAD_MODEL.speedup(8, 2, 1 + 0.9 + 0.7)
+    state = fleet.states["vllm-loaded"]
+    window = _windows(state)["2m"]
+    v = window.verdict
+    assert v is not None and v.speedup is not None and v.basis is Evidence.TWIN, v
+    assert abs(v.speedup / truth - 1) < 0.05, (v.speedup, truth)
+    assert window.covered_seconds == 24.0  # from the reading at 400, before the restart
+    curve = state.load_window(state.view.models[0].model, 120.0)
+    assert curve is not None and curve.curve is not None
+    assert sum(b.values[0] for b in curve.curve.buckets()) <= 24  # intervals since 400 s
+    assert window.straddle is not None and window.straddle.held is None
