@@ -24,6 +24,7 @@ from specmon.daemon.views import Event, ModelView, TargetView, WindowView
 from specmon.daemon.window_rules import (
     Openings,
     Straddle,
+    cuts,
     straddle,
     why_withheld,
     with_straddle,
@@ -278,6 +279,9 @@ class TargetState:
         for name, opening in self._openings.observe(self.epochs, wall=wall, mono=mono):
             if name in self._loads:  # its windows and cost curve start at the change
                 self._loads[name].anchor(opening, curve=True)
+        for name in self._openings.settle(mono - max(self._windows)):  # no window reaches it
+            if name in self._loads:
+                self._loads[name].anchor(None)
         for name, load in self._loads.items():
             self.curves.feed(self.epochs, name, load.whole_row)
         self._epochs_view = self.epochs.view()
@@ -384,7 +388,7 @@ class TargetState:
         history, counts = self._loads.get(model), self._histories.get(model)
         since, end = self._openings.at(model), self._reads.last
         found: tuple[int, float | None, float | None]
-        if since is None:
+        if not cuts(seconds, since, end):
             return None
         if history is not None:
             found = history.counts(seconds, since=since)

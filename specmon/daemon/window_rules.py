@@ -34,7 +34,9 @@ from specmon.report import AcceptanceReport, figure_out_of_range
 from specmon.state.epochs import EpochBook, Reason
 from specmon.windows import MAX_WINDOW_ERROR, WindowDelta
 
-__all__ = ["Openings", "Straddle", "straddle", "why_withheld", "with_straddle", "withhold"]
+__all__ = [
+    "Openings", "Straddle", "cuts", "straddle", "why_withheld", "with_straddle", "withhold",
+]  # fmt: skip
 
 
 @record
@@ -74,6 +76,12 @@ class Straddle:
                 "held": self.held, "text": self.text()}  # fmt: skip
 
 
+def cuts(seconds: float, since: float | None, end: float | None) -> bool:
+    """Whether a change whose first interval opens at ``since`` falls inside the window of
+    ``seconds`` ending at ``end`` (monotonic times)."""
+    return since is not None and end is not None and since > end - seconds
+
+
 def straddle(
     *,
     seconds: float,
@@ -88,8 +96,9 @@ def straddle(
     configuration's part holds enough. ``change``: the epoch's start (Unix time), what runs
     now and whether it speculates; ``counts``: that part's scrape intervals, engine steps and
     request-steps (None without load series); ``drafts``: its drafts (None: not counted)."""
-    if since is None or end is None or change is None or since <= end - seconds:
+    if change is None or not cuts(seconds, since, end):
         return None
+    assert since is not None and end is not None
     intervals, engine, request = counts
     held = DEFAULT_THRESHOLDS.counts_short_of(
         engine_steps=engine, request_steps=request, intervals=intervals,
@@ -157,6 +166,15 @@ class Openings:
         for gone in set(self._at) - set(book.models()):
             del self._at[gone]
         return moved
+
+    def settle(self, before: float) -> list[str]:
+        """Forget the openings older than ``before`` (the longest window's start: no window
+        reaches them any more); the models whose opening went."""
+        gone = [m for m, (_, at, _, _) in self._at.items() if at is not None and at < before]
+        for model in gone:
+            start, _, now, speculating = self._at[model]
+            self._at[model] = (start, None, now, speculating)
+        return gone
 
     def at(self, model: str) -> float | None:
         """The model's opening (monotonic), or None: no window of it is cut."""

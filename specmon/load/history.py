@@ -294,12 +294,18 @@ class LoadHistory:
             self._resum(slide)
         return slide
 
-    def anchor(self, since: float, *, curve: bool = False) -> None:
+    def anchor(self, since: float | None, *, curve: bool = False) -> None:
         """Keep the sums of the intervals that start at ``since`` or later (the reading that
         opens the current configuration epoch's first interval): the windows asked for
-        ``since`` read them (one sliding sum, O(1) a reading, whatever the windows). With
-        ``curve`` the cost curve starts again from the same intervals (the configuration
-        changed: its step times are another server's)."""
+        ``since`` read them (one sliding sum, O(1) a reading, whatever the windows); None
+        lets them go (no window reaches back to it any more). With ``curve`` the cost curve
+        starts again from the same intervals (the configuration changed: its step times are
+        another server's)."""
+        if since is None:
+            self._anchor = None
+            self._slides.pop(math.inf, None)
+            self._windows.pop(math.inf, None)
+            return
         if curve and self.curve is not None:
             self.curve = self._new_curve()
             for index in range(len(self._rows)):
