@@ -385,11 +385,11 @@ class TargetState:
         """Whether the model's window of ``seconds`` is cut at its configuration change, and
         held (specmon.daemon.window_rules: the one decision); ``drafts``: the cut window's
         (None: the model does not speculate)."""
-        history, counts = self._loads.get(model), self._histories.get(model)
-        since, end = self._openings.at(model), self._reads.last
-        found: tuple[int, float | None, float | None]
-        if not cuts(seconds, since, end):
+        since = self._openings.at(model)
+        if since is None or not cuts(seconds, since, end := self._reads.last):
             return None
+        history, counts = self._loads.get(model), self._histories.get(model)
+        found: tuple[int, float | None, float | None]
         if history is not None:
             found = history.counts(seconds, since=since)
         elif counts is not None:

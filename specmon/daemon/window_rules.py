@@ -117,37 +117,37 @@ def with_straddle(verdict: Verdict | None, cut: Straddle | None) -> Verdict | No
 class Openings:
     """Per model, the monotonic time of the reading that opens its current configuration
     epoch's first interval: the time no window of it reaches before. None for the first
-    epoch seen and for one that began before every reading this state holds (restored)."""
+    epoch seen, for one that began before every reading this state holds (restored), and
+    once the longest window lies after it (:meth:`settle`)."""
 
-    __slots__ = ("_at", "_previous", "_seen")
+    __slots__ = ("_at", "_cut", "_models", "_previous", "_seen")
 
     def __init__(self) -> None:
         #: The previous reading's (Unix, monotonic) time.
         self._previous: tuple[float, float] | None = None
         #: Per model, a change being confirmed: when first seen, and the reading before.
         self._seen: dict[str, tuple[float, float | None]] = {}
-        #: Per model: its current epoch's start (Unix), the opening, what runs now and
-        #: whether it speculates.
-        self._at: dict[str, tuple[float, float | None, str, bool]] = {}
-
-    def clear(self) -> None:
-        self._seen.clear()
-        self._at.clear()
+        #: Per model: its current epoch's start (Unix), what runs now, whether it speculates.
+        self._at: dict[str, tuple[float, str, bool]] = {}
+        #: Per model whose windows a change may cut: the opening (monotonic).
+        self._cut: dict[str, float] = {}
+        self._models: tuple[str, ...] = ()
 
     def observe(self, book: EpochBook, *, wall: float, mono: float) -> list[tuple[str, float]]:
         """After ``book`` observed the page read at ``wall`` / ``mono`` (or marked a change
         since the previous one): the models whose epoch opened anew, with the opening."""
         previous, self._previous = self._previous, (wall, mono)
         moved = []
-        for model in book.models():
+        models = book.models()
+        for model in models:
             opening = book.opening(model)
             if opening is None:
                 continue
             start, reason, since = opening
             known = self._at.get(model)
             if known is None or known[0] != start:
-                at: float | None = None
                 seen = self._seen.get(model)
+                at: float | None = None
                 if reason is Reason.FIRST or previous is None:
                     at = None
                 elif start > previous[0]:  # seen at this page, or marked since the last one
@@ -155,39 +155,41 @@ class Openings:
                 elif seen is not None and seen[0] == start:
                     at = seen[1]
                 now = book.current(model)
-                self._at[model] = (start, at, now.describe() if now else "",
+                self._at[model] = (start, now.describe() if now else "",
                                    bool(now and now.speculation))  # fmt: skip
+                self._cut.pop(model, None)
                 if at is not None:
+                    self._cut[model] = at
                     moved.append((model, at))
-            if since is None:
-                self._seen.pop(model, None)
-            elif since == wall:
+            if since is not None and since == wall:
                 self._seen[model] = (wall, previous[1] if previous is not None else None)
-        for gone in set(self._at) - set(book.models()):
-            del self._at[gone]
+            elif since is None and self._seen:
+                self._seen.pop(model, None)
+        if models != self._models:  # a model gone (or the book started afresh)
+            self._models = models
+            for gone in set(self._at) - set(models):
+                del self._at[gone]
+                self._cut.pop(gone, None)
         return moved
 
     def settle(self, before: float) -> list[str]:
         """Forget the openings older than ``before`` (the longest window's start: no window
         reaches them any more); the models whose opening went."""
-        gone = [m for m, (_, at, _, _) in self._at.items() if at is not None and at < before]
+        if not self._cut:
+            return []
+        gone = [model for model, at in self._cut.items() if at < before]
         for model in gone:
-            start, _, now, speculating = self._at[model]
-            self._at[model] = (start, None, now, speculating)
+            del self._cut[model]
         return gone
 
     def at(self, model: str) -> float | None:
         """The model's opening (monotonic), or None: no window of it is cut."""
-        known = self._at.get(model)
-        return known[1] if known is not None else None
+        return self._cut.get(model)
 
     def change(self, model: str) -> tuple[float, str, bool] | None:
         """When the model's current configuration began (Unix), what it is and whether it
         speculates; None when no window of it is cut."""
-        known = self._at.get(model)
-        return (
-            (known[0], known[2], known[3]) if known is not None and known[1] is not None else None
-        )
+        return self._at.get(model) if model in self._cut else None
 
 
 def withhold(withheld: list[Rejection], model: str, reason: RejectReason, detail: str) -> None:
