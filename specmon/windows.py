@@ -367,16 +367,18 @@ class CounterHistory:
             times.popleft()
             self._rows.popleft()
 
-    def window(self, seconds: float) -> WindowDelta | None:
+    def window(self, seconds: float, *, since: float | None = None) -> WindowDelta | None:
         """Increases over the last ``seconds`` (relative to the newest reading), or None when
-        fewer than two readings fall inside it."""
+        fewer than two readings fall inside it; ``since``: no reading before that time (the
+        one that opens the current configuration's first interval) starts it."""
         times = self._times
         end_index = len(times) - 1
         if end_index < 1:
             return None
         end_time = self._last_time
         assert end_time is not None
-        start_index = times.bisect_left(end_time - seconds)
+        first = end_time - seconds if since is None else max(end_time - seconds, since)
+        start_index = times.bisect_left(first)
         if start_index >= end_index:
             return None
         rows = self._rows
@@ -386,12 +388,14 @@ class CounterHistory:
             drafts=delta[_TOTALS + 0],
             draft_tokens=delta[_TOTALS + 1],
             accepted_tokens=delta[_TOTALS + 2],
-            # Every position series published by a reading inside the window (after a restart
-            # llama.cpp publishes none until a request completes; the window still has data).
+            # Every position series published by a reading inside the window after its start
+            # (after a restart llama.cpp publishes none until a request completes; the window
+            # still has data). The start reading's own are not: after a restart with a
+            # shorter k, its deeper positions are the old configuration's, rising no more.
             accepted_per_position=delta[
                 _TOTALS + _SCALARS : _TOTALS
                 + _SCALARS
-                + (rows.column_max(_POSITIONS, start_index, end_index) or 0)
+                + (rows.column_max(_POSITIONS, start_index + 1, end_index) or 0)
             ],
             start=times.cell(start_index, 0),
             end=end_time,
@@ -453,10 +457,14 @@ class GaugeHistory:
             self._times.popleft()
             self._values.popleft()
 
-    def mean(self, seconds: float) -> tuple[float, int] | None:
-        """Mean of the readings in the last ``seconds`` and how many there were."""
+    def mean(self, seconds: float, *, since: float | None = None) -> tuple[float, int] | None:
+        """Mean of the readings in the last ``seconds`` and how many there were; ``since``:
+        only the readings after that time (each describes the interval it ends)."""
         if not self._times:
             return None
-        start = bisect.bisect_left(self._times, self._times[-1] - seconds)
+        first = self._times[-1] - seconds
+        if since is not None:
+            first = max(first, math.nextafter(since, math.inf))
+        start = bisect.bisect_left(self._times, first)
         values = list(self._values)[start:]
         return (sum(values) / len(values), len(values)) if values else None

@@ -1156,3 +1156,32 @@ def test_a_lean_speculating_history_starts_again_when_made_whole() -> None:
             assert (got.totals, got.buckets, got.latest) == (want.totals, want.buckets, want.latest)
     totals = lean.window(300.0).totals
     assert totals is not None and totals.drafts > 0 and totals.intervals > 40
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_a_window_anchored_at_a_change_sums_the_intervals_since_it(lean: bool) -> None:
+    """``since`` (a configuration change's opening reading) cuts a window: its sums are those
+    of the window that starts exactly there, whatever the window's length, kept as readings
+    arrive and leave the retention; a window that starts after it is its own."""
+    readings = _readings(11, 400, speculating=True)
+    history = LoadHistory(retention=600.0, lean=lean)
+    since = readings[200][0]
+    for index, (t, counters) in enumerate(readings):
+        history.add(t, counters)
+        if index < 200:
+            continue
+        elapsed = t - since
+        for seconds in (60.0, 300.0, 900.0):
+            cut = history.speeds(seconds, since=since)
+            exact = history.speeds(min(seconds, elapsed), since=None) if elapsed else None
+            # Step time and time per output token alike (the requests-running fallback of
+            # the concurrency leaves out the gauge read at ``since``: the old configuration's).
+            if cut is None or exact is None:
+                assert cut is exact, (index, seconds)
+            else:
+                assert cut[1:] == pytest.approx(exact[1:], rel=1e-9), (index, seconds)
+            intervals, _, _ = history.counts(seconds, since=since)
+            assert intervals <= index - 200
+    if not lean:
+        window = history.window(900.0, since=readings[390][0])
+        assert window.totals is not None and window.totals.intervals <= 9

@@ -319,8 +319,9 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                     + paint(f"no speculation (a baseline): load n={n}, {per_token}", _DIM)
                 )
                 continue
-            if r is None:
-                rows.append(f"{view.name:<16} {engine:<9} {'up':<6} {'(window filling)':>6}")
+            if r is None:  # filling, or held at a configuration change (window_rules says why)
+                why = w.straddle.text() if w and w.straddle else "(window filling)"
+                rows.append(f"{view.name:<16} {engine:<9} {'up':<6} {why}")
                 continue
             v = w.verdict if w else None
             margin = v.alpha_margin if v else r.alpha_margin
@@ -357,6 +358,8 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                 f"{view.name:<16} {engine:<9} {up} {alpha} {be} "
                 f"{margin_text} {speed} {basis} {k:>2} {best:>4}  {spark:<6} {survival}"
             )
+            if w is not None and w.straddle is not None:  # read since the change only
+                rows.append(f"{'':<16} {'':<9} " + paint(w.straddle.text(), _DIM))
             if load is not None and load.baseline is not None:
                 rows.append(_load_line(load, paint, v, r, model.basis.draft_cost))
     return rows

@@ -206,10 +206,13 @@ WINDOW_GENERATED = _g(
 )
 WINDOW_SECONDS = _g(
     "specmon_window_seconds",
-    "Time covered by the window's data (oldest to newest scrape inside the window).",
+    "Time covered by the window's data (oldest to newest scrape inside the window; from "
+    "the model's configuration change when one falls inside it: docs/history.md).",
     _W,
     Scope.WINDOW,
-    "time actually covered by the window's data (less than the window while it fills)",
+    "time actually covered by the window's data (less than the window while it fills, or "
+    "since a configuration change inside it: every figure of the window is the new "
+    "configuration's)",
 )
 DRAFT_ACCEPTANCE = _g(
     "specmon_draft_acceptance_ratio",

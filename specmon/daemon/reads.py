@@ -27,6 +27,11 @@ class ReadTimes:
         self._times.append(mono)
 
     @property
+    def last(self) -> float | None:
+        """The newest reading's monotonic time (None before the first)."""
+        return self._times[-1] if self._times else None
+
+    @property
     def interval(self) -> float | None:
         """The (lower) median gap between the readings kept, seconds (None before two)."""
         gaps = sorted(b - a for a, b in itertools.pairwise(self._times))

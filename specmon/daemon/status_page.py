@@ -13,16 +13,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
-from typing import Any
 from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
 from specmon.daemon.answer_text import best_on_basis, crossover_text
-from specmon.daemon.epochs_view import epochs_api
+from specmon.daemon.api_json import views_json
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.daemon.verdict import Evidence, Verdict
+from specmon.daemon.window_rules import Straddle
 from specmon.formatting import number
 
 __all__ = [
@@ -200,10 +200,14 @@ _FIGURE_CLASS = {
 }
 
 
-def verdict_html(verdict: Verdict | None, severity: Severity) -> str:
+def verdict_html(verdict: Verdict | None, severity: Severity, cut: Straddle | None = None) -> str:
     """The speed-up believed now, coloured by the window's severity (never green for a
-    window slower than its baseline), and what it rests on (the whole line on hover)."""
+    window slower than its baseline), and what it rests on (the whole line on hover); a
+    window cut at a configuration change says so (specmon.daemon.window_rules)."""
     if verdict is None:
+        if cut is not None and cut.held is not None:
+            return (f'<span class="muted" title="{escape(cut.text())}">&ndash;<br>changed '
+                    f"{cut.seconds:.0f} s ago: too little yet</span>")  # fmt: skip
         return '<span class="muted">&ndash;</span>'
     value = verdict.speedup
     cls = _FIGURE_CLASS.get(severity, "muted")
@@ -218,7 +222,8 @@ def verdict_html(verdict: Verdict | None, severity: Severity) -> str:
             f' <span class="muted nowrap" title="95 % interval">({low:.2f}&ndash;{high:.2f})</span>'
         )
     read = f", {verdict.read}" if verdict.read in ("interpolated", "extrapolated") else ""
-    basis = escape(_BASIS_TEXT[verdict.basis] + read)
+    since = f", since the {cut.clock} change" if cut is not None else ""
+    basis = escape(_BASIS_TEXT[verdict.basis] + read + since)
     return f'{figure}<br><span class="muted" title="{escape(verdict.detail)}">{basis}</span>'
 
 
@@ -315,7 +320,7 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
         rows.append(
             f"<tr>{first}"
             f'<td class="num" data-l="verdict">'
-            f"{verdict_html(verdict, window_severity(window))}</td>"
+            f"{verdict_html(verdict, window_severity(window), window.straddle if window else None)}</td>"
             f"{where}"
             f'<td class="num" data-l="margin">'
             f"{margin_html(verdict.alpha_margin if verdict else None)}"
@@ -703,90 +708,3 @@ def _nav(page: int, pages: int, per_page: int, query: str, problems: bool, count
         ' <button type="submit">filter</button> '
         f"page {page} of {pages} ({count} targets) {' '.join(links)}</form>"
     )
-
-
-def _report_json(window: WindowView) -> dict[str, Any]:
-    return {
-        "window": window.window,
-        "seconds": window.seconds,
-        "covered_seconds": window.covered_seconds,
-        "drafts": window.drafts,
-        "readings": window.readings,
-        "generated_tokens": window.generated_tokens,
-        "report": window.report.as_dict() if window.report else None,
-        "load": _load_json(window.load),
-        "verdict": dataclasses.asdict(window.verdict) if window.verdict else None,
-    }
-
-
-def _load_json(load: LoadFigures | None) -> dict[str, Any] | None:
-    """The window's load figures (the shape ``specmon recommend --from`` reads). A bucket
-    without figures (too little data, no matching baseline bucket yet) carries its label,
-    edges and the reason only: no ``"concurrency": null`` for a reader to trip on."""
-    if load is None:
-        return None
-    document = dataclasses.asdict(load)
-    document["buckets"] = [
-        bucket if bucket["concurrency"] is not None else {k: bucket[k] for k in _THIN_BUCKET}
-        for bucket in document["buckets"]
-    ]
-    return document
-
-
-#: What a bucket without figures says of itself in the API.
-_THIN_BUCKET = ("label", "low", "high", "reason")
-
-
-def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
-    out = []
-    for view in views:
-        out.append(
-            {
-                "target": view.name,
-                "url": view.url,
-                "labels": view.labels,
-                "engine": view.engine.value if view.engine else None,
-                "up": view.up,
-                "scraped": view.scraped,
-                "last_scrape_duration_seconds": view.last_duration,
-                "last_success_timestamp_seconds": view.last_success,
-                "error": view.error,
-                "error_kind": view.error_kind,
-                "speculation": view.speculation,
-                "message": view.message,
-                "notes": list(view.notes),
-                "baseline_for": list(view.baseline_for),
-                "baseline": view.baseline,
-                "baseline_check": (
-                    None if view.baseline_check is None else dataclasses.asdict(view.baseline_check)
-                ),
-                "malformed_lines": view.malformed,
-                "rejected": [
-                    {
-                        "model": r.model,
-                        "reason": r.reason.value,
-                        "detail": r.detail,
-                        "whole_model": r.whole_model,
-                    }
-                    for r in view.rejected
-                ],
-                "models": [
-                    {
-                        "model": m.model,
-                        "speculating": m.speculating,
-                        "chain_length": m.basis.chain_length,
-                        "chain_length_source": m.basis.chain_length_source,
-                        "draft_cost": m.basis.draft_cost,
-                        "engine_draft_cost": m.engine_draft_cost,
-                        "engine_draft_overhead": m.engine_draft_overhead,
-                        "breakeven_alpha": m.basis.breakeven_alpha,
-                        "resets": m.resets,
-                        "requests_running": m.requests_running,
-                        "windows": [_report_json(w) for w in m.windows],
-                    }
-                    for m in view.models
-                ],
-                **epochs_api(view),
-            }
-        )
-    return out

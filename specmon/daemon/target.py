@@ -9,18 +9,27 @@ a new immutable :class:`TargetView` that the exporter and the status page read w
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import field, replace
-from typing import Any
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 from specmon.bounds import acceptance_length_refusal, chain_bound
 from specmon.config_values import format_duration
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.epoch_curves import ChangeView, EpochCurves, history_figures
+from specmon.daemon.epoch_curves import EpochCurves, history_figures
 from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
 from specmon.daemon.reads import ReadTimes
 from specmon.daemon.twins import TwinCheck, Twins
-from specmon.daemon.verdict import Verdict, verdict
+from specmon.daemon.verdict import verdict
+from specmon.daemon.views import Event, ModelView, TargetView, WindowView
+from specmon.daemon.window_rules import (
+    Openings,
+    Straddle,
+    cuts,
+    straddle,
+    why_withheld,
+    with_straddle,
+    withhold,
+)
 from specmon.engines import (
     Engine,
     GaugeScope,
@@ -32,21 +41,17 @@ from specmon.engines import (
     SpecGauges,
 )
 from specmon.load import LoadHistory, LoadWindow, load_counters
-from specmon.records import record
 from specmon.report import (
-    AcceptanceReport,
-    Basis,
     basis,
     detected_chain_length,
     engine_draft_cost,
-    figure_out_of_range,
     has_data,
     report_from_counters,
     report_from_gauges,
 )
 from specmon.sources import ScrapeResult
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
-from specmon.windows import MAX_WINDOW_ERROR, CounterHistory, GaugeHistory, WindowDelta
+from specmon.windows import CounterHistory, GaugeHistory
 
 __all__ = ["Event", "ModelView", "TargetState", "TargetView", "Twins", "WindowView", "display_url"]
 
@@ -55,90 +60,6 @@ def display_url(url: str) -> str:
     """The URL without query string or fragment (they may carry tokens)."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
-
-
-@record
-class WindowView:
-    window: str
-    seconds: float
-    #: Time the window's data covers, drafts counted in it; None when it has < 2 readings.
-    covered_seconds: float | None
-    drafts: int | None
-    report: AcceptanceReport | None
-    #: Scrapes inside the window (0 when it has fewer than two).
-    readings: int = 0
-    #: Tokens generated in the window, when the engine publishes a generated-token counter.
-    generated_tokens: int | None = None
-    #: Load, speed and (with a baseline) the load-aware verdict; None without load series.
-    load: LoadFigures | None = None
-    #: The best-evidence verdict (specmon.daemon.verdict); None with nothing to judge.
-    verdict: Verdict | None = None
-
-
-@record
-class ModelView:
-    model: str
-    #: Chain length, its source, draft cost and break-even alpha (resolved by report.basis).
-    basis: Basis
-    totals_drafts: int | None
-    totals_draft_tokens: int | None
-    totals_accepted: int | None
-    resets: int
-    windows: tuple[WindowView, ...]
-    requests_running: float | None = None
-    #: False for a model the page names without speculative data (a baseline server): its
-    #: windows carry load figures only.
-    speculating: bool = True
-    #: Draft cost c the engine measured (TensorRT-LLM's draft overhead o over the primary
-    #: window's scrapes, converted with c = o / (k (1 - o))); None when it measures none.
-    engine_draft_cost: float | None = None
-    #: The engine's raw draft overhead behind ``engine_draft_cost`` (mean of the readings).
-    engine_draft_overhead: float | None = None
-
-    def window(self, label: str) -> WindowView | None:
-        return next((w for w in self.windows if w.window == label), None)
-
-
-@record
-class TargetView:
-    name: str
-    url: str
-    labels: dict[str, str]
-    engine: Engine | None = None
-    up: bool = False
-    scraped: bool = False
-    last_duration: float | None = None
-    last_success: float | None = None
-    error: str | None = None
-    error_kind: ScrapeResult | None = None
-    speculation: bool | None = None
-    message: str | None = None
-    notes: tuple[str, ...] = ()
-    malformed: int = 0
-    models: tuple[ModelView, ...] = ()
-    #: Readings refused at the last scrape, with their reasons (their figures are left out).
-    rejected: tuple[Rejection, ...] = ()
-    #: The configured ``baseline:`` twin (another target's name), or None.
-    baseline: str | None = None
-    #: Whether that twin may be compared with, and why (specmon.daemon.twins); None before
-    #: the twin has data (or without a twin).
-    baseline_check: TwinCheck | None = None
-    #: The targets that take this one as their ``baseline:`` twin (a baseline runs without
-    #: speculation by design: the status page lists it as such, not as missing data).
-    baseline_for: tuple[str, ...] = ()
-    #: Each model's configuration epochs (specmon.state.epochs), kept while it is down.
-    epochs: tuple[ModelEpochs, ...] = ()
-    #: Each model's newest change compared per load bucket (specmon.daemon.epoch_curves).
-    changes: tuple[ChangeView, ...] = ()
-
-
-@record
-class Event:
-    """A state change for the log: ``level`` is "info" or "warning"."""
-
-    level: str
-    event: str
-    fields: dict[str, Any] = field(default_factory=dict)
 
 
 class TargetState:
@@ -179,6 +100,9 @@ class TargetState:
         self.curves = EpochCurves()
         #: When the last few readings were taken: the interval achieved.
         self._reads = ReadTimes()
+        #: Per model, the reading no window reaches before (its configuration's change).
+        self._openings = Openings()
+        self._epochs_view: tuple[ModelEpochs, ...] = ()
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -318,6 +242,7 @@ class TargetState:
 
         models: list[ModelView] = []
         kept: list[ModelReading] = []
+        plain: list[ModelReading] = []
         rejected = list(reading.rejected)
         self._twin_check = None
         # A refused model keeps its history: the next good reading resumes its windows.
@@ -331,16 +256,12 @@ class TargetState:
                 if refusal.whole_model:
                     continue
             self._record_load(model, mono, rejected)
-            view = self._model_view(model, withheld=rejected)
-            models.append(view)
             kept.append(model)
-            events.extend(self._margin_events(view))
-        for plain in reading.plain_models:
-            present.add(plain.model)
-            if self._record_load(plain, mono, rejected):
-                models.append(self._plain_view(plain))
-                kept.append(plain)
-        self._last_models = tuple(kept)
+        for model in reading.plain_models:
+            present.add(model.model)
+            if self._record_load(model, mono, rejected):
+                plain.append(model)
+        self._last_models = (*kept, *plain)
         for gone in set(self._loads) - present:
             del self._loads[gone]
         for gone in set(self._histories) - present:
@@ -351,12 +272,24 @@ class TargetState:
             del self._overheads[gone]
         for gone in set(self._lengths) - present:
             del self._lengths[gone]
-        events.extend(self._rejection_events(rejected))
+        # The page's configuration first: every window below is read from its current epoch.
         events.extend(
             Event("info", name, fields) for name, fields in self.epochs.observe(reading, wall)
         )
+        for name, opening in self._openings.observe(self.epochs, wall=wall, mono=mono):
+            if name in self._loads:  # its windows and cost curve start at the change
+                self._loads[name].anchor(opening, curve=True)
+        for name in self._openings.settle(mono - max(self._windows)):  # no window reaches it
+            if name in self._loads:
+                self._loads[name].anchor(None)
         for name, load in self._loads.items():
             self.curves.feed(self.epochs, name, load.whole_row)
+        self._epochs_view = self.epochs.view()
+        for model in kept:
+            models.append(view := self._model_view(model, withheld=rejected))
+            events.extend(self._margin_events(view))
+        models.extend(self._plain_view(model) for model in plain)
+        events.extend(self._rejection_events(rejected))
         message = reading.message
         if not models and rejected and reading.speculation:
             message = "every speculative-decoding reading was refused: " + "; ".join(
@@ -381,8 +314,8 @@ class TargetState:
             baseline=self.config.baseline,
             baseline_check=self._twin_check,
             baseline_for=baseline_for,
-            epochs=(epochs := self.epochs.view()),
-            changes=self.curves.changes(epochs),
+            epochs=self._epochs_view,
+            changes=self.curves.changes(self._epochs_view),
         )
         return events
 
@@ -390,7 +323,8 @@ class TargetState:
         """An operator's mark of a configuration change (a new draft model): new epochs."""
         marked = self.epochs.mark(wall=wall, note=note, model=model)
         if marked:
-            self.view = replace(self.view, epochs=self.epochs.view())
+            self._epochs_view = self.epochs.view()
+            self.view = replace(self.view, epochs=self._epochs_view)
         return marked
 
     def _rejection_events(self, rejected: list[Rejection]) -> list[Event]:
@@ -447,12 +381,35 @@ class TargetState:
         found = self.load_model(model)
         return self._loads[found].window(seconds) if found is not None else None
 
+    def _straddle(self, model: str, seconds: float, drafts: int | None) -> Straddle | None:
+        """Whether the model's window of ``seconds`` is cut at its configuration change, and
+        held (specmon.daemon.window_rules: the one decision); ``drafts``: the cut window's
+        (None: the model does not speculate)."""
+        since = self._openings.at(model)
+        if since is None or not cuts(seconds, since, end := self._reads.last):
+            return None
+        history, counts = self._loads.get(model), self._histories.get(model)
+        found: tuple[int, float | None, float | None]
+        if history is not None:
+            found = history.counts(seconds, since=since)
+        elif counts is not None:
+            delta = counts.window(seconds, since=since)
+            found = (delta.readings - 1 if delta else 0, None, None)
+        elif model in self._gauges:  # a gauge reading each interval (SGLang)
+            mean = self._gauges[model][0].mean(seconds, since=since)
+            found = (mean[1] if mean else 0, None, None)
+        else:
+            return None
+        return straddle(seconds=seconds, since=since, end=end,
+                        change=self._openings.change(model), counts=found, drafts=drafts)  # fmt: skip
+
     def _load(
         self, model: str, seconds: float, acceptance: SpecCounters | None, k: int | None
     ) -> LoadFigures | None:
         history = self._loads.get(model)
         if history is None:
             return None
+        since = self._openings.at(model)
         cfg = self.config
         twin = check = None
         if acceptance is not None and cfg.baseline is not None and self.twins is not None:
@@ -466,7 +423,7 @@ class TargetState:
         if acceptance is None or (twin is None and cfg.cost_profile is None):
             # Nothing to compare with: the live figures straight off the window's sums, and
             # the server's own past where it ran without speculation at these loads.
-            speeds = history.speeds(seconds)
+            speeds = history.speeds(seconds, since=since)
             live = live_load_figures(
                 speeds,
                 acceptance=acceptance,
@@ -476,12 +433,12 @@ class TargetState:
             )
             if live is None or acceptance is None:
                 return live
-            epochs = next((e for e in self.view.epochs if e.model == model), None)
+            epochs = next((e for e in self._epochs_view if e.model == model), None)
             return history_figures(live, curves=self.curves, epochs=epochs, speeds=speeds,
                                    acceptance=acceptance, chain_length=k)  # fmt: skip
         # Only a comparison with a baseline reads the window's concurrency buckets.
         return load_figures(
-            history.window(seconds),
+            history.window(seconds, since=since),
             acceptance=acceptance,
             chain_length=k,
             baseline=cfg.baseline,
@@ -493,17 +450,12 @@ class TargetState:
 
     def _plain_view(self, model: ModelReading) -> ModelView:
         """A model without speculation (a baseline server): its load and speed per window."""
-        windows = tuple(
-            WindowView(
-                format_duration(seconds),
-                seconds,
-                None,
-                None,
-                None,
-                load=self._load(model.model, seconds, None, None),
-            )
-            for seconds in self._windows
-        )
+        windows = []
+        for seconds in self._windows:
+            cut = self._straddle(model.model, seconds, None)
+            load = None if cut and cut.held else self._load(model.model, seconds, None, None)
+            windows.append(WindowView(format_duration(seconds), seconds, None, None, None,
+                                      load=load, straddle=cut))  # fmt: skip
         return ModelView(
             model=model.model,
             basis=basis(draft_cost=self.config.draft_cost),
@@ -511,7 +463,7 @@ class TargetState:
             totals_draft_tokens=None,
             totals_accepted=None,
             resets=0,
-            windows=windows,
+            windows=tuple(windows),
             requests_running=model.context.requests_running,
             speculating=False,
         )
@@ -609,8 +561,9 @@ class TargetState:
         )
         overhead: float | None = None
         overheads = self._overheads.get(model.model)
+        since = self._openings.at(model.model)
         if overheads is not None:
-            mean = overheads.mean(self._primary_seconds)
+            mean = overheads.mean(self._primary_seconds, since=since)
             overhead = mean[0] if mean else None
         engine_cost = engine_draft_cost(
             SpecGauges(scope=GaugeScope.ENGINE, draft_overhead=overhead),
@@ -619,13 +572,17 @@ class TargetState:
         windows = []
         for seconds in self._windows:
             label = format_duration(seconds)
-            delta = history.window(seconds)
+            delta = history.window(seconds, since=since)
+            knows = model.counters.knows("drafts")
+            cut = self._straddle(
+                model.model, seconds, (delta.drafts if delta else 0) if knows else None
+            )
             if delta is None:
-                windows.append(WindowView(label, seconds, None, None, None))
+                windows.append(WindowView(label, seconds, None, None, None, straddle=cut))
                 continue
             counters = delta.as_counters()
             lengths = self._lengths.get(model.model)
-            length = lengths.mean(seconds) if lengths is not None else None
+            length = lengths.mean(seconds, since=since) if lengths is not None else None
             report = (
                 report_from_counters(
                     counters,
@@ -638,19 +595,17 @@ class TargetState:
                 else None
             )
             if report is not None:
-                why = _withheld(delta, report) or self._reads.sparse(seconds)
+                why = why_withheld(delta, report) or self._reads.sparse(seconds)
                 if why is not None:
                     report = None
                     if withheld is not None:
-                        _withhold(withheld, model.model, why[0], f"{label}: {why[1]}")
-            load = self._load(
-                model.model,
-                seconds,
-                counters if has_data(counters) else None,
-                model_basis.chain_length,
-            )
+                        withhold(withheld, model.model, why[0], f"{label}: {why[1]}")
+            speculating = counters if has_data(counters) else None
+            load = self._load(model.model, seconds, speculating, model_basis.chain_length)
+            if cut is not None and cut.held is not None:  # too little of the new configuration
+                report = load = None
             if load is not None and load.withheld is not None and withheld is not None:
-                _withhold(withheld, model.model, RejectReason.SPEEDUP_ABOVE_BOUND, load.withheld)
+                withhold(withheld, model.model, RejectReason.SPEEDUP_ABOVE_BOUND, load.withheld)
             windows.append(
                 WindowView(
                     label,
@@ -661,14 +616,13 @@ class TargetState:
                     delta.readings,
                     delta.generated_tokens,
                     load=load,
-                    verdict=verdict(
-                        report,
-                        load,
-                        engine_draft_cost=engine_cost,
+                    verdict=with_straddle(verdict(
+                        report, load, engine_draft_cost=engine_cost,
                         draft_cost_configured=cfg.draft_cost_configured,
-                    ),
+                    ), cut),
+                    straddle=cut,
                 )
-            )
+            )  # fmt: skip
         totals = history.totals()
         return ModelView(
             model=model.model,
@@ -711,9 +665,10 @@ class TargetState:
             model_basis = report.basis
         else:
             length_h, rate_h = self._gauges[model]
+            since = self._openings.at(model)
             for seconds in self._windows:
-                length = length_h.mean(seconds)
-                rate = rate_h.mean(seconds)
+                length = length_h.mean(seconds, since=since)
+                rate = rate_h.mean(seconds, since=since)
                 averaged = SpecGauges(
                     scope=gauges.scope,
                     mean_acceptance_length=length[0] if length else None,
@@ -725,13 +680,13 @@ class TargetState:
                     configured_chain_length=cfg.chain_length,
                     detected_chain_length=chain_length,
                 )
-                windows.append(
-                    WindowView(
-                        format_duration(seconds), seconds, None, None, report,
-                        verdict=verdict(report, None, engine_draft_cost=None,
-                                        draft_cost_configured=cfg.draft_cost_configured),
-                    )
-                )  # fmt: skip
+                cut = self._straddle(model, seconds, None)
+                if cut is not None and cut.held is not None:
+                    report = None
+                judged = verdict(report, None, engine_draft_cost=None,
+                                 draft_cost_configured=cfg.draft_cost_configured)  # fmt: skip
+                windows.append(WindowView(format_duration(seconds), seconds, None, None, report,
+                                          verdict=with_straddle(judged, cut), straddle=cut))  # fmt: skip
             model_basis = basis(
                 draft_cost=cfg.draft_cost,
                 configured_chain_length=cfg.chain_length,
@@ -771,25 +726,3 @@ class TargetState:
 
 def _engine_name(engine: Engine | None) -> str:
     return engine.value if engine is not None else "unknown"
-
-
-def _withhold(withheld: list[Rejection], model: str, reason: RejectReason, detail: str) -> None:
-    """Count a withheld figure once a model and reason a scrape."""
-    if not any(r.model == model and r.reason is reason for r in withheld):
-        withheld.append(Rejection(model, reason, detail, whole_model=False))
-
-
-def _withheld(delta: WindowDelta, report: AcceptanceReport) -> tuple[RejectReason, str] | None:
-    """Why a window's figures must not be shown, or None: the engine's printed precision
-    leaves them less certain than MAX_WINDOW_ERROR, or one lies outside its physical range
-    (what no single page can give; rounding within the bound still can, near 1)."""
-    if delta.uncertainty > MAX_WINDOW_ERROR:
-        return RejectReason.IMPRECISE_WINDOW, (
-            f"the engine prints its counters rounded: {delta.drafts} drafts in the window "
-            f"leave its figures {delta.uncertainty:.1%} uncertain (more than "
-            f"{MAX_WINDOW_ERROR:.0%})"
-        )
-    problem = figure_out_of_range(report)
-    if problem is not None:
-        return RejectReason.OUT_OF_RANGE, problem
-    return None

@@ -255,7 +255,7 @@ def _model_section(model: ModelView, primary_window: str) -> str:
             f"<td>{escape(window.window)}</td>"
             f'<td class="num">{fmt(window.covered_seconds, 0, " s")}</td>'
             f'<td class="num">{window.drafts if window.drafts is not None else "&ndash;"}</td>'
-            f'<td class="num">{verdict_html(verdict, window_severity(window))}</td>'
+            f'<td class="num">{verdict_html(verdict, window_severity(window), window.straddle)}</td>'
             f'<td class="num">{margin_html(verdict.alpha_margin if verdict else None)}</td>'
             f'<td class="num">{fmt(report.alpha if report else None)}</td>'
             f'<td class="num">{fmt(verdict.breakeven_alpha if verdict else None)}</td>'
@@ -355,6 +355,8 @@ def _notes(view: TargetView, primary_window: str) -> str:
             items.extend(shown.load.notes)
         if shown.verdict is not None:
             items.append(f"{model.model}: verdict {shown.verdict.detail}")
+        elif shown.straddle is not None:  # withheld at a configuration change: why
+            items.append(f"{model.model}: {shown.straddle.text()}")
     unique = list(dict.fromkeys(items))
     if not unique:
         return '<p class="muted">every figure is read directly from the engine\'s counters</p>'

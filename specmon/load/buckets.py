@@ -124,17 +124,35 @@ class Thresholds:
 
     def short_of(self, totals: LoadInterval, *, speculative: bool) -> str | None:
         """Why ``totals`` is not enough, or None when it is."""
-        if totals.engine_steps is not None:
-            if totals.engine_steps < self.min_engine_steps:
-                return f"{totals.engine_steps:.0f} engine steps (needs {self.min_engine_steps})"
-        elif totals.request_steps < self.min_request_steps:
-            return f"{totals.request_steps:.0f} request-steps (needs {self.min_request_steps})"
-        if speculative and totals.drafts < self.min_drafts:
-            return f"{totals.drafts} drafts (needs {self.min_drafts})"
-        if totals.intervals < self.min_intervals:
-            return f"{totals.intervals} scrape intervals (needs {self.min_intervals})"
+        short = self.counts_short_of(
+            engine_steps=totals.engine_steps, request_steps=totals.request_steps,
+            drafts=totals.drafts if speculative else None, intervals=totals.intervals,
+        )  # fmt: skip
+        if short is not None:
+            return short
         if totals.step_seconds is None or totals.time_per_output_token_seconds is None:
             return "no step time (no decoding, or printed precision too coarse)"
+        return None
+
+    def counts_short_of(
+        self,
+        *,
+        engine_steps: float | None,
+        request_steps: float | None,
+        drafts: int | None,
+        intervals: int,
+    ) -> str | None:
+        """Why these counts are not enough, or None (``request_steps`` None: no load series,
+        the steps are not asked; ``drafts`` None: not speculating)."""
+        if engine_steps is not None:
+            if engine_steps < self.min_engine_steps:
+                return f"{engine_steps:.0f} engine steps (needs {self.min_engine_steps})"
+        elif request_steps is not None and request_steps < self.min_request_steps:
+            return f"{request_steps:.0f} request-steps (needs {self.min_request_steps})"
+        if drafts is not None and drafts < self.min_drafts:
+            return f"{drafts} drafts (needs {self.min_drafts})"
+        if intervals < self.min_intervals:
+            return f"{intervals} scrape intervals (needs {self.min_intervals})"
         return None
 
 

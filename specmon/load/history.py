@@ -4,6 +4,7 @@ scrapes, with a sliding sum per window length (:class:`LoadHistory`), and a wind
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import field
 
@@ -37,6 +38,9 @@ from specmon.load.rows import (
     row_concurrency,
 )
 from specmon.records import record
+
+#: Two times this close are one reading's (an interval's start is its end less its seconds).
+_SAME_TIME = 1e-6
 
 
 @record
@@ -109,6 +113,8 @@ class LoadHistory:
         #: The last reading's interval row, whole even in a lean history (None: the last
         #: reading closed no interval): the configuration epoch's accumulator takes it.
         self.whole_row: array[float] | None = None
+        #: The start of the sums kept from one time on (:meth:`anchor`), or None.
+        self._anchor: float | None = None
 
     def _new_curve(self) -> CurveAccumulator:
         return CurveAccumulator(retention=self._curve_retention, scheme=self._scheme)
@@ -288,14 +294,58 @@ class LoadHistory:
             self._resum(slide)
         return slide
 
-    def window(self, seconds: float, *, buckets: bool = True) -> LoadWindow:
-        """The intervals that lie wholly inside the last ``seconds``; ``buckets=False``
-        leaves out what only a comparison with a baseline reads: the per-bucket sums and the
-        latest interval."""
+    def anchor(self, since: float | None, *, curve: bool = False) -> None:
+        """Keep the sums of the intervals that start at ``since`` or later (the reading that
+        opens the current configuration epoch's first interval): the windows asked for
+        ``since`` read them (one sliding sum, O(1) a reading, whatever the windows); None
+        lets them go (no window reaches back to it any more). With ``curve`` the cost curve
+        starts again from the same intervals (the configuration changed: its step times are
+        another server's)."""
+        if since is None:
+            self._anchor = None
+            self._slides.pop(math.inf, None)
+            self._windows.pop(math.inf, None)
+            return
+        if curve and self.curve is not None:
+            self.curve = self._new_curve()
+            for index in range(len(self._rows)):
+                if self._rows.start(index) >= since - _SAME_TIME:
+                    self.curve.add_row(self._rows.row(index))
+        if since == self._anchor:
+            return
+        self._anchor = since
+        self._windows.pop(math.inf, None)
+        slide = Slide(math.inf, lean=self._lean)
+        rows, index = self._rows, 0
+        while index < len(rows) and rows.start(index) < since - _SAME_TIME:
+            index += 1
+        slide.first = self._dropped + index
+        # The requests-running gauge of the readings after ``since`` (the one at ``since``
+        # closed the previous configuration's last interval).
+        skipped, _ = self._running.skip_before(0, since + _SAME_TIME, 0.0)
+        slide.running_first = self._running_dropped + skipped
+        self._resum(slide)
+        self._slides[math.inf] = slide
+
+    def _key(self, seconds: float, since: float | None) -> float:
+        """The slide of a window of ``seconds`` that starts no earlier than ``since``: its
+        own, or the anchored one when ``since`` cuts it."""
+        if since is None or self._last is None or since <= self._last[0] - seconds:
+            return seconds
+        self.anchor(since)
+        return math.inf
+
+    def window(
+        self, seconds: float, *, buckets: bool = True, since: float | None = None
+    ) -> LoadWindow:
+        """The intervals that lie wholly inside the last ``seconds`` (and start at ``since``
+        or later); ``buckets=False`` leaves out what only a comparison with a baseline
+        reads: the per-bucket sums and the latest interval."""
         if self._lean:
             self._widen()
         if self._last is None:
             return LoadWindow(None, (), None)
+        seconds = self._key(seconds, since)
         if buckets:
             cached = self._windows.get(seconds)
             if cached is not None:
@@ -320,7 +370,19 @@ class LoadHistory:
         )
         return window
 
-    def speeds(self, seconds: float) -> Speeds | None:
+    def counts(
+        self, seconds: float, *, since: float | None = None
+    ) -> tuple[int, float | None, float]:
+        """The window's scrape intervals, engine steps (None: an interval lacks them) and
+        request-steps: what :class:`~specmon.load.buckets.Thresholds` asks of data."""
+        if self._last is None:
+            return 0, None, 0.0
+        slide = self._slide(self._key(seconds, since))
+        v = slide.total.values
+        engine = None if v[ENGINE_MISSING] >= 0.5 else max(v[ENGINE_STEPS], 0.0)
+        return slide.total.intervals, engine, max(v[REQUEST_STEPS], 0.0)
+
+    def speeds(self, seconds: float, *, since: float | None = None) -> Speeds | None:
         """The live figures of the window of ``seconds`` read straight from its sums: what
         :meth:`window` with ``buckets=False`` gives through ``totals.concurrency`` (else the
         mean of requests running), ``totals.step_seconds`` and
@@ -331,7 +393,7 @@ class LoadHistory:
         holds no interval."""
         if self._last is None:
             return None
-        slide = self._slide(seconds)
+        slide = self._slide(self._key(seconds, since))
         if slide.changes > RESUM_EVERY:
             self._resum(slide)
         v = slide.total.values

@@ -450,6 +450,18 @@ class EpochTracker:
         )
         return current.number, self._candidate is not None, tuple(sorted(numbers))
 
+    @property
+    def current(self) -> Epoch | None:
+        return self._current
+
+    def opening(self) -> tuple[float, Reason, float | None] | None:
+        """When the current epoch began and why, and when the change being confirmed was
+        first seen (None: none is); None before the first sighting."""
+        current, candidate = self._current, self._candidate
+        if current is None:
+            return None
+        return current.start, current.reason, candidate.since if candidate else None
+
     def view(self, model: str) -> ModelEpochs | None:
         epochs = self.epochs()
         if not epochs:
@@ -633,6 +645,19 @@ class EpochBook:
         """A model's :meth:`EpochTracker.position` (None: not followed)."""
         tracker = self._trackers.get(model)
         return tracker.position() if tracker is not None else None
+
+    def opening(self, model: str) -> tuple[float, Reason, float | None] | None:
+        """A model's :meth:`EpochTracker.opening` (None: not followed)."""
+        tracker = self._trackers.get(model)
+        return tracker.opening() if tracker is not None else None
+
+    def models(self) -> tuple[str, ...]:
+        return tuple(self._trackers)
+
+    def current(self, model: str) -> Epoch | None:
+        """A model's current epoch, without its counts (None: not followed or not seen)."""
+        tracker = self._trackers.get(model)
+        return tracker.current if tracker is not None else None
 
     def view(self) -> tuple[ModelEpochs, ...]:
         views = (t.view(name) for name, t in self._trackers.items())
