@@ -154,14 +154,18 @@ class Shape:
     def lines(self, concurrency: float) -> float:
         """Straight lines between the points (flat past the ends): what the shape is checked
         against between buckets."""
-        xs = [p[0] for p in self.points]
-        i = bisect.bisect_left(xs, concurrency)
-        if i <= 0:
-            return self.points[0][1]
-        if i >= len(xs):
-            return self.points[-1][1]
-        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
-        return y0 + (y1 - y0) * (concurrency - x0) / (x1 - x0) if x1 > x0 else y1
+        return _lines(self.points, bisect.bisect_left(self.points, (concurrency,)), concurrency)
+
+
+def _lines(points: Sequence[tuple[float, float]], i: int, n: float) -> float:
+    """:meth:`Shape.lines` at ``n``, ``i`` the first point at or past ``n`` (bisected on the
+    (x, y) pairs with ``(n,)``: the first x >= n, as on the x alone)."""
+    if i <= 0:
+        return points[0][1]
+    if i >= len(points):
+        return points[-1][1]
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (n - x0) / (x1 - x0) if x1 > x0 else y1
 
 
 def _wls(xs: Sequence[float], ys: Sequence[float], ws: Sequence[float]) -> tuple[float, float]:
@@ -334,16 +338,48 @@ class Curve:
         """log(speed-up)'s standard deviation at ``n``: acceptance, both sides' nearest
         buckets' standard errors, the fit residuals and the shape's disagreement with straight
         lines between the buckets."""
-        total = acceptance_sd**2
+        return self._bound(1.0, acceptance_sd)(n, None)
+
+    def _bound(
+        self, tokens_per_step: float, acceptance_sd: float
+    ) -> Callable[[float, int | None], float]:
+        """``f(n, sign)``: the speed-up at ``n`` (:meth:`speedup_at`, 0 for none) times
+        exp(sign x Z95 x :meth:`_log_sd`); with ``sign`` None, that standard deviation. Each
+        side's constants are looked up once here, not at each of the ~120 evaluations of a
+        crossover's three root searches; the arithmetic is the same, term by term and in the
+        same order, so its figures are the same to the last bit."""
+        k_base = self.base_tokens_per_step
+        first = acceptance_sd**2
+        sides = []
         for shape, pts in ((self.spec, self.spec_points), (self.base, self.base_points)):
-            # The buckets either side of n (the points are in concurrency order).
-            i = bisect.bisect_left(shape.points, (n,))
-            near = pts[max(i - 1, 0) : i + 1] or pts[-1:]
-            total += max(p.step_relative_se for p in near) ** 2
-            value = shape.at(n)
-            total += (shape.residual or 0.0) ** 2
-            total += ((shape.lines(n) - value) / value) ** 2 if value > 0 else 0.0
-        return math.sqrt(total)
+            # The buckets either side of n (the points are in concurrency order): the larger
+            # standard error of the two, squared, for each place n can bisect to.
+            ses = [p.step_relative_se for p in pts]
+            near = [max(ses[max(i - 1, 0) : i + 1] or ses[-1:]) ** 2 for i in range(len(ses) + 1)]
+            residual = (shape.residual or 0.0) ** 2
+            sides.append((shape.points, near, shape.fixed, shape.slope, shape.knee, residual))
+        (s_points, s_near, s_fixed, s_slope, s_knee, s_res) = sides[0]
+        (b_points, b_near, b_fixed, b_slope, b_knee, b_res) = sides[1]
+        bisect_left, sqrt, exp = bisect.bisect_left, math.sqrt, math.exp
+
+        def f(n: float, sign: int | None) -> float:
+            spec = s_fixed + s_slope * max(s_knee, n)  # Shape.at
+            base = b_fixed + b_slope * max(b_knee, n)
+            total = first
+            i = bisect_left(s_points, (n,))
+            total += s_near[i]
+            total += s_res
+            total += ((_lines(s_points, i, n) - spec) / spec) ** 2 if spec > 0 else 0.0
+            i = bisect_left(b_points, (n,))
+            total += b_near[i]
+            total += b_res
+            total += ((_lines(b_points, i, n) - base) / base) ** 2 if base > 0 else 0.0
+            if sign is None:
+                return sqrt(total)
+            speedup = _speedup(tokens_per_step, spec, base, k_base) or 0.0
+            return speedup * exp(sign * Z95 * sqrt(total))
+
+        return f
 
     def tpot_at(self, concurrency: float, tokens_per_step: float) -> float | None:
         """The speculative side's time per output token at ``concurrency``."""
@@ -352,9 +388,7 @@ class Curve:
 
     def speedup_at(self, concurrency: float, tokens_per_step: float) -> float | None:
         spec, base = self.spec.at(concurrency), self.base.at(concurrency)
-        if spec <= 0 or base <= 0 or self.base_tokens_per_step <= 0:
-            return None
-        return tokens_per_step * base / (self.base_tokens_per_step * spec)
+        return _speedup(tokens_per_step, spec, base, self.base_tokens_per_step)
 
     def read(
         self,
@@ -422,9 +456,7 @@ class Curve:
         measured = [(p, v) for p, v in zip(points, values, strict=True) if v is not None]
         first, last = measured[0][0].concurrency, measured[-1][0].concurrency
 
-        def bound(n: float, sign: int) -> float:
-            s = self.speedup_at(n, tokens_per_step) or 0.0
-            return s * math.exp(sign * Z95 * self._log_sd(n, acceptance_sd))
+        bound = self._bound(tokens_per_step, acceptance_sd)
 
         if measured[0][1] <= 1.0:
             return Crossover(first, None, first, measured[0][1], (1 - measured[0][1]) * 100,
@@ -445,6 +477,14 @@ class Curve:
             return Crossover(at, p0.concurrency, p1.concurrency, s1, (1 - s1) * 100, first, last,
                              low=min(low, at), high=max(high, at), note=note)  # fmt: skip
         return None
+
+
+def _speedup(tokens_per_step: float, spec: float, base: float, k_base: float) -> float | None:
+    """K T_base / (K_base T_spec): the speed-up from both sides' step times (None: a step
+    time or the baseline's tokens per step is not positive)."""
+    if spec <= 0 or base <= 0 or k_base <= 0:
+        return None
+    return tokens_per_step * base / (k_base * spec)
 
 
 def _root(
@@ -504,7 +544,8 @@ def _build(
         return None
     buckets = spec.buckets()
     points = side_points(buckets, speculative=True, thresholds=thresholds)
-    steps = sum(b.values[_RS] for b in buckets if b.bucket in {p.bucket for p in points})
-    drafted = sum(b.values[_DTK] for b in buckets if b.bucket in {p.bucket for p in points})
+    measured = {p.bucket for p in points}
+    steps = sum(b.values[_RS] for b in buckets if b.bucket in measured)
+    drafted = sum(b.values[_DTK] for b in buckets if b.bucket in measured)
     return Curve.build(points, base, drafted_per_step=drafted / steps if drafted > 0 and steps
                        > 0 else None, scheme=spec._scheme)  # fmt: skip
