@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|answer|scale|overload|starve|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state]``; results are
+"""Benchmarks. ``python -m bench [parser|answer|scale|overload|starve|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state|digest]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ def main(argv: list[str]) -> int:
         from bench import promsource
 
         return promsource.main(argv[1:])
+    if which == "digest":
+        from bench import digest
+
+        return digest.main(argv[1:])
     if which == "load":
         from bench import loadcost
 

@@ -1,6 +1,7 @@
 """What the load signals add to the daemon's CPU per scrape, in-process.
 
 Run: ./dev.sh bench load [--scrapes 720] [--rounds 5] [--interval 5] [--windows 1m,5m,15m]
+     [--only NAME]... [--pages cycle|fleet]
 
 The daemon's per-scrape path without the network: ``read_page`` of the page text,
 ``TargetState.observe`` (windows, reports, load history and load figures) and the exposition's
@@ -27,7 +28,12 @@ Variants, each fed the same pages in order with fresh state (the CPU time of eve
 - ``twin pair, load off``: the same pair with ``load_counters`` replaced (no history, no
   figures; the twin's plain model then has no view).
 
-The variants run ``--rounds`` times in rotating order (drift on a shared machine hits all
+``--pages fleet``: instead, the pages ``bench sidebyside`` serves (``bench/light_fleet.py``:
+20 drafts a second, one load level throughout, the pair a speculating target and its twin):
+its per-scrape path in-process, without the network, the fleet or the other daemon.
+``--only NAME`` (repeatable) runs only the variants whose name contains NAME (``--only
+"twin pair"``: the pair alone, the variant a compared target's cost curve shows in). The
+variants run ``--rounds`` times in rotating order (drift on a shared machine hits all
 alike); the table gives the median and the best round, and the load signals' share as
 (on - off) / off from the medians.
 """
@@ -79,6 +85,20 @@ def strip_load(page: str) -> str:
 def scenario_text() -> str:
     phases = "\n".join(f"  - at: {i * 60}s\n    requests_running: {n}" for i, n in enumerate(CYCLE))
     return f"phases:\n{phases}\nrepeat: true\nperiod: {60 * len(CYCLE)}s\n"
+
+
+def fleet_pages(*, speculation: bool, scrapes: int, interval: float, seed: int) -> list[str]:
+    """The pages of ``bench sidebyside``'s fleet (bench/light_fleet.py, its default 20 drafts a
+    second): one speculating target, or (``speculation`` False) its twin."""
+    from bench.light_fleet import build
+
+    target = build(first=0 if speculation else 1, count=1, drafts_per_second=20.0, seed=seed,
+                   twins=True)[0]  # fmt: skip
+    pages = []
+    for i in range(scrapes):
+        target.tick(target.started + i * interval)
+        pages.append(target.page())
+    return pages
 
 
 def simulated_pages(*, speculation: bool, scrapes: int, interval: float, seed: int) -> list[str]:
@@ -160,10 +180,24 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--windows", default="1m,5m,15m")
+    parser.add_argument(
+        "--pages",
+        choices=("cycle", "fleet"),
+        default="cycle",
+        help="cycle: loads 1-16 a minute each; fleet: bench sidebyside's pages",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the variants whose name contains NAME (repeatable)",
+    )
     args = parser.parse_args(argv)
     windows = tuple(parse_duration(w) for w in args.windows.split(","))
-    spec = simulated_pages(speculation=True, scrapes=args.scrapes, interval=args.interval, seed=1)
-    base = simulated_pages(speculation=False, scrapes=args.scrapes, interval=args.interval, seed=2)
+    make = simulated_pages if args.pages == "cycle" else fleet_pages
+    spec = make(speculation=True, scrapes=args.scrapes, interval=args.interval, seed=1)
+    base = make(speculation=False, scrapes=args.scrapes, interval=args.interval, seed=2)
     stripped = [strip_load(p) for p in spec]
     variants = [
         Variant("one target, load on", (("spec", None, spec),)),
@@ -172,8 +206,13 @@ def main(argv: list[str]) -> int:
         Variant("twin pair, baseline", (("twin", None, base), ("spec", "twin", spec))),
         Variant("twin pair, load off", (("twin", None, base), ("spec", "twin", spec)), load=False),
     ]
+    if args.only:
+        variants = [v for v in variants if any(name in v.name for name in args.only)]
+        if not variants:
+            parser.error("--only matches no variant")
     print(
-        f"Python {platform.python_version()}, {platform.machine()}; {args.scrapes} scrapes "
+        f"Python {platform.python_version()}, {platform.machine()}; {args.pages} pages; "
+        f"{args.scrapes} scrapes "
         f"{args.interval:g} s apart (simulated), windows {args.windows}; page "
         f"{len(spec[-1].encode())} bytes ({len(stripped[-1].encode())} stripped); "
         f"{args.rounds} rounds",
@@ -197,14 +236,17 @@ def main(argv: list[str]) -> int:
         print(f"| {name} | {median[name] * 1e3:.3f} / {min(values) * 1e3:.3f} |")
     print()
     share: Callable[[str, str], float] = lambda on, off: (median[on] / median[off] - 1) * 100  # noqa: E731
-    print(
-        "load signals' share of the CPU per scrape (medians): one target "
-        f"{share('one target, load on', 'one target, load off'):+.1f} % "
-        "(against load off), "
-        f"{share('one target, load on', 'one target, load series stripped'):+.1f} % "
-        "(against the stripped pages); twin pair with baseline "
-        f"{share('twin pair, baseline', 'twin pair, load off'):+.1f} %"
-    )
+    pairs = (("one target, load on", "one target, load off", "one target", "against load off"),
+             ("one target, load on", "one target, load series stripped", "one target",
+              "against the stripped pages"),
+             ("twin pair, baseline", "twin pair, load off", "twin pair with baseline", ""))  # fmt: skip
+    found = [
+        f"{label} {share(on, off):+.1f} %" + (f" ({note})" if note else "")
+        for on, off, label, note in pairs
+        if on in median and off in median
+    ]
+    if found:
+        print("load signals' share of the CPU per scrape (medians): " + "; ".join(found))
     return 0
 
 

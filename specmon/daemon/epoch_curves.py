@@ -265,8 +265,7 @@ def history_figures(
     if current is None or now is None or step is None or not tpot:
         return live
     per_step = step / tpot
-    drafted = acceptance.draft_tokens / acceptance.drafts if acceptance.drafts else None
-    sd = acceptance_log_sd(acceptance, tokens_per_draft=drafted or float(chain_length or 1))
+    sd: float | None = None
     refused: list[str] = []
     for epoch in reversed(epochs.epochs[:-1]):
         if epoch.speculation:
@@ -274,8 +273,14 @@ def history_figures(
         base = curves.curve(epochs.model, epoch.number)
         if base is None:
             continue
+        if sd is None:  # only with an epoch to read against (most targets have none)
+            drafted = acceptance.draft_tokens / acceptance.drafts if acceptance.drafts else None
+            sd = (
+                acceptance_log_sd(acceptance, tokens_per_draft=drafted or float(chain_length or 1))
+                or 0.0
+            )
         read = matched_read(base, current, now, tokens_per_step=per_step,
-                            acceptance_sd=sd or 0.0, chain_length=chain_length)  # fmt: skip
+                            acceptance_sd=sd, chain_length=chain_length)  # fmt: skip
         if isinstance(read, str):
             saw = ", ".join(p.label for p in loads_seen(base, speculative=False)) or "none"
             mine = ", ".join(p.label for p in loads_seen(current, speculative=True)) or "none"

@@ -10,7 +10,7 @@ them). Without either, the load figures are there and the verdict stays on the c
 
 from __future__ import annotations
 
-from dataclasses import replace
+from functools import partial
 
 from specmon import arithmetic
 from specmon.engines import SpecCounters
@@ -171,8 +171,10 @@ def load_figures(
         (v.reason[len(WITHHELD) :] for v in verdicts if v.reason and v.reason.startswith(WITHHELD)),
         None,
     )
-    base = LoadFigures(
-        concurrency, step_seconds, tpot, mean_draft, name,
+    # The figures every branch below shares (made once, not made and then replaced: this
+    # runs for every window of a compared target at every scrape).
+    figures = partial(
+        LoadFigures, concurrency, step_seconds, tpot, mean_draft, name,
         bucket=current.label if current else None, crossover=crossing,
         buckets=buckets, notes=notes, read_concurrency=now, withheld=withheld,
     )  # fmt: skip
@@ -194,8 +196,7 @@ def load_figures(
             lo, hi = read.between
             where = f"between buckets {lo} and {hi}" if lo != hi else f"next to bucket {lo}"
             assert curve is not None and now is not None and per_step is not None
-            return replace(
-                base,
+            return figures(
                 realized_speedup=read.speedup, measured_draft_cost=cost,
                 measured_breakeven_alpha=report.breakeven_alpha if report else None,
                 measured_alpha_margin=report.alpha_margin if report else None,
@@ -205,10 +206,9 @@ def load_figures(
             )  # fmt: skip
         if isinstance(read, str):
             reason = f"{reason}; {read}"
-        return replace(base, reason=reason)
+        return figures(reason=reason)
     report = comparison.report
-    return replace(
-        base,
+    return figures(
         realized_speedup=comparison.realized_speedup,
         measured_draft_cost=_exported_cost(comparison.draft_cost),
         measured_breakeven_alpha=report.breakeven_alpha if report else None,

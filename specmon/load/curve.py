@@ -4,20 +4,10 @@ and crossover read from it at any load inside what was measured. Pure: no I/O.
 
 Public API (what the daemon, and issue 55's persistence, code against):
 
-- :class:`CurveAccumulator` (``retention=3600.0``, ``slot_seconds=60.0``, ``scheme``): one
-  model's intervals summed per time slot and concurrency bucket (never raw rows).
-  ``add_row(row)`` takes one interval row (:mod:`specmon.load.rows`' layout, the history's
-  clock in ``row[END]``); ``add(end, interval)`` a :class:`LoadInterval`; ``expire(now)``
-  drops slots older than the retention; ``buckets()`` the retained sums per bucket
-  (:class:`BucketSums`, oldest slot first summed, cached until the next add); ``version``
-  rises at every change.
-- Its state, a plain serialisable record: ``state()`` -> :class:`CurveState` (``retention``,
-  ``slot_seconds``, ``slots``: :class:`SlotSums` (``start``, ``bucket``, ``values``: the
-  column sums in :data:`COLUMNS` order, then the accepted drafts per position));
-  ``CurveAccumulator.from_state(state, scheme=...)``; ``state_to_dict(state)`` /
-  ``state_from_dict(data)`` (JSON-ready dict, strict: ``ValueError`` naming the problem).
-  Slot ``start`` times are the history's clock (monotonic in the daemon): to persist across
-  a restart, shift them by the clocks' difference.
+- :class:`CurveAccumulator`, its state (:class:`CurveState`, :class:`SlotSums`,
+  ``state_to_dict`` / ``state_from_dict``) and :class:`BucketSums`: the curve's memory, an
+  hour of intervals per time slot and concurrency bucket (:mod:`specmon.load.curve_sums`,
+  re-exported here).
 - :func:`side_points` -> :class:`SidePoint` per bucket with enough data (the
   :class:`~specmon.load.buckets.Thresholds` a window's bucket needs), its step time, the
   relative standard error of that mean (spread of the per-interval step times) and K.
@@ -47,29 +37,30 @@ import bisect
 import itertools
 import math
 import operator
-from array import array
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
 from specmon.engines.model import SpecCounters
 from specmon.load.buckets import DEFAULT_SCHEME, DEFAULT_THRESHOLDS, BucketScheme, Thresholds
 from specmon.load.crossover import Crossover
-from specmon.load.interval import LoadInterval, bounded_ratio
-from specmon.load.rows import (
-    ACCEPTED,
-    DECODE_SECONDS,
-    DECODE_TOKENS,
-    DRAFT_TOKENS,
-    DRAFTS,
-    END,
-    ENGINE_STEPS,
-    ERRORS,
-    POSITIONS,
-    REQUEST_STEPS,
-    RESETS,
-    SLOT_STEPS,
-    row_concurrency,
+
+# The curve's memory, re-exported: this module's API names it (specmon.load.curve_sums).
+from specmon.load.curve_sums import (
+    _DTK,
+    _I,
+    _K1,
+    _K2,
+    _RS,
+    _T1,
+    _T2,
+    COLUMNS,
+    BucketSums,
+    CurveAccumulator,
+    CurveState,
+    SlotSums,
+    state_from_dict,
+    state_to_dict,
 )
 from specmon.records import record
 
@@ -84,288 +75,10 @@ __all__ = [
 
 #: The two-sided 95 % point of the normal distribution.
 Z95 = 1.959964
-#: The column sums a slot keeps, in order; the accepted drafts per position follow.
-COLUMNS = (
-    "intervals",
-    "request_steps",
-    "decode_seconds",
-    "decode_tokens",
-    "engine_steps",
-    "slot_steps",
-    "drafts",
-    "draft_tokens",
-    "accepted",
-    "step_sum",
-    "step_squares",
-    "tokens_per_step_sum",
-    "tokens_per_step_squares",
-)
-_I, _RS, _DS, _DT, _ES, _SS, _DR, _DTK, _AC, _T1, _T2, _K1, _K2 = range(len(COLUMNS))
-_WIDTH = len(COLUMNS)
 #: A mean step time's relative standard error is never taken below this (the per-interval
 #: spread of a noiseless simulator is 0; no real measurement is that sure).
 _FLOOR = 0.005
-_MAX_SLOTS = 10_000
 _BY_N = operator.attrgetter("concurrency")
-_MAX_POSITIONS = 64
-
-
-@record
-class SlotSums:
-    """One time slot's sums in one bucket: ``values`` in :data:`COLUMNS` order, then the
-    accepted drafts per position."""
-
-    start: float
-    bucket: int
-    values: tuple[float, ...]
-
-
-@record
-class CurveState:
-    """A :class:`CurveAccumulator`'s whole state, plain (see :func:`state_to_dict`)."""
-
-    retention: float
-    slot_seconds: float
-    slots: tuple[SlotSums, ...]
-
-
-@record
-class BucketSums:
-    """The retained sums of one bucket (all its slots)."""
-
-    bucket: int
-    label: str
-    values: tuple[float, ...]
-
-    @property
-    def intervals(self) -> int:
-        return round(self.values[_I])
-
-    @property
-    def totals(self) -> LoadInterval:
-        """The bucket's sums as one :class:`LoadInterval` (for :class:`Thresholds`)."""
-        v = self.values
-        return LoadInterval(
-            request_steps=v[_RS],
-            decode_seconds=v[_DS],
-            decode_tokens=v[_DT],
-            engine_steps=v[_ES],
-            slot_steps=v[_SS],
-            drafts=round(v[_DR]),
-            draft_tokens=round(v[_DTK]),
-            accepted_tokens=round(v[_AC]),
-            accepted_per_position=tuple(round(x) for x in v[_WIDTH:]),
-            intervals=round(v[_I]),
-        )
-
-    def relative_se(self, first: int, second: int) -> float | None:
-        """The relative standard error of the mean of a per-interval figure whose sum and sum
-        of squares are columns ``first`` and ``second`` (None with fewer than 2 intervals)."""
-        v = self.values
-        m = v[_I]
-        if m < 2 or v[first] <= 0:
-            return None
-        mean = v[first] / m
-        var = max(v[second] / m - mean * mean, 0.0) * m / (m - 1)
-        return math.sqrt(var / m) / mean
-
-
-class CurveAccumulator:
-    """One model's intervals summed per time slot and concurrency bucket, kept for
-    ``retention`` seconds (see the module's API)."""
-
-    __slots__ = ("_buckets", "_memo", "_retention", "_scheme", "_slot", "_slots", "version")
-
-    def __init__(
-        self,
-        *,
-        retention: float = 3600.0,
-        slot_seconds: float = 60.0,
-        scheme: BucketScheme = DEFAULT_SCHEME,
-    ) -> None:
-        if not (retention > 0 and math.isfinite(retention)):
-            raise ValueError("retention must be positive")
-        if not (slot_seconds > 0 and math.isfinite(slot_seconds)):
-            raise ValueError("slot_seconds must be positive")
-        self._retention = retention
-        self._slot = min(slot_seconds, retention)
-        self._scheme = scheme
-        #: (slot index, bucket) -> sums, oldest slot first (dicts keep insertion order).
-        self._slots: dict[tuple[int, int], list[float]] = {}
-        self._buckets: tuple[BucketSums, ...] | None = None
-        self._memo: tuple[object, Curve | None] | None = None
-        #: Rises at every change (a cache of what was read from it is good while it stays).
-        self.version = 0
-
-    def set_retention(self, retention: float) -> None:
-        if not (retention > 0 and math.isfinite(retention)):
-            raise ValueError("retention must be positive")
-        self._retention = retention
-
-    def add_row(self, row: Sequence[float]) -> bool:
-        """Add one interval row (an interval with a reset, no concurrency or no step time is
-        left out); True when it was added."""
-        if row[RESETS] > 0 or row[REQUEST_STEPS] <= 0:
-            return False
-        concurrency = row_concurrency(row)  # type: ignore[arg-type]
-        step = bounded_ratio(row[DECODE_SECONDS], row[REQUEST_STEPS], row[ERRORS + 1], row[ERRORS])
-        if concurrency is None or step is None or step <= 0:
-            return False
-        per_step = row[DECODE_TOKENS] / row[REQUEST_STEPS]
-        key = (math.floor(row[END] / self._slot), self._scheme.index_of(concurrency))
-        sums = self._slots.get(key)
-        if sums is None:
-            sums = self._slots[key] = [0.0] * _WIDTH
-        sums[_I] += 1.0
-        for i, column in ((_RS, REQUEST_STEPS), (_DS, DECODE_SECONDS), (_DT, DECODE_TOKENS),
-                          (_ES, ENGINE_STEPS), (_SS, SLOT_STEPS), (_DR, DRAFTS),
-                          (_DTK, DRAFT_TOKENS), (_AC, ACCEPTED)):  # fmt: skip
-            sums[i] += row[column] if column < len(row) else 0.0
-        positions = row[POSITIONS : POSITIONS + _MAX_POSITIONS]
-        if len(sums) < _WIDTH + len(positions):
-            sums.extend([0.0] * (_WIDTH + len(positions) - len(sums)))
-        for i, value in enumerate(positions):
-            sums[_WIDTH + i] += value
-        sums[_T1] += step
-        sums[_T2] += step * step
-        sums[_K1] += per_step
-        sums[_K2] += per_step * per_step
-        self._changed()
-        self.expire(row[END])
-        return True
-
-    def add(self, end: float, interval: LoadInterval) -> bool:
-        """Add one :class:`LoadInterval` ending at ``end`` (see :meth:`add_row`)."""
-        e = interval.errors
-        row = array(
-            "d",
-            (
-                end, interval.seconds or 0.0, interval.request_steps, interval.decode_seconds,
-                interval.decode_tokens, interval.engine_steps or 0.0, interval.slot_steps or 0.0,
-                *e, 1.0, 1.0 if interval.engine_steps is None else 0.0,
-                1.0 if interval.slot_steps is None else 0.0, 0.0, float(interval.resets), -1.0,
-                float(interval.drafts), float(interval.draft_tokens),
-                float(interval.accepted_tokens), 0.0, *map(float, interval.accepted_per_position),
-            ),
-        )  # fmt: skip
-        return self.add_row(row)
-
-    def expire(self, now: float) -> None:
-        """Drop the slots that ended before ``now - retention`` (and past _MAX_SLOTS)."""
-        oldest = math.floor((now - self._retention) / self._slot)
-        dropped = False
-        while self._slots:
-            key = next(iter(self._slots))
-            if key[0] >= oldest and len(self._slots) <= _MAX_SLOTS:
-                break
-            del self._slots[key]
-            dropped = True
-        if dropped:
-            self._changed()
-
-    def _changed(self) -> None:
-        self.version += 1
-        self._buckets = None
-
-    def buckets(self) -> tuple[BucketSums, ...]:
-        """The retained sums per bucket, by bucket."""
-        if self._buckets is None:
-            summed: dict[int, list[float]] = {}
-            for (_, bucket), values in self._slots.items():
-                into = summed.get(bucket)
-                if into is None:
-                    summed[bucket] = list(values)
-                    continue
-                if len(into) < len(values):
-                    into.extend([0.0] * (len(values) - len(into)))
-                for i, value in enumerate(values):
-                    into[i] += value
-            labels = self._scheme.buckets
-            self._buckets = tuple(
-                BucketSums(b, labels[b].label, tuple(summed[b])) for b in sorted(summed)
-            )
-        return self._buckets
-
-    def memo(self, key: object, make: Callable[[], Curve | None]) -> Curve | None:
-        """``make()``, kept while ``key`` stays the same (the curve against a baseline is
-        built once for every window, and again as the key's versions move on)."""
-        if self._memo is None or self._memo[0] != key:
-            self._memo = (key, make())
-        return self._memo[1]
-
-    def state(self) -> CurveState:
-        return CurveState(
-            self._retention,
-            self._slot,
-            tuple(
-                SlotSums(index * self._slot, bucket, tuple(values))
-                for (index, bucket), values in self._slots.items()
-            ),
-        )
-
-    @classmethod
-    def from_state(
-        cls, state: CurveState, *, scheme: BucketScheme = DEFAULT_SCHEME
-    ) -> CurveAccumulator:
-        out = cls(retention=state.retention, slot_seconds=state.slot_seconds, scheme=scheme)
-        count = len(scheme.buckets)
-        for slot in sorted(state.slots, key=lambda s: s.start):
-            if not 0 <= slot.bucket < count or len(slot.values) < _WIDTH:
-                raise ValueError(f"slot at {slot.start:g}: bucket or width out of range")
-            key = (math.floor(slot.start / out._slot + 0.5), slot.bucket)
-            out._slots[key] = list(slot.values)
-        out._changed()
-        return out
-
-
-def state_to_dict(state: CurveState) -> dict[str, Any]:
-    """A JSON-ready dict of ``state``."""
-    return {
-        "retention_seconds": state.retention,
-        "slot_seconds": state.slot_seconds,
-        "columns": list(COLUMNS),
-        "slots": [
-            {"start": s.start, "bucket": s.bucket, "values": list(s.values)} for s in state.slots
-        ],
-    }
-
-
-def state_from_dict(data: Mapping[str, Any]) -> CurveState:
-    """The state :func:`state_to_dict` wrote; ValueError naming the first problem."""
-
-    def number(value: object, where: str, *, positive: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where}: must be a number")
-        out = float(value)
-        if not math.isfinite(out) or (positive and out <= 0) or (not positive and out < -1e18):
-            raise ValueError(f"{where}: out of range")
-        return out
-
-    if not isinstance(data, Mapping):
-        raise ValueError("curve state: must be a mapping")
-    if list(data.get("columns", ())) != list(COLUMNS):
-        raise ValueError("columns: not this version's")
-    retention = number(data.get("retention_seconds"), "retention_seconds", positive=True)
-    slot_seconds = number(data.get("slot_seconds"), "slot_seconds", positive=True)
-    raw = data.get("slots")
-    if not isinstance(raw, list) or len(raw) > _MAX_SLOTS:
-        raise ValueError(f"slots: must be a list of at most {_MAX_SLOTS}")
-    slots = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, Mapping):
-            raise ValueError(f"slots[{i}]: must be a mapping")
-        values = item.get("values")
-        bucket = item.get("bucket")
-        if not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < 0:
-            raise ValueError(f"slots[{i}].bucket: must be an integer >= 0")
-        if not isinstance(values, list) or not _WIDTH <= len(values) <= _WIDTH + _MAX_POSITIONS:
-            raise ValueError(f"slots[{i}].values: must be a list of {_WIDTH} to "
-                             f"{_WIDTH + _MAX_POSITIONS} numbers")  # fmt: skip
-        numbers = tuple(number(v, f"slots[{i}].values[{j}]") for j, v in enumerate(values))
-        if any(v < 0 for v in numbers):
-            raise ValueError(f"slots[{i}].values: sums must be >= 0")
-        slots.append(SlotSums(number(item.get("start"), f"slots[{i}].start"), bucket, numbers))
-    return CurveState(retention, slot_seconds, tuple(slots))
 
 
 def interval_spread(
@@ -374,7 +87,7 @@ def interval_spread(
     """The relative standard error of a mean over ``intervals`` scrape intervals in
     ``bucket``, from the per-interval spread the accumulator retained there (step time, or
     tokens per step with ``tokens``); None with fewer than 2 retained intervals."""
-    sums = next((b for b in accumulator.buckets() if b.bucket == bucket), None)
+    sums = accumulator.bucket(bucket)
     if sums is None:
         return None
     first, second = (_K1, _K2) if tokens else (_T1, _T2)
@@ -441,14 +154,18 @@ class Shape:
     def lines(self, concurrency: float) -> float:
         """Straight lines between the points (flat past the ends): what the shape is checked
         against between buckets."""
-        xs = [p[0] for p in self.points]
-        i = bisect.bisect_left(xs, concurrency)
-        if i <= 0:
-            return self.points[0][1]
-        if i >= len(xs):
-            return self.points[-1][1]
-        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
-        return y0 + (y1 - y0) * (concurrency - x0) / (x1 - x0) if x1 > x0 else y1
+        return _lines(self.points, bisect.bisect_left(self.points, (concurrency,)), concurrency)
+
+
+def _lines(points: Sequence[tuple[float, float]], i: int, n: float) -> float:
+    """:meth:`Shape.lines` at ``n``, ``i`` the first point at or past ``n`` (bisected on the
+    (x, y) pairs with ``(n,)``: the first x >= n, as on the x alone)."""
+    if i <= 0:
+        return points[0][1]
+    if i >= len(points):
+        return points[-1][1]
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (n - x0) / (x1 - x0) if x1 > x0 else y1
 
 
 def _wls(xs: Sequence[float], ys: Sequence[float], ws: Sequence[float]) -> tuple[float, float]:
@@ -621,16 +338,48 @@ class Curve:
         """log(speed-up)'s standard deviation at ``n``: acceptance, both sides' nearest
         buckets' standard errors, the fit residuals and the shape's disagreement with straight
         lines between the buckets."""
-        total = acceptance_sd**2
+        return self._bound(1.0, acceptance_sd)(n, None)
+
+    def _bound(
+        self, tokens_per_step: float, acceptance_sd: float
+    ) -> Callable[[float, int | None], float]:
+        """``f(n, sign)``: the speed-up at ``n`` (:meth:`speedup_at`, 0 for none) times
+        exp(sign x Z95 x :meth:`_log_sd`); with ``sign`` None, that standard deviation. Each
+        side's constants are looked up once here, not at each of the ~120 evaluations of a
+        crossover's three root searches; the arithmetic is the same, term by term and in the
+        same order, so its figures are the same to the last bit."""
+        k_base = self.base_tokens_per_step
+        first = acceptance_sd**2
+        sides = []
         for shape, pts in ((self.spec, self.spec_points), (self.base, self.base_points)):
-            # The buckets either side of n (the points are in concurrency order).
-            i = bisect.bisect_left(shape.points, (n,))
-            near = pts[max(i - 1, 0) : i + 1] or pts[-1:]
-            total += max(p.step_relative_se for p in near) ** 2
-            value = shape.at(n)
-            total += (shape.residual or 0.0) ** 2
-            total += ((shape.lines(n) - value) / value) ** 2 if value > 0 else 0.0
-        return math.sqrt(total)
+            # The buckets either side of n (the points are in concurrency order): the larger
+            # standard error of the two, squared, for each place n can bisect to.
+            ses = [p.step_relative_se for p in pts]
+            near = [max(ses[max(i - 1, 0) : i + 1] or ses[-1:]) ** 2 for i in range(len(ses) + 1)]
+            residual = (shape.residual or 0.0) ** 2
+            sides.append((shape.points, near, shape.fixed, shape.slope, shape.knee, residual))
+        (s_points, s_near, s_fixed, s_slope, s_knee, s_res) = sides[0]
+        (b_points, b_near, b_fixed, b_slope, b_knee, b_res) = sides[1]
+        bisect_left, sqrt, exp = bisect.bisect_left, math.sqrt, math.exp
+
+        def f(n: float, sign: int | None) -> float:
+            spec = s_fixed + s_slope * max(s_knee, n)  # Shape.at
+            base = b_fixed + b_slope * max(b_knee, n)
+            total = first
+            i = bisect_left(s_points, (n,))
+            total += s_near[i]
+            total += s_res
+            total += ((_lines(s_points, i, n) - spec) / spec) ** 2 if spec > 0 else 0.0
+            i = bisect_left(b_points, (n,))
+            total += b_near[i]
+            total += b_res
+            total += ((_lines(b_points, i, n) - base) / base) ** 2 if base > 0 else 0.0
+            if sign is None:
+                return sqrt(total)
+            speedup = _speedup(tokens_per_step, spec, base, k_base) or 0.0
+            return speedup * exp(sign * Z95 * sqrt(total))
+
+        return f
 
     def tpot_at(self, concurrency: float, tokens_per_step: float) -> float | None:
         """The speculative side's time per output token at ``concurrency``."""
@@ -639,9 +388,7 @@ class Curve:
 
     def speedup_at(self, concurrency: float, tokens_per_step: float) -> float | None:
         spec, base = self.spec.at(concurrency), self.base.at(concurrency)
-        if spec <= 0 or base <= 0 or self.base_tokens_per_step <= 0:
-            return None
-        return tokens_per_step * base / (self.base_tokens_per_step * spec)
+        return _speedup(tokens_per_step, spec, base, self.base_tokens_per_step)
 
     def read(
         self,
@@ -709,9 +456,7 @@ class Curve:
         measured = [(p, v) for p, v in zip(points, values, strict=True) if v is not None]
         first, last = measured[0][0].concurrency, measured[-1][0].concurrency
 
-        def bound(n: float, sign: int) -> float:
-            s = self.speedup_at(n, tokens_per_step) or 0.0
-            return s * math.exp(sign * Z95 * self._log_sd(n, acceptance_sd))
+        bound = self._bound(tokens_per_step, acceptance_sd)
 
         if measured[0][1] <= 1.0:
             return Crossover(first, None, first, measured[0][1], (1 - measured[0][1]) * 100,
@@ -732,6 +477,14 @@ class Curve:
             return Crossover(at, p0.concurrency, p1.concurrency, s1, (1 - s1) * 100, first, last,
                              low=min(low, at), high=max(high, at), note=note)  # fmt: skip
         return None
+
+
+def _speedup(tokens_per_step: float, spec: float, base: float, k_base: float) -> float | None:
+    """K T_base / (K_base T_spec): the speed-up from both sides' step times (None: a step
+    time or the baseline's tokens per step is not positive)."""
+    if spec <= 0 or base <= 0 or k_base <= 0:
+        return None
+    return tokens_per_step * base / (k_base * spec)
 
 
 def _root(
@@ -791,7 +544,8 @@ def _build(
         return None
     buckets = spec.buckets()
     points = side_points(buckets, speculative=True, thresholds=thresholds)
-    steps = sum(b.values[_RS] for b in buckets if b.bucket in {p.bucket for p in points})
-    drafted = sum(b.values[_DTK] for b in buckets if b.bucket in {p.bucket for p in points})
+    measured = {p.bucket for p in points}
+    steps = sum(b.values[_RS] for b in buckets if b.bucket in measured)
+    drafted = sum(b.values[_DTK] for b in buckets if b.bucket in measured)
     return Curve.build(points, base, drafted_per_step=drafted / steps if drafted > 0 and steps
                        > 0 else None, scheme=spec._scheme)  # fmt: skip

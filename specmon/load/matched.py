@@ -85,7 +85,7 @@ def loads_seen(
 
 
 def _sums(accumulator: CurveAccumulator, bucket: int) -> BucketSums | None:
-    return next((b for b in accumulator.buckets() if b.bucket == bucket), None)
+    return accumulator.bucket(bucket)
 
 
 def _log_variance(sums: BucketSums) -> float:

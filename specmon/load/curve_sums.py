@@ -1,0 +1,407 @@
+"""The cost curve's memory (:mod:`specmon.load.curve` reads it): one target's and model's
+intervals summed per time slot and concurrency bucket, kept far longer than any window, and
+its plain, serialisable state. Pure: no I/O.
+
+- :class:`CurveAccumulator` (``retention=3600.0``, ``slot_seconds=60.0``, ``scheme``): one
+  model's intervals summed per time slot and concurrency bucket (never raw rows).
+  ``add_row(row)`` takes one interval row (:mod:`specmon.load.rows`' layout, the history's
+  clock in ``row[END]``); ``add(end, interval)`` a :class:`LoadInterval`; ``expire(now)``
+  drops slots older than the retention; ``bucket(index)`` one bucket's retained sums and
+  ``buckets()`` every bucket's (:class:`BucketSums`, oldest slot first summed); ``version``
+  rises at every change.
+- Its state: ``state()`` -> :class:`CurveState` (``retention``, ``slot_seconds``, ``slots``:
+  :class:`SlotSums` (``start``, ``bucket``, ``values``: the column sums in :data:`COLUMNS`
+  order, then the accepted drafts per position)); ``CurveAccumulator.from_state(state,
+  scheme=...)``; ``state_to_dict(state)`` / ``state_from_dict(data)`` (JSON-ready dict,
+  strict: ``ValueError`` naming the problem). Slot ``start`` times are the history's clock
+  (monotonic in the daemon): to persist across a restart, shift them by the clocks'
+  difference.
+
+What a read costs: a compared target reads its bucket's sums at every scrape (the verdict's
+interval, :func:`specmon.load.curve.interval_spread`), and each scrape changes the newest
+slot. Summing every retained slot again (up to 60 an hour per bucket) made that read grow
+with the daemon's uptime; instead each bucket keeps the sum of its slots before its newest,
+in the same order, and a read adds the newest slot to it: the same additions in the same
+order as summing them all, so the same figures to the last bit, for the work of one slot.
+The kept sum is made again only when a slot of that bucket expires, or when a row lands in a
+slot older than the bucket's newest (the clock went back).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme
+from specmon.load.interval import LoadInterval, bounded_ratio
+from specmon.load.rows import (
+    ACCEPTED,
+    DECODE_SECONDS,
+    DECODE_TOKENS,
+    DRAFT_TOKENS,
+    DRAFTS,
+    END,
+    ENGINE_STEPS,
+    ERRORS,
+    POSITIONS,
+    REQUEST_STEPS,
+    RESETS,
+    SLOT_STEPS,
+    row_concurrency,
+)
+from specmon.records import record
+
+if TYPE_CHECKING:
+    from specmon.load.curve import Curve
+
+# fmt: off
+__all__ = [
+    "COLUMNS", "BucketSums", "CurveAccumulator", "CurveState", "SlotSums", "state_from_dict",
+    "state_to_dict",
+]
+# fmt: on
+
+#: The column sums a slot keeps, in order; the accepted drafts per position follow.
+COLUMNS = (
+    "intervals",
+    "request_steps",
+    "decode_seconds",
+    "decode_tokens",
+    "engine_steps",
+    "slot_steps",
+    "drafts",
+    "draft_tokens",
+    "accepted",
+    "step_sum",
+    "step_squares",
+    "tokens_per_step_sum",
+    "tokens_per_step_squares",
+)
+_I, _RS, _DS, _DT, _ES, _SS, _DR, _DTK, _AC, _T1, _T2, _K1, _K2 = range(len(COLUMNS))
+_WIDTH = len(COLUMNS)
+_MAX_SLOTS = 10_000
+_MAX_POSITIONS = 64
+#: (slot column, row column) of the sums a row adds to as they are.
+_ADDED = ((_RS, REQUEST_STEPS), (_DS, DECODE_SECONDS), (_DT, DECODE_TOKENS),
+          (_ES, ENGINE_STEPS), (_SS, SLOT_STEPS), (_DR, DRAFTS), (_DTK, DRAFT_TOKENS),
+          (_AC, ACCEPTED))  # fmt: skip
+
+
+@record
+class SlotSums:
+    """One time slot's sums in one bucket: ``values`` in :data:`COLUMNS` order, then the
+    accepted drafts per position."""
+
+    start: float
+    bucket: int
+    values: tuple[float, ...]
+
+
+@record
+class CurveState:
+    """A :class:`CurveAccumulator`'s whole state, plain (see :func:`state_to_dict`)."""
+
+    retention: float
+    slot_seconds: float
+    slots: tuple[SlotSums, ...]
+
+
+@record
+class BucketSums:
+    """The retained sums of one bucket (all its slots)."""
+
+    bucket: int
+    label: str
+    values: tuple[float, ...]
+
+    @property
+    def intervals(self) -> int:
+        return round(self.values[_I])
+
+    @property
+    def totals(self) -> LoadInterval:
+        """The bucket's sums as one :class:`LoadInterval` (for :class:`Thresholds`)."""
+        v = self.values
+        return LoadInterval(
+            request_steps=v[_RS],
+            decode_seconds=v[_DS],
+            decode_tokens=v[_DT],
+            engine_steps=v[_ES],
+            slot_steps=v[_SS],
+            drafts=round(v[_DR]),
+            draft_tokens=round(v[_DTK]),
+            accepted_tokens=round(v[_AC]),
+            accepted_per_position=tuple(round(x) for x in v[_WIDTH:]),
+            intervals=round(v[_I]),
+        )
+
+    def relative_se(self, first: int, second: int) -> float | None:
+        """The relative standard error of the mean of a per-interval figure whose sum and sum
+        of squares are columns ``first`` and ``second`` (None with fewer than 2 intervals)."""
+        v = self.values
+        m = v[_I]
+        if m < 2 or v[first] <= 0:
+            return None
+        mean = v[first] / m
+        var = max(v[second] / m - mean * mean, 0.0) * m / (m - 1)
+        return math.sqrt(var / m) / mean
+
+
+class CurveAccumulator:
+    """One model's intervals summed per time slot and concurrency bucket, kept for
+    ``retention`` seconds (see the module's API)."""
+
+    __slots__ = ("_buckets", "_last", "_memo", "_prefix", "_retention", "_scheme", "_slot",
+                 "_slots", "_sums", "version")  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        retention: float = 3600.0,
+        slot_seconds: float = 60.0,
+        scheme: BucketScheme = DEFAULT_SCHEME,
+    ) -> None:
+        if not (retention > 0 and math.isfinite(retention)):
+            raise ValueError("retention must be positive")
+        if not (slot_seconds > 0 and math.isfinite(slot_seconds)):
+            raise ValueError("slot_seconds must be positive")
+        self._retention = retention
+        self._slot = min(slot_seconds, retention)
+        self._scheme = scheme
+        #: (slot index, bucket) -> sums, oldest slot first (dicts keep insertion order).
+        self._slots: dict[tuple[int, int], list[float]] = {}
+        #: Per bucket, the key of its newest slot (its last in ``_slots``' order).
+        self._last: dict[int, tuple[int, int]] = {}
+        #: Per bucket, the sum of its slots before the newest, in ``_slots``' order (None: it
+        #: has no other); a bucket missing here has its sum made again at its next read.
+        self._prefix: dict[int, list[float] | None] = {}
+        #: Per bucket, its sums as last read, until it changes.
+        self._sums: dict[int, BucketSums] = {}
+        self._buckets: tuple[BucketSums, ...] | None = None
+        self._memo: tuple[object, Curve | None] | None = None
+        #: Rises at every change (a cache of what was read from it is good while it stays).
+        self.version = 0
+
+    def set_retention(self, retention: float) -> None:
+        if not (retention > 0 and math.isfinite(retention)):
+            raise ValueError("retention must be positive")
+        self._retention = retention
+
+    def add_row(self, row: Sequence[float]) -> bool:
+        """Add one interval row (an interval with a reset, no concurrency or no step time is
+        left out); True when it was added."""
+        if row[RESETS] > 0 or row[REQUEST_STEPS] <= 0:
+            return False
+        concurrency = row_concurrency(row)  # type: ignore[arg-type]
+        step = bounded_ratio(row[DECODE_SECONDS], row[REQUEST_STEPS], row[ERRORS + 1], row[ERRORS])
+        if concurrency is None or step is None or step <= 0:
+            return False
+        per_step = row[DECODE_TOKENS] / row[REQUEST_STEPS]
+        bucket = self._scheme.index_of(concurrency)
+        key = (math.floor(row[END] / self._slot), bucket)
+        sums = self._slots.get(key)
+        if sums is None:
+            sums = self._slots[key] = [0.0] * _WIDTH
+            self._newest(bucket, key)
+        elif self._last[bucket] != key:  # an older slot than the bucket's newest: sum again
+            self._prefix.pop(bucket, None)
+        sums[_I] += 1.0
+        width = len(row)
+        for i, column in _ADDED:
+            sums[i] += row[column] if column < width else 0.0
+        positions = row[POSITIONS : POSITIONS + _MAX_POSITIONS]
+        if len(sums) < _WIDTH + len(positions):
+            sums.extend([0.0] * (_WIDTH + len(positions) - len(sums)))
+        for i, value in enumerate(positions):
+            sums[_WIDTH + i] += value
+        sums[_T1] += step
+        sums[_T2] += step * step
+        sums[_K1] += per_step
+        sums[_K2] += per_step * per_step
+        self._changed(bucket)
+        self.expire(row[END])
+        return True
+
+    def add(self, end: float, interval: LoadInterval) -> bool:
+        """Add one :class:`LoadInterval` ending at ``end`` (see :meth:`add_row`)."""
+        e = interval.errors
+        row = array(
+            "d",
+            (
+                end, interval.seconds or 0.0, interval.request_steps, interval.decode_seconds,
+                interval.decode_tokens, interval.engine_steps or 0.0, interval.slot_steps or 0.0,
+                *e, 1.0, 1.0 if interval.engine_steps is None else 0.0,
+                1.0 if interval.slot_steps is None else 0.0, 0.0, float(interval.resets), -1.0,
+                float(interval.drafts), float(interval.draft_tokens),
+                float(interval.accepted_tokens), 0.0, *map(float, interval.accepted_per_position),
+            ),
+        )  # fmt: skip
+        return self.add_row(row)
+
+    def expire(self, now: float) -> None:
+        """Drop the slots that ended before ``now - retention`` (and past _MAX_SLOTS)."""
+        oldest = math.floor((now - self._retention) / self._slot)
+        dropped = False
+        while self._slots:
+            key = next(iter(self._slots))
+            if key[0] >= oldest and len(self._slots) <= _MAX_SLOTS:
+                break
+            del self._slots[key]
+            bucket = key[1]
+            if self._last[bucket] == key:  # its only slot
+                del self._last[bucket]
+            self._prefix.pop(bucket, None)
+            self._sums.pop(bucket, None)
+            dropped = True
+        if dropped:
+            self._changed(None)
+
+    def _newest(self, bucket: int, key: tuple[int, int]) -> None:
+        """``key`` is ``bucket``'s new newest slot: the one before it joins the kept sum."""
+        before = self._last.get(bucket)
+        self._last[bucket] = key
+        if before is None:
+            self._prefix[bucket] = None
+        elif bucket in self._prefix:
+            kept = self._prefix[bucket]
+            if kept is None:
+                self._prefix[bucket] = list(self._slots[before])
+            else:
+                _add_into(kept, self._slots[before])
+
+    def _changed(self, bucket: int | None) -> None:
+        self.version += 1
+        self._buckets = None
+        if bucket is not None:
+            self._sums.pop(bucket, None)
+
+    def bucket(self, index: int) -> BucketSums | None:
+        """The retained sums of bucket ``index`` (None: nothing retained there)."""
+        found = self._sums.get(index)
+        if found is None:
+            last = self._last.get(index)
+            if last is None:
+                return None
+            if index not in self._prefix:
+                self._prefix[index] = self._sum_before(index, last)
+            kept = self._prefix[index]
+            if kept is None:
+                summed = list(self._slots[last])
+            else:
+                summed = list(kept)
+                _add_into(summed, self._slots[last])
+            label = self._scheme.buckets[index].label
+            found = self._sums[index] = BucketSums(index, label, tuple(summed))
+        return found
+
+    def _sum_before(self, index: int, last: tuple[int, int]) -> list[float] | None:
+        """The sum of bucket ``index``'s slots before ``last``, in order (None: none)."""
+        summed: list[float] | None = None
+        for key, values in self._slots.items():
+            if key[1] != index or key == last:
+                continue
+            if summed is None:
+                summed = list(values)
+            else:
+                _add_into(summed, values)
+        return summed
+
+    def buckets(self) -> tuple[BucketSums, ...]:
+        """The retained sums per bucket, by bucket."""
+        if self._buckets is None:
+            found = (self.bucket(index) for index in sorted(self._last))
+            self._buckets = tuple(b for b in found if b is not None)
+        return self._buckets
+
+    def memo(self, key: object, make: Callable[[], Curve | None]) -> Curve | None:
+        """``make()``, kept while ``key`` stays the same (the curve against a baseline is
+        built once for every window, and again as the key's versions move on)."""
+        if self._memo is None or self._memo[0] != key:
+            self._memo = (key, make())
+        return self._memo[1]
+
+    def state(self) -> CurveState:
+        return CurveState(
+            self._retention,
+            self._slot,
+            tuple(
+                SlotSums(index * self._slot, bucket, tuple(values))
+                for (index, bucket), values in self._slots.items()
+            ),
+        )
+
+    @classmethod
+    def from_state(
+        cls, state: CurveState, *, scheme: BucketScheme = DEFAULT_SCHEME
+    ) -> CurveAccumulator:
+        out = cls(retention=state.retention, slot_seconds=state.slot_seconds, scheme=scheme)
+        count = len(scheme.buckets)
+        for slot in sorted(state.slots, key=lambda s: s.start):
+            if not 0 <= slot.bucket < count or len(slot.values) < _WIDTH:
+                raise ValueError(f"slot at {slot.start:g}: bucket or width out of range")
+            key = (math.floor(slot.start / out._slot + 0.5), slot.bucket)
+            out._slots[key] = list(slot.values)
+        # Each bucket's newest slot; its kept sum is made at its first read.
+        out._last = {key[1]: key for key in out._slots}
+        out._changed(None)
+        return out
+
+
+def _add_into(into: list[float], values: Sequence[float]) -> None:
+    """``into`` += ``values``, element by element (widened with zeros to fit)."""
+    if len(into) < len(values):
+        into.extend([0.0] * (len(values) - len(into)))
+    for i, value in enumerate(values):
+        into[i] += value
+
+
+def state_to_dict(state: CurveState) -> dict[str, Any]:
+    """A JSON-ready dict of ``state``."""
+    return {
+        "retention_seconds": state.retention,
+        "slot_seconds": state.slot_seconds,
+        "columns": list(COLUMNS),
+        "slots": [
+            {"start": s.start, "bucket": s.bucket, "values": list(s.values)} for s in state.slots
+        ],
+    }
+
+
+def state_from_dict(data: Mapping[str, Any]) -> CurveState:
+    """The state :func:`state_to_dict` wrote; ValueError naming the first problem."""
+
+    def number(value: object, where: str, *, positive: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}: must be a number")
+        out = float(value)
+        if not math.isfinite(out) or (positive and out <= 0) or (not positive and out < -1e18):
+            raise ValueError(f"{where}: out of range")
+        return out
+
+    if not isinstance(data, Mapping):
+        raise ValueError("curve state: must be a mapping")
+    if list(data.get("columns", ())) != list(COLUMNS):
+        raise ValueError("columns: not this version's")
+    retention = number(data.get("retention_seconds"), "retention_seconds", positive=True)
+    slot_seconds = number(data.get("slot_seconds"), "slot_seconds", positive=True)
+    raw = data.get("slots")
+    if not isinstance(raw, list) or len(raw) > _MAX_SLOTS:
+        raise ValueError(f"slots: must be a list of at most {_MAX_SLOTS}")
+    slots = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ValueError(f"slots[{i}]: must be a mapping")
+        values = item.get("values")
+        bucket = item.get("bucket")
+        if not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < 0:
+            raise ValueError(f"slots[{i}].bucket: must be an integer >= 0")
+        if not isinstance(values, list) or not _WIDTH <= len(values) <= _WIDTH + _MAX_POSITIONS:
+            raise ValueError(f"slots[{i}].values: must be a list of {_WIDTH} to "
+                             f"{_WIDTH + _MAX_POSITIONS} numbers")  # fmt: skip
+        numbers = tuple(number(v, f"slots[{i}].values[{j}]") for j, v in enumerate(values))
+        if any(v < 0 for v in numbers):
+            raise ValueError(f"slots[{i}].values: sums must be >= 0")
+        slots.append(SlotSums(number(item.get("start"), f"slots[{i}].start"), bucket, numbers))
+    return CurveState(retention, slot_seconds, tuple(slots))
