@@ -220,42 +220,46 @@ def test_history_basis_agrees_with_measure(
     )
     extra = ["--state.dir", str(state)]
 
-    # Phase 1: the server without a draft, D1 watching it.
-    driven: dict[int, Driven] = {}
-    plain = servers.llama_server(target, n_parallel=N_PARALLEL, port=port)
-    with plain, daemon(config, tmp_path, extra=extra) as d1:
-        wait_target_up(d1, TARGET)
-        for n in LEVELS:
-            time.sleep(INTERVAL + 0.5)  # no interval holds two levels
-            driven[n] = drive_for(plain, concurrency=n)
-        after_scrape(d1)
-        before = epochs_of(d1)
-        assert d1.stop() == 0
-    assert any(not e["speculation"] and e["generated_tokens"] > 0 for e in before), before
-    assert (state / "specmon-state.json").is_file()
-
-    # Phase 2: the same port with the draft, D2 on the same state, measure against B.
-    wait_port_free(port)
-    levels: list[ProfileLevel] = []
-    spans: list[float] = []
-    spec = servers.llama_server(
-        target, draft=draft, n_max=len(RATES), synth_rates=RATES, n_parallel=N_PARALLEL,
-        port=port,
-    )  # fmt: skip
+    # The twin without a draft runs through both phases, so that the server's past and its
+    # present share the machine with the same processes (and the same API polling).
     base = servers.llama_server(target, n_parallel=N_PARALLEL)
-    with spec, base, daemon(config, tmp_path, extra=extra) as d2:
-        wait_target_up(d2, TARGET)
-        restored = epochs_of(d2)
-        assert [e["epoch"] for e in restored] == [e["epoch"] for e in before], restored
-        prompts = write_prompts(tmp_path)
-        watch = VerdictWatch(d2, target=TARGET, window=WINDOW)
-        with watch:
-            run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
-            time.sleep(INTERVAL + 0.5)
-            spans.append(time.time())
-        capsys.readouterr()
-        after = epochs_of(d2)
-        api = d2.targets()
+    with base:
+        # Phase 1: the server without a draft, D1 watching it.
+        driven: dict[int, Driven] = {}
+        plain = servers.llama_server(target, n_parallel=N_PARALLEL, port=port)
+        with plain, daemon(config, tmp_path, extra=extra) as d1:
+            wait_target_up(d1, TARGET)
+            with VerdictWatch(d1, target=TARGET, window=WINDOW):
+                for n in LEVELS:
+                    time.sleep(INTERVAL + 0.5)  # no interval holds two levels
+                    driven[n] = drive_for(plain, concurrency=n)
+                after_scrape(d1)
+            before = epochs_of(d1)
+            assert d1.stop() == 0
+        assert any(not e["speculation"] and e["generated_tokens"] > 0 for e in before), before
+        assert (state / "specmon-state.json").is_file()
+
+        # Phase 2: the same port with the draft, D2 on the same state, measure against B.
+        wait_port_free(port)
+        levels: list[ProfileLevel] = []
+        spans: list[float] = []
+        spec = servers.llama_server(
+            target, draft=draft, n_max=len(RATES), synth_rates=RATES, n_parallel=N_PARALLEL,
+            port=port,
+        )  # fmt: skip
+        with spec, daemon(config, tmp_path, extra=extra) as d2:
+            wait_target_up(d2, TARGET)
+            restored = epochs_of(d2)
+            assert [e["epoch"] for e in restored] == [e["epoch"] for e in before], restored
+            prompts = write_prompts(tmp_path)
+            watch = VerdictWatch(d2, target=TARGET, window=WINDOW)
+            with watch:
+                run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
+                time.sleep(INTERVAL + 0.5)
+                spans.append(time.time())
+            capsys.readouterr()
+            after = epochs_of(d2)
+            api = d2.targets()
 
     reads = watch.reads()
     rows = [
