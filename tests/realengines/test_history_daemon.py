@@ -10,16 +10,20 @@ server's own past, kept across specmon's restart, against ``specmon measure`` on
    port **with its draft** (same URL, engine and model: the same state key). D2 starts on the
    same ``state_dir`` and restores the epoch without speculation.
 3. ``specmon measure --baseline B --speculative P`` (B: the same target without a draft on
-   another port, so at most two servers at once) runs concurrency 1, then 4. D2's verdict for
-   P is read once a second (tests/realengines/verdict_watch.py) and, per level, the last one
-   for that level's bucket must rest on ``history``, hold its speed-up in its 95 % interval,
-   and be within 15 % of measure's tokens/s ratio.
+   another port, running from the start so that both phases share the machine with the same
+   processes; at most two servers at once) runs concurrency 1, then 4. D2's verdict for P is
+   read once a second (tests/realengines/verdict_watch.py; D1's too, for the same load) and,
+   per level, the last one for that level's bucket must rest on ``history``, hold its
+   speed-up in its 95 % interval, and be within 15 % of measure's tokens/s ratio against the
+   server's own past, and of measure's own ratio when that past was within
+   :data:`DRIFT_LIMIT` of the twin (why: :data:`DRIFT_LIMIT`).
 
 Measure's levels have a fixed number of requests, so they are sized from what phase 1
 measured: the request rate of the server without a draft at that level (B is the same server),
 times :data:`SPEEDUP_SIZING` so that the speculative side, the shorter one when speculation
-pays, still lasts :data:`SPEC_INTERVALS` of D2's intervals. About two and a half minutes on a
-quiet machine. The figures are printed (``pytest -s``) and appended to ``SPECMON_LOAD_REPORT``.
+pays, still lasts :data:`SPEC_INTERVALS` of D2's intervals. About three minutes (177-207 s in
+the recorded runs, bench/RESULTS.md). The figures are printed (``pytest -s``) and appended to
+``SPECMON_LOAD_REPORT``.
 """
 
 from __future__ import annotations
