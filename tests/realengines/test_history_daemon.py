@@ -21,7 +21,7 @@ server's own past, kept across specmon's restart, against ``specmon measure`` on
 Measure's levels have a fixed number of requests, so they are sized from what phase 1
 measured: the request rate of the server without a draft at that level (B is the same server),
 times :data:`SPEEDUP_SIZING` so that the speculative side, the shorter one when speculation
-pays, still lasts :data:`SPEC_INTERVALS` of D2's intervals. About three minutes (177-207 s in
+pays, still lasts :data:`SPEC_INTERVALS` of D2's intervals. About three minutes (176-207 s in
 the recorded runs, bench/RESULTS.md). The figures are printed (``pytest -s``) and appended to
 ``SPECMON_LOAD_REPORT``.
 """
