@@ -109,11 +109,17 @@ def _read(api: dict[str, Any], target: str, window: str) -> VerdictRead | None:
 
 
 def level_verdict(
-    reads: Sequence[VerdictRead], *, level: ProfileLevel, start: float, end: float
+    reads: Sequence[VerdictRead],
+    *,
+    level: ProfileLevel,
+    start: float,
+    end: float,
+    bases: Sequence[str] = MEASURED_BASES,
 ) -> VerdictRead | None:
     """The last verdict read in ``[start, end)`` for the bucket of ``level`` (by the
-    speculative engine's concurrency over the level, as check_levels finds its bucket) on a
-    measured basis; None when there was none."""
+    speculative engine's concurrency over the level, as check_levels finds its bucket) on one
+    of ``bases`` (a measured basis: ``history`` for a server read against its own past);
+    None when there was none."""
     concurrency = level.speculative.concurrency
     assert concurrency is not None, level
     label = DEFAULT_SCHEME.bucket_of(concurrency).label
@@ -122,7 +128,7 @@ def level_verdict(
         for r in reads
         if start <= r.wall < end
         and r.bucket == label
-        and r.basis in MEASURED_BASES
+        and r.basis in bases
         and r.speedup is not None
     ]
     return matching[-1] if matching else None
