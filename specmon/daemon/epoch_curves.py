@@ -255,12 +255,17 @@ def history_figures(
 ) -> LoadFigures:
     """``live`` (a speculating window with no twin or profile) read against the server's own
     past: the newest epoch without speculation whose loads overlap the current epoch's, at
-    the latest interval's load. ``live`` unchanged when there is no such epoch (with the
-    loads each epoch saw in its reason when there is one whose loads do not overlap)."""
+    the latest interval's load (the window's when that interval decoded nothing). ``live``
+    unchanged when there is no such epoch (with the loads each epoch saw in its reason when
+    there is one whose loads do not overlap)."""
     if epochs is None or not epochs.current.speculation or speeds is None:
         return live
     current = curves.curve(epochs.model, epochs.current.number)
     now = curves.concurrency(epochs.model)
+    if now is None:
+        # The latest interval decoded nothing (the server idle): read at the window's load,
+        # as a twin's or a profile's comparison does (load_view), not at no load at all.
+        now = live.concurrency
     _, step, tpot = speeds
     if current is None or now is None or step is None or not tpot:
         return live

@@ -177,3 +177,17 @@ def test_a_state_too_large_keeps_its_epochs_without_the_curves(tmp_path: Path) -
     assert [e.number for e in fresh.view.epochs[0].epochs] == [1, 2]
     assert fresh.curves.to_json() == {}
     again.close()
+
+
+def test_an_idle_server_keeps_the_history_basis_at_the_windows_load() -> None:
+    """The server stops serving (no request running): its latest interval has no load, but
+    the 30 s window still holds the minute it served; the verdict reads the past at the
+    window's load, as a twin's does, instead of falling back to the configured draft cost."""
+    fleet = _fleet(240)
+    _reconfigure(fleet, requests_running=0)
+    fleet.advance(250)
+    state = fleet.states[NAME]
+    basis, speedup, _, detail = _verdict(state)
+    truth = _truth(fleet.targets[NAME].engine.settings.survival)
+    assert basis is Evidence.HISTORY, detail
+    assert abs(speedup / truth - 1) < 0.05, (speedup, truth)
