@@ -5,8 +5,10 @@ not counted against a target)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -22,7 +24,7 @@ from specmon.process.loopwatch import LoopWatch
 from specmon.sources import Reading, ScrapeResult
 from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
-from tests.support.virtual_clock import VirtualLoop, stopped_every_second
+from tests.support.virtual_clock import VirtualLoop, run_for, stopped_every_second
 
 
 def test_percentiles_come_from_a_bounded_sample() -> None:
@@ -348,29 +350,18 @@ def _starved(
                     seen.down_at.setdefault(name, loop.time())
             seen.hung_excused_max = max(seen.hung_excused_max, scrapers["hung"].excused)
 
-    async def main() -> None:
+    def started() -> list[Coroutine[Any, Any, object]]:
         watch = LoopWatch(
             lag=_Null(),
             gc_pause=lambda _generation: _Null(),
             clock=loop.time,
             on_lag=lambda lag: governor.watched(at=loop.time(), lag=lag),
         )
-        tasks = [
-            asyncio.create_task(watch.run()),
-            asyncio.create_task(govern()),
-            asyncio.create_task(monitor()),
-        ]
-        for index, scraper in enumerate(scrapers.values()):
-            tasks.append(asyncio.create_task(scraper.run(first_delay=0.37 * index)))
-        await asyncio.sleep(seconds)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        runs = [scraper.run(first_delay=0.37 * index)
+                for index, scraper in enumerate(scrapers.values())]  # fmt: skip
+        return [watch.run(), govern(), monitor(), *runs]
 
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_for(loop, started, seconds)
     seen.excused = governor.excused
     return seen
 

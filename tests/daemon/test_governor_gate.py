@@ -20,7 +20,7 @@ from specmon.sources import Reading, ScrapeResult
 from specmon.sources.deadlines import deadline
 from specmon.sources.http import FetchError
 from tests.daemon.test_governor import PAGE
-from tests.support.virtual_clock import VirtualLoop
+from tests.support.virtual_clock import VirtualLoop, run_for
 
 
 def _governor(limit: int) -> Governor:
@@ -187,17 +187,7 @@ def _fleet(*, limit: int | None, targets: int = 8, seconds: float = 60.0) -> tup
         for i in range(targets)
     ]
 
-    async def main() -> None:
-        tasks = [asyncio.create_task(s.run(first_delay=0.0)) for s in scrapers]
-        await asyncio.sleep(seconds)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_for(loop, lambda: [s.run(first_delay=0.0) for s in scrapers], seconds)
     counts = {"timeout": 0.0, "success": 0.0}
     for metric in scrapes.collect():
         for sample in metric.samples:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import math
 import selectors
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-__all__ = ["VirtualLoop", "stopped_every_second"]
+__all__ = ["VirtualLoop", "run_for", "stopped_every_second"]
 
 
 def stopped_every_second(stop: float) -> Callable[[float], float | None]:
@@ -72,3 +72,24 @@ class VirtualLoop(asyncio.SelectorEventLoop):
             if resume is not None:
                 now = max(now, resume)
         self._now = now
+
+
+def run_for(
+    loop: VirtualLoop,
+    coroutines: Callable[[], Iterable[Coroutine[Any, Any, object]]],
+    seconds: float,
+) -> None:
+    """Run ``coroutines()`` (made inside the loop) as tasks for ``seconds`` of ``loop``'s
+    time, then cancel them, wait for them to end, and close the loop."""
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(c) for c in coroutines()]
+        await asyncio.sleep(seconds)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
