@@ -50,7 +50,12 @@ from tests.realengines.load_pair import N_PARALLEL, PROMPTS, RATES, measure_argv
 from tests.realengines.verdict_watch import VerdictRead, VerdictWatch, level_verdict
 from tests.support.daemon import Daemon, daemon
 
-pytestmark = pytest.mark.realengine
+#: ``alone``: ./dev.sh test runs it after the side-by-side tiers, with the machine to itself
+#: (tools/run_tests.py): in one CI run beside them (load average near 5) the verdict at
+#: concurrency 4 was 20.7 % off measure against the past, where every quiet run was within
+#: 5.6 %; the history basis compares the server with itself minutes apart, and a machine
+#: whose speed moves between the phases moves it.
+pytestmark = [pytest.mark.realengine, pytest.mark.alone]
 
 TARGET = "llama-switched"
 WINDOW = "10m"
