@@ -77,6 +77,28 @@ def measure_argv(
     ]  # fmt: skip
 
 
+def level_argv(
+    base: servers.LlamaServer,
+    spec: servers.LlamaServer,
+    *,
+    prompts_file: Path,
+    level: int,
+    repeats: int,
+    max_tokens: int,
+    warmup: bool,
+) -> list[str]:
+    """``measure_argv`` for one level, its profile left to the caller (run_measure_level
+    names one), with or without measure's warm-up request."""
+    argv = measure_argv(
+        base, spec, prompts_file=prompts_file, levels=[level], repeats=repeats,
+        max_tokens=max_tokens, profile_out=Path("unused.json"),
+    )  # fmt: skip
+    cut = argv.index("--profile-out")
+    argv = argv[:cut] + argv[cut + 2 :]
+    argv[argv.index("--warmup") + 1] = "1" if warmup else "0"
+    return argv
+
+
 @dataclass(frozen=True)
 class Run:
     """One run of one server: its load counters over it and the client's own timing."""

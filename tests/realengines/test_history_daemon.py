@@ -46,7 +46,7 @@ from specmon.load import ProfileLevel
 from tests.realengines import models, servers
 from tests.realengines.conftest import wait_target_up, write_config
 from tests.realengines.daemon_ab import SPEEDUP_AGREEMENT, run_measure_level, scraped_after
-from tests.realengines.load_pair import N_PARALLEL, PROMPTS, RATES, measure_argv, write_prompts
+from tests.realengines.load_pair import N_PARALLEL, PROMPTS, RATES, level_argv, write_prompts
 from tests.realengines.verdict_watch import VerdictRead, VerdictWatch, level_verdict
 from tests.support.daemon import Daemon, daemon
 
@@ -389,14 +389,10 @@ def run_levels(
         if index:
             time.sleep(INTERVAL + 0.5)
         spans.append(time.time())
-        argv = measure_argv(
-            base, spec, prompts_file=prompts, levels=[n], repeats=repeats_for(driven[n]),
-            max_tokens=MAX_TOKENS, profile_out=tmp_path / "unused.json",
+        argv = level_argv(
+            base, spec, prompts_file=prompts, level=n, repeats=repeats_for(driven[n]),
+            max_tokens=MAX_TOKENS, warmup=not index,
         )  # fmt: skip
-        cut = argv.index("--profile-out")
-        argv = argv[:cut] + argv[cut + 2 :]
-        if index:
-            argv[argv.index("--warmup") + 1] = "0"
         levels.append(run_measure_level(argv, tmp_path / f"profile-{n}.json"))
 
 

@@ -34,7 +34,7 @@ import pytest
 from specmon.load import ProfileLevel
 from tests.realengines.conftest import wait_target_up, write_config
 from tests.realengines.daemon_ab import check_levels, report_table, run_measure_level, scraped_after
-from tests.realengines.load_pair import load_pair, measure_argv, write_prompts
+from tests.realengines.load_pair import level_argv, load_pair, write_prompts
 from tests.realengines.servers import LlamaServer
 from tests.realengines.verdict_watch import (
     VerdictRow,
@@ -141,12 +141,8 @@ def run_levels(
             # One scrape interval apart: no interval of a server holds two levels.
             time.sleep(INTERVAL + 0.5)
         spans.append(time.time())
-        argv = measure_argv(
-            base, spec, prompts_file=prompts, levels=[n], repeats=repeats,
-            max_tokens=MAX_TOKENS, profile_out=tmp_path / "unused.json",
+        argv = level_argv(
+            base, spec, prompts_file=prompts, level=n, repeats=repeats,
+            max_tokens=MAX_TOKENS, warmup=not index,
         )  # fmt: skip
-        cut = argv.index("--profile-out")
-        argv = argv[:cut] + argv[cut + 2 :]
-        if index:
-            argv[argv.index("--warmup") + 1] = "0"
         levels.append(run_measure_level(argv, tmp_path / f"profile-{n}.json"))
