@@ -65,14 +65,19 @@ def test_broken_targets_leave_the_others_intact(tmp_path: Path) -> None:
     # the good target's window saw every step: 6 steps of 100 drafts within 3 s at most
     assert (m.value("specmon_window_drafts", target="good", window="20s") or 0) >= 500
     assert m.value("specmon_alpha_ratio", target="good", window="20s") is not None
-    # it was never slowed down by the hanging one
-    assert (m.value("specmon_scrape_duration_seconds", target="good") or 1) < 0.2
+    # it was never held up by the hanging one: none of its scrapes timed out (counted, not
+    # timed: a duration bound fails on a loaded machine)
+    assert not m.value("specmon_scrapes_total", target="good", result="timeout")
     for bad in ("hang", "garbage", "error", "nometrics", "refused"):
         assert m.value("specmon_up", target=bad) == 0, bad
         assert not m.series("specmon_alpha_ratio", target=bad)
         assert not m.series("specmon_window_drafts", target=bad)
         assert not m.series("specmon_speculation_enabled", target=bad)
-    assert m.value("specmon_scrape_duration_seconds", target="hang") == pytest.approx(0.4, abs=0.1)
+    # The timeout (400 ms) cut the hanging scrape: it lasted at least that, and not much more
+    # (how much more depends on the machine's load: 0.51 s in one CI run, where an upper
+    # bound of 0.5 s failed; the hang itself would last the whole test).
+    hung = m.value("specmon_scrape_duration_seconds", target="hang")
+    assert hung is not None and 0.4 - 0.01 <= hung < 2.0, hung
     assert m.value("specmon_scrapes_total", target="hang", result="timeout")
     assert m.value("specmon_scrapes_total", target="garbage", result="parse_error")
     assert m.value("specmon_scrapes_total", target="error", result="http_error")
