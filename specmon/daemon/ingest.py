@@ -36,16 +36,19 @@ class Ingest:
         self._successes: dict[str, Counter] = {}
 
     def deliver(
-        self, state: TargetState, outcome: Outcome, *, mono: float, wall: float
+        self, state: TargetState, outcome: Outcome, *, mono: float, wall: float, lag: float
     ) -> list[Event]:
         """``outcome`` into ``state``, stamped ``mono``/``wall`` (the read's time: specmon's
-        clock for a scrape, Prometheus's sample time for a fleet instance). Returns what
-        changed, for the caller to log."""
+        clock for a scrape, Prometheus's sample time for a fleet instance). ``lag``: how much
+        earlier than that the page may have been rendered (a scrape stamped on arrival: its
+        duration; a sample time: 0). Returns what changed, for the caller to log."""
         if isinstance(outcome, Failure):
             return self.fail(state, outcome)
         name = state.config.name
         try:
-            events = state.observe(outcome.page, mono=mono, wall=wall, duration=outcome.duration)
+            events = state.observe(
+                outcome.page, mono=mono, wall=wall, duration=outcome.duration, lag=lag
+            )
         except Exception as exc:  # a bug must cost one reading, never the target
             self._log.exception("observe_failed", target=name)
             return self.fail(state, internal_error(exc, outcome.duration))

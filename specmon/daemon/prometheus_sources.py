@@ -279,7 +279,7 @@ class SourceRunner:
         # Prometheus's sample time as the windows' clock: a window spans the engine's scrape
         # times in Prometheus, as a direct target's windows span specmon's own scrapes. (An
         # unchanged time after a failure restores the view without a new reading.)
-        events = self._fleet.ingest.deliver(entry.state, outcome, mono=newest, wall=newest)
+        events = self._fleet.ingest.deliver(entry.state, outcome, mono=newest, wall=newest, lag=0.0)
         entry.newest = newest
         if entry.source_down:
             events = [e for e in events if e.event != "target_up"]

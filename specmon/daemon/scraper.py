@@ -285,7 +285,10 @@ class TargetScraper:
             return False
         self.excused = 0
         self._probe_soon = False
-        events = self._ingest.deliver(self.state, outcome, mono=time.monotonic(), wall=time.time())
+        lag = outcome.duration if isinstance(outcome, Reading) else 0.0
+        events = self._ingest.deliver(
+            self.state, outcome, mono=time.monotonic(), wall=time.time(), lag=lag
+        )
         self._emit(events)
         view = self.state.view
         if view.up and isinstance(outcome, Reading):

@@ -198,7 +198,13 @@ class TargetState:
     # -- pages ------------------------------------------------------------------------------
 
     def observe(
-        self, reading: PageReading, *, mono: float, wall: float, duration: float
+        self,
+        reading: PageReading,
+        *,
+        mono: float,
+        wall: float,
+        duration: float,
+        lag: float = 0.0,
     ) -> list[Event]:
         events: list[Event] = []
         self._reads.add(mono)
@@ -255,11 +261,11 @@ class TargetState:
                 rejected.append(refusal)
                 if refusal.whole_model:
                     continue
-            self._record_load(model, mono, rejected)
+            self._record_load(model, mono, rejected, lag=lag)
             kept.append(model)
         for model in reading.plain_models:
             present.add(model.model)
-            if self._record_load(model, mono, rejected):
+            if self._record_load(model, mono, rejected, lag=lag):
                 plain.append(model)
         self._last_models = (*kept, *plain)
         for gone in set(self._loads) - present:
@@ -345,7 +351,9 @@ class TargetState:
             events.append(Event("info", "readings_accepted_again", {}))
         return events
 
-    def _record_load(self, model: ModelReading, mono: float, refused: list[Rejection]) -> bool:
+    def _record_load(
+        self, model: ModelReading, mono: float, refused: list[Rejection], *, lag: float
+    ) -> bool:
         """Add one model's load series to its load history; False when it has none. An
         interval that breaks the laws of :mod:`specmon.load.laws` is left out, its reason
         added to ``refused`` (the load alone: the acceptance figures stand)."""
@@ -362,7 +370,7 @@ class TargetState:
             history = self._loads[model.model] = LoadHistory(
                 retention=self._retention, lean=lean, curve_retention=self._curve_retention
             )
-        history.add(mono, counters)
+        history.add(mono, counters, lag=lag)
         if history.refusal is not None:
             reason, detail = history.refusal
             refused.append(Rejection(model.model, reason, f"load: {detail}", whole_model=False))

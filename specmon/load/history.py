@@ -88,6 +88,8 @@ class LoadHistory:
         #: A lean row dropped a column that was not 0: it cannot be made whole again.
         self._lossy = False
         self._last: tuple[float, LoadCounters] | None = None
+        #: How much earlier than its time the last reading's page may have been rendered.
+        self._last_lag = 0.0
         #: The held intervals' rows, oldest first.
         self._rows = IntervalRows()
         #: The newest row as a LoadInterval, made when first asked for.
@@ -136,12 +138,17 @@ class LoadHistory:
             raise ValueError("retention must be positive")
         self._retention = retention
 
-    def add(self, time: float, counters: LoadCounters) -> bool:
+    def add(self, time: float, counters: LoadCounters, *, lag: float = 0.0) -> bool:
         """Record a reading; True when it closed an interval since the previous one (False
         for the first reading, a reading not newer than the previous, or an interval that
         breaks the laws of :mod:`specmon.load.laws`: left out, with the reason in
         :attr:`refusal`, and the next interval starts from this reading). The interval is
-        :attr:`latest`."""
+        :attr:`latest`.
+
+        ``lag``: how much earlier than ``time`` the page may have been rendered (a scrape
+        stamped when its answer arrived: the scrape's duration). The laws allow the interval
+        that starts from this reading that much more wall time: a slow scrape of a starved
+        server shows counters from its start, and the next, quick one from its end."""
         last = self._last
         self.refusal = None
         self.whole_row = None
@@ -151,7 +158,7 @@ class LoadHistory:
             self._windows = {}
         slides = self._slides.values()
         if last is not None:
-            self.refusal = interval_refusal(last[1], counters, time - last[0])
+            self.refusal = interval_refusal(last[1], counters, time - last[0] + self._last_lag)
         if last is not None and self.refusal is None:
             row = interval_row(last[1], counters, time - last[0], time)
             self.whole_row = array("d", row) if self._lean else row
@@ -185,6 +192,7 @@ class LoadHistory:
                 slide.running_sum += counters.requests_running
                 slide.running_count += 1
         self._last = (time, counters)
+        self._last_lag = lag if lag > 0 and lag == lag else 0.0
         for slide in slides:
             self._advance(slide, time)
         cutoff = time - self._retention

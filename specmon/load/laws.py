@@ -13,7 +13,9 @@ From the page's own series, per model:
 - the engine's time over the interval (TGI: its decode-step seconds; vLLM, llama.cpp: the mean
   step time x the engine steps) is at most the interval's wall time x 1.25 + 1 s per engine
   replica (``engine_time_above_wall``; the wall time is between the two readings: specmon's
-  clock for a scrape, Prometheus's sample times for a source).
+  clock for a scrape, Prometheus's sample times for a source; a scrape is stamped when its
+  answer arrives, so :class:`~specmon.load.history.LoadHistory` adds the first scrape's
+  duration: a slow scrape of a starved server shows counters from as early as its start).
 
 A broken interval is left out of every load figure with its reason; the readings stay (the
 next interval starts from the newer one) and the acceptance figures are untouched.

@@ -24,7 +24,13 @@ class _BrokenState(TargetState):
     """A target whose observation raises, as a bug in specmon would."""
 
     def observe(
-        self, reading: PageReading, *, mono: float, wall: float, duration: float
+        self,
+        reading: PageReading,
+        *,
+        mono: float,
+        wall: float,
+        duration: float,
+        lag: float = 0.0,
     ) -> list[Event]:
         raise ZeroDivisionError("a bug")
 
@@ -51,10 +57,10 @@ def test_readings_failures_and_their_counters() -> None:
     ingest, registry = _setup()
     state = _state("a")
     reading = Reading(page=read_page(PAGE), size=len(PAGE), duration=0.01)
-    events = ingest.deliver(state, reading, mono=100.0, wall=1000.0)
+    events = ingest.deliver(state, reading, mono=100.0, wall=1000.0, lag=0.0)
     assert [e.event for e in events][:1] == ["target_up"] and state.view.up
     failure = Failure(kind=ScrapeResult.TIMEOUT, message="no complete response", duration=3.0)
-    events = ingest.deliver(state, failure, mono=105.0, wall=1005.0)
+    events = ingest.deliver(state, failure, mono=105.0, wall=1005.0, lag=0.0)
     assert [e.event for e in events] == ["target_down"]
     assert not state.view.up and state.view.error_kind is ScrapeResult.TIMEOUT
     assert _count(registry, "a", "success") == 1 and _count(registry, "a", "timeout") == 1
@@ -64,8 +70,8 @@ def test_a_bug_while_observing_costs_one_reading() -> None:
     ingest, registry = _setup()
     broken, fine = _state("broken", _BrokenState), _state("fine")
     reading = Reading(page=read_page(PAGE), size=len(PAGE), duration=0.01)
-    ingest.deliver(broken, reading, mono=100.0, wall=1000.0)
-    ingest.deliver(fine, reading, mono=100.0, wall=1000.0)
+    ingest.deliver(broken, reading, mono=100.0, wall=1000.0, lag=0.0)
+    ingest.deliver(fine, reading, mono=100.0, wall=1000.0, lag=0.0)
     assert not broken.view.up and broken.view.error_kind is ScrapeResult.INTERNAL_ERROR
     assert broken.view.error == "internal error: ZeroDivisionError: a bug"
     assert fine.view.up
@@ -78,11 +84,11 @@ def test_forget_removes_every_series_of_the_target() -> None:
     ingest, registry = _setup()
     state = _state("gone")
     reading = Reading(page=read_page(PAGE), size=len(PAGE), duration=0.01)
-    ingest.deliver(state, reading, mono=100.0, wall=1000.0)
+    ingest.deliver(state, reading, mono=100.0, wall=1000.0, lag=0.0)
     ingest.fail(state, Failure(kind=ScrapeResult.HTTP_ERROR, message="HTTP 500", duration=0.1))
     ingest.forget("gone")
     assert _count(registry, "gone", "success") is None
     assert _count(registry, "gone", "http_error") is None
     # Seen again later: counted from zero, with a new child.
-    ingest.deliver(_state("gone"), reading, mono=200.0, wall=1100.0)
+    ingest.deliver(_state("gone"), reading, mono=200.0, wall=1100.0, lag=0.0)
     assert _count(registry, "gone", "success") == 1

@@ -180,6 +180,28 @@ def test_engine_time_is_bounded_per_replica() -> None:
     assert interval_refusal(before2, after2, 10.0) is None
 
 
+def test_a_slow_scrape_gives_the_next_interval_its_own_duration() -> None:
+    """A scrape stamped when its answer arrived shows counters from as early as its start: a
+    2 s scrape of a starved server, then a quick one 1 s later, can show 3 s of engine time
+    (seen in CI on two CPU vLLM servers). Its duration is the next interval's allowance."""
+    first, second, third = _vllm(0.0, 0), _vllm(4 * 50 * 0.02, 50), _vllm(4 * 200 * 0.02, 200)
+    # 150 steps of 20 ms: 3 s of engine time in 1 s between the stamps.
+    quick = LoadHistory(retention=100.0)
+    quick.add(0.0, first)
+    quick.add(10.0, second, lag=0.01)
+    assert not quick.add(11.0, third)
+    assert quick.refusal is not None and quick.refusal[0].value == "engine_time_above_wall"
+    slow = LoadHistory(retention=100.0)
+    slow.add(0.0, first)
+    slow.add(10.0, second, lag=2.0)  # (1 + 2) x 1.25 + 1 s > 3 s
+    assert slow.add(11.0, third) and slow.refusal is None
+    # The allowance is the previous reading's, not the current one's.
+    late = LoadHistory(retention=100.0)
+    late.add(0.0, first)
+    late.add(10.0, second, lag=0.01)
+    assert not late.add(11.0, third, lag=2.0)
+
+
 def test_a_restart_is_still_a_restart() -> None:
     before, after = _vllm(500.0, 10_000), _vllm(2.0, 100)
     assert interval_refusal(before, after, 5.0) is None
