@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,65 @@ def scraped_after(d: Daemon, targets: Sequence[str], wall: float) -> Exported | 
         if last is None or last <= wall:
             return None
     return m
+
+
+def bucket_reason(
+    d: Daemon, level: ProfileLevel, *, target: str, baseline: str, window: str, after: float
+) -> str | None:
+    """Why the daemon's bucket at ``level``'s concurrency has no figures (None: it has), once
+    both targets have been scraped after the wall time ``after``."""
+    d.wait_for(lambda: scraped_after(d, (target, baseline), after), timeout=20)
+    concurrency = level.speculative.concurrency
+    if concurrency is None:
+        return "measure gave no concurrency"
+    model = d.targets()[target]["models"][0]
+    load = next(w for w in model["windows"] if w["window"] == window)["load"]
+    if load is None:
+        return "no load figures"
+    label = DEFAULT_SCHEME.bucket_of(concurrency).label
+    bucket = next((b for b in load["buckets"] if b["label"] == label), None)
+    return f"no bucket {label}" if bucket is None else bucket["reason"]
+
+
+def run_level_until_bucket(
+    d: Daemon,
+    argv: list[str],
+    profile_out: Path,
+    *,
+    target: str,
+    baseline: str,
+    window: str,
+    top_ups: int,
+    say: Callable[[str], None] = print,
+) -> ProfileLevel:
+    """``specmon measure`` at one level, then again (without warm-up, at most ``top_ups``
+    times) while the daemon's bucket at that level says why it has no figures: a bucket asks
+    for intervals and engine steps on each side, and how many a fixed number of requests gives
+    depends on how fast the machine decodes. The bucket then holds every run; the level
+    returned is the last run's (the same level on the same servers). Each extra run is told
+    to ``say`` with the bucket's reason."""
+    level = run_measure_level(argv, profile_out)
+    for _ in range(top_ups):
+        why = bucket_reason(
+            d, level, target=target, baseline=baseline, window=window, after=time.time()
+        )
+        if why is None:
+            break
+        say(f"\nlevel {level.concurrency} again: its bucket says {why!r}")
+        again = list(argv)
+        again[again.index("--warmup") + 1] = "0"
+        level = run_measure_level(again, profile_out)
+    return level
+
+
+def uncaptured(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
+    """``print`` past pytest's capture (a test's progress notes)."""
+
+    def say(text: str) -> None:
+        with capsys.disabled():
+            print(text)
+
+    return say
 
 
 def scrape_story(m: Exported, targets: Sequence[str]) -> str:
