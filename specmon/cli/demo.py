@@ -314,9 +314,13 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                 n = f"{load.concurrency:.1f}" if load and load.concurrency is not None else "-"
                 tpot = load.time_per_output_token_seconds if load else None
                 per_token = f"{tpot * 1000:.1f} ms/token" if tpot is not None else "-"
+                # A twin says whose; a server merely without speculation is not a baseline.
+                role = (
+                    f" (baseline for {', '.join(view.baseline_for)})" if view.baseline_for else ""
+                )
                 rows.append(
                     f"{view.name:<16} {engine:<9} {paint('up    ', _GREEN)} "
-                    + paint(f"no speculation (a baseline): load n={n}, {per_token}", _DIM)
+                    + paint(f"no speculation{role}: load n={n}, {per_token}", _DIM)
                 )
                 continue
             if r is None:  # filling, or held at a configuration change (window_rules says why)

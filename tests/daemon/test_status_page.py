@@ -261,3 +261,18 @@ def test_one_answer_on_every_surface() -> None:
     assert f"{verdict.speedup:.2f}x ({low:.2f}-{high:.2f})" in rows
     assert f"now n~{load.read_concurrency:.1f} in bucket {load.bucket}" in rows
     assert " default " in rows and " guess " not in rows  # the API's basis words
+
+
+def test_the_terminal_calls_only_a_twin_a_baseline() -> None:
+    """A server without speculation is "baseline for X" in the demo's terminal view only when
+    a target compares with it (the demo's vllm-switched, off until its restart, is none)."""
+    from dataclasses import replace
+
+    from specmon.cli.demo import render_rows
+
+    twin = {v.name: v for v in fleet_views()}["vllm-twin"]
+    assert twin.baseline_for
+    alone = replace(twin, name="vllm-alone", baseline_for=())
+    twin_row, alone_row = render_rows([twin, alone], window="5m", color=False)[1:]
+    assert f"no speculation (baseline for {', '.join(twin.baseline_for)}):" in twin_row
+    assert "no speculation:" in alone_row and "baseline" not in alone_row
