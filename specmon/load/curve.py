@@ -520,7 +520,7 @@ def twin_curve(
                       thresholds)  # fmt: skip
 
     # Made again after every 8th change of either side, not every scrape (an hour of buckets
-    # moves little in 8 intervals, and a fit costs about 1 ms), and at once when a bucket of
+    # moves little in 8 intervals, and a fit costs 0.3-1 ms), and at once when a bucket of
     # either side becomes measured or stops being measured: the curve never lags the buckets
     # the windows already compare (a crossover without its range, a read "extrapolated" at a
     # bucket that is measured). The signatures are kept by the accumulators as rows come and
