@@ -123,12 +123,12 @@ def side_points(
     """The buckets with enough data (a window's bucket's :class:`Thresholds`)."""
     out = []
     for b in buckets:
-        totals = b.totals
-        if thresholds.short_of(totals, speculative=speculative) is not None:
+        # The one decision of what is measured, which the accumulator's signature also reads.
+        totals = b.measured_totals(thresholds, speculative=speculative)
+        if totals is None:
             continue
         n, step, per_step = totals.concurrency, totals.step_seconds, totals.tokens_per_step
-        if n is None or step is None or per_step is None or step <= 0:
-            continue
+        assert n is not None and step is not None and per_step is not None
         se = b.relative_se(_T1, _T2)
         out.append(
             SidePoint(b.bucket, b.label, n, step, max(se if se is not None else 0.05, _FLOOR),
@@ -513,15 +513,22 @@ def twin_curve(
     *,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> Curve | None:
-    """The curve of ``spec`` against its twin's accumulator (built once per change)."""
+    """The curve of ``spec`` against its twin's accumulator (built once per key below)."""
 
     def make() -> Curve | None:
         return _build(spec, side_points(twin.buckets(), speculative=False, thresholds=thresholds),
                       thresholds)  # fmt: skip
 
-    # Made again after every 8th change of either side, not every scrape: an hour of buckets
-    # moves little in 8 intervals, and a fit costs about 1 ms.
-    return spec.memo(("twin", id(twin), twin.version >> 3, spec.version >> 3), make)
+    # Made again after every 8th change of either side, not every scrape (an hour of buckets
+    # moves little in 8 intervals, and a fit costs 0.3-1 ms), and at once when a bucket of
+    # either side becomes measured or stops being measured: the curve never lags the buckets
+    # the windows already compare (a crossover without its range, a read "extrapolated" at a
+    # bucket that is measured). The signatures are kept by the accumulators as rows come and
+    # go; asking costs a check of the one bucket a scrape changed.
+    key = ("twin", id(twin), twin.version >> 3, spec.version >> 3,
+           twin.measured(thresholds, speculative=False),
+           spec.measured(thresholds, speculative=True))  # fmt: skip
+    return spec.memo(key, make)
 
 
 def profile_curve(
@@ -530,9 +537,10 @@ def profile_curve(
     *,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> Curve | None:
-    """The curve of ``spec`` against a profile's levels."""
+    """The curve of ``spec`` against a profile's levels (made again as :func:`twin_curve`'s;
+    the profile's levels do not change)."""
     return spec.memo(
-        ("profile", id(profile), spec.version >> 3),
+        ("profile", id(profile), spec.version >> 3, spec.measured(thresholds, speculative=True)),
         lambda: _build(spec, profile.baseline_points(), thresholds),
     )
 

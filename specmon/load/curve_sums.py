@@ -9,6 +9,11 @@ its plain, serialisable state. Pure: no I/O.
   drops slots older than the retention; ``bucket(index)`` one bucket's retained sums and
   ``buckets()`` every bucket's (:class:`BucketSums`, oldest slot first summed); ``version``
   rises at every change.
+- ``measured(thresholds, speculative=...)``: the set of buckets that pass ``thresholds``
+  (a side point each, :func:`specmon.load.curve.side_points`) as a bitmask, bit i for
+  bucket i: kept up to date as rows are added and slots expire, each call checking only the
+  buckets changed since the last (one a scrape), so the curve is refitted the moment a
+  bucket becomes measured or stops being measured (:func:`specmon.load.curve.twin_curve`).
 - Its state: ``state()`` -> :class:`CurveState` (``retention``, ``slot_seconds``, ``slots``:
   :class:`SlotSums` (``start``, ``bucket``, ``values``: the column sums in :data:`COLUMNS`
   order, then the accepted drafts per position)); ``CurveAccumulator.from_state(state,
@@ -34,7 +39,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme
+from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme, Thresholds
 from specmon.load.interval import LoadInterval, bounded_ratio
 from specmon.load.rows import (
     ACCEPTED,
@@ -83,6 +88,9 @@ _I, _RS, _DS, _DT, _ES, _SS, _DR, _DTK, _AC, _T1, _T2, _K1, _K2 = range(len(COLU
 _WIDTH = len(COLUMNS)
 _MAX_SLOTS = 10_000
 _MAX_POSITIONS = 64
+#: The (thresholds, side) pairs :meth:`CurveAccumulator.measured` keeps up to date (the daemon
+#: asks one per accumulator); past this many they are all made again from the buckets.
+_MAX_SIGNATURES = 8
 #: (slot column, row column) of the sums a row adds to as they are.
 _ADDED = ((_RS, REQUEST_STEPS), (_DS, DECODE_SECONDS), (_DT, DECODE_TOKENS),
           (_ES, ENGINE_STEPS), (_SS, SLOT_STEPS), (_DR, DRAFTS), (_DTK, DRAFT_TOKENS),
@@ -137,6 +145,18 @@ class BucketSums:
             intervals=round(v[_I]),
         )
 
+    def measured_totals(self, thresholds: Thresholds, *, speculative: bool) -> LoadInterval | None:
+        """:attr:`totals` when the bucket is measured on its side: enough data for
+        ``thresholds`` and a concurrency, a positive step time and tokens per step (what a
+        :func:`specmon.load.curve.side_points` point needs); None otherwise."""
+        totals = self.totals
+        if thresholds.short_of(totals, speculative=speculative) is not None:
+            return None
+        if totals.concurrency is None or totals.tokens_per_step is None:
+            return None
+        step = totals.step_seconds
+        return totals if step is not None and step > 0 else None
+
     def relative_se(self, first: int, second: int) -> float | None:
         """The relative standard error of the mean of a per-interval figure whose sum and sum
         of squares are columns ``first`` and ``second`` (None with fewer than 2 intervals)."""
@@ -149,12 +169,23 @@ class BucketSums:
         return math.sqrt(var / m) / mean
 
 
+class _Signature:
+    """The measured buckets of one side at some thresholds: ``mask`` (bit i: bucket i) as of
+    the last check, ``dirty`` the buckets changed since (checked again at the next)."""
+
+    __slots__ = ("dirty", "mask")
+
+    def __init__(self, dirty: set[int]) -> None:
+        self.mask = 0
+        self.dirty = dirty
+
+
 class CurveAccumulator:
     """One model's intervals summed per time slot and concurrency bucket, kept for
     ``retention`` seconds (see the module's API)."""
 
-    __slots__ = ("_buckets", "_last", "_memo", "_prefix", "_retention", "_scheme", "_slot",
-                 "_slots", "_sums", "version")  # fmt: skip
+    __slots__ = ("_buckets", "_last", "_measured", "_memo", "_prefix", "_retention", "_scheme",
+                 "_slot", "_slots", "_sums", "version")  # fmt: skip
 
     def __init__(
         self,
@@ -181,6 +212,8 @@ class CurveAccumulator:
         self._sums: dict[int, BucketSums] = {}
         self._buckets: tuple[BucketSums, ...] | None = None
         self._memo: tuple[object, Curve | None] | None = None
+        #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
+        self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
         self.version = 0
 
@@ -243,7 +276,7 @@ class CurveAccumulator:
     def expire(self, now: float) -> None:
         """Drop the slots that ended before ``now - retention`` (and past _MAX_SLOTS)."""
         oldest = math.floor((now - self._retention) / self._slot)
-        dropped = False
+        dropped: set[int] = set()
         while self._slots:
             key = next(iter(self._slots))
             if key[0] >= oldest and len(self._slots) <= _MAX_SLOTS:
@@ -254,9 +287,11 @@ class CurveAccumulator:
                 del self._last[bucket]
             self._prefix.pop(bucket, None)
             self._sums.pop(bucket, None)
-            dropped = True
+            dropped.add(bucket)
         if dropped:
             self._changed(None)
+            for signature in self._measured.values():
+                signature.dirty.update(dropped)
 
     def _newest(self, bucket: int, key: tuple[int, int]) -> None:
         """``key`` is ``bucket``'s new newest slot: the one before it joins the kept sum."""
@@ -276,6 +311,35 @@ class CurveAccumulator:
         self._buckets = None
         if bucket is not None:
             self._sums.pop(bucket, None)
+            for signature in self._measured.values():
+                signature.dirty.add(bucket)
+
+    def measured(self, thresholds: Thresholds, *, speculative: bool) -> int:
+        """The buckets measured on this side (:meth:`BucketSums.measured_totals`) as a
+        bitmask, bit i for bucket i: a signature that changes exactly when a bucket becomes
+        measured or stops being measured. Only the buckets changed since the last call are
+        checked again (a scrape adds to one bucket; an expiry changes the buckets it took
+        slots from)."""
+        key = (thresholds, speculative)
+        signature = self._measured.get(key)
+        if signature is None:
+            if len(self._measured) >= _MAX_SIGNATURES:
+                self._measured.clear()
+            signature = self._measured[key] = _Signature(set(self._last))
+        if signature.dirty:
+            mask = signature.mask
+            for index in signature.dirty:
+                sums = self.bucket(index)
+                if (
+                    sums is not None
+                    and sums.measured_totals(thresholds, speculative=speculative) is not None
+                ):
+                    mask |= 1 << index
+                else:
+                    mask &= ~(1 << index)
+            signature.mask = mask
+            signature.dirty.clear()
+        return signature.mask
 
     def bucket(self, index: int) -> BucketSums | None:
         """The retained sums of bucket ``index`` (None: nothing retained there)."""
