@@ -166,14 +166,16 @@ class EpochCurves:
         old, new = self.curve(epochs.model, before.number), self.curve(epochs.model, after.number)
         if old is None or new is None:
             return None
+        # An epoch not yet known to speculate has seen no draft: its sums are plain decoding.
+        was, now = before.speculation is True, after.speculation is True
         buckets = matched_buckets(
-            old, new, older_speculative=before.speculation, newer_speculative=after.speculation,
+            old, new, older_speculative=was, newer_speculative=now,
             chain_length=after.chain_length,
         )  # fmt: skip
         return ChangeView(
             epochs.model, before, after, buckets,
-            tuple(p.label for p in loads_seen(old, speculative=before.speculation)),
-            tuple(p.label for p in loads_seen(new, speculative=after.speculation)),
+            tuple(p.label for p in loads_seen(old, speculative=was)),
+            tuple(p.label for p in loads_seen(new, speculative=now)),
         )  # fmt: skip
 
     def changes(self, views: tuple[ModelEpochs, ...]) -> tuple[ChangeView, ...]:
@@ -273,7 +275,7 @@ def history_figures(
     sd: float | None = None
     refused: list[str] = []
     for epoch in reversed(epochs.epochs[:-1]):
-        if epoch.speculation:
+        if epoch.speculation is not False:  # speculating, or never known not to
             continue
         base = curves.curve(epochs.model, epoch.number)
         if base is None:
