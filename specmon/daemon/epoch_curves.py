@@ -3,8 +3,8 @@ accumulators, per configuration), fed with every whole interval of the target's 
 in the state file beside the epochs, and read two ways:
 
 - the ``history`` basis of the verdict: the current (speculating) epoch against the newest
-  epoch without speculation whose loads overlap it, at the load of the latest interval
-  (:func:`specmon.load.matched.matched_read`);
+  epoch without speculation whose loads overlap it, at the load every basis reads at
+  (:func:`specmon.daemon.load_view.read_concurrency`, through :func:`specmon.load.matched.matched_read`);
 - "did the change help?": the current epoch against the previous one, per bucket both
   measured (:func:`specmon.load.matched.matched_buckets`).
 
@@ -40,7 +40,6 @@ from specmon.load.matched import (
     matched_buckets,
     matched_read,
 )
-from specmon.load.rows import row_concurrency
 from specmon.records import record
 from specmon.report import report_from_counters
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
@@ -66,14 +65,12 @@ class ChangeView:
 
 
 class _Model:
-    __slots__ = ("concurrency", "curves", "number", "pending", "saved")
+    __slots__ = ("curves", "number", "pending", "saved")
 
     def __init__(self) -> None:
         self.number = 0
         self.curves: dict[int, CurveAccumulator] = {}
         self.pending: CurveAccumulator | None = None
-        #: The latest interval's concurrency ("at this load").
-        self.concurrency: float | None = None
         #: Each epoch's saved form and the accumulator version it was made at (a past
         #: epoch's is made once).
         self.saved: dict[int, tuple[int, dict[str, Any]]] = {}
@@ -139,7 +136,6 @@ class EpochCurves:
             state.pending = None
         if row is None:
             return
-        state.concurrency = row_concurrency(row)
         if pending:
             if state.pending is None:
                 state.pending = epoch_accumulator()
@@ -153,10 +149,6 @@ class EpochCurves:
     def curve(self, model: str, number: int) -> CurveAccumulator | None:
         state = self._models.get(model)
         return state.curves.get(number) if state is not None else None
-
-    def concurrency(self, model: str) -> float | None:
-        state = self._models.get(model)
-        return state.concurrency if state is not None else None
 
     def change(self, epochs: ModelEpochs) -> ChangeView | None:
         """The newest change of a model, compared per bucket (None: one epoch only)."""
@@ -257,17 +249,14 @@ def history_figures(
 ) -> LoadFigures:
     """``live`` (a speculating window with no twin or profile) read against the server's own
     past: the newest epoch without speculation whose loads overlap the current epoch's, at
-    the latest interval's load (the window's when that interval decoded nothing). ``live``
+    ``live.read_concurrency``, the load every basis reads at (decided once:
+    :func:`~specmon.daemon.load_view.read_concurrency`). ``live``
     unchanged when there is no such epoch (with the loads each epoch saw in its reason when
     there is one whose loads do not overlap)."""
     if epochs is None or not epochs.current.speculation or speeds is None:
         return live
     current = curves.curve(epochs.model, epochs.current.number)
-    now = curves.concurrency(epochs.model)
-    if now is None:
-        # The latest interval decoded nothing (the server idle): read at the window's load,
-        # as a twin's or a profile's comparison does (load_view), not at no load at all.
-        now = live.concurrency
+    now = live.read_concurrency
     _, step, tpot = speeds
     if current is None or now is None or step is None or not tpot:
         return live
