@@ -96,8 +96,10 @@ class LoadFigures:
     withheld: str | None = None
     #: The 95 % interval of ``realized_speedup`` (specmon.load.curve).
     speedup_interval: tuple[float, float] | None = None
-    #: How the speed-up was read: "measured" (this window's bucket), "interpolated" (the
-    #: cost curve, inside the loads measured), "extrapolated" (the next bucket past them).
+    #: How the speed-up was read: "measured" (this window's bucket against the baseline's,
+    #: or for ``history`` a bucket both epochs measured), "interpolated" (the cost curve,
+    #: inside the loads measured), "extrapolated" (the next bucket past them). The one word
+    #: every surface shows (API, status page, target page, terminal).
     read: str | None = None
     #: The load the figures are for (the latest interval's) and its bucket's time per
     #: output token (this window's bucket when measured, else the curve's at that load).
