@@ -138,7 +138,8 @@ def emit_target(view: TargetView, out: Sink) -> None:
         ml = (view.name, engine, epochs.model)
         for e in epochs.epochs[-2:]:  # the current and the previous epoch only
             k = str(e.chain_length) if e.chain_length else "none"
-            out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), str(e.speculation).lower(), k), 1)
+            spec = "unknown" if e.speculation is None else str(e.speculation).lower()
+            out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), spec, k), 1)
         if epochs.previous is not None:
             out.add(CONFIG_CHANGE_TIME, ml, epochs.current.start)
     for change in view.changes:

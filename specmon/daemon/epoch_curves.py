@@ -3,8 +3,8 @@ accumulators, per configuration), fed with every whole interval of the target's 
 in the state file beside the epochs, and read two ways:
 
 - the ``history`` basis of the verdict: the current (speculating) epoch against the newest
-  epoch without speculation whose loads overlap it, at the load of the latest interval
-  (:func:`specmon.load.matched.matched_read`);
+  epoch without speculation whose loads overlap it, at the load every basis reads at
+  (:func:`specmon.daemon.load_view.read_concurrency`, through :func:`specmon.load.matched.matched_read`);
 - "did the change help?": the current epoch against the previous one, per bucket both
   measured (:func:`specmon.load.matched.matched_buckets`).
 
@@ -40,7 +40,6 @@ from specmon.load.matched import (
     matched_buckets,
     matched_read,
 )
-from specmon.load.rows import row_concurrency
 from specmon.records import record
 from specmon.report import report_from_counters
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
@@ -66,14 +65,12 @@ class ChangeView:
 
 
 class _Model:
-    __slots__ = ("concurrency", "curves", "number", "pending", "saved")
+    __slots__ = ("curves", "number", "pending", "saved")
 
     def __init__(self) -> None:
         self.number = 0
         self.curves: dict[int, CurveAccumulator] = {}
         self.pending: CurveAccumulator | None = None
-        #: The latest interval's concurrency ("at this load").
-        self.concurrency: float | None = None
         #: Each epoch's saved form and the accumulator version it was made at (a past
         #: epoch's is made once).
         self.saved: dict[int, tuple[int, dict[str, Any]]] = {}
@@ -139,7 +136,6 @@ class EpochCurves:
             state.pending = None
         if row is None:
             return
-        state.concurrency = row_concurrency(row)
         if pending:
             if state.pending is None:
                 state.pending = epoch_accumulator()
@@ -154,10 +150,6 @@ class EpochCurves:
         state = self._models.get(model)
         return state.curves.get(number) if state is not None else None
 
-    def concurrency(self, model: str) -> float | None:
-        state = self._models.get(model)
-        return state.concurrency if state is not None else None
-
     def change(self, epochs: ModelEpochs) -> ChangeView | None:
         """The newest change of a model, compared per bucket (None: one epoch only)."""
         before, after = epochs.previous, epochs.current
@@ -166,14 +158,16 @@ class EpochCurves:
         old, new = self.curve(epochs.model, before.number), self.curve(epochs.model, after.number)
         if old is None or new is None:
             return None
+        # An epoch not yet known to speculate has seen no draft: its sums are plain decoding.
+        was, now = before.speculation is True, after.speculation is True
         buckets = matched_buckets(
-            old, new, older_speculative=before.speculation, newer_speculative=after.speculation,
+            old, new, older_speculative=was, newer_speculative=now,
             chain_length=after.chain_length,
         )  # fmt: skip
         return ChangeView(
             epochs.model, before, after, buckets,
-            tuple(p.label for p in loads_seen(old, speculative=before.speculation)),
-            tuple(p.label for p in loads_seen(new, speculative=after.speculation)),
+            tuple(p.label for p in loads_seen(old, speculative=was)),
+            tuple(p.label for p in loads_seen(new, speculative=now)),
         )  # fmt: skip
 
     def changes(self, views: tuple[ModelEpochs, ...]) -> tuple[ChangeView, ...]:
@@ -255,17 +249,14 @@ def history_figures(
 ) -> LoadFigures:
     """``live`` (a speculating window with no twin or profile) read against the server's own
     past: the newest epoch without speculation whose loads overlap the current epoch's, at
-    the latest interval's load (the window's when that interval decoded nothing). ``live``
+    ``live.read_concurrency``, the load every basis reads at (decided once:
+    :func:`~specmon.daemon.load_view.read_concurrency`). ``live``
     unchanged when there is no such epoch (with the loads each epoch saw in its reason when
     there is one whose loads do not overlap)."""
     if epochs is None or not epochs.current.speculation or speeds is None:
         return live
     current = curves.curve(epochs.model, epochs.current.number)
-    now = curves.concurrency(epochs.model)
-    if now is None:
-        # The latest interval decoded nothing (the server idle): read at the window's load,
-        # as a twin's or a profile's comparison does (load_view), not at no load at all.
-        now = live.concurrency
+    now = live.read_concurrency
     _, step, tpot = speeds
     if current is None or now is None or step is None or not tpot:
         return live
@@ -273,7 +264,7 @@ def history_figures(
     sd: float | None = None
     refused: list[str] = []
     for epoch in reversed(epochs.epochs[:-1]):
-        if epoch.speculation:
+        if epoch.speculation is not False:  # speculating, or never known not to
             continue
         base = curves.curve(epochs.model, epoch.number)
         if base is None:
@@ -308,7 +299,7 @@ def _figures(
         else None
     )
     lo, hi = read.between
-    if read.how == "interpolated" and lo == hi:
+    if read.how == "measured":  # a bucket both epochs measured: their own ratio there
         load = "same load"
     else:
         where = f"between buckets {lo} and {hi}" if lo != hi else f"next to bucket {lo}"

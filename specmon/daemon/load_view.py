@@ -39,6 +39,7 @@ __all__ = [
     "LoadFigures",
     "live_load_figures",
     "load_figures",
+    "read_concurrency",
 ]
 
 #: The ``baseline`` label of figures measured against a ``cost_profile``.
@@ -95,8 +96,10 @@ class LoadFigures:
     withheld: str | None = None
     #: The 95 % interval of ``realized_speedup`` (specmon.load.curve).
     speedup_interval: tuple[float, float] | None = None
-    #: How the speed-up was read: "measured" (this window's bucket), "interpolated" (the
-    #: cost curve, inside the loads measured), "extrapolated" (the next bucket past them).
+    #: How the speed-up was read: "measured" (this window's bucket against the baseline's,
+    #: or for ``history`` a bucket both epochs measured), "interpolated" (the cost curve,
+    #: inside the loads measured), "extrapolated" (the next bucket past them). The one word
+    #: every surface shows (API, status page, target page, terminal).
     read: str | None = None
     #: The load the figures are for (the latest interval's) and its bucket's time per
     #: output token (this window's bucket when measured, else the curve's at that load).
@@ -104,6 +107,14 @@ class LoadFigures:
     read_time_per_output_token_seconds: float | None = None
     #: The ``history`` basis: the epoch compared, in words (specmon.daemon.epoch_curves).
     against: str | None = None
+
+
+def read_concurrency(*, latest: float | None, window: float | None) -> float | None:
+    """ "At this load": the concurrency every basis (twin, profile, history) reads its verdict
+    at, and the one place that decides it. The latest interval's (the window's mean can fall
+    between the loads the window saw), else, when that interval decoded nothing (the server
+    idle) or its engine counts no steps, the window's."""
+    return latest if latest is not None else window
 
 
 def load_figures(
@@ -146,11 +157,10 @@ def load_figures(
         verdicts = compare_with_profile(
             window.buckets, profile, chain_length=chain_length, memo=memo
         )
-    # "At this load": the bucket of the latest interval (the window's mean concurrency can
-    # fall between the loads the window saw).
-    now = window.latest.concurrency if window.latest is not None else None
-    if now is None:
-        now = concurrency
+    now = read_concurrency(
+        latest=window.latest.concurrency if window.latest is not None else None,
+        window=concurrency,
+    )
     current = DEFAULT_SCHEME.bucket_of(now) if now is not None else None
     survival = arithmetic.survival(acceptance.accepted_per_position, acceptance.drafts) or []
     buckets = tuple(_bucket(v, survival, chain_length) for v in verdicts)
@@ -267,25 +277,30 @@ def live_load_figures(
     chain_length: int | None,
     baseline: str | None = None,
     refused: str | None = None,
+    latest: float | None = None,
 ) -> LoadFigures | None:
     """The figures of a window with nothing to compare it with (no twin's window, no profile,
     or a server that does not speculate: ``acceptance`` None), from what
     :meth:`LoadHistory.speeds <specmon.load.LoadHistory.speeds>` reads off its sums: the live
     load and speed, and, for a target configured with a baseline that has no data yet, the
-    reason; ``refused``: why the twin is not compared with (its check). None when the window
-    has no load data."""
+    reason; ``refused``: why the twin is not compared with (its check); ``latest``: the latest
+    interval's concurrency (the figures' ``read_concurrency``: :func:`read_concurrency`).
+    None when the window has no load data."""
     if speeds is None:
         return None
     concurrency, step_seconds, tpot = speeds
     mean_draft, notes = _draft_length(acceptance, chain_length)
+    now = read_concurrency(latest=latest, window=concurrency)
     if baseline is not None and acceptance is not None:
         return LoadFigures(
             concurrency, step_seconds, tpot, mean_draft, baseline,
             reason=refused or "no data from the baseline yet",
             notes=notes if refused is None else (*notes, refused),
-            baseline_refused=refused,
+            baseline_refused=refused, read_concurrency=now,
         )  # fmt: skip
-    return LoadFigures(concurrency, step_seconds, tpot, mean_draft, None, notes=notes)
+    return LoadFigures(
+        concurrency, step_seconds, tpot, mean_draft, None, notes=notes, read_concurrency=now
+    )
 
 
 def _draft_length(

@@ -21,12 +21,14 @@ CONFIG_EPOCH_INFO = MetricDef(
     "specmon_config_epoch_info",
     Kind.GAUGE,
     "1 for the current and the previous configuration epoch of a target's model (speculation "
-    "on or off and the chain length, detected from its pages or marked by hand with POST "
-    "/-/mark); epoch numbers go on across specmon's restarts with a state_dir.",
+    "on, off or unknown before the first evidence, and the chain length, detected from its "
+    "pages or marked by hand with POST /-/mark); epoch numbers go on across specmon's "
+    "restarts with a state_dir.",
     (*_M, "epoch", "speculation", "chain_length"),
     Scope.MODEL,
     "1 for the current and the previous configuration epoch of the model (`epoch`: its "
-    "number, going on across restarts with a `state_dir`; `speculation`: `true` or `false`; "
+    "number, going on across restarts with a `state_dir`; `speculation`: `true`, `false`, "
+    "or `unknown` for a first epoch before its first draft or 400 tokens without one; "
     "`chain_length`: the detected or published k, `none` when off or unknown). A new epoch "
     "starts when speculation stops (no drafts over 5 scrapes while 400 tokens are generated, "
     "or its series gone from 2 pages), starts, when k changes (3 scrapes), or by hand "

@@ -438,6 +438,7 @@ class TargetState:
                 chain_length=k,
                 baseline=cfg.baseline,
                 refused=check.detail if check is not None and not check.usable else None,
+                latest=history.latest_concurrency,
             )
             if live is None or acceptance is None:
                 return live

@@ -280,7 +280,8 @@ class BaselineCurve(Protocol):
 class CurveRead:
     """The curve at one load: the realized speed-up K T_base(n) / (K_base T_spec(n)), the
     draft cost c there (None without drafted tokens), the 95 % interval, and how it was
-    read: "interpolated" (inside the measured range) or "extrapolated" (the next bucket)."""
+    read: "interpolated" (inside the measured range) or "extrapolated" (the next bucket); or
+    "measured" for two epochs' read in a bucket both measured (specmon.load.matched)."""
 
     concurrency: float
     speedup: float

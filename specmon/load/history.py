@@ -248,6 +248,14 @@ class LoadHistory:
             self._resum(slide)
 
     @property
+    def latest_concurrency(self) -> float | None:
+        """:attr:`latest`'s concurrency, read off its row without making a lean history
+        whole (None before the second reading, or when that interval decoded nothing)."""
+        if not len(self._rows):
+            return None
+        return row_concurrency(self._rows.newest())
+
+    @property
     def latest(self) -> LoadInterval | None:
         """The most recent interval still held (None before the second reading)."""
         if self._lean:

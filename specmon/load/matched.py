@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from specmon.bounds import speedup_refusal
+from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
 from specmon.load.buckets import DEFAULT_SCHEME, DEFAULT_THRESHOLDS, Thresholds
 from specmon.load.curve import (
     COLUMNS,
@@ -48,6 +48,7 @@ _T1, _T2 = COLUMNS.index("step_sum"), COLUMNS.index("step_squares")
 _K1, _K2 = COLUMNS.index("tokens_per_step_sum"), COLUMNS.index("tokens_per_step_squares")
 _DT, _DS = COLUMNS.index("decode_tokens"), COLUMNS.index("decode_seconds")
 _DTK, _AC = COLUMNS.index("draft_tokens"), COLUMNS.index("accepted")
+_RS = COLUMNS.index("request_steps")
 
 
 def epoch_accumulator() -> CurveAccumulator:
@@ -106,6 +107,26 @@ def _acceptance(sums: BucketSums) -> tuple[float, float] | None:
     return p, max(p * (1 - p), 0.25 / drafted) / drafted
 
 
+def _bucket_speedup(
+    old: BucketSums, new: BucketSums, *, bound: int | None, chain_length: int | None
+) -> tuple[float, tuple[float, float] | None] | str:
+    """One bucket's speed-up of the newer epoch over the older, measured: the ratio of their
+    times per output token there, and its 95 % interval; or why not (``bound``: the chain
+    length the bound on a speed-up takes)."""
+    if old.values[_DT] <= 0 or new.values[_DT] <= 0:
+        return "no decoded tokens in the bucket"
+    old_tpot = old.values[_DS] / old.values[_DT]
+    new_tpot = new.values[_DS] / new.values[_DT]
+    if old_tpot <= 0 or new_tpot <= 0:
+        return "no decoding time in the bucket"
+    speedup = old_tpot / new_tpot
+    problem = speedup_refusal(speedup, chain_length=bound, measured=True)
+    if problem is not None:
+        return f"withheld: the bucket's {problem}"
+    sd = math.sqrt(_log_variance(old) + _log_variance(new))
+    return speedup, speedup_interval(speedup, sd, chain_length=chain_length)
+
+
 def matched_buckets(
     older: CurveAccumulator,
     newer: CurveAccumulator,
@@ -125,15 +146,10 @@ def matched_buckets(
         old_sums, new_sums = _sums(older, point.bucket), _sums(newer, point.bucket)
         if before is None or old_sums is None or new_sums is None:
             continue
-        old_tpot = old_sums.values[_DS] / old_sums.values[_DT]
-        new_tpot = new_sums.values[_DS] / new_sums.values[_DT]
-        if old_tpot <= 0 or new_tpot <= 0:
+        ratio = _bucket_speedup(old_sums, new_sums, bound=None, chain_length=chain_length)
+        if isinstance(ratio, str):
             continue
-        speedup = old_tpot / new_tpot
-        if speedup_refusal(speedup, chain_length=None, measured=True) is not None:
-            continue
-        sd = math.sqrt(_log_variance(old_sums) + _log_variance(new_sums))
-        interval = speedup_interval(speedup, sd, chain_length=chain_length)
+        speedup, interval = ratio
         a_old, a_new = _acceptance(old_sums), _acceptance(new_sums)
         change = change_interval = None
         if a_old is not None and a_new is not None:
@@ -160,13 +176,19 @@ def matched_read(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> CurveRead | str:
     """The current epoch (speculating) against an epoch without speculation at
-    ``concurrency``: the bucket's measured ratio where both measured it, else the cost
-    curve's read between the buckets both measured (the curve's own limits: one bucket past
-    them at most); a reason string when the loads do not overlap."""
+    ``concurrency``: where both measured its bucket, the bucket's measured ratio (the
+    change's own figure there, ``how`` "measured"); else the cost curve's read between the
+    buckets both measured (the curve's own limits: one bucket past them at most,
+    "interpolated" or "extrapolated"); a reason string when the loads do not overlap."""
     base = loads_seen(baseline, speculative=False, thresholds=thresholds)
     spec = loads_seen(current, speculative=True, thresholds=thresholds)
     if not base or not spec:
         return "no load bucket measured enough in both epochs yet"
+    index = DEFAULT_SCHEME.index_of(concurrency)
+    here = [next((p for p in side if p.bucket == index), None) for side in (base, spec)]
+    old, new = _sums(baseline, index), _sums(current, index)
+    if here[0] is not None and here[1] is not None and old is not None and new is not None:
+        return _measured_read(old, new, (here[0], here[1]), concurrency, chain_length)
     steps = drafted_sum = 0.0
     for b in current.buckets():
         if b.bucket in {p.bucket for p in spec}:
@@ -178,3 +200,29 @@ def matched_read(
         return "the epochs' loads do not overlap"
     return curve.read(concurrency, tokens_per_step=tokens_per_step, acceptance_sd=acceptance_sd,
                       chain_length=chain_length)  # fmt: skip
+
+
+def _measured_read(
+    old: BucketSums,
+    new: BucketSums,
+    points: tuple[SidePoint, SidePoint],
+    concurrency: float,
+    chain_length: int | None,
+) -> CurveRead | str:
+    """A read in a bucket both epochs measured: their speed-up there, and the draft cost
+    their step times give (the speculative step over the plain one, less one, per drafted
+    token a step: None without drafted tokens or outside its bounds)."""
+    ratio = _bucket_speedup(
+        old, new, bound=chain_bound(configured=chain_length), chain_length=chain_length
+    )
+    if isinstance(ratio, str):
+        return ratio
+    speedup, interval = ratio
+    base, spec = points
+    steps, drafted = new.values[_RS], new.values[_DTK]
+    cost = None
+    if steps > 0 and drafted > 0 and base.step_seconds > 0:
+        cost = (spec.step_seconds / base.step_seconds - 1.0) / (drafted / steps)
+        if draft_cost_refusal(cost) is not None:
+            cost = None
+    return CurveRead(concurrency, speedup, interval, cost, "measured", (spec.label, spec.label))

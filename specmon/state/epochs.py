@@ -13,6 +13,14 @@ A new epoch starts when (constants below, the numbers of scrapes an operator can
   request ends: a page without them neither confirms nor cancels a change);
 - an operator marks one by hand (a draft model swap shows on no engine's page).
 
+The first epoch seen is *not yet known* to speculate (``speculation`` None) until the first
+evidence, which settles it in place, no change recorded: drafts rise (speculating), or
+``OFF_TOKENS`` tokens are generated over ``OFF_SCRAPES`` scrapes without a draft (without
+speculation). A page's speculative series alone are no evidence: llama.cpp publishes its draft
+counters at 0 with no draft model loaded, and TGI's shows none until a draft is accepted; a
+first page whose drafts already rose is evidence at once, and so are the speculative gauges of
+an engine that publishes no counters (SGLang's, vLLM v0's: its only word on it).
+
 An engine restart (its counters fall) is an event, not an epoch. The new epoch starts when the
 change was first seen, not when it was confirmed; the counts of the scrapes in between go to
 the epoch they turn out to belong to. Each epoch keeps its acceptance counts and the tokens
@@ -88,7 +96,8 @@ class Epoch:
     #: Unix time the configuration was first seen; ``end`` None for the current epoch.
     start: float
     end: float | None
-    speculation: bool
+    #: None: not yet known (no draft seen, too few tokens generated to say it is off).
+    speculation: bool | None
     #: Detected (or published) chain length; None when unknown or off.
     chain_length: int | None
     reason: Reason
@@ -101,12 +110,16 @@ class Epoch:
     scrapes: int = 0
 
     @property
-    def configuration(self) -> tuple[bool, int | None, str]:
+    def configuration(self) -> tuple[bool | None, int | None, str]:
         """What makes two epochs the same configuration (a manual mark's note sets it
         apart: it names what no page shows, such as a new draft model)."""
         return (self.speculation, self.chain_length, self.note)
 
     def describe(self) -> str:
+        if self.speculation is None:
+            return "speculation not yet known (no draft seen yet)" + (
+                f" ({self.note})" if self.note else ""
+            )
         if not self.speculation:
             return "without speculation"
         k = f"k = {self.chain_length}" if self.chain_length else "k unknown"
@@ -220,7 +233,7 @@ class EpochTracker:
 
     __slots__ = (
         "_candidate", "_counts", "_current", "_events", "_last", "_past", "_past_json",
-        "_pending",
+        "_pending", "_quiet",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -237,6 +250,9 @@ class EpochTracker:
         #: The previous sighting (None: the next one starts counting).
         self._last: Sighting | None = None
         self._events: deque[tuple[float, str]] = deque(maxlen=MAX_EVENTS)
+        #: While the current epoch is not yet known to speculate: the scrapes and tokens
+        #: generated without a draft since it began.
+        self._quiet = (0, 0)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -261,8 +277,15 @@ class EpochTracker:
             self._events.append((wall, "engine restarted (its counters fell)"))
         current = self._current
         if current is None:
-            self._current = Epoch(1, wall, None, seen.speculating,
+            drafted = seen.speculating and (seen.activity is None or seen.activity > 0)
+            self._current = Epoch(1, wall, None, True if drafted else None,
                                   seen.chain_length if seen.speculating else None, Reason.FIRST)  # fmt: skip
+            return out
+        if current.speculation is None:  # no change can be pending: settled in place
+            self._counts.add(step)
+            settled = self._settle(current, seen, last, activity, generated)
+            if settled is not None:
+                out.append(settled)
             return out
         if current.speculation:
             confirmed = self._while_on(current, seen, activity, generated, wall)
@@ -286,6 +309,37 @@ class EpochTracker:
         speculation = confirmed.reason in (Reason.ON, Reason.CHAIN, Reason.CONFIG)
         out.append(self._begin(confirmed, speculation=speculation))
         return out
+
+    def _settle(
+        self, current: Epoch, seen: Sighting, last: Sighting | None, activity: int | None,
+        generated: int | None,
+    ) -> tuple[str, dict[str, Any]] | None:  # fmt: skip
+        """Settle a not-yet-known epoch in place from this scrape's evidence (the event worth
+        a log line, or None: still not known)."""
+        fresh = last is None or not last.speculating
+        drafted = seen.speculating and (
+            seen.activity is None  # an engine's speculative gauges, its only word on it
+            or (activity is not None and activity > 0)
+            or (fresh and seen.activity > 0)
+        )
+        if drafted:
+            self._current = replace(current, speculation=True,
+                                    chain_length=seen.chain_length or current.chain_length)  # fmt: skip
+        elif generated is not None:
+            scrapes, tokens = self._quiet[0] + 1, self._quiet[1] + generated
+            self._quiet = (scrapes, tokens)
+            if scrapes < OFF_SCRAPES or tokens < OFF_TOKENS:
+                return None
+            self._current = replace(current, speculation=False, chain_length=None)
+        else:
+            return None
+        self._quiet = (0, 0)
+        settled = self._current
+        return (
+            "config_epoch_settled",
+            {"epoch": settled.number, "speculation": settled.speculation,
+             "after": settled.describe()},
+        )  # fmt: skip
 
     def _while_on(
         self, current: Epoch, seen: Sighting, activity: int | None, generated: int | None,
@@ -398,7 +452,7 @@ class EpochTracker:
             past[:] = [e for e in past if e.end is None or e.end >= now - max_age]
         while len(past) > MAX_EPOCHS - 1:
             current = self._current.configuration if self._current else None
-            newest: dict[tuple[bool, int | None, str], int] = {}
+            newest: dict[tuple[bool | None, int | None, str], int] = {}
             for index, epoch in enumerate(past):
                 newest[epoch.configuration] = index
             drop = next(
@@ -444,7 +498,7 @@ class EpochTracker:
         if current is None:
             return None
         past = self._past
-        plain = next((e.number for e in reversed(past) if not e.speculation), None)
+        plain = next((e.number for e in reversed(past) if e.speculation is False), None)
         numbers = {current.number, *(e.number for e in past[-1:])} | (
             {plain} if plain is not None else set()
         )
@@ -468,7 +522,12 @@ class EpochTracker:
             return None
         pending = None
         candidate = self._candidate
-        if candidate is not None:
+        current = self._current
+        if current is not None and current.speculation is None:
+            scrapes, tokens = self._quiet
+            pending = (f"speculation not yet known: {scrapes} of {OFF_SCRAPES} scrapes and "
+                       f"{tokens} of {OFF_TOKENS} tokens without a draft, or a first draft")  # fmt: skip
+        elif candidate is not None:
             need = {Reason.VANISHED: VANISH_SCRAPES, Reason.OFF: OFF_SCRAPES}.get(
                 candidate.reason, K_SCRAPES
             )
@@ -517,12 +576,15 @@ class EpochTracker:
 
 
 def _epoch_json(e: Epoch) -> dict[str, Any]:
-    return {
-        "n": e.number, "start": e.start, "end": e.end, "spec": e.speculation,
+    out = {
+        "n": e.number, "start": e.start, "end": e.end, "spec": bool(e.speculation),
         "k": e.chain_length, "reason": e.reason, "note": e.note, "drafts": e.drafts,
         "draft_tokens": e.draft_tokens, "accepted": e.accepted_tokens,
         "generated": e.generated_tokens, "scrapes": e.scrapes,
     }  # fmt: skip
+    if e.speculation is None:  # a key of its own: a file without it reads as before
+        out["unsure"] = True
+    return out
 
 
 def _list(value: object, what: str) -> list[Any]:
@@ -563,6 +625,9 @@ def _epoch_from(raw: object, *, now: float) -> Epoch:
     spec = raw.get("spec")
     if not isinstance(spec, bool):
         raise ValueError("speculation: not a boolean")
+    unsure = raw.get("unsure", False)
+    if not isinstance(unsure, bool):
+        raise ValueError("unsure: not a boolean")
     k = raw.get("k")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CHAIN):
         raise ValueError(f"chain length: not an integer from 1 to {MAX_CHAIN}")
@@ -573,7 +638,10 @@ def _epoch_from(raw: object, *, now: float) -> Epoch:
     note = raw.get("note", "")
     if not isinstance(note, str) or len(note) > MAX_NOTE:
         raise ValueError(f"note: not a string of at most {MAX_NOTE} characters")
-    epoch = Epoch(number, start, end, spec, k if spec else None, reason, note,
+    if unsure and (raw.get("drafts") or raw.get("draft_tokens") or raw.get("accepted")):
+        raise ValueError("an epoch not yet known to speculate counted drafts")
+    epoch = Epoch(number, start, end, None if unsure else spec, k if spec or unsure else None,
+                  reason, note,
                   _count(raw, "drafts"), _count(raw, "draft_tokens"), _count(raw, "accepted"),
                   _count(raw, "generated"), _count(raw, "scrapes"))  # fmt: skip
     if epoch.draft_tokens and (

@@ -13,12 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from specmon.cli.demo import FAST_LOAD_MODEL
+from specmon.cli.demo import FAST_LOAD_MODEL, render_rows
+from specmon.daemon.api_json import views_json
 from specmon.daemon.collector import target_samples
-from specmon.daemon.epoch_curves import EpochCurves
+from specmon.daemon.epoch_curves import HISTORY, EpochCurves, history_figures
+from specmon.daemon.load_view import live_load_figures, read_concurrency
 from specmon.daemon.persist import StateKeeper
+from specmon.daemon.status_page import target_rows
 from specmon.daemon.target import TargetState
+from specmon.daemon.target_page import render_target
 from specmon.daemon.verdict import Evidence
+from specmon.engines import SpecCounters
 from specmon.logs import get_logger
 from specmon.sharding import Shard
 from tests.support.demo_fleet import DemoFleet
@@ -191,3 +196,69 @@ def test_an_idle_server_keeps_the_history_basis_at_the_windows_load() -> None:
     truth = _truth(fleet.targets[NAME].engine.settings.survival)
     assert basis is Evidence.HISTORY, detail
     assert abs(speedup / truth - 1) < 0.05, (speedup, truth)
+
+
+def test_the_history_basis_reads_at_the_load_every_basis_reads_at() -> None:
+    """One place decides "at this load" (load_view.read_concurrency): the history basis reads
+    the past at the live figures' ``read_concurrency`` (the latest interval's concurrency, as
+    a twin's or a profile's comparison reads), not at a load it keeps on its own."""
+    fleet = _fleet(240)
+    state = fleet.states[NAME]
+    (epochs,) = state.view.epochs
+    history = state._loads[epochs.model]
+    speeds = history.speeds(30.0)
+    latest = history.latest_concurrency
+    assert latest is not None and speeds is not None and speeds[0] is not None
+    window = next(w for w in state.view.models[0].windows if w.window == "30s")
+    assert window.load is not None and window.load.baseline == HISTORY
+    assert window.load.read_concurrency == pytest.approx(latest)
+    k = epochs.current.chain_length
+    acceptance = SpecCounters(drafts=1000, draft_tokens=1000 * (k or 1), accepted_tokens=1500)
+    live = live_load_figures(speeds, acceptance=acceptance, chain_length=k, latest=latest)
+    assert live is not None and live.read_concurrency == latest
+    for at in (latest, latest * 1.05):
+        figures = history_figures(
+            replace(live, read_concurrency=at), curves=state.curves, epochs=epochs,
+            speeds=speeds, acceptance=acceptance, chain_length=k,
+        )  # fmt: skip
+        assert figures.baseline == HISTORY, figures.reason
+        assert figures.read_concurrency == pytest.approx(at)
+    # The latest interval decoded nothing: the window's load, for every basis.
+    assert read_concurrency(latest=None, window=3.5) == 3.5
+    assert read_concurrency(latest=4.2, window=3.5) == 4.2
+
+
+def test_a_history_read_at_a_bucket_both_epochs_measured_is_called_measured() -> None:
+    """vllm-switched runs at 4 requests before and after its switch: the load the verdict is
+    read at lies in bucket "4", which both epochs measured. The read is the two epochs' own
+    ratio there (the change's bucket), and every surface calls it measured: the API's verdict
+    and load, the status page, the target page and the terminal view."""
+    fleet = _fleet(240)
+    state = fleet.states[NAME]
+    view = state.view
+    window = next(w for w in view.models[0].windows if w.window == "30s")
+    load, verdict = window.load, window.verdict
+    assert load is not None and verdict is not None and verdict.basis is Evidence.HISTORY
+    assert load.bucket == "4" and "same load" in verdict.detail
+    assert verdict.read == load.read == "measured"
+    (change,) = view.changes
+    (bucket,) = change.buckets
+    assert bucket.label == "4"
+    assert load.realized_speedup == pytest.approx(bucket.speedup)
+    assert load.speedup_interval == pytest.approx(bucket.interval)
+    assert load.measured_draft_cost is not None and load.measured_draft_cost > 0
+    (api,) = views_json([view])
+    documents = [w for m in api["models"] for w in m["windows"] if w["window"] == "30s"]
+    assert [(d["verdict"]["read"], d["load"]["read"]) for d in documents] == [
+        ("measured", "measured")
+    ]
+    surfaces = {
+        "api": json.dumps(api),
+        "status page": target_rows(view, primary_window="30s"),
+        "target page": render_target(
+            view, primary_window="30s", series=(), events=(), now=fleet.now
+        ),
+        "terminal": "\n".join(render_rows([view], window="30s", color=False)),
+    }
+    for surface, text in surfaces.items():
+        assert "interpolated" not in text and "extrapolated" not in text, surface

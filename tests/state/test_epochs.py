@@ -5,6 +5,7 @@ come back only within the bounds a live one obeys."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,7 @@ class Watched:
         self.engine.configure(settings, now=self.now, wall=START + self.now)
         return START + self.now
 
-    def epochs(self) -> list[tuple[int, bool, int | None, str]]:
+    def epochs(self) -> list[tuple[int, bool | None, int | None, str]]:
         (view,) = self.book.view()
         return [(e.number, e.speculation, e.chain_length, e.reason.value) for e in view.epochs]
 
@@ -246,3 +247,90 @@ def test_specmons_own_downtime_is_counted_in_no_epoch() -> None:
     (second,) = w.book.view()
     assert second.current.scrapes == before.current.scrapes + 1
     assert 0 < second.current.drafts - before.current.drafts < 20.0 * INTERVAL * 3
+
+
+PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "pages"
+#: A real llama-server started without a draft model, read at concurrency 1 then 4: it
+#: publishes its speculative counters, at 0, on every page.
+DRAFTLESS = (
+    "llamacpp-load-baseline-c1-before.txt",
+    "llamacpp-load-baseline-c1-after.txt",
+    "llamacpp-load-baseline-c4-before.txt",
+    "llamacpp-load-baseline-c4-during.txt",
+    "llamacpp-load-baseline-c4-after.txt",
+    "llamacpp-load-baseline-c4-after.txt",  # idle: nothing generated, still no draft
+)
+
+
+def _epochs(book: EpochBook) -> list[tuple[int, bool | None, int | None, str]]:
+    (view,) = book.view()
+    return [(e.number, e.speculation, e.chain_length, e.reason.value) for e in view.epochs]
+
+
+def test_a_draftless_llama_server_is_one_epoch_without_speculation() -> None:
+    """The real-engine tier's draft-less llama-server (its pages): not a speculating first
+    epoch closed by ``speculation_off``, but one epoch, not known to speculate until its
+    tokens rise without a draft over OFF_SCRAPES scrapes, then without speculation."""
+    book = EpochBook()
+    events: list[tuple[str, dict[str, object]]] = []
+    for i, name in enumerate(DRAFTLESS):
+        reading = read_page((PAGES / name).read_text())
+        assert reading.models and not reading.plain_models  # it names its (flat) counters
+        events += book.observe(reading, START + INTERVAL * i)
+        if i < OFF_SCRAPES:
+            assert _epochs(book) == [(1, None, None, "first_seen")], i
+            (view,) = book.view()
+            assert "not yet known" in view.current.describe()
+    assert _epochs(book) == [(1, False, None, "first_seen")]
+    (view,) = book.view()
+    assert view.current.describe() == "without speculation"
+    assert view.current.generated_tokens == 9608 - 8 and view.current.scrapes == OFF_SCRAPES
+    assert [name for name, _ in events] == ["config_epoch_settled"]
+    assert events[0][1]["speculation"] is False
+
+
+def test_a_draftless_server_that_gets_a_draft_starts_a_speculating_epoch() -> None:
+    w = Watched(PageKind.LLAMACPP, replace(K4, speculation=False, drafts_per_request=5))
+    w.scrape(OFF_SCRAPES + 3)
+    assert w.epochs() == [(1, False, None, "first_seen")]
+    w.configure(speculation=True)
+    w.scrapes_until_new_epoch()
+    assert w.epochs() == [(1, False, None, "first_seen"), (2, True, 4, "speculation_on")]
+
+
+def test_a_fresh_server_with_a_draft_settles_speculating_at_its_first_draft() -> None:
+    # Counters at 0 at first sight (nothing served yet): not known; the first drafts settle
+    # the same epoch, no change is recorded.
+    w = Watched(PageKind.LLAMACPP, replace(K4, drafts_per_second=0.0, drafts_per_request=5))
+    w.scrape(3)
+    assert w.epochs() == [(1, None, None, "first_seen")]
+    w.engine.settings = replace(w.engine.settings, drafts_per_second=20.0)
+    w.scrape(OFF_SCRAPES * 3)
+    assert w.epochs() == [(1, True, 4, "first_seen")]
+    (view,) = w.book.view()
+    assert view.current.drafts > 0
+    # ... and a server that then really stops drafting gets a new epoch.
+    w.configure(speculation=False)
+    w.scrapes_until_new_epoch()
+    assert w.epochs()[-1] == (2, False, None, "speculation_off")
+
+
+def test_a_not_yet_known_epoch_is_saved_and_restored_as_such() -> None:
+    book = EpochBook()
+    book.observe(read_page((PAGES / DRAFTLESS[0]).read_text()), START)
+    saved = book.to_json()
+    (raw,) = saved[next(iter(saved))]["epochs"]
+    assert raw["spec"] is False and raw["unsure"] is True  # an older specmon reads it as off
+    again = EpochBook()
+    again.restore(saved, now=START + 60)
+    assert _epochs(again) == [(1, None, None, "first_seen")]
+    # A file written before the field existed: its epochs are known.
+    del raw["unsure"]
+    older = EpochBook()
+    older.restore(saved, now=START + 60)
+    assert _epochs(older) == [(1, False, None, "first_seen")]
+    with pytest.raises(ValueError, match="not yet known"):
+        EpochBook().restore(
+            {"m": {"epochs": [{**raw, "unsure": True, "drafts": 3, "draft_tokens": 9}]}},
+            now=START + 60,
+        )
