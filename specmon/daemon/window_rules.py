@@ -145,7 +145,15 @@ class Openings:
                 continue
             start, reason, since = opening
             known = self._at.get(model)
-            if known is None or known[0] != start:
+            if known is not None and known[0] == start:
+                # The same epoch, maybe settled in place since (specmon.state.epochs: a first
+                # or marked epoch not yet known to speculate): a cut window says what it
+                # turned out to be (described only while a window is cut).
+                if model in self._cut and (now := book.current(model)) is not None:
+                    described = now.describe()
+                    if described != known[1]:
+                        self._at[model] = (start, described, bool(now.speculation))
+            else:
                 seen = self._seen.get(model)
                 at: float | None = None
                 if reason is Reason.FIRST or previous is None:

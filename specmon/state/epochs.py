@@ -121,7 +121,7 @@ class Epoch:
                 f" ({self.note})" if self.note else ""
             )
         if not self.speculation:
-            return "without speculation"
+            return "without speculation" + (f" ({self.note})" if self.note else "")
         k = f"k = {self.chain_length}" if self.chain_length else "k unknown"
         return f"speculating, {k}" + (f" ({self.note})" if self.note else "")
 

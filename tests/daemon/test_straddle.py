@@ -190,3 +190,22 @@ def test_a_twin_compared_window_and_its_cost_curve_start_at_the_change() -> None
     assert curve is not None and curve.curve is not None
     assert sum(b.values[0] for b in curve.curve.buckets()) <= 24  # intervals since 400 s
     assert window.straddle is not None and window.straddle.held is None
+
+
+def test_a_cut_window_says_what_a_settled_epoch_turned_out_to_be() -> None:
+    """Marked by hand while the first epoch is not yet known to speculate, then settled in
+    place (no draft over 5 scrapes): the cut window's text follows the settled epoch."""
+    fleet = _fleet(3)
+    state = fleet.states[NAME]
+    current = state.epochs.current("llama-3.1-8b")
+    assert current is not None and current.speculation is None
+    fleet.now += 0.5
+    state.mark(wall=fleet.now, note="warm-up done")
+    fleet.now = 3.0
+    fleet.advance(20)
+    current = state.epochs.current("llama-3.1-8b")
+    assert current is not None and current.speculation is False
+    window = _windows(state)["30s"]
+    assert window.straddle is not None
+    text = window.straddle.text()
+    assert "(now without speculation" in text and "not yet known" not in text, text
