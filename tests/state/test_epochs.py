@@ -334,3 +334,20 @@ def test_a_not_yet_known_epoch_is_saved_and_restored_as_such() -> None:
             {"m": {"epochs": [{**raw, "unsure": True, "drafts": 3, "draft_tokens": 9}]}},
             now=START + 60,
         )
+
+
+@pytest.mark.parametrize("kind", [PageKind.TGI, PageKind.TGI_HISTOGRAM])
+def test_tgi_settles_its_first_epoch_either_way(kind: PageKind) -> None:
+    """TGI shows no speculative figures until its first accepted token (the mirror image of a
+    draft-less llama-server): its first epoch is not known until then, and is settled in place
+    by the first accepted tokens, or as without speculation by tokens without any."""
+    w = Watched(kind, replace(K4, drafts_per_second=0.0, drafts_per_request=5))
+    w.scrape(3)
+    assert [e[:2] for e in w.epochs()] == [(1, None)]
+    w.engine.settings = replace(w.engine.settings, drafts_per_second=20.0)
+    w.scrape(OFF_SCRAPES * 3)
+    assert [e[:2] for e in w.epochs()] == [(1, True)]  # no speculation_on epoch
+    assert [name for _, name, _ in w.events] == ["config_epoch_settled"]
+    off = Watched(kind, replace(K4, speculation=False, drafts_per_request=5))
+    off.scrape(OFF_SCRAPES + 3)
+    assert off.epochs() == [(1, False, None, "first_seen")]
