@@ -5,7 +5,6 @@ place without speculation; never a speculating epoch closed by ``speculation_off
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from specmon.daemon.api_json import views_json
@@ -14,18 +13,8 @@ from specmon.daemon.target import TargetState
 from specmon.daemon.target_page import render_target
 from specmon.engines import read_page
 from specmon.state.epochs import OFF_SCRAPES
+from tests.support.captured import DRAFTLESS, PAGES
 from tests.support.views import feed_one, state
-
-PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "pages"
-#: The real-engine tier's llama-server without a draft, at concurrency 1 then 4 (then idle).
-DRAFTLESS = (
-    "llamacpp-load-baseline-c1-before.txt",
-    "llamacpp-load-baseline-c1-after.txt",
-    "llamacpp-load-baseline-c4-before.txt",
-    "llamacpp-load-baseline-c4-during.txt",
-    "llamacpp-load-baseline-c4-after.txt",
-    "llamacpp-load-baseline-c4-after.txt",
-)
 
 
 def _surfaces(target: TargetState) -> tuple[set[tuple[str | None, ...]], list[Any], str]:

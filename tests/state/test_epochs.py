@@ -5,7 +5,6 @@ come back only within the bounds a live one obeys."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from specmon.state.epochs import (
     EpochBook,
     Reason,
 )
+from tests.support.captured import DRAFTLESS, PAGES
 
 INTERVAL = 5.0
 START = 1_780_000_000.0
@@ -247,19 +247,6 @@ def test_specmons_own_downtime_is_counted_in_no_epoch() -> None:
     (second,) = w.book.view()
     assert second.current.scrapes == before.current.scrapes + 1
     assert 0 < second.current.drafts - before.current.drafts < 20.0 * INTERVAL * 3
-
-
-PAGES = Path(__file__).resolve().parents[1] / "fixtures" / "pages"
-#: A real llama-server started without a draft model, read at concurrency 1 then 4: it
-#: publishes its speculative counters, at 0, on every page.
-DRAFTLESS = (
-    "llamacpp-load-baseline-c1-before.txt",
-    "llamacpp-load-baseline-c1-after.txt",
-    "llamacpp-load-baseline-c4-before.txt",
-    "llamacpp-load-baseline-c4-during.txt",
-    "llamacpp-load-baseline-c4-after.txt",
-    "llamacpp-load-baseline-c4-after.txt",  # idle: nothing generated, still no draft
-)
 
 
 def _epochs(book: EpochBook) -> list[tuple[int, bool | None, int | None, str]]:
