@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from html import escape
 
+from specmon.arithmetic import BestChain
 from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.verdict import Evidence, Verdict
 from specmon.load import Crossover
-from specmon.report import AcceptanceReport
+from specmon.report import AcceptanceReport, best_chain
 
 __all__ = ["best_on_basis", "crossover_text"]
 
@@ -31,9 +32,11 @@ def best_on_basis(
     *,
     configured: float,
 ) -> tuple[int | None, float | None, str]:
-    """The best chain length on the verdict's basis: at the draft cost measured in the
-    verdict's bucket when it rests on a twin or profile, else at the configured c (and the
-    text saying which c)."""
+    """The best chain length on the verdict's basis, and the text saying which c: at the draft
+    cost measured in the verdict's bucket when it rests on a twin or profile; else at the
+    verdict's own measured c (a twin or profile read off the cost curve, the server's own
+    past, TensorRT-LLM's engine-measured c) from the window's acceptance; else at the
+    configured (or default) c."""
     if verdict is not None and verdict.basis in (Evidence.TWIN, Evidence.PROFILE) and load:
         mine = next((b for b in load.buckets if b.label == load.bucket), None)
         if mine is not None and mine.best_chain_length is not None:
@@ -42,10 +45,39 @@ def best_on_basis(
                 mine.best_speedup,
                 f"at measured c {_c(mine.draft_cost)}",
             )
+    measured = verdict is not None and verdict.basis in _MEASURED_C
+    if measured and verdict is not None and verdict.draft_cost is not None and report:
+        best_here = _best_at(report, verdict.draft_cost)
+        if best_here is not None:
+            word = "the engine's" if verdict.basis is Evidence.ENGINE else "measured"
+            return (
+                best_here.chain_length,
+                best_here.speedup,
+                f"at {word} c {_c(verdict.draft_cost)}",
+            )
     best = report.best_chain_length if report is not None else None
     speed = report.best_speedup if report is not None else None
     which = "default" if verdict is not None and verdict.basis is Evidence.DEFAULT else "configured"
     return best, speed, f"at {which} c {configured:g}"
+
+
+#: The bases whose verdict carries a draft cost that was measured, not configured or guessed.
+_MEASURED_C = (Evidence.TWIN, Evidence.PROFILE, Evidence.HISTORY, Evidence.ENGINE)
+
+
+def _best_at(report: AcceptanceReport, draft_cost: float) -> BestChain | None:
+    """The window's best chain length at ``draft_cost``, from its per-position survival (else
+    its alpha, as independent acceptance), as the report chose its own at the configured c."""
+    survival = [p.survival for p in report.positions]
+    if survival and all(s is not None for s in survival):
+        return best_chain(
+            draft_cost=draft_cost,
+            chain_length=report.chain_length,
+            survival=[s for s in survival if s is not None],
+        )
+    if report.alpha is None or report.chain_length is None:
+        return None
+    return best_chain(draft_cost=draft_cost, chain_length=report.chain_length, alpha=report.alpha)
 
 
 def _c(cost: float | None) -> str:

@@ -276,3 +276,34 @@ def test_the_terminal_calls_only_a_twin_a_baseline() -> None:
     twin_row, alone_row = render_rows([twin, alone], window="5m", color=False)[1:]
     assert f"no speculation (baseline for {', '.join(twin.baseline_for)}):" in twin_row
     assert "no speculation:" in alone_row and "baseline" not in alone_row
+
+
+def test_best_k_rests_on_the_verdicts_measured_c() -> None:
+    """Best k on the verdict's basis (issue 54) where the basis measured its own c without a
+    bucket figure: the server's own past (the demo's vllm-switched after its switch) and
+    TensorRT-LLM's engine-measured c (which the window's report already uses: said as the
+    engine's, not as "configured"); not the configured c beside them."""
+    from specmon.daemon.answer_text import best_on_basis
+    from specmon.daemon.verdict import Evidence
+    from specmon.report import best_chain
+    from tests.support.demo_fleet import DemoFleet
+
+    fleet = DemoFleet(names=("vllm-switched", "trtllm-draft"))
+    fleet.advance(150)
+    for name, basis, word in (
+        ("vllm-switched", Evidence.HISTORY, "measured"),
+        ("trtllm-draft", Evidence.ENGINE, "the engine's"),
+    ):
+        model = fleet.states[name].view.models[0]
+        window = model.window("30s")
+        assert window is not None and window.verdict is not None and window.report is not None
+        v, r = window.verdict, window.report
+        assert v.basis is basis and v.draft_cost is not None, (name, v)
+        if basis is Evidence.HISTORY:  # measured, not the configured c the report used
+            assert abs(v.draft_cost - r.draft_cost) > 0.01, (v.draft_cost, r.draft_cost)
+        k, speed, text = best_on_basis(r, window.load, v, configured=r.draft_cost)
+        survival = [p.survival for p in r.positions]
+        want = best_chain(draft_cost=v.draft_cost, chain_length=r.chain_length,
+                          survival=[s for s in survival if s is not None])  # fmt: skip
+        assert want is not None and (k, speed) == (want.chain_length, want.speedup), name
+        assert text == f"at {word} c {v.draft_cost:.3f}", text
