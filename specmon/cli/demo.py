@@ -1,9 +1,10 @@
 """``specmon demo``: a simulated fleet, the daemon watching it, and a live terminal view.
 
-Twelve simulated engines (two vLLM, one llama.cpp, one vLLM whose draft stops matching after
+Thirteen simulated engines (two vLLM, one llama.cpp, one vLLM whose draft stops matching after
 about 45 seconds; from pages written from their source, TensorRT-LLM, SGLang, sgl-router and
-TGI; and two pairs of a speculating target and its twin under cycling load, on vLLM and on
-TGI) are served on loopback; the real daemon scrapes them and serves its status page and
+TGI; two pairs of a speculating target and its twin under cycling load, on vLLM and on TGI;
+and ``vllm-switched``, restarted with its draft after ``--switch-at`` seconds, whose verdict
+then rests on its own past) are served on loopback; the real daemon scrapes them and serves its status page and
 /metrics; the terminal shows what it computes. No engine, GPU or network needed.
 """
 

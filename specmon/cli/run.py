@@ -29,7 +29,8 @@ def add_parsers(sub: Any) -> None:
         "run",
         help="run the daemon: scrape engines, compute rolling windows, serve /metrics",
         description=(
-            "Scrape vLLM, llama.cpp and SGLang metrics endpoints, compute acceptance figures "
+            "Scrape vLLM, llama.cpp, SGLang, TensorRT-LLM and TGI metrics endpoints (directly or "
+            "through Prometheus), compute acceptance figures "
             "over rolling windows and serve them on /metrics, with a status page on /. Without "
             "--config.file it watches http://127.0.0.1:8000/metrics and "
             "http://127.0.0.1:8080/metrics. SIGHUP reloads the config (POST /-/reload too, "
@@ -61,7 +62,7 @@ def add_parsers(sub: Any) -> None:
         default=None,
         metavar="DIR",
         help="keep the targets' configuration epochs in DIR across restarts (overrides "
-        "global.state_dir; unset: nothing is written). docs/deploying.md, State",
+        "global.state_dir; unset: nothing is written). docs/history.md, The state directory",
     )
     run.add_argument("--log.level", dest="log_level", choices=LEVELS, default="info")
     run.add_argument(

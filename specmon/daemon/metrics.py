@@ -40,9 +40,11 @@ _ONLY_LOAD_ENGINES = (
     "pages carry no per-step timing specmon reads (docs/engines.md)"
 )
 _AGAINST_BASELINE = (
-    "Only for a target with a `baseline` or `cost_profile`, and only where the bucket has "
-    f"enough data on both sides; from {_ONLY_LOAD_ENGINES}; for TGI, which counts no drafted "
-    "tokens, only the realized speed-ups."
+    "Only for a target with a `baseline` or `cost_profile` (label `baseline`: the twin's name "
+    "or `profile`) where the bucket has enough data on both sides, or one read against its "
+    'own past (`baseline="history"`: the newest epoch without speculation, docs/history.md); '
+    f"from {_ONLY_LOAD_ENGINES}; for TGI, which counts no drafted tokens, only the realized "
+    "speed-ups."
 )
 
 
@@ -127,9 +129,9 @@ DRAFT_COST = _g(
     "measured by the engine (TensorRT-LLM only: its `spec_decode_draft_overhead` o averaged "
     "over the middle window's scrapes where o > 0 (0: no drafter timed in that iteration), "
     'c = o / (k (1 - o)); absent when the engine timed no drafter); `source="measured"`: '
-    "against the target's `baseline` (label: the twin's name or `profile`) at the middle "
-    "window's concurrency: c = (T_step / T_step(baseline) - 1) / drafted tokens per step "
-    "(docs/load-signals.md)",
+    "against the target's `baseline` (label: the twin's name, `profile`, or `history`: the "
+    "server's own epoch without speculation) at the middle window's concurrency: c = (T_step / "
+    "T_step(baseline) - 1) / drafted tokens per step (docs/load-signals.md)",
     optional=("baseline",),
 )
 REQUESTS_RUNNING = _g(
@@ -323,7 +325,8 @@ MEAN_DRAFT_LENGTH = _g(
 REALIZED_SPEEDUP = _g(
     "specmon_realized_speedup_ratio",
     "Realized speed-up at the window's concurrency: the baseline's time per output token / "
-    "this target's, in the same concurrency bucket (baseline: the twin target, or profile).",
+    "this target's, in the same concurrency bucket (baseline: the twin target, profile, or "
+    "history: this server before the change).",
     _B,
     Scope.WINDOW,
     note=_AGAINST_BASELINE,

@@ -26,13 +26,18 @@ Figures that rest on too little data are None ("no value"), with the reason; see
 The package, floors without circles (each module imports only those listed before it):
 
 - :mod:`.counters`: one reading's counters in engine-neutral terms, with their rounding;
+- :mod:`.laws`: the laws an interval between two readings obeys before it counts;
 - :mod:`.interval`: two readings, an interval's increases and figures;
 - :mod:`.rows`: the row layout intervals are held in, and the sliding sums;
 - :mod:`.buckets`: concurrency buckets and the data thresholds a bucket needs;
 - :mod:`.crossover`: the speed-up at a draft cost and the crossover concurrency;
 - :mod:`.compare`: a target against a twin's bucket or a profile's level;
-- :mod:`.curve`: the cost curve (buckets kept for an hour, the shape fitted to them), the
-  verdict's 95 % interval and the crossover's range;
+- :mod:`.curve_sums`: the cost curve's memory (an hour of intervals per minute slot and
+  bucket, kept sums, the signature of the buckets measured);
+- :mod:`.curve`: the cost curve (the shape fitted to those buckets), the verdict's 95 %
+  interval and the crossover's range;
+- :mod:`.matched`: two configuration epochs of one server compared at matched load (the
+  ``history`` basis, "did the change help?");
 - :mod:`.history`: one model's rolling history for the daemon;
 - :mod:`.profile`: profiles written by ``specmon measure --profile-out`` and their JSON.
 """
