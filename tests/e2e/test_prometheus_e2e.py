@@ -25,7 +25,12 @@ break-even alpha is 0.509):
 - ``profiled-vllm``: the loaded engine's page again, compared with a cost profile of the same
   load model (written by the test) instead of the twin;
 - ``guessing-vllm`` (vLLM, k = 5, no draft cost configured: the verdict rests on the default
-  guess) with a broken draft from the start: 0.71x at the default c.
+  guess) with a broken draft from the start: 0.71x at the default c;
+- ``changed-vllm`` (vLLM, the loaded engine's k = 4 draft and load model at 2 requests per
+  step, configured c 0.1) restarted :data:`CHANGE_AT` seconds after it starts with k = 3 and a
+  worse draft (alpha 0.6): a new configuration epoch whose time per output token at the same
+  load is 1 / 0.68 of the old one's (the load model's truth), while speculation still pays
+  (1.67x at the configured c; k = 3 is the best chain there, and no verdict alert fires).
 
 Every target but the guessing one names its draft cost (0.3 unless said).
 
@@ -40,11 +45,18 @@ and SpecmonSlowerThanBaseline go pending and fire for the loaded target; one sit
 once on each basis of the verdict (twin, profile, default guess): SpecmonBelowBreakEven's
 critical tier reaches the pager as one alert group per target, and Alertmanager inhibits its
 warning tier and the load alerts, so nothing reaches the ticket receiver about the same loss;
+the changed target's new epoch is seen (specmon_config_change_timestamp_seconds appears,
+dated at the restart, for that target only) with the change's speed-up at 2 requests per step
+near the truth and its 95 % upper bound well below 1, and SpecmonChangeRegressed goes pending
+and then firing for that target only and reaches the ticket receiver (warning), never the
+pager, while SpecmonAcceptanceDrop stays quiet although alpha fell by more than 0.15 (its
+`unless` leaves out the 90 minutes after a change: the guard is checked to hold);
 the healthy targets and the baseline twin raise no alert of any kind at any time; and
 every panel query of both dashboards, with variables set to values that exist, returns data
 from the same Prometheus (where the metric contract says a family exists for the engines
-selected and the target's baseline: tests/dashboards/coverage.py). It prints the measured
-delays.
+selected and the target's baseline: tests/dashboards/coverage.py; "did the change help?" and
+the configuration-change annotation for the changed target, and for it only). It prints the
+measured delays.
 """
 
 from __future__ import annotations
