@@ -1194,8 +1194,8 @@ def test_alertmanager_delivers_and_inhibits(stack: Stack, cycle: Cycle) -> None:
 
     wait_until("the warning tier to be inhibited", warning_inhibited, timeout=20)
 
-    # Every notification is about the degraded target, the refusals of the rejecting one, or
-    # the load alerts of the loaded one.
+    # Every notification is about the degraded target, the refusals of the rejecting one, the
+    # load alerts of the loaded one, or the changed one's regression.
     for note in stack.webhook.received():
         for alert in note.alerts():
             assert _expected(alert["labels"]), note.payload
