@@ -25,7 +25,12 @@ break-even alpha is 0.509):
 - ``profiled-vllm``: the loaded engine's page again, compared with a cost profile of the same
   load model (written by the test) instead of the twin;
 - ``guessing-vllm`` (vLLM, k = 5, no draft cost configured: the verdict rests on the default
-  guess) with a broken draft from the start: 0.71x at the default c.
+  guess) with a broken draft from the start: 0.71x at the default c;
+- ``changed-vllm`` (vLLM, the loaded engine's k = 4 draft and load model at 2 requests per
+  step, configured c 0.1) restarted :data:`CHANGE_AT` seconds after it starts with k = 3 and a
+  worse draft (alpha 0.6): a new configuration epoch whose time per output token at the same
+  load is 1 / 0.68 of the old one's (the load model's truth), while speculation still pays
+  (1.67x at the configured c; k = 3 is the best chain there, and no verdict alert fires).
 
 Every target but the guessing one names its draft cost (0.3 unless said).
 
@@ -40,11 +45,18 @@ and SpecmonSlowerThanBaseline go pending and fire for the loaded target; one sit
 once on each basis of the verdict (twin, profile, default guess): SpecmonBelowBreakEven's
 critical tier reaches the pager as one alert group per target, and Alertmanager inhibits its
 warning tier and the load alerts, so nothing reaches the ticket receiver about the same loss;
+the changed target's new epoch is seen (specmon_config_change_timestamp_seconds appears,
+dated at the restart, for that target only) with the change's speed-up at 2 requests per step
+near the truth and its 95 % upper bound well below 1, and SpecmonChangeRegressed goes pending
+and then firing for that target only and reaches the ticket receiver (warning), never the
+pager, while SpecmonAcceptanceDrop stays quiet although alpha fell by more than 0.15 (its
+`unless` leaves out the 90 minutes after a change: the guard is checked to hold);
 the healthy targets and the baseline twin raise no alert of any kind at any time; and
 every panel query of both dashboards, with variables set to values that exist, returns data
 from the same Prometheus (where the metric contract says a family exists for the engines
-selected and the target's baseline: tests/dashboards/coverage.py). It prints the measured
-delays.
+selected and the target's baseline: tests/dashboards/coverage.py; "did the change help?" and
+the configuration-change annotation for the changed target, and for it only). It prints the
+measured delays.
 """
 
 from __future__ import annotations
@@ -141,6 +153,16 @@ PROFILED = "profiled-vllm"
 #: broken draft on a chain of 5: at the default c = 0.1 that is 1.06 / 1.5 = 0.71x, a page.
 GUESSING = "guessing-vllm"
 GUESSING_SURVIVAL = (0.05, 0.01, 0.001, 0.0003, 0.0001)
+#: A target whose speculative configuration is changed for the worse: the loaded engine's k = 4
+#: draft at LOW_LOAD requests per step, restarted at :data:`CHANGE_AT` seconds with k = 3 and a
+#: worse draft (alpha 0.6). At the same load that decodes at 0.68x the speed of the old
+#: configuration (the load model's time per output token, before over after), although
+#: speculation still pays (1.67x at the configured c = 0.1, k = 3 is the best chain there).
+CHANGED = "changed-vllm"
+CHANGE_AT = 20.0
+CHANGED_BEFORE = LOADED_SURVIVAL
+CHANGED_AFTER = (0.6, 0.36, 0.216)
+REGRESSED = "SpecmonChangeRegressed"
 #: The targets where one situation (speculation slower than none, sustained) must page once,
 #: on each basis of the verdict.
 BASES = {LOADED: "twin", PROFILED: "profile", GUESSING: "default"}
@@ -169,6 +191,9 @@ targets:
     url: {loaded_url}
     draft_cost: {loaded_cost}
     baseline: {twin}
+  - name: {changed}
+    url: {changed_url}
+    draft_cost: {loaded_cost}
   - name: {profiled}
     url: {loaded_url}
     draft_cost: {loaded_cost}
@@ -231,6 +256,8 @@ class Stack:
     load_rise: float
     #: The same on the twin's clock (its simulator started a little earlier or later).
     twin_rise: float
+    #: Unix time at which the changed engine was restarted with its new configuration.
+    change: float
     #: Unix time at which Prometheus first had every target's 10s window above the guard.
     ready: float
     #: Unix time at which Prometheus started.
@@ -354,6 +381,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 }
             )
         )
+        # The changed engine's: restarted with a shorter chain and a worse draft at CHANGE_AT.
+        change_scenario = tmp / "change.scenario.yml"
+        change_scenario.write_text(
+            yaml.safe_dump(
+                {
+                    "phases": [
+                        {
+                            "at": f"{CHANGE_AT:g}s",
+                            "chain_length": len(CHANGED_AFTER),
+                            "survival": list(CHANGED_AFTER),
+                            "restart": True,
+                        }
+                    ]
+                }
+            )
+        )
         common = ["--listen", "127.0.0.1:0", "--drafts-per-second", str(DRAFTS_PER_SECOND)]
         healthy = ["--survival", _survival(HEALTHY_SURVIVAL)]
         sims = simulate_all(
@@ -425,6 +468,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         (TWIN, "11", ["--no-speculation"]),
                     )
                 },
+                CHANGED: (
+                    [
+                        "--engine",
+                        "vllm",
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--chain-length",
+                        str(len(CHANGED_BEFORE)),
+                        "--survival",
+                        _survival(CHANGED_BEFORE),
+                        "--load-model",
+                        LOAD_MODEL,
+                        "--requests-running",
+                        str(LOW_LOAD),
+                        "--scenario",
+                        str(change_scenario),
+                        "--seed",
+                        "13",
+                    ],
+                    1,
+                ),
             },
         )
         procs.extend(proc for proc, _ in sims.values())
@@ -459,6 +523,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         drop = _drop_time(degraded_urls["vllm"])
         load_rise = _drop_time(sims[LOADED][1]["vllm"], LOAD_AT)
         twin_rise = _drop_time(sims[TWIN][1]["vllm"], LOAD_AT)
+        change = _drop_time(sims[CHANGED][1]["vllm"], CHANGE_AT)
 
         # specmon.
         urls = {
@@ -490,6 +555,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 profile=profile,
                 guessing=GUESSING,
                 guessing_url=sims[GUESSING][1]["vllm"],
+                changed=CHANGED,
+                changed_url=sims[CHANGED][1]["vllm"],
             )
         )
         specmon = cleanup.enter_context(daemon(config, tmp))
@@ -534,7 +601,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         def all_above_guard() -> float | None:
             found = prometheus.query(f'specmon_window_drafts{{window="{FAST}"}} >= 400')
             names = {s["metric"]["target"] for s in found}
-            return time.time() if names == {*HEALTHY, DEGRADED, REJECTING, *BASES} else None
+            return (
+                time.time() if names == {*HEALTHY, DEGRADED, REJECTING, *BASES, CHANGED} else None
+            )
 
         ready = wait_until(
             "every target's window to pass the 400-draft guard in Prometheus",
@@ -542,9 +611,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             timeout=30,
             alive=lambda: _check_alive(procs, specmon),
         )
-        assert ready < min(drop, load_rise) - 5, (
+        assert ready < min(drop, load_rise, change) - 5, (
             f"the stack took too long to start: ready {drop - ready:.1f}s before the drop, "
-            f"{load_rise - ready:.1f}s before the load rise"
+            f"{load_rise - ready:.1f}s before the load rise, {change - ready:.1f}s before the "
+            "configuration change"
         )
         yield Stack(
             tmp=tmp,
@@ -555,6 +625,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             drop=drop,
             load_rise=load_rise,
             twin_rise=twin_rise,
+            change=change,
             ready=ready,
             started=started,
             rules=rules,
@@ -821,6 +892,122 @@ def load_cycle(stack: Stack) -> LoadCycle:
     return result
 
 
+@dataclass
+class ChangeCycle:
+    """When each step of the configuration change's alert happened (Unix times; Prometheus's
+    own timestamps where it has them)."""
+
+    change: float
+    #: The first scraped specmon_config_change_timestamp_seconds of the changed target.
+    epoch_seen: float
+    #: The first scraped specmon_change_speedup_upper_ratio < 1 of the changed target.
+    upper_below: float
+    pending: float
+    firing: float
+    api_pending: float | None
+    api_firing: float | None
+    ticket: float
+
+    def report(self) -> dict[str, float | None]:
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - self.change, 2)
+
+        return {
+            "new epoch scraped": rel(self.epoch_seen),
+            "change speed-up upper bound < 1 scraped": rel(self.upper_below),
+            f"{REGRESSED}: pending (ALERTS)": rel(self.pending),
+            f"{REGRESSED}: firing (ALERTS)": rel(self.firing),
+            f"{REGRESSED}: pending seen in API": rel(self.api_pending),
+            f"{REGRESSED}: firing seen in API": rel(self.api_firing),
+            f"{REGRESSED}: webhook /tickets": rel(self.ticket),
+        }
+
+
+def _ticketed(webhook: Webhook) -> float | None:
+    """When the ticket receiver first got the changed target's regression, firing."""
+    for note in webhook.received():
+        if note.path != "/tickets":
+            continue
+        for alert in note.alerts():
+            labels = alert["labels"]
+            if (
+                alert["status"] == "firing"
+                and labels.get("alertname") == REGRESSED
+                and labels.get("target") == CHANGED
+            ):
+                return note.received
+    return None
+
+
+@pytest.fixture(scope="module")
+def change_cycle(stack: Stack) -> ChangeCycle:
+    """Wait (bounded) for the changed target's new epoch to be seen, for SpecmonChangeRegressed
+    to go pending (both epochs need 200 engine steps and 3 scrape intervals at the same load:
+    seconds at 2 requests per step) and to fire its `for:` later, and to reach the ticket
+    receiver. The timeouts are several times the delays measured (printed below)."""
+    prom = stack.prometheus
+    (for_seconds,) = {
+        duration_seconds(rule["for"])
+        for rule in alert_rules(stack.rules)
+        if rule["alert"] == REGRESSED
+    }
+    selector = f'ALERTS{{alertname="{REGRESSED}", target="{CHANGED}"'
+    pending = wait_until(
+        f"{REGRESSED} to go pending",
+        functools.partial(
+            _first_sample, prom, f'{selector}, alertstate="pending"}}', stack.change - 5
+        ),
+        timeout=max(0.0, stack.change - time.time()) + 45,
+        interval=0.5,
+        alive=stack.alive,
+    )
+    firing = wait_until(
+        f"{REGRESSED} to fire",
+        functools.partial(
+            _first_sample, prom, f'{selector}, alertstate="firing"}}', stack.change - 5
+        ),
+        timeout=max(0.0, pending + for_seconds - time.time()) + 30,
+        interval=0.5,
+        alive=stack.alive,
+    )
+    ticket = wait_until(
+        "Alertmanager to deliver it to the ticket receiver",
+        lambda: _ticketed(stack.webhook),
+        timeout=30,
+        alive=stack.alive,
+    )
+    target = f'{{target="{CHANGED}"}}'
+    epoch_seen = _first_sample(
+        prom, f"specmon_config_change_timestamp_seconds{target}", stack.change - 5
+    )
+    upper_below = _first_sample(
+        prom, f"specmon_change_speedup_upper_ratio{target}", stack.change - 5, lambda v: v < 1
+    )
+    assert epoch_seen is not None and upper_below is not None
+
+    def api(state: str) -> float | None:
+        seen = stack.poller.first(state, alertname=REGRESSED, target=CHANGED)
+        return None if seen is None else seen.at
+
+    result = ChangeCycle(
+        change=stack.change,
+        epoch_seen=epoch_seen,
+        upper_below=upper_below,
+        pending=pending,
+        firing=firing,
+        api_pending=api("pending"),
+        api_firing=api("firing"),
+        ticket=ticket,
+    )
+    report = result.report()
+    (stack.tmp / "change-timings.json").write_text(json.dumps(report, indent=2))
+    sys.stdout.write(
+        f"\nseconds after the changed engine's restart (for: {for_seconds:g}s):\n"
+        + "".join(f"  {k:<52} {'-' if v is None else f'{v:7.2f}':>7}\n" for k, v in report.items())
+    )
+    return result
+
+
 # --------------------------------------------------------------------------- tests
 
 
@@ -841,6 +1028,100 @@ def test_prometheus_runs_the_shipped_rules_rewritten(stack: Stack) -> None:
         assert rule["annotations"] == original["annotations"]
     for rule in stack.prometheus.rules():
         assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+
+
+def test_a_change_for_the_worse_fires_change_regressed(
+    stack: Stack, change_cycle: ChangeCycle
+) -> None:
+    """The changed engine, restarted with k = 3 and a worse draft at the same load: specmon sees
+    a new configuration epoch (for that target only), exports the change's speed-up at 2
+    requests per step with its 95 % upper bound well below 1, and SpecmonChangeRegressed goes
+    pending, fires its `for:` later for that target only, and reaches the ticket receiver (its
+    warning severity's route) as one alert group, never the pager. SpecmonAcceptanceDrop stays
+    quiet although alpha fell by more than its 0.15: the rule leaves out the 90 minutes after a
+    configuration change, and that guard is what holds here."""
+    prom = stack.prometheus
+    cycle = change_cycle
+    span = time.time() - stack.started + 5
+    # The epoch change: seen after the restart, for the changed target only, dated at it.
+    stamps = prom.raw_samples("specmon_config_change_timestamp_seconds", span)
+    assert {labels["target"] for labels, _, _ in stamps} == {CHANGED}
+    assert min(t for _, t, _ in stamps) >= stack.change
+    (changed_at,) = {v for _, _, v in stamps}
+    assert stack.change - 1 <= changed_at <= cycle.epoch_seen
+    epochs = {
+        (s["metric"]["speculation"], s["metric"]["chain_length"])
+        for s in prom.query(f'specmon_config_epoch_info{{target="{CHANGED}"}}')
+    }
+    assert epochs == {("true", str(len(CHANGED_BEFORE))), ("true", str(len(CHANGED_AFTER)))}
+
+    # The change's speed-up at the load both configurations ran at, against the load model's
+    # truth: time per output token before over after.
+    model = load_model_from(LOAD_MODEL)
+    assert model is not None
+    before = model.step_seconds(LOW_LOAD, len(CHANGED_BEFORE)) / (1 + sum(CHANGED_BEFORE))
+    after = model.step_seconds(LOW_LOAD, len(CHANGED_AFTER)) / (1 + sum(CHANGED_AFTER))
+    truth = before / after  # 0.68
+    figures = {}
+    for family in ("ratio", "lower_ratio", "upper_ratio"):
+        (series,) = prom.query(f'specmon_change_speedup_{family}{{target="{CHANGED}"}}')
+        assert series["metric"]["concurrency"] == str(LOW_LOAD), series["metric"]
+        figures[family] = float(series["value"][1])
+    assert abs(figures["ratio"] - truth) < 0.1 * truth, (figures, truth)
+    assert figures["lower_ratio"] <= figures["ratio"] <= figures["upper_ratio"] < 0.9, figures
+    assert {s["metric"]["target"] for s in prom.query("specmon_change_speedup_ratio")} == {CHANGED}
+
+    # Pending, then firing no sooner than `for:` later, for the changed target only.
+    for_seconds = duration_seconds(scaled("30m"))
+    assert stack.change <= cycle.epoch_seen <= cycle.upper_below <= cycle.pending
+    assert cycle.firing - cycle.pending >= for_seconds
+    assert cycle.api_pending is not None and cycle.api_firing is not None
+    assert cycle.api_pending < cycle.api_firing
+    alerted = prom.raw_samples(f'ALERTS{{alertname="{REGRESSED}"}}', span)
+    assert {labels["target"] for labels, _, _ in alerted} == {CHANGED}
+    (alert,) = [a for a in prom.alerts() if a["labels"]["alertname"] == REGRESSED]
+    labels = alert["labels"]
+    assert alert["state"] == "firing"
+    assert (labels["target"], labels["engine"], labels["model"], labels["severity"]) == (
+        CHANGED,
+        "vllm",
+        "tiny-llama",
+        "warning",
+    )
+    assert labels["concurrency"] == str(LOW_LOAD)
+    text = alert["annotations"]["description"]
+    assert text.startswith(
+        f"{CHANGED} (engine vllm, model tiny-llama): at {LOW_LOAD} requests per step"
+    ), text
+    assert re.search(r"decodes at 0\.[67]\dx the speed of the configuration before it", text), text
+
+    # Routed by its severity: the ticket receiver, one alert group; nothing about this target
+    # on the pager, and nothing but the regression on any receiver.
+    tickets = [
+        n for n in stack.webhook.received() if n.payload["groupLabels"].get("target") == CHANGED
+    ]
+    assert tickets and {n.path for n in tickets} == {"/tickets"}
+    assert {json.dumps(n.payload["groupLabels"], sort_keys=True) for n in tickets} == {
+        json.dumps(
+            {"alertname": REGRESSED, "target": CHANGED, "model": "tiny-llama"}, sort_keys=True
+        )
+    }
+    assert tickets[0].payload["receiver"] == "tickets"
+
+    # SpecmonAcceptanceDrop: alpha fell by more than the rule's 0.15 (the fast window's alpha
+    # before the change against now), yet the rule never fired, pending or firing, for it: its
+    # `unless` leaves out the 90 minutes after a configuration change.
+    alphas = prom.raw_samples(f'specmon_alpha_ratio{{target="{CHANGED}", window="{FAST}"}}', span)
+    alpha_before = [v for _, t, v in alphas if t < stack.change]
+    assert alpha_before, "no alpha scraped before the change"
+    (now,) = prom.query(f'specmon_alpha_ratio{{target="{CHANGED}", window="{FAST}"}}')
+    assert float(now["value"][1]) < alpha_before[-1] - 0.15, (alpha_before[-1], now)
+    assert prom.query(
+        f'time() - specmon_config_change_timestamp_seconds{{target="{CHANGED}"}} < 5400'
+    )
+    assert not prom.raw_samples(
+        f'ALERTS{{alertname="SpecmonAcceptanceDrop", target="{CHANGED}"}}', span
+    )
 
 
 def test_break_even_goes_pending_then_firing_for_the_degraded_target(
@@ -913,8 +1194,8 @@ def test_alertmanager_delivers_and_inhibits(stack: Stack, cycle: Cycle) -> None:
 
     wait_until("the warning tier to be inhibited", warning_inhibited, timeout=20)
 
-    # Every notification is about the degraded target, the refusals of the rejecting one, or
-    # the load alerts of the loaded one.
+    # Every notification is about the degraded target, the refusals of the rejecting one, the
+    # load alerts of the loaded one, or the changed one's regression.
     for note in stack.webhook.received():
         for alert in note.alerts():
             assert _expected(alert["labels"]), note.payload
@@ -967,13 +1248,14 @@ def _selected(engines: dict[str, str], combo: dict[str, str | list[str]]) -> lis
 
 @pytest.mark.parametrize("name", ["specmon-overview.json", "specmon-target.json"])
 def test_every_dashboard_panel_returns_data(
-    stack: Stack, cycle: Cycle, load_cycle: LoadCycle, name: str
+    stack: Stack, cycle: Cycle, load_cycle: LoadCycle, change_cycle: ChangeCycle, name: str
 ) -> None:
     """Run after the load rise (load_cycle): the loaded target then has every figure against
-    its twin, the crossover included, in every window."""
+    its twin, the crossover included, in every window; and after the changed target's change
+    (change_cycle): it then has "did the change help?"."""
     board = load_dashboard(DASHBOARD_DIR / name)
     targets = stack.prometheus.label_values("target", "specmon_up", stack.started)
-    assert targets == sorted([*HEALTHY, DEGRADED, REJECTING, *BASES, TWIN])
+    assert targets == sorted([*HEALTHY, DEGRADED, REJECTING, *BASES, TWIN, CHANGED])
     windows = stack.prometheus.label_values("window", "specmon_window_drafts", stack.started)
     assert sorted(windows) == sorted(SPECMON_WINDOWS)
     engines = {
@@ -1003,7 +1285,8 @@ def test_every_dashboard_panel_returns_data(
         assert {c["engine"] for c in combos} == {".+", *engines.values()}
     empty = []
     allowed = []
-    #: Empty only because no target changed its configuration (CHANGE in coverage.py).
+    #: Empty only because the target selected did not change its configuration (CHANGE in
+    #: coverage.py): every target but the changed one.
     unchanged: list[str] = []
     on_event: dict[str, bool] = {}
     checked = 0
@@ -1017,8 +1300,12 @@ def test_every_dashboard_panel_returns_data(
             if promql_metric_names(q.raw_expr) & ON_FIRST_EVENT:
                 # Refusals exist on the rejecting target only: data for some combination.
                 on_event[key] = on_event.get(key, False) or has_data
-            elif not has_data and promql_metric_names(q.raw_expr) & CHANGE:
-                # The scenario changes no target's speculative configuration.
+            elif (
+                not has_data
+                and promql_metric_names(q.raw_expr) & CHANGE
+                and CHANGED not in _selected(engines, combo)
+            ):
+                # Only the changed target changed its speculative configuration.
                 unchanged.append(f"{key} {combo}")
             elif not has_data and may_be_empty(
                 q.expr,
@@ -1050,9 +1337,11 @@ def test_every_dashboard_panel_returns_data(
             assert len(found) == count * len(windows), (target, found)
         assert not [e for e in allowed if f"'target': '{LOADED}'" in e], allowed
         assert len(allowed) == sum(per_target.values()) * len(windows)
-        # "Did the change help?": nothing changed, so its queries are empty for every target.
+        # "Did the change help?": empty for every target but the changed one, which has it
+        # (a query without data for it would be in `empty` above).
         assert unchanged, "no panel reads the change's speed-up"
         assert all("Did the change help" in e for e in unchanged), unchanged
+        assert not [e for e in unchanged if f"'target': '{CHANGED}'" in e], unchanged
 
     # The alert annotation shows the degraded target's firing alert, and nothing for the others.
     annotations = {
@@ -1065,9 +1354,14 @@ def test_every_dashboard_panel_returns_data(
         if q.panel_type == "annotation"
     }
     assert sorted(annotations) == ["configuration changes", "specmon alerts"]
-    # No configuration changes in this scenario (the epoch series is absent before a first
-    # change): the query must still be valid PromQL (the API call fails otherwise).
-    _returns_data(stack, annotations["configuration changes"].expr, instant=False)
+    # Configuration changes: the changed target's, and none for any other (the epoch series
+    # is absent before a first change).
+    changes = annotations["configuration changes"]
+    assert _returns_data(stack, substitute(changes.raw_expr, {"target": CHANGED}), instant=False)
+    assert not _returns_data(stack, changes.expr, instant=False)
+    for target in targets:
+        expr = substitute(changes.raw_expr, {"target": target})
+        assert _returns_data(stack, expr, instant=False) is (target == CHANGED), target
     annotation = annotations["specmon alerts"]
     assert _returns_data(stack, annotation.expr, instant=False)
     for healthy in (*HEALTHY, TWIN):
@@ -1081,8 +1375,11 @@ def _expected(
     """An alert the scenario causes: the degraded target's (after the drop), the rejecting
     target's refusals, the loaded engine's load alerts and break-even alert against its twin
     and its profile (after the rise), the guessing target's break-even alert (and the shorter
-    chain that goes with a broken draft)."""
+    chain that goes with a broken draft), the changed target's regression (after the
+    change)."""
     target, name = labels.get("target"), labels.get("alertname")
+    if target == CHANGED:
+        return name == REGRESSED and (stamp is None or stack is None or stamp >= stack.change)
     if target == DEGRADED:
         return stamp is None or stack is None or stamp >= stack.drop
     if target == REJECTING:
@@ -1096,9 +1393,12 @@ def _expected(
     return False
 
 
-def test_healthy_targets_raise_nothing(stack: Stack, cycle: Cycle, load_cycle: LoadCycle) -> None:
+def test_healthy_targets_raise_nothing(
+    stack: Stack, cycle: Cycle, load_cycle: LoadCycle, change_cycle: ChangeCycle
+) -> None:
     """No alert the rules define, in any state, ever, for a healthy target or the baseline twin
-    (which runs without speculation on purpose); the loaded target only its load alerts."""
+    (which runs without speculation on purpose); the loaded target only its load alerts, the
+    changed target only SpecmonChangeRegressed."""
     prom = stack.prometheus
     # The silence is not vacuous: every healthy target had traffic above the guard, and a
     # positive margin, in the windows the rules read.
@@ -1346,5 +1646,11 @@ def test_one_situation_pages_once_on_each_basis(stack: Stack, load_cycle: LoadCy
     }
     for target in BASES:
         assert (target, ALERT, "warning") in suppressed, (target, suppressed)
+    # The changed target's speculation still pays: its regression is a ticket, never a page.
+    assert not [
+        n
+        for n in stack.webhook.received()
+        if n.path == "/pager" and n.payload["groupLabels"].get("target") == CHANGED
+    ]
     for name in LOAD_ALERTS:
         assert (LOADED, name, "warning") in suppressed, suppressed
