@@ -65,3 +65,39 @@ def test_the_pre_commit_config_parses_and_runs_the_same_script() -> None:
     assert hooks["commit-subject"]["stages"] == ["commit-msg"]
     assert "tools/commit_subjects.py" in hooks["commit-subject"]["entry"]
     assert "tools/commit_subjects.py" in (ROOT / ".ci" / "run").read_text("utf-8")
+
+
+def test_since_checks_written_merge_subjects(tmp_path: Path) -> None:
+    """A merge whose subject someone wrote is held to the rule (one of 77 characters slipped
+    through while merges were skipped); git's own "Merge branch ..." is not."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(tmp_path), *args], check=True, capture_output=True, text=True
+        )
+        return done.stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.invalid")
+    git("config", "user.name", "t")
+    git("commit", "-q", "--allow-empty", "-m", "tests: the start")
+    start = git("rev-parse", "HEAD")
+    git("checkout", "-q", "-b", "side")
+    git("commit", "-q", "--allow-empty", "-m", "tests: on the side")
+    git("checkout", "-q", "main")
+    git("merge", "-q", "--no-ff", "side", "-m", "Merge branch 'side'")
+    script = str(ROOT / "tools" / "commit_subjects.py")
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, script, "--since", start], cwd=tmp_path,
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+
+    assert check().returncode == 0
+    git("checkout", "-q", "side")
+    git("commit", "-q", "--allow-empty", "-m", "tests: more on the side")
+    git("checkout", "-q", "main")
+    git("merge", "-q", "--no-ff", "side", "-m", "merge side: " + "x" * MAX_LENGTH)
+    refused = check()
+    assert refused.returncode == 1 and "characters" in refused.stdout + refused.stderr

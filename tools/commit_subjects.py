@@ -5,7 +5,8 @@
 
 The area is a lowercase word (a package, a folder or a topic: ``daemon``, ``docs``,
 ``promsource``, ``grafana/k8s``); what follows the colon says what changed. Details, figures
-and reasons go in the body. Merge commits and git's own fixup/squash subjects are skipped.
+and reasons go in the body. Merge commits are checked too (``merge: what came in (branch)``);
+git's own subjects ("Merge branch ...", "Revert \"...\"", fixup!/squash!) are skipped.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _subjects_since(rev: str) -> list[tuple[str, str]] | None:
     if known.returncode != 0:
         return None
     out = subprocess.run(
-        ["git", "log", "--no-merges", "--format=%h %s", f"{rev}..HEAD"],
+        ["git", "log", "--format=%h %s", f"{rev}..HEAD"],
         capture_output=True,
         text=True,
         check=True,
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
         # A shallow clone without the starting commit: check what is here.
         print(f"commit_subjects: {args.since} is not in this clone; checking HEAD only")
         head = subprocess.run(
-            ["git", "log", "-1", "--no-merges", "--format=%h %s"],
+            ["git", "log", "-1", "--format=%h %s"],
             capture_output=True,
             text=True,
             check=True,
