@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from html import escape
 
-from specmon.arithmetic import BestChain
 from specmon.daemon.load_view import LoadFigures
-from specmon.daemon.verdict import Evidence, Verdict
+from specmon.daemon.verdict import MEASURED_C, Evidence, Verdict, best_at_cost
 from specmon.load import Crossover
-from specmon.report import AcceptanceReport, best_chain
+from specmon.report import AcceptanceReport
 
 __all__ = ["best_on_basis", "crossover_text"]
 
@@ -45,9 +44,13 @@ def best_on_basis(
                 mine.best_speedup,
                 f"at measured c {_c(mine.draft_cost)}",
             )
-    measured = verdict is not None and verdict.basis in _MEASURED_C
-    if measured and verdict is not None and verdict.draft_cost is not None and report:
-        best_here = _best_at(report, verdict.draft_cost)
+    if (
+        verdict is not None
+        and verdict.basis in MEASURED_C
+        and verdict.draft_cost is not None
+        and report is not None
+    ):
+        best_here = best_at_cost(report, verdict.draft_cost)
         if best_here is not None:
             word = "the engine's" if verdict.basis is Evidence.ENGINE else "measured"
             return (
@@ -59,25 +62,6 @@ def best_on_basis(
     speed = report.best_speedup if report is not None else None
     which = "default" if verdict is not None and verdict.basis is Evidence.DEFAULT else "configured"
     return best, speed, f"at {which} c {configured:g}"
-
-
-#: The bases whose verdict carries a draft cost that was measured, not configured or guessed.
-_MEASURED_C = (Evidence.TWIN, Evidence.PROFILE, Evidence.HISTORY, Evidence.ENGINE)
-
-
-def _best_at(report: AcceptanceReport, draft_cost: float) -> BestChain | None:
-    """The window's best chain length at ``draft_cost``, from its per-position survival (else
-    its alpha, as independent acceptance), as the report chose its own at the configured c."""
-    survival = [p.survival for p in report.positions]
-    if survival and all(s is not None for s in survival):
-        return best_chain(
-            draft_cost=draft_cost,
-            chain_length=report.chain_length,
-            survival=[s for s in survival if s is not None],
-        )
-    if report.alpha is None or report.chain_length is None:
-        return None
-    return best_chain(draft_cost=draft_cost, chain_length=report.chain_length, alpha=report.alpha)
 
 
 def _c(cost: float | None) -> str:

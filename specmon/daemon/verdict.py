@@ -27,9 +27,9 @@ from specmon.daemon.load_view import HISTORY, PROFILE, LoadFigures
 from specmon.engines import SpecCounters
 from specmon.load.curve import acceptance_log_sd, speedup_interval
 from specmon.records import record
-from specmon.report import AcceptanceReport
+from specmon.report import AcceptanceReport, best_chain
 
-__all__ = ["Evidence", "Verdict", "at_cost", "verdict"]
+__all__ = ["MEASURED_C", "Evidence", "Verdict", "at_cost", "best_at_cost", "verdict"]
 
 
 class Evidence(StrEnum):
@@ -84,6 +84,24 @@ def at_cost(
         report.alpha - breakeven if report.alpha is not None and breakeven is not None else None
     )
     return speedup, breakeven, margin
+
+
+#: The bases whose verdict carries a draft cost that was measured, not configured or guessed.
+MEASURED_C = (Evidence.TWIN, Evidence.PROFILE, Evidence.HISTORY, Evidence.ENGINE)
+
+
+def best_at_cost(report: AcceptanceReport, draft_cost: float) -> arithmetic.BestChain | None:
+    """The window's best chain length at ``draft_cost`` instead of the report's own c (as
+    :func:`at_cost` for its speed-up): from its per-position survival, else its alpha as
+    independent acceptance, the way the report chose its own."""
+    survival = [p.survival for p in report.positions if p.survival is not None]
+    if survival and len(survival) == len(report.positions):
+        return best_chain(
+            draft_cost=draft_cost, chain_length=report.chain_length, survival=survival
+        )
+    if report.alpha is None or report.chain_length is None:
+        return None
+    return best_chain(draft_cost=draft_cost, chain_length=report.chain_length, alpha=report.alpha)
 
 
 def verdict(

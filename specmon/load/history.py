@@ -192,7 +192,7 @@ class LoadHistory:
                 slide.running_sum += counters.requests_running
                 slide.running_count += 1
         self._last = (time, counters)
-        self._last_lag = lag if lag > 0 and lag == lag else 0.0
+        self._last_lag = lag if lag > 0 else 0.0  # NaN > 0 is False too
         for slide in slides:
             self._advance(slide, time)
         cutoff = time - self._retention
