@@ -23,14 +23,18 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VIRTUAL_ENV=/opt/specmon
 WORKDIR /src
 COPY pyproject.toml README.md ./
+# The dependencies first, listed from pyproject.toml alone: a layer that a builder's cache
+# keeps until they change (a change to specmon's code then rebuilds in seconds, not a minute).
+RUN python -m venv "$VIRTUAL_ENV" \
+    && python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' > requirements.txt \
+    && "$VIRTUAL_ENV/bin/pip" install --requirement requirements.txt
 COPY specmon/ specmon/
 COPY deploy/systemd/specmon.yml specmon.yml
 # pip builds the wheel with hatchling (fetched into an isolated build environment) and
-# installs it with its dependencies into the venv that the runtime stage copies; pip itself
-# is not needed at run time. The last two commands fail the build, not the deployment, when
-# the package or the shipped config is broken.
-RUN python -m venv "$VIRTUAL_ENV" \
-    && "$VIRTUAL_ENV/bin/pip" install . \
+# installs it into the venv that the runtime stage copies; pip itself is not needed at run
+# time. The last two commands fail the build, not the deployment, when the package or the
+# shipped config is broken.
+RUN "$VIRTUAL_ENV/bin/pip" install --no-deps . \
     && "$VIRTUAL_ENV/bin/pip" uninstall --yes pip setuptools \
     && "$VIRTUAL_ENV/bin/specmon" --version \
     && "$VIRTUAL_ENV/bin/specmon" check-config specmon.yml \

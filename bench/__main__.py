@@ -1,4 +1,4 @@
-"""Benchmarks. ``python -m bench [parser|answer|scale|overload|starve|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state|digest]``; results are
+"""Benchmarks. ``python -m bench [parser|answer|scale|overload|starve|rules|promsource|fleetsynth|cost|sidebyside|anchor|fleet|load|memory|shutdown|promhostile|status|state|digest|tap]``; results are
 recorded in bench/RESULTS.md."""
 
 from __future__ import annotations
@@ -85,8 +85,12 @@ def main(argv: list[str]) -> int:
         from bench import fleet
 
         return fleet.main(argv[1:])
+    if which == "tap":
+        from bench import tap
+
+        return tap.main(argv[1:])
     print(
-        f"unknown benchmark {which!r}; choose parser, answer, scale, rules, promsource, cost, sidebyside, anchor, fleet, load, memory, shutdown, promhostile or status",
+        f"unknown benchmark {which!r}; choose parser, answer, scale, rules, promsource, cost, sidebyside, anchor, fleet, load, memory, shutdown, promhostile, status or tap",
         file=sys.stderr,
     )
     return 2

@@ -2,6 +2,8 @@
 
 Run: python -m bench starve [--healthy 20] [--stop 0.7] [--cycles 3] [--hang 45] [--recover 30]
                             [--json-out FILE]
+     python -m bench starve --hung N ...: many targets that never answer beside healthy ones,
+                            no starvation (bench/hung.py)
 
 Issue 53's case, with real signals. The daemon scrapes ``--healthy`` simulated vLLM engines
 (``bench.light_fleet``) and one more target, every 2 s with ``scrape_timeout: 1500ms``. The
@@ -304,6 +306,10 @@ def _report(
 
 
 def main(argv: list[str]) -> int:
+    if any(arg == "--hung" or arg.startswith("--hung=") for arg in argv):
+        from bench import hung  # many hung targets beside healthy ones (issue 67)
+
+        return hung.main(argv)
     parser = argparse.ArgumentParser(prog="python -m bench starve")
     parser.add_argument("--healthy", type=int, default=20)
     parser.add_argument("--stop", type=float, default=0.7, help="seconds stopped in each second")

@@ -1,6 +1,7 @@
 """What keeping the epochs across restarts costs, in-process (specmon/daemon/persist.py).
 
 Run: ./dev.sh bench state [--targets 1000,10000] [--epochs 12] [--buckets 0] [--repeat 5]
+(``--memory``: a real daemon's peak memory reading files of every shape, bench/state_memory.py)
 
 For each count, that many targets, each with one model holding ``--epochs`` epochs (12, the
 cap, is the worst case; a target that never changes has one): the snapshot taken on the event
@@ -47,13 +48,12 @@ def _model(epochs: int) -> dict[str, object]:
 
 def _curves(buckets: int) -> dict[str, object]:
     """The saved sums of the kept epochs' curves, ``buckets`` buckets each (k = 4)."""
-    from specmon.load.curve import COLUMNS, state_to_dict
-    from specmon.load.matched import epoch_accumulator
+    from specmon.load.curve import COLUMNS, CurveAccumulator, state_to_dict
 
     values = [720.0, 1.2e5, 61.3, 2.9e5, 3.1e4, 1.2e5, 1.2e5, 4.9e5, 3.0e5, 0.46, 0.00031,
               2.41, 5.83, 1.1e5, 8.6e4, 6.2e4, 4.1e4]  # fmt: skip
     assert len(values) == len(COLUMNS) + 4
-    state = epoch_accumulator().state()
+    state = CurveAccumulator.for_epoch().state()
     from specmon.load.curve import SlotSums
 
     slots = tuple(SlotSums(0.0, b, tuple(v * (1 + b / 7) for v in values)) for b in range(buckets))
@@ -81,11 +81,45 @@ def _states(count: int, epochs: int, buckets: int = 0) -> list[TargetState]:
     return states
 
 
+def _slots(count: int = 10_000) -> int:
+    """A cost-curve slot's memory (specmon.load.curve_sums.SLOT_BYTES): tracemalloc over
+    ``count`` one-minute slots of one accumulator, one interval each, at k = 0, 4 and 64."""
+    import tracemalloc
+
+    from specmon.load.curve_sums import SLOT_BYTES, CurveAccumulator
+    from specmon.load.interval import LoadInterval
+
+    for k in (0, 4, 64):
+        acc = CurveAccumulator(retention=count * 60.0, slot_seconds=60.0)
+        interval = LoadInterval(
+            request_steps=400.0, decode_seconds=8.0, decode_tokens=1600.0, engine_steps=100.0,
+            slot_steps=400.0, drafts=300, draft_tokens=300 * k, accepted_tokens=100 * k,
+            accepted_per_position=tuple(range(k, 0, -1)), seconds=60.0,
+        )  # fmt: skip
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(count):
+            acc.add(60.0 * i + 30.0, interval)
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        slots = len(acc.state().slots)
+        print(f"k = {k}: {used / slots:.0f} bytes a slot ({slots} slots; SLOT_BYTES {SLOT_BYTES})")
+    return 0
+
+
 def _median_ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1000:.1f} ms"
 
 
 def main(argv: list[str]) -> int:
+    if "--memory" in argv:  # what reading a file costs a real daemon (bench/state_memory.py)
+        from bench import state_memory
+
+        return state_memory.main(argv)
+    if "--slots" in argv:  # what one cost-curve slot costs in memory
+        return _slots()
     parser = argparse.ArgumentParser(prog="bench state")
     parser.add_argument("--targets", default="1000,10000")
     parser.add_argument("--epochs", type=int, default=12)

@@ -27,7 +27,8 @@ jsonnet, tests/deploy/test_helm.py with the real Helm; the chart includes its co
 
 The mixin's marks: in every PromQL expression (a rule's ``expr``, a dashboard target's
 ``expr``, a query variable's ``query`` and ``definition``), each selector of a series that a
-scrape produces (specmon's own ``specmon_*`` series, or an engine's) gets a mark where a label
+scrape produces (specmon's own ``specmon_*`` series, a specmon tap's ``specmon_tap_*``, or an
+engine's) gets a mark where a label
 matcher can go. deploy/mixin/mixin.libsonnet replaces each mark with the matcher its _config
 names, or with nothing: with the default _config every expression is the shipped one, byte for
 byte. Recorded series (a ``record:`` of the rules files) and Prometheus's own ``ALERTS`` get no
@@ -147,8 +148,8 @@ def compose_datasource(source: Path) -> str:
 
 # --------------------------------------------------------------------------- PromQL marks
 
-#: The mixin's selectors: specmon's own series, and the engines' raw series.
-MARK_KINDS = ("specmon", "engine")
+#: The mixin's selectors: specmon's own series, the engines' raw series, and a specmon tap's.
+MARK_KINDS = ("specmon", "engine", "tap")
 #: Where a mark stands and what the mixin puts there: after the matchers of non-empty braces
 #: (",<selector>"), after a bare metric name ("{<selector>}"), inside empty braces.
 MARK_FORMS = ("append", "braces", "inside")
@@ -248,9 +249,12 @@ def _has_top_level_comma(args: str) -> bool:
 
 
 def series_kind(names: list[str], recorded: frozenset[str]) -> str | None:
-    """Which selector a series takes: "specmon", "engine", or None (recorded or unscraped)."""
+    """Which selector a series takes: "specmon", "engine", "tap", or None (recorded or
+    unscraped)."""
     if any(n in recorded or n in UNSCRAPED for n in names):
         return None
+    if names and all(n.startswith("specmon_tap_") for n in names):
+        return "tap"
     if all(n.startswith("specmon_") for n in names):
         return "specmon"
     return "engine"

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from grafana_foundation_sdk.builders import (
-    barchart,
     bargauge,
     common,
     prometheus,
@@ -60,7 +59,7 @@ Steps = tuple[tuple[float | None, str], ...]
 Prop = dm.DynamicConfigValue
 #: How some fields or series differ from the panel's defaults: which ones, and what changes.
 Override = tuple[dm.MatcherConfig, list[Prop]]
-Graph = timeseries.Panel | barchart.Panel | statetimeline.Panel
+Graph = timeseries.Panel | statetimeline.Panel
 Panel = Graph | stat.Panel | bargauge.Panel | table.Panel
 Query = prometheus.Dataquery
 Words = dict[str, tuple[str, str]]
@@ -159,6 +158,14 @@ def value_texts(texts: Words) -> list[dm.ValueMapping]:
 
 
 UP = value_texts({"0": ("DOWN", "red"), "1": ("UP", "green")})
+#: What a figure of the answer reads while its window measures a new load (state="measuring":
+#: no figure, never a guess in its place): outside every figure's range (speed-ups > 0,
+#: margins >= -1, k, c >= 0), shown as the word. Only in panels that show one value now
+#: (stat, table): a chart keeps the gap.
+MEASURING_VALUE = -2
+MEASURING: Words = {str(MEASURING_VALUE): ("measuring", "blue")}
+#: The labels of specmon_verdict_info a panel shows beside the verdict.
+LABELS = "basis, state"
 
 
 @dataclass
@@ -294,14 +301,16 @@ def transform(kind: str, options: dict[str, Any]) -> dm.DataTransformerConfig:
     return dm.DataTransformerConfig(id_val=kind, options=options)
 
 
-def _merged(panel: table.Panel | barchart.Panel, figures: Figures, first: Keys) -> list[Query]:
+def _merged(panel: table.Panel, figures: Figures, first: Keys) -> list[Query]:
     """Instant queries, one per figure (name, expr), merged into rows keyed by the ``first``
-    columns (name -> position), one column per figure, named, Time hidden."""
-    names = [name for name, _ in figures]
+    columns (name -> position), one column per figure, named, Time hidden. A figure named
+    ``LABELS`` adds its series' labels as columns (basis, state), not its value."""
+    columns = [c for name, _ in figures for c in (LABELS.split(", ") if name == LABELS else [name])]
+    values = {f"Value #{chr(ord('A') + i)}": name for i, (name, _) in enumerate(figures)}
     organize: dict[str, dict[str, Any]] = {
-        "excludeByName": {"Time": True},
-        "indexByName": {**first, **{name: len(first) + i for i, name in enumerate(names)}},
-        "renameByName": {f"Value #{chr(ord('A') + i)}": name for i, name in enumerate(names)},
+        "excludeByName": {"Time": True, **{v: True for v, n in values.items() if n == LABELS}},
+        "indexByName": {**first, **{name: len(first) + i for i, name in enumerate(columns)}},
+        "renameByName": {v: n for v, n in values.items() if n != LABELS},
     }
     merge = [transform("merge", {})]
     if "concurrency" in first:  # bucket series: the label is a string ("16" before "2")
@@ -313,37 +322,21 @@ def _merged(panel: table.Panel | barchart.Panel, figures: Figures, first: Keys) 
     return [query(expr, rows=True) for _, expr in figures]
 
 
-def figure_table(title: str, figures: Figures, *columns: Override, sort_by: str = "") -> Titled:
+def figure_table(
+    title: str, figures: Figures, *columns: Override, sort_by: str = "", keys: Keys | None = None
+) -> Titled:
     """One row per target and model (``sort_by`` given: filterable, sorted by it ascending),
-    else per concurrency bucket sorted by its number; one column per figure (name, query)."""
+    else per concurrency bucket sorted by its number (``keys``: the label columns that key
+    the rows instead); one column per figure (name, query)."""
     panel = table.Panel().align(cm.FieldTextAlignment.AUTO).cell_options(cm.TableAutoCellOptions())
     no_footer = common.TableFooterOptions().show(False).reducer(["sum"]).count_rows(False)
     panel.cell_height(cm.TableCellHeight.SM).footer(no_footer).show_header(True)
     if sort_by:
         panel.filterable(True)
         panel.sort_by([common.TableSortByFieldState().display_name(sort_by).desc(False)])
-    keys = {"target": 0, "model": 1} if sort_by else {"concurrency": 0}
+    if keys is None:
+        keys = {"target": 0, "model": 1} if sort_by else {"concurrency": 0}
     return Titled(panel, title, overrides=columns, queries=_merged(panel, figures, keys))
-
-
-def bars_by_load_level(title: str, figures: Figures) -> Titled:
-    """Bars per concurrency bucket, one per figure (name, instant query), against the
-    break-even line at 1."""
-    x = "concurrency (requests per step)"
-    panel = barchart.Panel().fill_opacity(80).line_width(1).x_field(x).group_width(0.7)
-    panel.thresholds_style(common.GraphThresholdsStyleConfig().mode(GT.LINE))
-    panel.orientation(cm.VizOrientation.VERTICAL).bar_width(0.9)
-    panel.show_value(cm.VisibilityMode.AUTO).stacking(cm.StackingMode.NONE)
-    panel.legend(legend()).tooltip(ALL_SERIES)
-    queries = _merged(panel, figures, {"concurrency": 0})
-    for q, (name, _) in zip(queries, figures, strict=True):
-        q.legend_format(name)
-    as_text = {"targetField": x, "destinationType": "string"}
-    panel.with_transformation(
-        transform("convertFieldType", {"conversions": [as_text], "fields": {}})
-    )
-    scale = Scale("suffix:x", 2, low=0, zones=SPEEDUP_STEPS)
-    return Titled(panel, title, scale, PALETTE, queries=queries)
 
 
 # --------------------------------------------------------------------------- dashboards
@@ -446,10 +439,15 @@ OTHER_ENGINES = (
 )
 DRAFTS = f"sum by (target, model) (rate(specmon_drafts_total{{{TE}}}[$__rate_interval]))"
 #: Targets compared with a baseline, as a filter: a twin (specmon_baseline_info names it, from
-#: the configuration) or a profile (then known once a draft cost has been measured against it).
+#: the configuration), or a verdict on a comparison basis (a profile, the server's own past),
+#: measuring included.
 WITH_BASELINE = (
     f"on (target) (\n  specmon_baseline_info{{{T}}}\n"
-    f'  or specmon_draft_cost_ratio{{{TE}, source="measured"}}\n)'
+    f'  or specmon_verdict_info{{{TW}, basis=~"twin|profile|history"}}\n)'
+)
+#: The crossover SpecmonAboveCrossover compares: the low end of its 95 % range, else the point.
+CROSSOVER_LOW = (
+    f"(specmon_crossover_lower_concurrency{{{TW}}} or specmon_crossover_concurrency{{{TW}}})"
 )
 ABOVE_CROSSOVER = {"0": ("below", "green"), "1": ("AT OR ABOVE", "red")}
 TARGET_LINK = (
@@ -468,15 +466,43 @@ def engines_query(expr: str, legend: str) -> Query:
     return query(selected_engines(expr), legend)
 
 
-def with_basis(family: str, legend: str = "{{target}} {{model}} ({{basis}})") -> Query:
-    """Per target and model, ``family`` labelled with the basis of specmon's verdict."""
-    basis = f"max by (target, model, basis) (specmon_verdict_info{{{TW}}})"
-    expr = (
-        f"max by (target, model, basis) (\n  max by (target, model) ({family}{{{TW}}})\n"
-        f"  * on (target, model) group_left (basis)\n  {basis}\n)"
-    )
-    return query(expr, legend)
+def measuring_or(figure: str, where: str) -> str:
+    """``figure`` (per target and model), or MEASURING_VALUE where the window ``where``
+    selects measures a new load."""
+    info = f'specmon_verdict_info{{{where}, state="measuring"}}'
+    return f"(\n  {figure}\n  or {MEASURING_VALUE} * max by (target, model) ({info})\n)"
 
+
+def on_basis(family: str, where: str, legend: str, *, now: bool = False) -> Query:
+    """``family`` per target and model in the window ``where`` selects, labelled with the
+    verdict's basis; ``now``: an instant query, labelled with the state too, that reads
+    "measuring" while the window measures a new load (a chart keeps the gap)."""
+    labels = LABELS if now else "basis"
+    value = f"max by (target, model) ({family}{{{where}}})"
+    expr = (
+        f"{measuring_or(value, where) if now else value}\n"
+        f"* on (target, model) group_left ({labels})\n"
+        f"max by (target, model, {labels}) (specmon_verdict_info{{{where}}})"
+    )
+    return query(expr, legend, instant=now)
+
+
+#: What the verdict rests on and how it was read, in the words of specmon_verdict_info.
+BASES = (
+    "basis, best first: twin (realized against the baseline twin at the current load), "
+    "profile (against a cost profile), history (against this server's own epoch without "
+    "speculation at the same load), engine (the engine's measured draft cost: TensorRT-LLM), "
+    "configured (specmon's draft_cost), default (no draft_cost: 0.1); state: measured (this "
+    "load's bucket), interpolated (off the cost curve, in a bucket its hour measured), "
+    "measuring (a load nothing has measured yet: no figure, never a guess in its place), "
+    "modelled (the engine's c), guess (configured or default c, for a target where nothing "
+    "was measured)"
+)
+#: Every figure of the verdict's row is at the verdict's own draft cost c.
+AT_ITS_C = (
+    "Break-even, margin, c and best k' are the verdict's, at its own draft cost c (measured "
+    "on twin, profile, history and engine; the guess on configured and default)."
+)
 
 # Every query yields the labels (target, model) so the "merge" transformation joins them into
 # one row per target and model. specmon_up has only `target`: it is spread over the models the
@@ -496,38 +522,39 @@ FLEET = [
             f"max by (target) (specmon_up{{{T}}})"
         ),
     ),
-    ("alpha", f"{MX} (specmon_alpha_ratio{{{TW}}})"),
-    ("break-even (configured c)", f"{MX} (specmon_breakeven_alpha_ratio{{{TE}}})"),
-    ("margin (configured c)", f"{MX} (specmon_alpha_margin_ratio{{{TW}}})"),
-    ("expected speed-up (configured c)", f"{MX} (specmon_expected_speedup_ratio{{{TW}}})"),
-    ("best k' (configured c)", f"{MX} (specmon_best_chain_length{{{TW}}})"),
+    ("verdict", measuring_or(f"{MX} (specmon_verdict_speedup_ratio{{{TW}}})", TW)),
+    (LABELS, f"max by (target, model, {LABELS}) (specmon_verdict_info{{{TW}}})"),
+    ("margin", f"{MX} (specmon_verdict_alpha_margin_ratio{{{TW}}})"),
+    ("break-even", f"{MX} (specmon_verdict_breakeven_alpha_ratio{{{TW}}})"),
+    ("c", f"{MX} (specmon_verdict_draft_cost_ratio{{{TW}}})"),
+    ("best k'", f"{MX} (specmon_best_chain_length{{{TW}}})"),
     ("k in use", f"{MX} (specmon_chain_length{{{TE}}})"),
+    ("alpha", f"{MX} (specmon_alpha_ratio{{{TW}}})"),
     ("drafts/s", DRAFTS),
-    ("drafts in window", f"{MX} (specmon_window_drafts{{{TW}}})"),
     ("requests running", f"{MX} (specmon_requests_running{{{TE}}})"),
 ]
 #: Targets compared with a baseline: how their speculation does at the load they run.
 AGAINST_BASELINE = [
-    ("realized speed-up", f"{MX} (specmon_realized_speedup_ratio{{{TW}}})"),
     (
-        "expected (configured c)",
-        f"{MX} (specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE})",
+        "verdict",
+        measuring_or(f"{MX} (specmon_verdict_speedup_ratio{{{TW}}} and {WITH_BASELINE})", TW),
+    ),
+    (
+        LABELS,
+        f"max by (target, model, {LABELS}) (specmon_verdict_info{{{TW}}} and {WITH_BASELINE})",
     ),
     ("concurrency", f"{MX} (specmon_concurrency{{{TW}}} and {WITH_BASELINE})"),
     ("crossover", f"{MX} (specmon_crossover_concurrency{{{TW}}})"),
+    ("95 % low", f"{MX} (specmon_crossover_lower_concurrency{{{TW}}})"),
+    ("95 % high", f"{MX} (specmon_crossover_upper_concurrency{{{TW}}})"),
     (
         "above crossover",
-        f"{MX} (\n  specmon_crossover_concurrency{{{TW}}}\n"
-        "  <= bool ignoring (baseline) group_left ()\n"
+        f"{MX} (\n  {CROSSOVER_LOW}\n  <= bool ignoring (baseline) group_left ()\n"
         f"  (1.05 * specmon_concurrency{{{TW}}})\n)",
     ),
-    ("measured c", f'{MX} (specmon_draft_cost_ratio{{{TE}, source="measured"}})'),
-    (
-        "configured c",
-        f'{MX} (specmon_draft_cost_ratio{{{TE}, source="configured"}} and {WITH_BASELINE})',
-    ),
-    ("requests running", f"{MX} (specmon_requests_running{{{TE}}} and {WITH_BASELINE})"),
+    ("c", f"{MX} (specmon_verdict_draft_cost_ratio{{{TW}}} and {WITH_BASELINE})"),
 ]
+VERDICT_CELLS = (Prop("mappings", value_texts(MEASURING)), *speedup_cells(REALIZED_STEPS))
 
 
 def overview() -> board.Dashboard:
@@ -537,55 +564,47 @@ def overview() -> board.Dashboard:
     refused = f"specmon_rejected_readings_total{{{T}}}[$__rate_interval]))"
     staleness = (dashed("since success .*"), right_axis("since success .*", "s"))
     target_link = Prop("links", [dm.DashboardLink(title="Target detail", url=TARGET_LINK)])
+    named = "{{target}} {{model}} ({{basis}}, {{state}})"
     cells: list[Cell] = [
         # The headline: per target, the speed-up specmon believes now and what it rests on.
         Size(16, 5),
-        headline("Verdict: speed-up on the best evidence", SPEEDUP).showing(
-            "Per target and model, over the selected window: the speed-up over no speculation "
-            "specmon believes now (red below 1: speculation costs throughput), and in brackets the "
-            "basis it rests on, best first: twin (realized against the baseline twin at the "
-            "current load), profile, history (against this server's own epoch without speculation at "
-            "the same load), engine (the engine's measured draft cost: TensorRT-LLM), "
-            "configured (specmon's draft_cost), default (no draft_cost: 0.1, a guess). The table "
-            "below shows the figures at the configured c.",
-            with_basis("specmon_verdict_speedup_ratio"),
+        headline("Verdict: speed-up on the best evidence", SPEEDUP, MEASURING).showing(
+            "Per target and model, over the selected window, now: the speed-up over no "
+            "speculation specmon believes (red below 1: speculation costs throughput), and in "
+            f"brackets what it rests on and how it was read: {BASES}.",
+            on_basis("specmon_verdict_speedup_ratio", TW, named, now=True),
         ),
         Size(8, 5),
-        headline("Verdict: margin on the best evidence", MARGIN).showing(
-            "Alpha minus the break-even alpha on the same basis as the verdict's speed-up (in "
-            "brackets). Red: below break-even, speculation costs time; orange: within 0.05.",
-            with_basis("specmon_verdict_alpha_margin_ratio"),
+        headline("Verdict: margin on the best evidence", MARGIN, MEASURING).showing(
+            "Alpha minus the break-even alpha at the verdict's own c (in brackets its basis and "
+            "state). Red: below break-even, speculation costs time; orange: within 0.05.",
+            on_basis("specmon_verdict_alpha_margin_ratio", TW, named, now=True),
         ),
         Size(24, 9),
         figure_table(
-            "Targets: acceptance, and figures at the configured c",
+            "Targets: the verdict, its figures at its own c, and the acceptance",
             FLEET,
             column(
                 "up",
                 Prop("mappings", UP),
                 Prop("custom.cellOptions", cm.TableColoredBackgroundCellOptions()),
             ),
-            column("alpha", unit("none"), decimals(3)),
-            column("break-even (configured c)", unit("none"), decimals(3)),
-            column("margin (configured c)", decimals(3), *cells_coloured(MARGIN_STEPS)),
-            column(
-                "expected speed-up (configured c)",
-                *speedup_cells(SPEEDUP_STEPS, background=False),
-            ),
+            column("verdict", *VERDICT_CELLS),
+            column("margin", decimals(3), *cells_coloured(MARGIN_STEPS)),
+            column("break-even", decimals(3)),
+            column("c", decimals(3)),
+            column("best k'", decimals(0)),
+            column("alpha", decimals(3)),
             column("drafts/s", decimals(1), unit("ops")),
             column("requests running", decimals(0)),
             column("target", target_link),
-            sort_by="margin (configured c)",
+            sort_by="verdict",
         ).showing(
-            "One row per target and model. alpha: effective acceptance rate over the selected "
-            "window. At the configured draft cost c (specmon's draft_cost for the target, or the "
-            "default 0.1), whatever the verdict above rests on: break-even, the alpha at which "
-            "speculation neither gains nor loses; margin = alpha - break-even (red: below "
-            "break-even, orange: within 0.05); expected speed-up; best k', the chain length that "
-            "maximises the expected speed-up (0 = speculation does not pay). Where the verdict "
-            "rests on a twin or a profile, it is the answer at this load and these columns are "
-            "the cost model's at a guessed c. requests "
-            "running: the engine's concurrency now, which eats speculation's gain. Empty "
+            "One row per target and model, over the selected window. verdict: the speed-up "
+            "specmon believes now (red below 0.95, orange below 1; 'measuring' while the window "
+            f"measures a new load), with its {BASES}. {AT_ITS_C} best k': the chain length that "
+            "maximises the expected speed-up there (0 = speculation does not pay). alpha: the "
+            "effective acceptance rate. requests running: the engine's concurrency now. Empty "
             "acceptance cells mean no drafts in the window, or an engine that counts no drafts "
             "(TensorRT-LLM without its per-position counters, SGLang without its verify counter: "
             "docs/engines.md); empty drafts/s: an engine that counts none."
@@ -595,46 +614,23 @@ def overview() -> board.Dashboard:
             "Verdict over time, with its 95 % interval", SPEEDUP_LINES, dashed("95 % .*")
         ).showing(
             "Per target and model, the verdict's speed-up over time (named by its basis) and, "
-            "dashed, the bounds of its 95 % interval: on twin or profile the acceptance's "
-            "binomial uncertainty, the step times' spread and, read off the cost curve, its fit; "
-            "on engine, configured or default c the acceptance alone (the guessed c has none). "
+            "dashed, the bounds of its 95 % interval: on twin, profile or history the "
+            "acceptance's binomial uncertainty, the step times' spread and, read off the cost "
+            "curve, its fit; on engine, configured or default c the acceptance alone (the guessed "
+            "c has none). A gap: the window measures a new load (no figure until it is measured). "
             "SpecmonBelowBreakEven fires when the whole interval lies below 1 (on configured or "
             "default c, when the speed-up does).",
-            with_basis("specmon_verdict_speedup_ratio"),
-            with_basis("specmon_verdict_speedup_lower_ratio", "95 % low {{target}} {{model}}"),
-            with_basis("specmon_verdict_speedup_upper_ratio", "95 % high {{target}} {{model}}"),
+            on_basis("specmon_verdict_speedup_ratio", TW, "{{target}} {{model}} ({{basis}})"),
+            on_basis("specmon_verdict_speedup_lower_ratio", TW, "95 % low {{target}} {{model}}"),
+            on_basis("specmon_verdict_speedup_upper_ratio", TW, "95 % high {{target}} {{model}}"),
         ),
         row("Acceptance"),
-        Size(12, 8),
-        trend("Margin at the configured c (alpha - break-even)", MARGIN_AREA).showing(
-            "Effective alpha minus the break-even alpha at the configured draft cost c, over the "
-            "selected window (the verdict's margin, on its own basis, is the headline above). "
-            "Below the zero line speculation costs time at that c; between 0 and 0.05 it barely "
-            "pays.",
-            query(f"specmon_alpha_margin_ratio{{{TW}}}", TM),
-        ),
-        trend("Requests running", COUNT).showing(
-            "Requests each engine is running now. Read it next to the margin: speculation's gain "
-            "shrinks as batches fill (verification competes with other requests, so the real draft "
-            "cost rises above the configured c), so a margin that dips whenever concurrency rises "
-            "is load, not a worse draft.",
-            query(f"{MX} (specmon_requests_running{{{TE}}})", TM),
-        ),
-        trend(
-            "Alpha against break-even at the configured c", RATIO_0_1, dashed("break-even .*")
-        ).showing(
-            "Solid: effective alpha over the selected window. Dashed: break-even alpha for the "
-            "chain length in use and the configured draft cost c.",
-            query(f"specmon_alpha_ratio{{{TW}}}", "alpha {{target}} {{model}}"),
-            query(f"specmon_breakeven_alpha_ratio{{{TE}}}", "break-even {{target}} {{model}}"),
-        ),
-        trend("Expected speed-up at the configured c", SPEEDUP_LINES, dashed("best k' .*")).showing(
-            "At the configured draft cost c, which ignores load (the verdict, on the best "
-            "evidence, is the headline above). Solid: expected speed-up with the chain in use. "
-            "Dashed: at the best chain length. Below 1 speculation is slower than plain decoding "
-            "at that c.",
-            query(f"specmon_expected_speedup_ratio{{{TW}}}", TM),
-            query(f"specmon_best_speedup_ratio{{{TW}}}", "best k' {{target}} {{model}}"),
+        Size(8, 8),
+        trend("Verdict margin (alpha - break-even at its c)", MARGIN_AREA).showing(
+            "The verdict's margin over the selected window: effective alpha minus the break-even "
+            "alpha at the verdict's own draft cost c. Below the zero line speculation costs time; "
+            "between 0 and 0.05 it barely pays. A gap: the window measures a new load.",
+            query(f"specmon_verdict_alpha_margin_ratio{{{TW}}}", TM),
         ),
         trend("Drafts per second", PER_SECOND).showing(
             "Verification steps that carried a draft, per second: the traffic the acceptance "
@@ -652,74 +648,39 @@ def overview() -> board.Dashboard:
                 TM,
             ),
         ),
-        Size(24, 7),
-        trend(
-            "Draft cost c: configured and measured", COST, dashed(".* c (engine|measured) .*")
-        ).showing(
-            "c, the cost of one drafted token as a fraction of a target step, by source. Solid "
-            "(configured): specmon's draft_cost for the target, which every verdict above uses. "
-            "Dashed, engine: TensorRT-LLM's own draft overhead o turned into c = o / (k (1 - o)), "
-            "only where a separate draft model is timed. Dashed, measured: against the target's "
-            "baseline (its twin without speculation, or a profile) at the window's concurrency "
-            "(docs/load-signals.md). A measured c well above the configured one means the "
-            "break-even, margin and speed-up above are optimistic: set draft_cost from it.",
-            query(
-                f"max by (target, model, source, baseline) (specmon_draft_cost_ratio{{{TE}}})",
-                "{{target}} {{model}} c {{source}} {{baseline}}",
-            ),
-        ),
         row("Load: against the baseline"),
+        Size(24, 8),
         figure_table(
             "Against the baseline, at this load",
             [(name, selected_engines(expr)) for name, expr in AGAINST_BASELINE],
-            column("realized speed-up", *speedup_cells(REALIZED_STEPS)),
-            column("expected (configured c)", decimals(2), unit("suffix:x")),
+            column("verdict", *VERDICT_CELLS),
             column("concurrency", decimals(1)),
             column("crossover", decimals(1)),
+            column("95 % low", decimals(1)),
+            column("95 % high", decimals(1)),
             column("above crossover", Prop("mappings", value_texts(ABOVE_CROSSOVER))),
-            column("measured c", decimals(3)),
-            column("configured c", decimals(3)),
-            column("requests running", decimals(0)),
-            sort_by="realized speed-up",
+            column("c", decimals(3)),
+            sort_by="verdict",
         ).showing(
-            "Targets compared with a twin without speculation (`baseline:` in specmon's config), "
-            "one row per target and model, over the selected window. realized speed-up: the twin's "
-            "time per output token over the target's, in the concurrency bucket the target runs in "
-            "now (red: below 0.95, where SpecmonSlowerThanBaseline fires; orange: below 1). "
-            "expected: the verdict at the configured c, which ignores load. concurrency: mean "
+            "Targets compared with a baseline (a twin without speculation, a cost profile, or "
+            "the server's own epoch without speculation), one row per target and model, over "
+            "the selected window. verdict: the realized speed-up in the concurrency bucket the "
+            "target runs in now (red below 0.95, where SpecmonSlowerThanBaseline fires; orange "
+            "below 1; 'measuring' while the bucket of a new load has too little data: 200 "
+            "engine steps and 100 drafts a side), with its basis and state. concurrency: mean "
             "requests per engine step. crossover: the concurrency at which speculation stops "
-            "paying at the window's acceptance (empty: it pays at every load measured); above "
-            "crossover: concurrency within 5 % of it or above (SpecmonAboveCrossover). measured c: "
-            "the draft cost against the twin (middle window), next to the configured one. Empty "
-            "realized speed-up: the bucket of the current load has too little data on one side yet "
-            "(200 engine steps, 100 drafts)."
-        ),
-        Size(12, 8),
-        trend(
-            "Realized speed-up against the baseline", SPEEDUP_LINES, dashed("expected .*")
-        ).showing(
-            "Each target's time per output token against its twin's without speculation, in the "
-            "concurrency bucket it runs in now (solid), and the expected speed-up at the "
-            "configured c (dashed), which ignores load. Below the line speculation costs time at "
-            "this load; below 0.95 for 30 minutes, SpecmonSlowerThanBaseline fires.",
-            engines_query(
-                f"specmon_realized_speedup_ratio{{{TW}}}",
-                "{{target}} {{model}} against {{baseline}}",
-            ),
-            engines_query(
-                f"specmon_expected_speedup_ratio{{{TW}}} and {WITH_BASELINE}",
-                "expected {{target}} {{model}}",
-            ),
+            "paying at the window's acceptance, with its 95 % range (empty: it pays at every "
+            "load measured); above crossover: concurrency within 5 % of the range's low end or "
+            "above (SpecmonAboveCrossover). c: the draft cost measured at this load."
         ),
         trend("Concurrency against the crossover", CONCURRENCY, dashed("crossover .*")).showing(
             "Solid: mean requests per engine step over the window, for the targets compared with a "
-            "twin. Dashed: the concurrency at which speculation stops paying (from the load levels "
-            "measured in the window; absent while it pays at all of them). A solid line at or "
-            "above its dashed one for 15 minutes fires SpecmonAboveCrossover.",
+            "baseline. Dashed: the low end of the crossover's 95 % range (the point where there "
+            "is no range), the concurrency at which speculation may stop paying (from the load "
+            "levels measured; absent while it pays at all of them). A solid line at or above its "
+            "dashed one for 15 minutes fires SpecmonAboveCrossover.",
             engines_query(f"{MX} (specmon_concurrency{{{TW}}} and {WITH_BASELINE})", TM),
-            engines_query(
-                f"{MX} (specmon_crossover_concurrency{{{TW}}})", "crossover {{target}} {{model}}"
-            ),
+            engines_query(f"{MX} {CROSSOVER_LOW}", "crossover {{target}} {{model}}"),
         ),
         # specmon's scrapes of its targets, and specmon itself.
         row("Scrape health"),
@@ -827,10 +788,10 @@ def overview() -> board.Dashboard:
 
 M = 'target="$target", model="$model"'
 MW = 'target="$target", model="$model", window="$window"'
-#: The baseline twin's series: the target the `baseline` label of this target's figures names.
+#: The baseline twin's series: the target this target's configuration names as its twin.
 TWIN = (
     "on (target) label_join(\n"
-    f'  max by (baseline) (specmon_realized_speedup_ratio{{{MW}}}), "target", "", "baseline"\n'
+    '  max by (baseline) (specmon_baseline_info{target="$target"}), "target", "", "baseline"\n'
     ")"
 )
 DRAFT_COST = f"max by (source, baseline) (specmon_draft_cost_ratio{{{M}}})"
@@ -841,45 +802,96 @@ def by_bucket(family: str) -> str:
     return f"max by (concurrency) ({family}{{{MW}}})"
 
 
-def on_its_basis(family: str, legend: str = "{{basis}}") -> Query:
-    """The target's verdict ``family`` in the selected window, named by its basis."""
-    expr = (
-        f"max by (basis) (\n  max by (target, model) ({family}{{{MW}}})\n"
-        "  * on (target, model) group_left (basis)\n"
-        f"  max by (target, model, basis) (specmon_verdict_info{{{MW}}})\n)"
-    )
-    return query(expr, legend)
+def now(family: str, legend: str) -> Query:
+    """The answer's ``family`` for this target, model and window now, or "measuring"."""
+    figure = f"max by (target, model) ({family}{{{MW}}})"
+    return query(measuring_or(figure, MW), legend, instant=True)
 
 
-#: What the verdict rests on, in the words of specmon_verdict_info's basis label.
-BASES = (
-    "twin (realized against the baseline twin at the current load), profile (against a cost "
-    "profile), history (against this server's own epoch without speculation at the same "
-    "load), engine (the engine's measured draft cost: TensorRT-LLM), configured "
-    "(specmon's draft_cost), default (no draft_cost: 0.1, a guess)"
+#: A target's class series (a tap beside it, or SGLang's custom labels) in the window.
+CW = 'target="$target", window="$window"'
+#: The tap's per-request outlier shares over the dashboard's rate interval (the alert,
+#: SpecmonRequestAcceptanceOutliers, reads the same shares over 30 minutes).
+NEAR_ZERO = (
+    "sum without (le) (\n"
+    'rate(specmon_tap_request_acceptance_ratio_bucket{le="0.05"}[$__rate_interval])\n)\n'
+    "/ (rate(specmon_tap_request_acceptance_ratio_count[$__rate_interval]) > 0)"
 )
+NEAR_ONE = (
+    "1 - (\n"
+    "sum without (le) (\n"
+    'rate(specmon_tap_long_request_acceptance_ratio_bucket{le="0.95"}[$__rate_interval])\n)\n'
+    "/ (rate(specmon_tap_long_request_acceptance_ratio_count[$__rate_interval]) > 0)\n)"
+)
+
+
+def class_cells() -> list[Cell]:
+    """The Target detail dashboard's row per request class (docs/tap.md)."""
+    return [
+        row("Acceptance per request class"),
+        Size(8, 8),
+        figure_table(
+            "Per request class",
+            [
+                ("accepted / drafted", f"specmon_class_draft_acceptance_ratio{{{CW}}}"),
+                ("alpha", f"specmon_class_alpha_ratio{{{CW}}}"),
+                ("margin (configured c)", f"specmon_class_alpha_margin_ratio{{{CW}}}"),
+                ("mean acceptance length", f"specmon_class_mean_acceptance_length{{{CW}}}"),
+                ("requests", f"specmon_class_requests{{{CW}}}"),
+            ],
+            column("margin (configured c)", *cells_coloured(MARGIN_STEPS)),
+            column("requests", decimals(0)),
+            keys={"class": 0},
+            sort_by="margin (configured c)",
+        ).showing(
+            "Per request class over the window, from the target's tap (the per-request fields "
+            "of the responses it passed) or SGLang's custom-label counters: accepted / drafted "
+            "tokens of the class's sums, alpha and its margin over the break-even alpha at the "
+            "target's k and configured c, tokens per verification step, requests. A class in "
+            "red drafts below break-even while the target's total may look healthy."
+        ),
+        trend(
+            "Margin per class, and the coverage",
+            ZERO_LINE,
+            right_axis("coverage", "percentunit"),
+            dashed("coverage"),
+        ).showing(
+            "Each class's margin over the break-even alpha (configured c) over time; dashed, "
+            "right axis: the share of the engine's drafted tokens the classes saw in the window "
+            "(below 1: traffic around the tap, streams without usage).",
+            query(f"specmon_class_alpha_margin_ratio{{{CW}}}", "{{class}}"),
+            query(f"specmon_class_coverage_ratio{{{CW}}}", "coverage"),
+        ),
+        trend("Per-request acceptance outliers (every tap)", SHARE).showing(
+            "Per tap and class, over the rate interval: the share of requests that accepted at "
+            "most 5 % of their draft (garbled or off-distribution output), and of long requests "
+            "that accepted more than 95 % (repetition loops). Above 0.2 over 30 minutes, with "
+            "enough requests, for 15 minutes: SpecmonRequestAcceptanceOutliers.",
+            query(NEAR_ZERO, "{{instance}} {{class}}: near 0"),
+            query(NEAR_ONE, "{{instance}} {{class}}: long, near 1"),
+        ),
+    ]
 
 
 def target_detail() -> board.Dashboard:
     rate = "[$__rate_interval]))"
     speedup = speedup_cells(REALIZED_STEPS, background=False)
     cells: list[Cell] = [
-        # First what specmon believes now, on the best evidence, what it rests on, and its
-        # 95 % interval (bounds around the speed-up over time).
+        # First what specmon believes now, on the best evidence, what it rests on, how it was
+        # read, and its 95 % interval (bounds around the speed-up over time).
         row("Verdict: the speed-up on the best evidence"),
         Size(6, 5),
-        headline("Verdict: speed-up", SPEEDUP, named=True).showing(
+        headline("Verdict: speed-up", SPEEDUP, MEASURING, named=True).showing(
             "The speed-up over no speculation specmon believes now for this target and model "
-            "over the selected window (red below 1: speculation costs throughput), named by the "
-            f"basis it rests on, best first: {BASES}. Start here: the figures further down "
-            "marked 'configured c' are the cost model's at the configured draft cost, which "
-            "ignores load.",
-            on_its_basis("specmon_verdict_speedup_ratio"),
+            "over the selected window (red below 1: speculation costs throughput), named by what "
+            f"it rests on and how it was read: {BASES}. Start here: every figure below is this "
+            "answer's, at its own draft cost c.",
+            on_basis("specmon_verdict_speedup_ratio", MW, "{{basis}}, {{state}}", now=True),
         ),
-        headline("Verdict: margin", MARGIN, named=True).showing(
-            "Alpha minus the break-even alpha on the verdict's basis (its name). Red: below "
-            "break-even, speculation costs time; orange: within 0.05.",
-            on_its_basis("specmon_verdict_alpha_margin_ratio"),
+        headline("Verdict: margin", MARGIN, MEASURING, named=True).showing(
+            "Alpha minus the break-even alpha at the verdict's own c (named by its basis and "
+            "state). Red: below break-even, speculation costs time; orange: within 0.05.",
+            on_basis("specmon_verdict_alpha_margin_ratio", MW, "{{basis}}, {{state}}", now=True),
         ),
         Size(12, 5),
         trend("Verdict over time", SPEEDUP_LINES, dashed("95 % .*")).showing(
@@ -887,47 +899,47 @@ def target_detail() -> board.Dashboard:
             "line is a change of evidence: a twin's bucket filling, a profile loaded), and, "
             "dashed, its 95 % interval (the acceptance's binomial uncertainty, the step times' "
             "spread and, read off the cost curve, its fit; on configured or default c the "
-            "acceptance alone). SpecmonBelowBreakEven reads the upper bound: it warns when the "
-            "whole interval lies below 1.",
-            on_its_basis("specmon_verdict_speedup_ratio", "speed-up ({{basis}})"),
-            on_its_basis("specmon_verdict_speedup_lower_ratio", "95 % low ({{basis}})"),
-            on_its_basis("specmon_verdict_speedup_upper_ratio", "95 % high ({{basis}})"),
+            "acceptance alone). A gap: a new load being measured. SpecmonBelowBreakEven reads "
+            "the upper bound: it warns when the whole interval lies below 1.",
+            on_basis("specmon_verdict_speedup_ratio", MW, "speed-up ({{basis}})"),
+            on_basis("specmon_verdict_speedup_lower_ratio", MW, "95 % low ({{basis}})"),
+            on_basis("specmon_verdict_speedup_upper_ratio", MW, "95 % high ({{basis}})"),
         ),
-        row("Acceptance at the configured draft cost"),
+        row("The verdict's figures, at its own draft cost c"),
         Size(3, 4),
         headline("alpha", RATIO).showing(
             "Effective acceptance rate over the window: the alpha whose alpha + ... + alpha^k "
             "equals the mean accepted tokens per draft.",
             query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
         ),
-        headline("break-even (configured c)", RATIO).showing(
-            "The alpha at which S(alpha, k, c) = 1, at the configured draft cost c.",
-            query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
+        headline("break-even", RATIO, MEASURING).showing(
+            "The alpha at which S(alpha, k, c) = 1, at the verdict's c.",
+            now("specmon_verdict_breakeven_alpha_ratio", "break-even"),
         ),
-        headline("margin (configured c)", MARGIN).showing(
-            "alpha - break-even at the configured c. Red: speculation costs time at that c; "
-            "orange: within 0.05. The verdict's margin, on its own basis, is in the first row.",
-            query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
+        headline("c", RATIO, MEASURING).showing(
+            "The draft cost c the verdict and every figure of this row are at: measured against "
+            "the baseline at this load (twin, profile, history), the engine's (TensorRT-LLM), "
+            "else the configured or default one, a guess (the verdict's state says which).",
+            now("specmon_verdict_draft_cost_ratio", "c"),
         ),
-        headline("expected (configured c)", SPEEDUP).showing(
-            "(1 + accepted/drafts) / (1 + c * draft tokens/drafts) over the window, at the "
-            "configured c, which ignores load. The verdict, on the best evidence, is in the "
-            "first row.",
-            query(f"specmon_expected_speedup_ratio{{{MW}}}", "speed-up"),
+        headline("best k'", PLAIN, MEASURING).showing(
+            "The chain length that maximises the expected speed-up at the verdict's c with the "
+            "window's per-position survival; 0 = speculation does not pay at any chain length. "
+            "Per load level: the table Best chain length per load level.",
+            now("specmon_best_chain_length", "k'"),
         ),
-        headline("best (configured c)", SPEEDUP).showing(
-            "Expected speed-up at the best chain length k', at the configured c.",
-            query(f"specmon_best_speedup_ratio{{{MW}}}", "best"),
+        headline("at best k'", SPEEDUP, MEASURING).showing(
+            "The expected speed-up at the best chain length k', at the verdict's c.",
+            now("specmon_best_speedup_ratio", "best"),
         ),
         headline("k in use").showing(
             "Chain length in use: configured, else the number of position series.",
             query(f"specmon_chain_length{{{M}}}", "k"),
         ),
-        headline("best k' (configured c)").showing(
-            "Chain length that maximises the expected speed-up at the configured c; 0 = "
-            "speculation does not pay at any chain length. Per load level, at the draft cost "
-            "measured there: the table Best chain length per load level.",
-            query(f"specmon_best_chain_length{{{MW}}}", "k'"),
+        headline("concurrency", CONCURRENCY).showing(
+            "Mean requests per engine step over the window (docs/load-signals.md); the verdict "
+            "reads the bucket of the latest interval's load.",
+            query(f"specmon_concurrency{{{MW}}}", "n"),
         ),
         headline("drafts in window", Scale(zones=((None, "orange"), (400, "green")))).showing(
             "Sample size behind the numbers. Alerts need at least 400.",
@@ -962,77 +974,53 @@ def target_detail() -> board.Dashboard:
             query(f"specmon_mean_acceptance_length{{{MW}}}", "{{window}} (selected)"),
             query(f'specmon_mean_acceptance_length{{{M}, window!="$window"}}', "{{window}}"),
         ),
-        trend(
-            "Expected against best speed-up, at the configured c", SPEEDUP_LINES, dashed("best .*")
-        ).showing(
-            "Expected speed-up with the chain in use against the speed-up at the best chain "
-            "length, both at the configured draft cost c. The gap is what a shorter chain would "
-            "gain.",
-            query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (k in use)"),
+        trend("The verdict against the best k'", SPEEDUP_LINES, dashed("best .*")).showing(
+            "The verdict's speed-up with the chain in use against the expected speed-up at the "
+            "best chain length k', both at the verdict's c. The gap is what a shorter (or "
+            "longer) chain would gain at this load.",
+            on_basis("specmon_verdict_speedup_ratio", MW, "verdict ({{basis}})"),
             query(f"specmon_best_speedup_ratio{{{MW}}}", "best (k')"),
         ),
         trend(
             "Chain length and draft cost",
             Scale(decimals=2, low=0),
             dashed("best k'"),
-            dashed("^c (engine|measured)"),
-            right_axis("^c .*", "none"),
-            matching("^c configured", Prop("displayName", "c configured (used for the verdicts)")),
-            matching("^c engine", Prop("displayName", "c measured by the engine")),
+            right_axis("^c$", "none"),
         ).showing(
-            "k in use and the best k' (left axis); draft cost c, the cost of one drafted token as "
-            "a fraction of a target step (right axis). c configured: specmon's draft_cost for the "
-            "target, which decides break-even, margin and speed-up. Dashed, checks on it: c "
-            "measured by the engine (TensorRT-LLM with a separate draft model only: its draft "
-            "overhead o as c = o / (k (1 - o))), and c measured against the named baseline at the "
-            "window's concurrency (docs/load-signals.md).",
+            "k in use and the best k' at the verdict's c (left axis); the verdict's draft cost c, "
+            "one drafted token's cost as a fraction of a target step (right axis). Where c is "
+            "measured it grows with the load, and the best k' falls with it.",
             query(f"specmon_chain_length{{{M}}}", "k in use"),
             query(f"specmon_best_chain_length{{{MW}}}", "best k'"),
-            query(DRAFT_COST, "c {{source}} {{baseline}}"),
+            query(f"specmon_verdict_draft_cost_ratio{{{MW}}}", "c"),
         ),
         # Load and speed, and the verdict against the baseline (docs/load-signals.md).
         row("Load: against the baseline"),
         Size(12, 8),
         trend(
-            "Realized against expected speed-up",
+            "Realized speed-up and the verdict's 95 % interval",
             SPEEDUP_LINES,
-            dashed("expected .*"),
             dashed("verdict 95 % .*"),
         ).showing(
             "Realized: the baseline's time per output token over this target's, in the concurrency "
-            "bucket the target runs in now (measured: a twin without speculation, or a profile; "
-            "read off the cost curve when the window's bucket is thin). Dashed, verdict 95 %: the "
-            "bounds of the verdict's 95 % interval (acceptance, step-time spread, the curve's fit). "
-            "Expected: the verdict at the configured draft cost, which ignores load. Below the "
-            "line speculation costs time; realized below 0.95 with the interval below 1 for 30 "
-            "minutes fires SpecmonSlowerThanBaseline. Empty realized: no baseline, or too little "
-            "data at this load yet (200 engine steps and 100 drafts a side).",
+            "bucket the target runs in now (a twin without speculation, a profile, or the "
+            "server's own epoch without speculation; read off the cost curve when the window's "
+            "bucket is thin). Dashed: the bounds of the verdict's 95 % interval (acceptance, "
+            "step-time spread, the curve's fit). Below the line speculation costs time; realized "
+            "below 0.95 with the interval below 1 for 30 minutes fires SpecmonSlowerThanBaseline. "
+            "A gap: no baseline, or a new load being measured (200 engine steps and 100 drafts a "
+            "side).",
             query(f"specmon_realized_speedup_ratio{{{MW}}}", "realized against {{baseline}}"),
             query(f"specmon_verdict_speedup_lower_ratio{{{MW}}}", "verdict 95 % low"),
             query(f"specmon_verdict_speedup_upper_ratio{{{MW}}}", "verdict 95 % high"),
-            query(f"specmon_expected_speedup_ratio{{{MW}}}", "expected (configured c)"),
         ),
-        bars_by_load_level(
-            "Speed-up by concurrency",
-            [
-                ("realized", by_bucket("specmon_bucket_realized_speedup_ratio")),
-                ("at the best k'", by_bucket("specmon_bucket_best_speedup_ratio")),
-            ],
-        ).showing(
-            "Per concurrency bucket of the window (requests per engine step: 1 = below 1.5, 2 = "
-            "[1.5, 3), 4 = [3, 6), ...): the realized speed-up against the baseline, and the "
-            "speed-up expected at the best chain length with the draft cost measured there. Where "
-            "the bars fall below 1 speculation stops paying; a bucket with too little data on "
-            "either side has no bar."
-        ),
-        Size(8, 8),
         trend("Concurrency and the crossover", CONCURRENCY, dashed("crossover .*")).showing(
             "Mean requests per engine step over the window (from the engine's counters), the "
             "requests running now, and, dashed, the concurrency at which speculation stops paying "
             "at the window's acceptance (read off the cost curve between the measured load levels "
             "that bracket it, with its 95 % range; the lowest one measured when it paid at none; "
-            "absent while it pays at all). Concurrency at or above it for 15 minutes fires "
-            "SpecmonAboveCrossover.",
+            "absent while it pays at all). Concurrency at or above the range's low end (the point "
+            "without a range) for 15 minutes fires SpecmonAboveCrossover.",
             query(f"specmon_concurrency{{{MW}}}", "concurrency (mean per step)"),
             query(
                 f"max by (baseline) (specmon_crossover_concurrency{{{MW}}})",
@@ -1052,8 +1040,9 @@ def target_detail() -> board.Dashboard:
             "Time per output token: this target and its baseline", SECONDS, dashed("baseline .*")
         ).showing(
             "Decode time per generated token over the window, from the engines' own counters: this "
-            "target, and the twin it is compared with (same model, no speculation). The realized "
-            "speed-up is their ratio, taken per concurrency bucket.",
+            "target, and the twin it is compared with (same model, no speculation; a profile or "
+            "the server's own past has no live series). The realized speed-up is their ratio, "
+            "taken per concurrency bucket.",
             query(f"specmon_time_per_output_token_seconds{{{MW}}}", "{{target}}"),
             query(
                 "max by (target) (\n"
@@ -1076,16 +1065,17 @@ def target_detail() -> board.Dashboard:
             query(f"specmon_change_speedup_upper_ratio{{{M}}}", "{{concurrency}} 95 % high"),
         ),
         trend(
-            "Draft cost c: measured against configured",
+            "Draft cost c: measured, and the configured guess",
             COST,
-            dashed("^c (engine|measured) .*"),
+            dashed("^c (engine|configured) .*"),
             dashed("^c at .*", "dot", (0, 10)),
         ).showing(
-            "c, one drafted token's cost as a fraction of a target step. Configured: specmon's "
-            "draft_cost, which every verdict without a baseline uses. Measured: from the step "
+            "c, one drafted token's cost as a fraction of a target step. Measured: from the step "
             "times against the baseline, c = (T_step / T_step(baseline) - 1) / drafted tokens per "
-            "step, at the middle window's concurrency (dashed) and per concurrency bucket of the "
-            "selected window (dotted). c grows with load: that is why speculation stops paying.",
+            "step, at the middle window's load (solid) and per concurrency bucket of the selected "
+            "window (dotted). Engine: TensorRT-LLM's own. Configured: specmon's draft_cost, the "
+            "guess a verdict uses only where nothing was measured. c grows with load: that is "
+            "why speculation stops paying.",
             query(DRAFT_COST, "c {{source}} {{baseline}}"),
             query(
                 by_bucket("specmon_bucket_draft_cost_ratio"),
@@ -1105,38 +1095,26 @@ def target_detail() -> board.Dashboard:
             column("measured c", decimals(3)),
             column("best k'", decimals(0)),
         ).showing(
-            "Per concurrency bucket of the window: the realized speed-up against the baseline, the "
-            "draft cost c measured there, the chain length that maximises the expected speed-up at "
-            "that c with the window's per-position survival (0 = switch speculation off at this "
-            "load) and that speed-up. `specmon recommend --from` turns it into a vLLM "
+            "Per concurrency bucket of the window: the realized speed-up against the baseline (a "
+            "twin, a profile or the server's own past; TGI too, whose c assumes k drafted tokens "
+            "per draft), the draft cost c measured there, the chain length that maximises the "
+            "expected speed-up at that c with the window's per-position survival (0 = switch "
+            "speculation off at this load) and that speed-up. `specmon recommend --from` turns it "
+            "into a vLLM "
             "num_speculative_tokens_per_batch_size schedule and a llama.cpp --spec-draft-n-max "
             "(docs/recommend.md)."
         ),
         row("Acceptance and traffic"),
-        Size(12, 8),
-        trend(
-            "Alpha against break-even at the configured c", ZERO_LINE, dashed("break-even")
-        ).showing(
+        Size(8, 8),
+        trend("Alpha against the verdict's break-even", ZERO_LINE, dashed("break-even")).showing(
             "Effective alpha and the draft acceptance ratio (accepted / drafted tokens) over the "
-            "window; dashed: break-even alpha at the configured c. Zero line: the margin at that "
-            "c.",
+            "window; dashed: the break-even alpha at the verdict's c. Zero line: the verdict's "
+            "margin. A margin that falls whenever the load rises is the measured c growing with "
+            "it, not a worse draft.",
             query(f"specmon_alpha_ratio{{{MW}}}", "alpha"),
             query(f"specmon_draft_acceptance_ratio{{{MW}}}", "accepted / drafted"),
-            query(f"specmon_breakeven_alpha_ratio{{{M}}}", "break-even"),
-            query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
-        ),
-        trend(
-            "Margin at the configured c and requests running",
-            ZERO_LINE,
-            right_axis("requests running", "none"),
-            column("requests running", decimals(0)),
-        ).showing(
-            "Margin over the window (left; below the zero line speculation costs time) against the "
-            "requests the engine runs (right). Speculation's gain shrinks as batches fill: a "
-            "margin that falls whenever concurrency rises points at load (the configured c is then "
-            "too optimistic), not at the draft.",
-            query(f"specmon_alpha_margin_ratio{{{MW}}}", "margin"),
-            query(f"specmon_requests_running{{{M}}}", "requests running"),
+            query(f"specmon_verdict_breakeven_alpha_ratio{{{MW}}}", "break-even"),
+            query(f"specmon_verdict_alpha_margin_ratio{{{MW}}}", "margin"),
         ),
         trend("Drafts and tokens per second", PER_SECOND, dashed("generated tokens .*")).showing(
             "Drafts (verification steps with a draft), drafted tokens and accepted tokens per "
@@ -1158,6 +1136,7 @@ def target_detail() -> board.Dashboard:
             query(f"specmon_window_drafts{{{MW}}}", "drafts"),
             query(f"specmon_window_seconds{{{MW}}}", "seconds covered"),
         ),
+        *class_cells(),
         Size(24, 6),
         trend("Engine restarts", COUNT, drawn="bars").showing(
             "Counter resets specmon detected (engine restarts): the windows start again.",

@@ -229,14 +229,14 @@ def best_chain_length(survival_rates: Sequence[float], c: float) -> BestChain:
     """
     if c < 0:
         raise ValueError("draft cost must be >= 0")
-    best = BestChain(0, 1.0)
+    best, speedup = 0, 1.0
     total = 1.0
     for index, rate in enumerate(survival_rates, start=1):
         total += rate
         value = total / (1.0 + index * c)
-        if value > best.speedup:
-            best = BestChain(index, value)
-    return best
+        if value > speedup:
+            best, speedup = index, value
+    return BestChain(best, speedup)
 
 
 def implied_draft_cost(

@@ -44,8 +44,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon import arithmetic
+from specmon.answer import Crossover, crossover, profile_crossover
 from specmon.engines.model import SpecCounters
-from specmon.load import DEFAULT_SCHEME, Bucket, BucketScheme, Crossover, Profile, crossover
+from specmon.load import DEFAULT_SCHEME, Bucket, BucketScheme, Profile
 from specmon.report import best_chain
 
 __all__ = [
@@ -91,6 +92,11 @@ class RecommendInput:
     #: Drafted tokens per draft at the current chain length (below k for n-gram proposers);
     #: default: the chain length.
     drafted_per_draft: float | None = None
+    #: Where speculation stops paying, as the source read it (the daemon's answer; a
+    #: profile's curve: :func:`specmon.answer.profile_crossover`); None with ``given``: none
+    #: in the measured range. Not given: read here through the points' speed-ups.
+    crossover: Crossover | None = None
+    crossover_given: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +317,7 @@ def recommend(data: RecommendInput) -> Recommendation:
         acceptance_source=data.acceptance_source,
         measured_from=lo,
         measured_to=hi,
-        crossover=crossover(points),
+        crossover=data.crossover if data.crossover_given else crossover(points),
         notes=tuple(notes),
     )
 
@@ -360,6 +366,8 @@ def input_from_profile(
         scheme=scheme,
         notes=tuple(notes),
         drafted_per_draft=drafted,
+        crossover=profile_crossover(profile),
+        crossover_given=True,
     )
 
 
@@ -398,17 +406,18 @@ def input_from_targets(
 ) -> RecommendInput:
     """A running daemon's figures (``GET /api/v1/targets``) for one target as input.
 
-    Expected shape (the daemon's existing document plus a ``load`` object per window; see
-    docs/recommend.md)::
+    Expected shape (the daemon's document: each window's answer, ``verdict``, with its
+    figures per load; see docs/recommend.md)::
 
         {"targets": [{"target": NAME, "models": [{"model": M, "chain_length": k,
           "windows": [{"window": "15m",
                        "report": {"positions": [{"position": 1, "survival": 0.9}, ...]},
-                       "load": {"baseline": "twin-name" | "profile",
-                                "buckets": [{"label": "4", "concurrency": 3.9,
-                                             "draft_cost": 0.12}, ...]}}]}]}]}
+                       "verdict": {"against": "twin-name" | "profile" | "history",
+                                   "crossover": {...} | null,
+                                   "per_load": [{"label": "4", "concurrency": 3.9,
+                                                 "draft_cost": 0.12}, ...]}}]}]}]}
 
-    ``window`` picks a window by name; default: the longest with load buckets.
+    ``window`` picks a window by name; default: the longest with figures per load.
     """
     problems: list[str] = []
     if not isinstance(document, Mapping) or not isinstance(document.get("targets"), list):
@@ -426,29 +435,30 @@ def input_from_targets(
         )
     chosen_model = models[0]
     windows = [w for w in chosen_model.get("windows") or [] if isinstance(w, Mapping)]
-    with_load = [w for w in windows if isinstance(w.get("load"), Mapping)]
+    compared = [w for w in windows if _per_load(w) is not None]
     if window is not None:
-        with_load = [w for w in with_load if w.get("window") == window]
-    if not with_load:
+        compared = [w for w in compared if w.get("window") == window]
+    if not compared:
         raise RecommendError(
             [
-                f"target {target!r}: no window with load figures"
+                f"target {target!r}: no window with figures per load"
                 + (f" named {window!r}" if window else "")
-                + " (the daemon needs a baseline or a cost_profile for this target)"
+                + " (the daemon needs a baseline twin, a cost_profile, or this server's own "
+                "past without speculation for this target)"
             ]
         )
-    chosen = max(with_load, key=lambda w: _float(w.get("seconds")) or 0.0)
-    load = chosen["load"]
-    raw_buckets = load.get("buckets")
+    chosen = max(compared, key=lambda w: _float(w.get("seconds")) or 0.0)
+    verdict = chosen["verdict"]
+    raw_buckets = _per_load(chosen)
     points: list[CostPoint] = []
     if not isinstance(raw_buckets, list) or len(raw_buckets) > MAX_BUCKETS:
-        problems.append(f"load.buckets: must be a list of at most {MAX_BUCKETS}")
+        problems.append(f"verdict.per_load: must be a list of at most {MAX_BUCKETS}")
         raw_buckets = []
-    baseline = load.get("baseline")
+    baseline = verdict.get("against")
     notes: list[str] = []
     for i, item in enumerate(raw_buckets):
         if not isinstance(item, Mapping):
-            problems.append(f"load.buckets[{i}]: must be an object")
+            problems.append(f"verdict.per_load[{i}]: must be an object")
             continue
         label = _text(item.get("label")) or str(i)
         reason = _text(item.get("reason"))
@@ -459,12 +469,13 @@ def input_from_targets(
             continue
         n, c = _float(item.get("concurrency")), _float(item.get("draft_cost"))
         if n is None or n < 0:
-            problems.append(f"load.buckets[{i}].concurrency: must be a number >= 0")
+            problems.append(f"verdict.per_load[{i}].concurrency: must be a number >= 0")
             continue
         if c is None:
             notes.append(f"bucket {label} skipped: {reason or 'no measured draft cost'}")
             continue
-        points.append(CostPoint(n, c, f"{baseline or 'baseline'} bucket {label}"))
+        points.append(CostPoint(n, c, f"{_text(baseline) or 'baseline'} bucket {label}"))
+    stops = _crossover(verdict.get("crossover"))
     report = chosen.get("report")
     survival: tuple[float, ...] = ()
     if isinstance(report, Mapping) and isinstance(report.get("positions"), list):
@@ -493,4 +504,29 @@ def input_from_targets(
         scheme=scheme,
         notes=tuple(notes),
         drafted_per_draft=drafted,
+        crossover=stops,
+        crossover_given=True,
     )
+
+
+def _per_load(window: Mapping[str, Any]) -> object:
+    """A window's ``verdict.per_load`` (None: no answer compared with a baseline)."""
+    verdict = window.get("verdict")
+    if not isinstance(verdict, Mapping) or not verdict.get("per_load"):
+        return None
+    return verdict["per_load"]
+
+
+def _crossover(value: object) -> Crossover | None:
+    """The answer's crossover as the daemon gave it (None: none, or not a crossover)."""
+    if not isinstance(value, Mapping):
+        return None
+    at, costs = _float(value.get("concurrency")), _float(value.get("costs_from"))
+    low, high = _float(value.get("measured_from")), _float(value.get("measured_to"))
+    speedup, cost = _float(value.get("speedup_at")), _float(value.get("cost_percent"))
+    if None in (at, costs, low, high, speedup, cost):
+        return None
+    assert at is not None and costs is not None and low is not None and high is not None
+    assert speedup is not None and cost is not None
+    return Crossover(at, _float(value.get("pays_up_to")), costs, speedup, cost, low, high,
+                     low=_float(value.get("low")), high=_float(value.get("high")))  # fmt: skip

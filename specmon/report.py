@@ -290,7 +290,10 @@ def report_from_counters(
                     f"length {k}: the configured chain length is too short"
                 )
         if survival is not None and k is not None:
-            best = best_chain(draft_cost=draft_cost, chain_length=k, survival=survival)
+            best = best_chain(
+                draft_cost=draft_cost, chain_length=k, survival=survival,
+                drafted_per_draft=draft_tokens / drafts if draft_tokens is not None else None,
+            )  # fmt: skip
             assert best is not None
         elif not per_pos and alpha is not None and k is not None:
             best = best_chain(draft_cost=draft_cost, chain_length=k, alpha=alpha)
@@ -376,17 +379,19 @@ def figure_out_of_range(report: AcceptanceReport) -> str | None:
     acceptance ratio and alpha in [0, 1], mean acceptance length in [1, k + 1] and the
     speed-ups at most k + 1 (k: the longer of the chain length and the position series)."""
     previous = 1.0
-    for pos in report.positions:
-        for name, value in (
-            ("survival", pos.survival),
-            ("conditional acceptance", pos.conditional),
-        ):
-            if value is not None and not -_EPSILON <= value <= 1.0 + _EPSILON:
-                return f"{name} {value:.4g} at position {pos.position}, outside [0, 1]"
-        if pos.survival is not None:
-            if pos.survival > previous + _EPSILON:
-                return f"survival rises to {pos.survival:.4g} at position {pos.position}"
-            previous = pos.survival
+    for pos in report.positions:  # (each window of each scrape: no tuple of pairs a position)
+        survival, conditional = pos.survival, pos.conditional
+        if survival is not None and not -_EPSILON <= survival <= 1.0 + _EPSILON:
+            return f"survival {survival:.4g} at position {pos.position}, outside [0, 1]"
+        if conditional is not None and not -_EPSILON <= conditional <= 1.0 + _EPSILON:
+            return (
+                f"conditional acceptance {conditional:.4g} at position {pos.position}, "
+                "outside [0, 1]"
+            )
+        if survival is not None:
+            if survival > previous + _EPSILON:
+                return f"survival rises to {survival:.4g} at position {pos.position}"
+            previous = survival
     for name, ratio in (("draft acceptance ratio", report.draft_acceptance_ratio),
                         ("alpha", report.alpha)):  # fmt: skip
         if ratio is not None and not -_EPSILON <= ratio <= 1.0 + _EPSILON:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections import deque
+from itertools import repeat
 
 from specmon.arithmetic import rounding_error
 from specmon.engines.model import RejectReason, SpecCounters
@@ -241,9 +243,11 @@ class CounterHistory:
             # A restart: the drafts counter went down. A series missing now (llama.cpp's
             # positions after a restart) is not a decrease.
             reset = new_p[0] < old_p[0]
-            partial = [
-                i for i in range(common) if i != _GENERATED and new_p[i] < old_p[i] and not reset
-            ]
+            partial = (
+                [i for i in range(common) if i != _GENERATED and new_p[i] < old_p[i]]
+                if not reset and any(map(operator.lt, new_p[:common], old_p[:common]))
+                else []
+            )
             if partial:
                 self._partial_decreases += 1
                 if self._partial_decreases < PARTIAL_DECREASE_LIMIT:
@@ -262,8 +266,10 @@ class CounterHistory:
             elif reset:
                 increase = new_p
             else:
-                increase = tuple(
-                    max(new_p[i] - old_p[i], 0) if i < len(raw) else 0 for i in range(size)
+                width = len(raw)  # series missing now (after a restart) increase by 0
+                increase = (
+                    *map(max, map(operator.sub, new_p[:width], old_p[:width]), repeat(0)),
+                    *repeat(0, size - width),
                 )
                 if common > _GENERATED and new_p[_GENERATED] < old_p[_GENERATED]:
                     # The generated-token counter restarted alone: its new value is its increase.
@@ -278,7 +284,7 @@ class CounterHistory:
                         inconsistent = broken
                         increase = (0,) * size
             base = _pad(base, size)
-            total = tuple(b + d for b, d in zip(base, increase, strict=True))
+            total = tuple(map(operator.add, base, increase))  # both ``size`` long
         self._partial_decreases = 0
         if reset:
             self._reset_count += 1
@@ -383,7 +389,7 @@ class CounterHistory:
             return None
         rows = self._rows
         start, end = rows.row(start_index), rows.row(end_index)  # as wide as each other
-        delta = tuple(e - s for s, e in zip(start, end, strict=True))
+        delta = tuple(map(operator.sub, end, start))
         return WindowDelta(
             drafts=delta[_TOTALS + 0],
             draft_tokens=delta[_TOTALS + 1],

@@ -11,18 +11,31 @@ import random
 
 import pytest
 
+from specmon.answer import (
+    Answer,
+    Comparison,
+    Evidence,
+    ReadState,
+    Setting,
+    curve_crossover,
+    decide,
+    read_comparison,
+    read_concurrency,
+    read_curve,
+)
 from specmon.engines.model import SpecCounters
 from specmon.load import LoadHistory, LoadInterval
 from specmon.load.curve import (
     CurveAccumulator,
-    CurveRead,
     acceptance_log_sd,
     fit_shape,
     side_points,
+    speedup_interval,
     state_from_dict,
     state_to_dict,
     twin_curve,
 )
+from specmon.report import report_from_counters
 from specmon.sim.load_model import DEMO_LOAD_MODEL as MODEL
 
 SURVIVAL = (0.9, 0.7, 0.5, 0.3)
@@ -88,37 +101,38 @@ def truth(n: float) -> float:
     return MODEL.speedup(n, K, TOKENS)
 
 
-def test_a_read_between_buckets_is_within_5_percent_and_its_interval_holds_the_truth() -> None:
-    # Levels 1, 2, 4, 16, 32: bucket 8 never measured (as in the demo's first cycle).
+def test_the_shape_between_buckets_is_within_5_percent_and_its_interval_holds_the_truth() -> None:
+    # Levels 1, 2, 4, 16, 32: bucket 8 never measured (as in the demo's first cycle). The
+    # shape there serves the crossover and its range (the answer reads no figure off it).
     spec, twin = accumulators((1, 2, 4, 16, 32), seed=3)
     curve = twin_curve(spec, twin)
     assert curve is not None
     for n in (6, 8, 10, 12):
-        read = curve.read(n, tokens_per_step=TOKENS, acceptance_sd=0.005)
-        assert isinstance(read, CurveRead), read
-        assert read.how == "interpolated"
-        assert read.speedup == pytest.approx(truth(n), rel=0.05), n
-        assert read.interval is not None and read.interval[0] <= truth(n) <= read.interval[1], (
-            n,
-            read,
-        )
-        assert read.draft_cost == pytest.approx(MODEL.draft_cost(n, K), abs=0.02)
+        speedup = curve.speedup_at(n, TOKENS)
+        assert speedup is not None
+        assert speedup == pytest.approx(truth(n), rel=0.05), n
+        interval = speedup_interval(speedup, curve.log_sd(n, 0.005))
+        assert interval is not None and interval[0] <= truth(n) <= interval[1], (n, interval)
 
 
-def test_the_curve_extrapolates_one_bucket_and_no_further() -> None:
+def test_the_curve_is_read_only_in_buckets_it_measured() -> None:
     spec, twin = accumulators((1, 2, 4, 8), seed=5)
     curve = twin_curve(spec, twin)
     assert curve is not None
-    # 8 is bucket "8" = [6, 12); 13 is in the next bucket, "16": extrapolated, marked.
-    read = curve.read(13, tokens_per_step=TOKENS, acceptance_sd=0.005)
-    assert isinstance(read, CurveRead) and read.how == "extrapolated"
-    inside = curve.read(8, tokens_per_step=TOKENS, acceptance_sd=0.005)
-    assert isinstance(inside, CurveRead)
-    assert read.interval is not None and inside.interval is not None
-    assert read.interval[1] - read.interval[0] > inside.interval[1] - inside.interval[0]
-    # 30 is in bucket "32", two past: no read, a reason.
-    beyond = curve.read(30, tokens_per_step=TOKENS, acceptance_sd=0.005)
-    assert isinstance(beyond, str) and "more than a bucket above" in beyond
+    inside = read_curve(curve, 8, tokens_per_step=TOKENS, acceptance_sd=0.005)
+    assert inside is not None and inside.interval is not None
+    assert inside.speedup == pytest.approx(truth(8), rel=0.05)
+    assert inside.interval[0] <= truth(8) <= inside.interval[1]
+    assert inside.draft_cost == pytest.approx(MODEL.draft_cost(8, K), abs=0.02)
+    # 13 is in the next bucket, "16": never measured, so not read (the demo's first visit to
+    # 32 was extrapolated to 0.36x for a truth of 0.69x); nor 30, two buckets past.
+    assert read_curve(curve, 13, tokens_per_step=TOKENS, acceptance_sd=0.005) is None
+    assert read_curve(curve, 30, tokens_per_step=TOKENS, acceptance_sd=0.005) is None
+    # Between measured buckets with one never measured: not read either.
+    gap_spec, gap_twin = accumulators((1, 2, 4, 16, 32), seed=3)
+    gap = twin_curve(gap_spec, gap_twin)
+    assert gap is not None
+    assert read_curve(gap, 8, tokens_per_step=TOKENS, acceptance_sd=0.005) is None
 
 
 def test_the_crossover_comes_from_the_curve_with_a_range_that_holds_the_truth() -> None:
@@ -128,7 +142,7 @@ def test_the_crossover_comes_from_the_curve_with_a_range_that_holds_the_truth() 
     spec, twin = accumulators((1, 2, 4, 8, 16, 32), seed=11)
     curve = twin_curve(spec, twin)
     assert curve is not None
-    found = curve.crossover(tokens_per_step=TOKENS, acceptance_sd=0.005)
+    found = curve_crossover(curve, tokens_per_step=TOKENS, acceptance_sd=0.005)
     assert found is not None
     assert found.concurrency == pytest.approx(truth_n, abs=0.5)
     assert found.low is not None and found.high is not None
@@ -139,7 +153,7 @@ def test_the_crossover_comes_from_the_curve_with_a_range_that_holds_the_truth() 
     spec, twin = accumulators((1, 2, 4, 16, 32), seed=11)
     gap = twin_curve(spec, twin)
     assert gap is not None
-    wide = gap.crossover(tokens_per_step=TOKENS, acceptance_sd=0.005)
+    wide = curve_crossover(gap, tokens_per_step=TOKENS, acceptance_sd=0.005)
     assert wide is not None and wide.note is not None and "1 bucket apart" in wide.note
 
 
@@ -147,26 +161,25 @@ def test_never_paid_is_the_lowest_measured_load() -> None:
     spec, twin = accumulators((16, 32), seed=2)
     curve = twin_curve(spec, twin)
     assert curve is not None
-    found = curve.crossover(tokens_per_step=TOKENS, acceptance_sd=0.005)
+    found = curve_crossover(curve, tokens_per_step=TOKENS, acceptance_sd=0.005)
     assert found is not None and found.pays_up_to is None
     assert found.concurrency == pytest.approx(16, rel=0.01)
 
 
 def test_the_interval_covers_the_truth_at_its_stated_rate() -> None:
     """Coverage over independent runs: a 95 % interval must hold the truth in most of them (at
-    least 85 of 100 here; it is 95 in expectation, and a read between buckets is widened by the
-    shape's disagreement with straight lines)."""
+    least 85 of 100 here; it is 95 in expectation; the method's own assumptions: issue 63's
+    harness tests the ones real servers break)."""
     inside = 0
     for seed in range(100):
-        spec, twin = accumulators((1, 4, 16, 32), seed=1000 + seed, per_level=4)
+        spec, twin = accumulators((1, 4, 8, 16, 32), seed=1000 + seed, per_level=4)
         curve = twin_curve(spec, twin)
         assert curve is not None
         counters = spec.buckets()[0].totals.counters
         sd = acceptance_log_sd(counters, tokens_per_draft=K)
         assert sd is not None
-        read = curve.read(8, tokens_per_step=TOKENS, acceptance_sd=sd)
-        assert isinstance(read, CurveRead)
-        assert read.interval is not None
+        read = read_curve(curve, 8, tokens_per_step=TOKENS, acceptance_sd=sd)
+        assert read is not None and read.interval is not None
         inside += read.interval[0] <= truth(8) <= read.interval[1]
     assert inside >= 85
 
@@ -267,53 +280,58 @@ def _feed(history: LoadHistory, items: list[tuple[float, LoadInterval]]) -> None
                                     accepted_per_position=tuple(positions)))  # fmt: skip
 
 
-def test_a_thin_bucket_reads_the_curve_and_keeps_the_twin_basis() -> None:
-    """The window's bucket at load 8 has one interval (too little): the verdict is read off
-    the curve measured at 1, 4 and 16, on the twin basis, marked interpolated, within 5 % of
-    the truth and with the truth inside its interval; it was the configured c before."""
-    from specmon.daemon.load_view import load_figures
-    from specmon.daemon.verdict import Evidence, verdict
-    from specmon.report import report_from_counters
+def _answer(spec: LoadHistory, twin: LoadHistory, acceptance: SpecCounters) -> Answer:
+    """The answer of a 30 s window of ``spec`` against ``twin`` (the daemon's path)."""
+    window, twin_window = spec.window(30), twin.window(30)
+    assert window.latest is not None
+    read = read_comparison(
+        window, base=twin_window, acceptance=acceptance, survival=SURVIVAL,
+        drafted_per_draft=None, chain_length=K,
+        at=read_concurrency(latest=window.latest.concurrency, window=None),
+    )  # fmt: skip
+    report = report_from_counters(acceptance, draft_cost=0.1, configured_chain_length=K)
+    answer = decide(report, setting=Setting(0.1, True),
+                    comparison=Comparison(Evidence.TWIN, "twin", read))  # fmt: skip
+    assert answer is not None
+    return answer
 
+
+def test_a_thin_bucket_reads_the_curve_where_its_hour_measured_it() -> None:
+    """The window (30 s) holds one interval at load 8, too little; the curve's hour measured
+    8 a minute earlier: the answer is read off the curve there, on the twin basis, marked
+    interpolated, within 5 % of the truth and with the truth inside its interval."""
     rng = random.Random(21)
     spec_items, twin_items = [], []
     t = 0.0
-    for n in (1, 4, 16, 8):
-        for _ in range(10 if n != 8 else 1):
+    for n, count in ((1, 10), (4, 10), (8, 10), (16, 10), (4, 10), (8, 1)):
+        for _ in range(count):
             t += SECONDS
             spec_items.append((t, interval(rng, n, speculative=True)))
             twin_items.append((t, interval(rng, n, speculative=False)))
     spec, twin = LoadHistory(retention=600), LoadHistory(retention=600)
     _feed(spec, spec_items)
     _feed(twin, twin_items)
-    window, twin_window = spec.window(30), twin.window(30)
     acceptance = sum((i for _, i in spec_items[-10:]), start=spec_items[-11][1]).counters
-    load = load_figures(window, acceptance=acceptance, chain_length=K, baseline="twin",
-                        twin=twin_window)  # fmt: skip
-    assert load is not None and load.read == "interpolated", load
-    assert load.bucket == "8" and load.reason is not None and "too little data" in load.reason
-    report = report_from_counters(acceptance, draft_cost=0.1, configured_chain_length=K)
-    answer = verdict(report, load, engine_draft_cost=None, draft_cost_configured=True)
-    assert answer is not None and answer.basis is Evidence.TWIN
-    assert answer.read == "interpolated" and "interpolated" in answer.detail
+    answer = _answer(spec, twin, acceptance)
+    assert answer.basis is Evidence.TWIN and answer.state is ReadState.INTERPOLATED, answer
+    assert answer.bucket == "8" and answer.progress is not None
+    assert "too little data" in answer.progress
     assert answer.speedup == pytest.approx(truth(8), rel=0.05)
-    assert answer.speedup_interval is not None
-    low, high = answer.speedup_interval
-    assert low <= truth(8) <= high
-    # The configured c's verdict gets an interval too: from the acceptance alone.
-    alone = verdict(report, None, engine_draft_cost=None, draft_cost_configured=True)
+    assert answer.interval is not None
+    assert answer.interval[0] <= truth(8) <= answer.interval[1]
+    # The configured c's answer, with nothing to compare: a guess, with the acceptance's
+    # interval alone.
+    report = report_from_counters(acceptance, draft_cost=0.1, configured_chain_length=K)
+    alone = decide(report, setting=Setting(0.1, True))
     assert alone is not None and alone.basis is Evidence.CONFIGURED
-    assert alone.speedup_interval is not None
-    assert alone.speedup_interval[0] < (alone.speedup or 0) < alone.speedup_interval[1]
+    assert alone.state is ReadState.GUESS and alone.interval is not None
+    assert alone.interval[0] < (alone.speedup or 0) < alone.interval[1]
 
 
-def test_past_the_next_bucket_the_verdict_falls_back_saying_why() -> None:
-    """Measured at 1 and 2 only: a load of 16 is two buckets past the curve, so the verdict
-    falls back to the configured c, its detail saying so and why."""
-    from specmon.daemon.load_view import load_figures
-    from specmon.daemon.verdict import Evidence, verdict
-    from specmon.report import report_from_counters
-
+def test_a_load_nothing_measured_is_measuring_not_a_guess() -> None:
+    """Measured at 1 and 2 only: at 16 (one interval so far) there is no figure: the answer
+    stays on the twin, ``measuring``, says what the bucket lacks, and never falls to the
+    configured c (the demo's first visit to 16 read 2.43x at the configured c: truth 0.705)."""
     rng = random.Random(5)
     spec_items, twin_items = [], []
     t = 0.0
@@ -325,12 +343,10 @@ def test_past_the_next_bucket_the_verdict_falls_back_saying_why() -> None:
     spec, twin = LoadHistory(retention=600), LoadHistory(retention=600)
     _feed(spec, spec_items)
     _feed(twin, twin_items)
-    acceptance = spec_items[-1][1].counters
-    load = load_figures(spec.window(30), acceptance=acceptance, chain_length=K, baseline="twin",
-                        twin=twin.window(30))  # fmt: skip
-    assert load is not None and load.realized_speedup is None and load.read is None
-    assert load.reason is not None and "more than a bucket above" in load.reason
-    report = report_from_counters(acceptance, draft_cost=0.1, configured_chain_length=K)
-    answer = verdict(report, load, engine_draft_cost=None, draft_cost_configured=True)
-    assert answer is not None and answer.basis is Evidence.CONFIGURED
-    assert "more than a bucket above" in answer.detail
+    answer = _answer(spec, twin, spec_items[-1][1].counters)
+    assert answer.basis is Evidence.TWIN and answer.state is ReadState.MEASURING
+    assert answer.speedup is None and answer.interval is None and answer.draft_cost is None
+    assert answer.best_chain_length is None and answer.bucket == "16"
+    assert answer.progress is not None and "too little data" in answer.progress
+    # The loads measured keep their figures per load.
+    assert {p.label for p in answer.per_load if p.speedup is not None} == {"1", "2"}

@@ -1,5 +1,5 @@
 """The crossover's root searches evaluate the speed-up's bound about a hundred times per window
-and scrape, through ``Curve._bound`` (each side's constants looked up once). It must give the
+and scrape, through ``Curve.bound`` (each side's constants looked up once). It must give the
 same figures, to the last bit, as the plain definition: the speed-up read off both shapes
 times exp(sign x 1.96 x the log standard deviation summed term by term (docs/load-signals.md),
 written out here as it read before the lookups were hoisted."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 
+from specmon.answer import curve_crossover
 from specmon.load.curve import Z95, Curve, twin_curve
 from tests.test_curve import TOKENS, accumulators
 
@@ -54,23 +55,23 @@ def test_the_bound_is_the_plain_definition_to_the_last_bit() -> None:
         # the bisection lands on a point).
         loads = [0.25 * j for j in range(1, 180)] + measured
         for per_step, acceptance_sd in ((TOKENS, 0.005), (1.7, 0.0), (3.1, 0.04)):
-            bound = curve._bound(per_step, acceptance_sd)
+            bound = curve.bound(per_step, acceptance_sd)
             for n in loads:
                 assert bound(n, None) == log_sd(curve, n, acceptance_sd), n
-                assert curve._log_sd(n, acceptance_sd) == log_sd(curve, n, acceptance_sd), n
+                assert curve.log_sd(n, acceptance_sd) == log_sd(curve, n, acceptance_sd), n
                 for sign in (-1, 0, 1):
                     assert bound(n, sign) == plain_bound(curve, n, sign, per_step, acceptance_sd)
                     checked += 1
     assert checked > 6000
 
 
-def test_the_crossover_reads_the_same_through_the_bound() -> None:
+def test_the_crossover_reads_the_same_through_thebound() -> None:
     """The crossover's root searches find, through the hoisted bound, where the plain
     definition falls through 1 (checked at the roots: just before each, still above)."""
     spec, twin = accumulators((1, 2, 4, 8, 16, 32), seed=11)
     curve = twin_curve(spec, twin)
     assert curve is not None
-    found = curve.crossover(tokens_per_step=TOKENS, acceptance_sd=0.005)
+    found = curve_crossover(curve, tokens_per_step=TOKENS, acceptance_sd=0.005)
     assert found is not None and found.low is not None and found.high is not None
     for root, sign in ((found.concurrency, 0), (found.low, -1), (found.high, 1)):
         assert plain_bound(curve, root, sign, TOKENS, 0.005) <= 1.0

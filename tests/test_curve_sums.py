@@ -105,3 +105,26 @@ def test_a_restored_state_reads_the_same_as_the_one_saved() -> None:
         CurveState(state.retention, state.slot_seconds, tuple(state.slots))
     )
     assert read(restored) == read(acc) == summed_again(acc)
+
+
+def test_a_weeks_retention_keeps_every_interval_in_a_days_slots() -> None:
+    """Issue 61: curve_retention 7d cost 8 MB an accumulator (10,000 one-minute slots of
+    about 800 bytes, and the slot cap cut the week to 6.9 days). Slots now last a 1,440th of
+    a retention past a day: a week in 1,441 slots a bucket, every interval of it kept."""
+    from specmon.load.curve_sums import SLOTS_PER_RETENTION, retention_bytes
+    from specmon.load.interval import LoadInterval
+
+    week = 7 * 86400.0
+    acc = CurveAccumulator(retention=week)
+    interval = LoadInterval(
+        request_steps=400.0, decode_seconds=8.0, decode_tokens=1600.0, engine_steps=100.0,
+        slot_steps=400.0, drafts=300, draft_tokens=1200, accepted_tokens=500,
+        accepted_per_position=(200, 150, 100, 50), seconds=60.0,
+    )  # fmt: skip
+    minutes = int(week // 60)
+    for i in range(minutes):
+        acc.add(60.0 * i + 30.0, interval)
+    assert len(acc.state().slots) <= SLOTS_PER_RETENTION + 1
+    (bucket,) = acc.buckets()
+    assert bucket.totals.intervals >= minutes - 7  # the oldest slot may have gone
+    assert retention_bytes(week) < 600_000  # 1,441 slots of 400 bytes

@@ -73,7 +73,10 @@ def hand(counters: dict[str, Any], *, k: int | None, c: float) -> dict[str, Any]
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if sum(mid**i for i in range(1, k + 1)) < m else (lo, mid)
         out["alpha"] = lo
-        candidates = [(1 + sum(out["survival"][:j])) / (1 + j * c) for j in range(k + 1)]
+        # A chain of j drafts j x (drafted / k) tokens (the proportion measured at k, 1 for a
+        # draft model), so that at j = k the best speed-up is the expected one.
+        per_token = c * counters["draft_tokens"] / drafts / k
+        candidates = [(1 + sum(out["survival"][:j])) / (1 + j * per_token) for j in range(k + 1)]
         best = max(range(k + 1), key=lambda j: (candidates[j], -j))
         out["best_chain_length"] = best
         out["best_speedup"] = candidates[best]

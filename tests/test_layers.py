@@ -27,10 +27,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("specmon.engines",),
     ("specmon.windows", "specmon.report"),
-    ("specmon.load", "specmon.settings", "specmon.state"),
+    ("specmon.load", "specmon.settings", "specmon.state", "specmon.classes"),
+    ("specmon.answer",),
     ("specmon.recommend",),
     ("specmon.sources", "specmon.web"),
-    ("specmon.daemon", "specmon.measure", "specmon.sim"),
+    ("specmon.daemon", "specmon.measure", "specmon.sim", "specmon.tap"),
     ("specmon.cli",),
     ("specmon.__main__",),
 )
@@ -102,7 +103,7 @@ def test_the_check_catches_upward_and_sibling_imports(tmp_path: Path) -> None:
     (root / "arithmetic.py").write_text("import specmon.cli.main\n")
     assert violations(root) == [
         "specmon/arithmetic.py:1: specmon.arithmetic imports specmon.cli.main "
-        "(layer 0 importing layer 7)",
+        "(layer 0 importing layer 8)",
         "specmon/sim/probe.py:1: specmon.sim.probe imports specmon.daemon.config "
         "(specmon.sim and specmon.daemon are siblings)",
     ]

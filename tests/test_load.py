@@ -10,6 +10,14 @@ import operator
 import pytest
 
 from specmon import arithmetic
+from specmon.answer import (
+    Crossover,
+    at_cost,
+    crossover,
+    crossover_at_acceptance,
+    profile_crossover,
+    speedup_at_cost,
+)
 from specmon.engines.model import Context, SpecCounters
 from specmon.load import (
     DEFAULT_SCHEME,
@@ -17,7 +25,6 @@ from specmon.load import (
     BaselinePoint,
     BucketScheme,
     BucketTotals,
-    Crossover,
     LoadCounters,
     LoadHistory,
     LoadInterval,
@@ -27,17 +34,14 @@ from specmon.load import (
     accumulate,
     compare,
     compare_with_twin,
-    crossover,
-    crossover_at_acceptance,
     interval,
     load_counters,
     measured_costs,
     profile_from_json,
     profile_to_json,
     rounding_error,
-    speedup_at_cost,
 )
-from specmon.report import ChainLengthSource, report_from_counters
+from specmon.report import report_from_counters
 from specmon.sim.load_model import LoadModel
 
 
@@ -349,17 +353,20 @@ def test_compare_by_hand() -> None:
     assert got.realized_speedup == pytest.approx(0.010 / (15.0 / 3400))
     # The cost model explains the realized speed-up exactly here: K / (1 + k̄ c) = 3.4 / 1.5.
     assert got.realized_speedup == pytest.approx(3.4 / 1.5)
-    report = got.report
-    assert report is not None
-    assert report.draft_cost == pytest.approx(c)
-    assert report.breakeven_alpha == pytest.approx(arithmetic.breakeven_alpha(4, c))
-    assert report.expected_speedup == pytest.approx(3.4 / (1 + c * 3.6))
-    best = arithmetic.best_chain_length(SURVIVAL, c)
-    assert (report.best_chain_length, report.best_speedup) == (  # type: ignore[comparison-overlap]
+    # The answer's figures at that c (specmon.answer.at_cost): a chain of k' drafts
+    # k' x 3.6 / 4 tokens, so at k' = 4 the best speed-up is the expected one.
+    assert got.counters is not None
+    report = report_from_counters(got.counters, draft_cost=0.1, configured_chain_length=4)
+    figures = at_cost(report, c)
+    assert figures.breakeven_alpha == pytest.approx(arithmetic.breakeven_alpha(4, c))
+    assert figures.speedup == pytest.approx(3.4 / (1 + c * 3.6))
+    best = arithmetic.best_chain_length(SURVIVAL, c * 3.6 / 4)
+    assert (figures.best_chain_length, figures.best_speedup) == (  # type: ignore[comparison-overlap]
         best.chain_length,
         pytest.approx(best.speedup),
     )
-    assert report.alpha_margin == pytest.approx(
+    assert figures.best_speedup == pytest.approx(figures.speedup)
+    assert figures.alpha_margin == pytest.approx(
         arithmetic.effective_alpha(2.4, 4) - arithmetic.breakeven_alpha(4, c)  # type: ignore[operator]
     )
 
@@ -368,14 +375,13 @@ def test_compare_negative_cost_is_reported_and_clamped() -> None:
     base = BaselinePoint(1.0, 0.010, 0.010, "twin")
     got = compare(target_totals(0.009), base, bucket=DEFAULT_SCHEME.bucket_of(1.0))
     assert got is not None and got.draft_cost is not None and got.draft_cost < 0
-    assert got.report is not None and got.report.draft_cost == 0.0
     assert any("faster than the baseline" in n for n in got.notes)
 
 
 def test_compare_without_drafts_has_no_cost() -> None:
     plain = LoadInterval(1000, 10.0, 1000, 250, 1000)
     got = compare(plain, BaselinePoint(4.0, 0.01, 0.01, "twin"), bucket=DEFAULT_SCHEME.buckets[2])
-    assert got is not None and got.draft_cost is None and got.report is None
+    assert got is not None and got.draft_cost is None and got.counters is None
     assert got.realized_speedup == pytest.approx(1.0)
 
 
@@ -443,17 +449,6 @@ def test_speedup_at_cost_is_the_reports(counters: SpecCounters, cost: float) -> 
         return
     want = report_from_counters(counters, draft_cost=max(cost, 0.0)).expected_speedup
     assert want is not None and got == pytest.approx(want, rel=1e-12)
-
-
-def test_comparison_report_is_computed_once_when_read() -> None:
-    base = BaselinePoint(4.0, 0.010, 0.010, "twin")
-    got = compare(target_totals(0.015), base, bucket=DEFAULT_SCHEME.bucket_of(4.0), chain_length=4)
-    assert got is not None
-    assert "report" not in vars(got)  # not computed by compare itself
-    first = got.report
-    assert first is not None and first is got.report
-    assert first.chain_length == 4
-    assert first.chain_length_source is ChainLengthSource.CONFIGURED
 
 
 def test_bucket_scheme_builds_its_buckets_once() -> None:
@@ -626,9 +621,13 @@ def test_profile_round_trip_and_interpolation() -> None:
     assert profile.levels[0].draft_cost_source == "step times"
     acceptance = profile.acceptance()
     assert acceptance is not None and acceptance.drafts == 3000
-    got = profile.crossover()
-    expected = crossover_at_acceptance([(1, 0.1), (4, 0.5), (8, 0.9)], SPEC)
-    assert got == expected
+    # The profile's crossover is its cost curve's (the daemon's function, on its data):
+    # between the levels where the speed-up at its acceptance falls through 1.
+    got = profile_crossover(profile)
+    linear = crossover_at_acceptance([(1, 0.1), (4, 0.5), (8, 0.9)], SPEC)
+    assert got is not None and linear is not None
+    assert got.pays_up_to is not None and got.pays_up_to < got.concurrency < got.costs_from
+    assert got.low is not None and got.high is not None
 
 
 def test_profile_problems_are_listed_at_once() -> None:
@@ -847,9 +846,6 @@ def test_a_compare_memo_gives_the_same_verdicts_and_reuses_unchanged_buckets() -
         plain = compare_with_twin(w.buckets, tw.buckets, chain_length=3)
         memoed = compare_with_twin(w.buckets, tw.buckets, chain_length=3, memo=memo)
         assert memoed == plain
-        assert [v.comparison.report if v.comparison else None for v in memoed] == [
-            v.comparison.report if v.comparison else None for v in plain
-        ]
         assert len(memo._entries) == len(w.buckets)
         reused += sum(1 for v in memoed if any(v is p for p in previous))
         compared += len(memoed)

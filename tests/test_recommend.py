@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from specmon.answer import profile_crossover
 from specmon.cli.main import main
 from specmon.load import BucketScheme, profile_from_json
 from specmon.recommend import (
@@ -127,9 +128,10 @@ def daemon_doc() -> dict[str, Any]:
                                         for i, s in enumerate(SURVIVAL)
                                     ],
                                 },
-                                "load": {
-                                    "baseline": "vllm-b",
-                                    "buckets": [
+                                "verdict": {
+                                    "against": "vllm-b",
+                                    "crossover": None,
+                                    "per_load": [
                                         {"label": "1", "concurrency": 1.0, "draft_cost": 0.1},
                                         {"label": "4", "concurrency": 3.9, "draft_cost": 0.5},
                                         {"label": "8", "concurrency": 7.8, "draft_cost": None},
@@ -158,7 +160,7 @@ def test_input_from_the_daemon_document() -> None:
     [
         ({"target": "nope"}, "no target 'nope' (targets: other, vllm-a)"),
         ({"target": "other"}, "has 0 matching models"),
-        ({"target": "vllm-a", "window": "1m"}, "no window with load figures named '1m'"),
+        ({"target": "vllm-a", "window": "1m"}, "no window with figures per load named '1m'"),
     ],
 )
 def test_daemon_document_problems(kwargs: dict[str, Any], message: str) -> None:
@@ -172,13 +174,13 @@ def test_daemon_document_garbage() -> None:
         input_from_targets([1, 2], target="x")
     doc = daemon_doc()
     window = doc["targets"][1]["models"][0]["windows"][1]
-    window["load"]["buckets"] = ["x", {"concurrency": "high"}]
+    window["verdict"]["per_load"] = ["x", {"concurrency": "high"}]
     window["report"]["positions"] = [{"survival": 7}]
     with pytest.raises(RecommendError) as exc:
         input_from_targets(doc, target="vllm-a")
     assert set(exc.value.problems) == {
-        "load.buckets[0]: must be an object",
-        "load.buckets[1].concurrency: must be a number >= 0",
+        "verdict.per_load[0]: must be an object",
+        "verdict.per_load[1].concurrency: must be a number >= 0",
         "report.positions: survival must be numbers within [0, 1]",
     }
 
@@ -204,7 +206,14 @@ def test_cli_from_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         in out
     )
     assert "concurrency     8: --spec-draft-n-max 1" in out
-    assert "at k=4 speculation pays up to concurrency 6.1, costs 20 % from 8" in out
+    # The profile's crossover is read as the daemon reads its own: off the cost curve of the
+    # two servers' step times (specmon.answer.profile_crossover), with its range.
+    x = profile_crossover(profile_from_json(profile_doc()))
+    assert x is not None and x.low is not None and x.high is not None
+    assert (
+        f"at k=4 speculation pays up to concurrency {x.concurrency:.1f} "
+        f"({x.low:.1f}-{x.high:.1f}), costs {x.cost_percent:.0f} % from 8.0" in out
+    ), out
     code, out, _ = run_cli(["--profile", str(path), "--json"], capsys)
     doc = strict_loads(out)
     assert code == 0
@@ -321,7 +330,7 @@ def test_a_bucket_without_figures_is_skipped_with_a_note() -> None:
     publishes it; or the older ``"concurrency": null`` with a reason) is skipped and said so;
     a bucket with neither a concurrency nor a reason is still an error."""
     doc = daemon_doc()
-    buckets = doc["targets"][1]["models"][0]["windows"][1]["load"]["buckets"]
+    buckets = doc["targets"][1]["models"][0]["windows"][1]["verdict"]["per_load"]
     buckets.append({"label": "16", "low": 12.0, "high": 24.0, "reason": "too little data: x"})
     buckets.append({"label": "32", "concurrency": None, "reason": "no matching baseline yet"})
     data = input_from_targets(doc, target="vllm-a")
@@ -333,7 +342,9 @@ def test_a_bucket_without_figures_is_skipped_with_a_note() -> None:
     )
     assert recommend(data).notes[:3] == data.notes
     buckets.append({"label": "64", "concurrency": None})
-    with pytest.raises(RecommendError, match=r"load.buckets\[5\].concurrency: must be a number"):
+    with pytest.raises(
+        RecommendError, match=r"verdict.per_load\[5\].concurrency: must be a number"
+    ):
         input_from_targets(doc, target="vllm-a")
 
 
@@ -341,7 +352,7 @@ def test_a_reason_is_printed_tamed() -> None:
     """A reason from the document reaches the terminal without its control characters and
     at most MAX_TEXT long."""
     doc = daemon_doc()
-    buckets = doc["targets"][1]["models"][0]["windows"][1]["load"]["buckets"]
+    buckets = doc["targets"][1]["models"][0]["windows"][1]["verdict"]["per_load"]
     buckets.append({"label": "16\x1b[2J", "reason": "x" * 10_000})
     [*_, note] = input_from_targets(doc, target="vllm-a").notes
     assert note.startswith("bucket 16?[2J skipped: xxx") and "\x1b" not in note
@@ -378,7 +389,7 @@ def _ten_moments(
         fleet.advance(moment)
         api = fleet.api("vllm-loaded")
         [window] = [w for w in api["targets"][0]["models"][0]["windows"] if w["window"] == "2m"]
-        published = {b["label"]: b for b in window["load"]["buckets"]}
+        published = {b["label"]: b for b in window["verdict"]["per_load"]}
         if thin is not None:
             # The moment is what it claims: the new level's bucket is there, without figures.
             assert set(published[thin]) == {"label", "low", "high", "reason"}, published

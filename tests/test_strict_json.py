@@ -37,9 +37,10 @@ def _view_with_infinite_figures() -> object:
     view = next(v for v in views if v.name == "vllm-loaded")
     model = view.models[0]
     window = model.windows[0]
-    assert window.load is not None
-    load = replace(window.load, realized_speedup=math.inf, step_seconds=math.nan)
-    windows = (replace(window, load=load), *model.windows[1:])
+    assert window.load is not None and window.answer is not None
+    load = replace(window.load, step_seconds=math.nan)
+    answer = replace(window.answer, speedup=math.inf)
+    windows = (replace(window, load=load, answer=answer), *model.windows[1:])
     return replace(view, models=(replace(model, windows=windows), *view.models[1:]))
 
 
@@ -47,8 +48,8 @@ def test_the_api_document_is_strict_json() -> None:
     view = _view_with_infinite_figures()
     text = StatusCache().json(view)  # type: ignore[arg-type]
     document = strict_loads(text)
-    load = document["models"][0]["windows"][0]["load"]
-    assert load["realized_speedup"] is None and load["step_seconds"] is None
+    window = document["models"][0]["windows"][0]
+    assert window["verdict"]["speedup"] is None and window["load"]["step_seconds"] is None
     assert strict_loads(jsontext.dumps(views_json([view])))  # type: ignore[list-item]
 
 

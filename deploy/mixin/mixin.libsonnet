@@ -41,9 +41,33 @@ local walk(value, selectors) =
   }
   else value;
 
+// The runbook base the shipped rules carry (deploy/prometheus/specmon-alerts.rules.yml), which
+// _config.runbookURLBase replaces; the tests check that every runbook_url starts with it.
+local SHIPPED_RUNBOOK = 'https://github.com/specmon/specmon/blob/main/docs/runbook.md';
+
+local rebase(url, base) =
+  if std.startsWith(url, SHIPPED_RUNBOOK) then base + std.substr(url, std.length(SHIPPED_RUNBOOK), std.length(url))
+  else url;
+
+// An alert with _config's extra labels (its own win) and its runbook_url on _config's base.
+local alerting(rule, config) =
+  if !std.objectHas(rule, 'alert') then rule
+  else rule {
+    labels: config.alertLabels + (if std.objectHas(rule, 'labels') then rule.labels else {}),
+    annotations+: (
+      if std.objectHas(rule.annotations, 'runbook_url')
+      then { runbook_url: rebase(rule.annotations.runbook_url, config.runbookURLBase) }
+      else {}
+    ),
+  };
+
 (import 'config.libsonnet') + {
   local config = self._config,
-  local selectors = { specmon: config.specmonSelector, engine: config.engineSelector },
+  local selectors = {
+    specmon: config.specmonSelector,
+    engine: config.engineSelector,
+    tap: config.tapSelector,
+  },
   local dashboard(d) =
     if config.datasourceRegex == '' then d
     else d {
@@ -55,7 +79,13 @@ local walk(value, selectors) =
       },
     },
 
-  prometheusAlerts+:: walk(sources.alerts, selectors),
+  prometheusAlerts+:: {
+    local walked = walk(sources.alerts, selectors),
+    groups: [
+      group { rules: [alerting(rule, config) for rule in group.rules] }
+      for group in walked.groups
+    ],
+  },
   prometheusRules+:: walk(sources.rules, selectors),
   grafanaDashboards+:: {
     [name]: dashboard(walk(sources.dashboards[name], selectors))

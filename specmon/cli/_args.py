@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "chain_length",
+    "command",
     "draft_cost",
     "float_list",
     "int_at_least",
@@ -92,3 +94,9 @@ def chain_length(text: str) -> int:
     if value > 64:
         raise argparse.ArgumentTypeError("must be between 1 and 64")
     return value
+
+
+def command(sub: Any, name: str, *, help: str, description: str) -> argparse.ArgumentParser:
+    """Subcommand ``name`` of ``specmon``: its line in ``specmon --help`` and its description."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
+    return parser

@@ -7,20 +7,21 @@ import sys
 from typing import Any, TextIO
 
 from specmon import arithmetic, jsontext
-from specmon.cli._args import float_list, int_list, unit_ratio
+from specmon.cli._args import command, float_list, int_list, unit_ratio
 
 __all__ = ["add_parser", "run"]
 
 
+#: The subcommand's one line in ``specmon --help``, and its description.
+HELP = "print the break-even acceptance rate for chain lengths and draft costs"
+DESCRIPTION = (
+    "Break-even alpha: the acceptance rate at which speculation with chain length k and "
+    "draft cost c neither gains nor loses (S = 1). Below it, speculation costs time."
+)
+
+
 def add_parser(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "breakeven",
-        help="print the break-even acceptance rate for chain lengths and draft costs",
-        description=(
-            "Break-even alpha: the acceptance rate at which speculation with chain length k and "
-            "draft cost c neither gains nor loses (S = 1). Below it, speculation costs time."
-        ),
-    )
+    parser = command(sub, "breakeven", help=HELP, description=DESCRIPTION)
     parser.add_argument(
         "--chain-length", "-k", type=int_list, default=[2, 4, 8], metavar="K[,K...]"
     )

@@ -23,15 +23,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from specmon.answer import Answer, ReadState, words
 from specmon.cli._args import positive_float
 from specmon.config_values import parse_listen_address
-from specmon.daemon.answer_text import best_on_basis
 from specmon.daemon.app import Daemon
-from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.target import TargetView
-from specmon.daemon.verdict import Evidence, Verdict
 from specmon.logs import configure_logging
-from specmon.report import AcceptanceReport
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
 from specmon.sim.pages import PageKind
@@ -328,30 +325,30 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
                 why = w.straddle.text() if w and w.straddle else "(window filling)"
                 rows.append(f"{view.name:<16} {engine:<9} {'up':<6} {why}")
                 continue
-            v = w.verdict if w else None
-            margin = v.alpha_margin if v else r.alpha_margin
+            a = w.answer if w else None
+            margin = a.alpha_margin if a else None
             margin_text = f"{margin:+7.3f}" if margin is not None else f"{'-':>7}"
             if margin is not None:
                 margin_text = paint(
                     margin_text, _GREEN if margin >= 0.05 else (_YELLOW if margin >= 0 else _RED)
                 )
-            load = w.load if w else None
-            # The best chain length on the verdict's basis (the bucket's measured c on a twin).
-            best_k, _, _ = best_on_basis(r, load, v, configured=model.basis.draft_cost)
-            best = "-" if best_k is None else str(best_k)
-            speedup = v.speedup if v else r.expected_speedup
-            speed = f"{speedup:.2f}x" if speedup is not None else "-"
-            if v is not None and speedup is not None and v.speedup_interval is not None:
-                speed += f" ({v.speedup_interval[0]:.2f}-{v.speedup_interval[1]:.2f})"
+            best = "-" if a is None or a.best_chain_length is None else str(a.best_chain_length)
+            speedup = a.speedup if a else None
+            if a is not None and a.state is ReadState.MEASURING:
+                speed = "measuring"
+            else:
+                speed = f"{speedup:.2f}x" if speedup is not None else "-"
+            if a is not None and speedup is not None and a.interval is not None:
+                speed += f" ({a.interval[0]:.2f}-{a.interval[1]:.2f})"
             speed = f"{speed:<23}"
-            # The API's basis words (specmon_verdict_info's), "interpolated" when so read.
-            basis = v.basis.value if v else "-"
-            if v is not None and v.basis is Evidence.DEFAULT:
+            # The API's basis words (specmon_verdict_info's).
+            basis = a.basis.value if a else "-"
+            if a is not None and a.state is ReadState.GUESS:
                 basis = paint(f"{basis:<10}", _YELLOW)
             else:
                 basis = f"{basis:<10}"
             alpha = f"{r.alpha:6.3f}" if r.alpha is not None else f"{'-':>6}"
-            breakeven = v.breakeven_alpha if v else model.basis.breakeven_alpha
+            breakeven = a.breakeven_alpha if a else None
             be = f"{breakeven:6.3f}" if breakeven is not None else f"{'-':>6}"
             k = "-" if model.basis.chain_length is None else str(model.basis.chain_length)
             spark = _spark([p.survival for p in r.positions])
@@ -365,51 +362,40 @@ def render_rows(views: list[TargetView], *, window: str, color: bool) -> list[st
             )
             if w is not None and w.straddle is not None:  # read since the change only
                 rows.append(f"{'':<16} {'':<9} " + paint(w.straddle.text(), _DIM))
-            if load is not None and load.baseline is not None:
-                rows.append(_load_line(load, paint, v, r, model.basis.draft_cost))
+            if a is not None and a.compared:
+                rows.append(_load_line(a, paint))
     return rows
 
 
-def _load_line(
-    load: LoadFigures,
-    paint: Callable[[str, str], str],
-    verdict: Verdict | None,
-    report: AcceptanceReport | None,
-    configured: float,
-) -> str:
-    """Under a target with a baseline: the load and speed of the verdict's own bucket (the
-    window's mean beside it, labelled), realized speed-up, measured c, crossover and its range,
-    best k on the verdict's basis and by load."""
-    mean = f"{load.concurrency:.1f}" if load.concurrency is not None else "-"
-    tpot = load.read_time_per_output_token_seconds
-    if load.realized_speedup is not None and load.read_concurrency is not None:
+def _load_line(answer: Answer, paint: Callable[[str, str], str]) -> str:
+    """Under a target compared with a baseline: the load and speed of the answer's own bucket
+    (the window's time average beside it, labelled), the realized speed-up, measured c,
+    crossover and its range, best k at that c and by load."""
+    mean = f"{answer.mean_concurrency:.1f}" if answer.mean_concurrency is not None else "-"
+    tpot = answer.time_per_output_token_seconds
+    if answer.concurrency is not None:
         ms = f", {tpot * 1000:.1f} ms/token" if tpot is not None else ""
-        where = f"now n~{load.read_concurrency:.1f} in bucket {load.bucket}{ms}"
-        parts = [f"{'':<16} {'':<9} {where} " + paint(f"(window mean n={mean})", _DIM)]
+        where = f"now n~{answer.concurrency:.1f} in bucket {answer.bucket}{ms}"
+        parts = [f"{'':<16} {'':<9} {where} " + paint(f"(window average n={mean})", _DIM)]
     else:
-        parts = [f"{'':<16} {'':<9} window mean n={mean}"]
-    if load.realized_speedup is not None:
-        realized = load.realized_speedup
-        text = f"{realized:.2f}x"
-        if load.speedup_interval is not None:
-            text += f" ({load.speedup_interval[0]:.2f}-{load.speedup_interval[1]:.2f})"
-        code = _GREEN if realized >= 1.05 else (_YELLOW if realized >= 1.0 else _RED)
-        how = f", {load.read}" if load.read in ("interpolated", "extrapolated") else ""
-        parts.append(f"realized {paint(text, code)} vs {load.baseline}{how}")
-        if load.measured_draft_cost is not None:
-            parts.append(f"measured c {load.measured_draft_cost:.3f}")
-    else:
-        parts.append(paint(f"vs {load.baseline}: {load.reason or 'no figures yet'}", _DIM))
-    if load.crossover is not None:
-        x = load.crossover
-        rng = f" ({x.low:.1f}-{x.high:.1f})" if x.low is not None and x.high is not None else ""
-        parts.append(f"stops paying at n~{x.concurrency:.1f}{rng}")
-    best_k, _, at_c = best_on_basis(report, load, verdict, configured=configured)
-    if best_k is not None:
-        parts.append(f"best k {best_k} {at_c}")
-    best = [
-        f"{b.label}:{b.best_chain_length}" for b in load.buckets if b.best_chain_length is not None
-    ]
+        parts = [f"{'':<16} {'':<9} window average n={mean}"]
+    if answer.state is ReadState.MEASURING:
+        parts.append(paint(f"vs {answer.against}: {words.measuring_words(answer)}", _DIM))
+    elif answer.speedup is not None:
+        text = f"{answer.speedup:.2f}x"
+        if answer.interval is not None:
+            text += f" ({answer.interval[0]:.2f}-{answer.interval[1]:.2f})"
+        code = _GREEN if answer.speedup >= 1.05 else (_YELLOW if answer.speedup >= 1.0 else _RED)
+        how = ", off the cost curve" if answer.state is ReadState.INTERPOLATED else ""
+        parts.append(f"realized {paint(text, code)} vs {answer.against}{how}")
+        if answer.draft_cost is not None:
+            parts.append(f"measured c {answer.draft_cost:.3f}")
+    if answer.crossover is not None:
+        parts.append(f"stops paying at n~{words.crossover_words(answer.crossover)}")
+    if answer.best_chain_length is not None:
+        parts.append(f"best k {answer.best_chain_length} {words.cost_words(answer)}")
+    best = [f"{p.label}:{p.best_chain_length}" for p in answer.per_load
+            if p.best_chain_length is not None]  # fmt: skip
     if best:
         parts.append("best k by load (measured c) " + " ".join(best))
     return "  ".join(parts)

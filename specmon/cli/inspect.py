@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from specmon import jsontext
 from specmon.cli import render
-from specmon.cli._args import chain_length, draft_cost
+from specmon.cli._args import chain_length, command, draft_cost
 from specmon.engines import Engine, ModelReading, PageReading, read_page
 from specmon.report import (
     DEFAULT_DRAFT_COST,
@@ -33,20 +33,21 @@ EXIT_ERROR = 1
 EXIT_NO_SPECULATION = 3
 
 
+#: The subcommand's one line in ``specmon --help``, and its description.
+HELP = "acceptance figures from a metrics page (URL or file), or between two pages"
+DESCRIPTION = (
+    "Read a vLLM, llama.cpp, SGLang, TensorRT-LLM or TGI metrics page and report "
+    "per-position acceptance (where the engine publishes it), "
+    "alpha, break-even, margin, expected speed-up and best chain length. With one page "
+    "the figures cover the server's lifetime; with --before (an earlier page) or "
+    "--interval (two scrapes of a URL) they cover the time between the two pages. "
+    f"Exit status: 0 ok, {EXIT_ERROR} unreadable source, {EXIT_NO_SPECULATION} no "
+    "speculative-decoding data on the page."
+)
+
+
 def add_parser(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "inspect",
-        help="acceptance figures from a metrics page (URL or file), or between two pages",
-        description=(
-            "Read a vLLM, llama.cpp, SGLang, TensorRT-LLM or TGI metrics page and report "
-            "per-position acceptance (where the engine publishes it), "
-            "alpha, break-even, margin, expected speed-up and best chain length. With one page "
-            "the figures cover the server's lifetime; with --before (an earlier page) or "
-            "--interval (two scrapes of a URL) they cover the time between the two pages. "
-            f"Exit status: 0 ok, {EXIT_ERROR} unreadable source, {EXIT_NO_SPECULATION} no "
-            "speculative-decoding data on the page."
-        ),
-    )
+    parser = command(sub, "inspect", help=HELP, description=DESCRIPTION)
     parser.add_argument("source", help="http(s) URL of a /metrics endpoint, or a saved page")
     parser.add_argument("--before", metavar="SOURCE", help="an earlier page of the same server")
     parser.add_argument(

@@ -7,7 +7,18 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.cli import breakeven, demo, inspect, mark, measure, recommend, run, simulate, web
+from specmon.cli import (
+    breakeven,
+    demo,
+    inspect,
+    mark,
+    measure,
+    recommend,
+    run,
+    simulate,
+    tap,
+    web,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -32,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_parser(sub)
     recommend.add_parser(sub)
     mark.add_parser(sub)
+    tap.add_parser(sub)
     return parser
 
 

@@ -10,22 +10,25 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from specmon.cli._args import command
+
 __all__ = ["add_parser"]
 
 #: Seconds to wait for the daemon's answer.
 TIMEOUT = 10.0
 
 
+#: The subcommand's one line in ``specmon --help``, and its description.
+HELP = "mark a configuration change of a target by hand (a new draft model): a new epoch"
+DESCRIPTION = (
+    "Start a new configuration epoch for TARGET in a running specmon, with a note "
+    "saying what changed (POST /-/mark; the daemon needs --web.enable-lifecycle). "
+    "Speculation turned on or off and a new chain length are detected without it."
+)
+
+
 def add_parser(sub: Any) -> None:
-    mark: argparse.ArgumentParser = sub.add_parser(
-        "mark",
-        help="mark a configuration change of a target by hand (a new draft model): a new epoch",
-        description=(
-            "Start a new configuration epoch for TARGET in a running specmon, with a note "
-            "saying what changed (POST /-/mark; the daemon needs --web.enable-lifecycle). "
-            "Speculation turned on or off and a new chain length are detected without it."
-        ),
-    )
+    mark = command(sub, "mark", help=HELP, description=DESCRIPTION)
     mark.add_argument("target", help="the target's name")
     mark.add_argument("note", help='what changed, e.g. "draft model: Qwen3-0.6B"')
     mark.add_argument("--model", default=None, help="only this model (default: every one)")

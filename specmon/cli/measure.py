@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import os
 import sys
 import tempfile
@@ -24,17 +25,21 @@ from specmon.cli._args import int_at_least, positive_float
 from specmon.load import Profile, profile_to_json
 from specmon.load.profile import physics
 from specmon.measure.analysis import (
+    EXIT_NOT_HELD,
     EXIT_NOTHING_COMPLETED,
     EXIT_USAGE,
     analyse,
 )
 from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
 from specmon.measure.compare import DIVERGENCE_CAVEAT
+from specmon.measure.dataset import DatasetError, load_dataset
 from specmon.measure.endpoints import endpoint
 from specmon.measure.labbook import append_labbook, labbook_records
+from specmon.measure.levels import AUTO_PER_LEVEL, AUTO_SECONDS, LoadLevel, too_few_requests
 from specmon.measure.profile import build_profile, crossover_line, report_crossover
 from specmon.measure.prompts import (
     PromptsError,
+    Workload,
     available_workloads,
     load_prompts_file,
     select_workloads,
@@ -42,6 +47,7 @@ from specmon.measure.prompts import (
 from specmon.measure.render import progress_line, render_text
 from specmon.measure.results import Settings
 from specmon.measure.runner import Plan, Unreachable, measure
+from specmon.measure.synthetic import SYNTHETIC_PROMPTS, synthetic_name
 
 __all__ = ["DEFAULT_API_KEY_ENV", "add_parser", "run"]
 
@@ -71,6 +77,46 @@ def _levels(text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
+MAX_RATE = 1000.0
+MAX_INPUT_TOKENS = 1_000_000
+
+
+def _rates(text: str) -> list[float]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        values = [float(item) for item in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of rates"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one rate")
+    if any(not (math.isfinite(v) and 0 < v <= MAX_RATE) for v in values):
+        raise argparse.ArgumentTypeError(
+            f"rates must be above 0 and at most {MAX_RATE:g} per second"
+        )
+    return list(dict.fromkeys(values))
+
+
+def _repeats(text: str) -> int | None:
+    if text.strip() == "auto":
+        return None
+    return _positive(text)
+
+
+def _token_lengths(text: str) -> list[int]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    try:
+        values = [int(item) for item in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of integers"
+        ) from None
+    if not values or any(not 1 <= v <= MAX_INPUT_TOKENS for v in values):
+        raise argparse.ArgumentTypeError(f"give token lengths between 1 and {MAX_INPUT_TOKENS}")
+    return list(dict.fromkeys(values))
+
+
 def _names(text: str) -> list[str]:
     names = [item.strip() for item in text.split(",") if item.strip()]
     if not names:
@@ -84,14 +130,17 @@ def add_parser(sub: Any) -> None:
         help="measure speculation: a server without a draft against its twin with one",
         description=(
             "Send the same prompts at temperature 0 through a server without speculation "
-            "(--baseline) and its twin with it (--speculative), at each concurrency level, and "
-            "report per workload: tokens/s on both (from the servers' usage), the ratio, the "
+            "(--baseline) and its twin with it (--speculative), at each concurrency level and "
+            "request rate, and report per workload: tokens/s on both (from the servers' "
+            "usage), the ratio, streamed time to first token and inter-token latency, the "
             "acceptance during the run (the speculative server's /metrics counters, or "
             "llama.cpp's per-response timings), whether the completions are byte-for-byte "
             "identical, and the measured break-even reading. Exit status: 0 ok, 1 completions "
-            f"differ (unless --allow-divergence), {EXIT_USAGE} bad arguments, "
+            f"differ (unless --allow-divergence), {EXIT_USAGE} bad arguments (a concurrency "
+            "level above the requests a workload sends is one), "
             f"{EXIT_NOTHING_COMPLETED} a server unreachable or a workload with no completed "
-            "request on one side."
+            f"request on one side, {EXIT_NOT_HELD} --profile-out asked and no concurrency level "
+            "held its load."
         ),
     )
     p.add_argument(
@@ -112,7 +161,24 @@ def add_parser(sub: Any) -> None:
         type=_names,
         default=None,
         metavar="NAME[,NAME...]",
-        help="workloads to run, in order (default: all; built-in: copy,closed,open)",
+        help="workloads to run, in order (default: all; built-in: copy,closed,open; then "
+        "those of --prompts, --dataset and --input-tokens)",
+    )
+    p.add_argument(
+        "--dataset",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help='a workload of conversations in chat JSONL, one {"messages": [...]} a line, '
+        "named after the file (trailing assistant messages dropped)",
+    )
+    p.add_argument(
+        "--input-tokens",
+        type=_token_lengths,
+        default=[],
+        metavar="N[,N...]",
+        help="synthetic workloads in-N of prompts N tokens long as the baseline server counts "
+        "them (calibrated against its usage.prompt_tokens)",
     )
     p.add_argument(
         "--prompts",
@@ -125,16 +191,32 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--concurrency",
         type=_levels,
-        default=[1],
+        default=None,
         metavar="N[,N...]",
-        help="concurrency levels; requests in flight at once (default 1)",
+        help="concurrency levels; requests in flight at once (default 1, unless --rate only)",
+    )
+    p.add_argument(
+        "--rate",
+        type=_rates,
+        default=[],
+        metavar="R[,R...]",
+        help="request rates per second, measured after the concurrency levels: requests sent "
+        "at Poisson arrival times whatever the server does (open loop)",
     )
     p.add_argument(
         "--repeats",
-        type=_positive,
+        type=_repeats,
         default=1,
-        metavar="N",
-        help="times each prompt is sent per server and level (default 1)",
+        metavar="N|auto",
+        help="times each prompt is sent per server and level, each with its own seed (default "
+        f"1; auto: per level, at least {AUTO_PER_LEVEL} x the concurrency, or {AUTO_SECONDS:g} "
+        "s of arrivals at a rate)",
+    )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="one JSON answer per request instead of a stream (no time to first token or "
+        "inter-token latency)",
     )
     p.add_argument(
         "--max-tokens",
@@ -237,10 +319,36 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             args.speculative, metrics_url=args.speculative_metrics, what="--speculative"
         )
         extra = load_prompts_file(args.prompts) if args.prompts is not None else None
-        workloads = select_workloads(
-            available_workloads(extra, extra_source=str(args.prompts)), args.workloads
+        available = available_workloads(extra, extra_source=str(args.prompts))
+        if args.dataset is not None:
+            dataset = load_dataset(args.dataset)
+            dropped = (
+                f", {dataset.answers_dropped} trailing assistant message(s) dropped"
+                if dataset.answers_dropped
+                else ""
+            )
+            available[dataset.name] = Workload(
+                dataset.name, dataset.conversations, str(args.dataset),
+                note=f"{len(dataset.conversations)} conversations from {args.dataset}{dropped}",
+            )  # fmt: skip
+        for tokens in args.input_tokens:
+            name = synthetic_name(tokens)
+            available[name] = Workload(name, (), "synthetic", input_tokens=tokens,
+                                       synthetic_count=SYNTHETIC_PROMPTS)  # fmt: skip
+        workloads = select_workloads(available, args.workloads)
+        concurrency = args.concurrency
+        if concurrency is None:
+            concurrency = [] if args.rate else [1]
+        levels = [*(LoadLevel(concurrency=c) for c in concurrency),
+                  *(LoadLevel(rate=r) for r in args.rate)]  # fmt: skip
+        refused = too_few_requests(
+            levels, [(w.name, w.size) for w in workloads], repeats=args.repeats
         )
-    except (ValueError, PromptsError) as exc:
+        if refused:
+            raise PromptsError(
+                "a level could never be held, nothing was sent:\n  " + "\n  ".join(refused)
+            )
+    except (ValueError, PromptsError, DatasetError) as exc:
         err.write(f"specmon measure: {exc}\n")
         return EXIT_USAGE
     if args.profile_out is not None:
@@ -258,7 +366,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         max_tokens=args.max_tokens,
         seed=args.seed,
         repeats=args.repeats,
-        concurrency=tuple(args.concurrency),
+        concurrency=tuple(concurrency),
+        rates=tuple(args.rate),
+        stream=not args.no_stream,
+        input_tokens=tuple(args.input_tokens),
+        dataset_file=str(args.dataset) if args.dataset is not None else None,
         workloads=tuple(w.name for w in workloads),
         prompts_file=str(args.prompts) if args.prompts is not None else None,
         warmup=args.warmup,
@@ -290,7 +402,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         except OSError as exc:
             err.write(f"specmon measure: cannot write the lab notebook {args.labbook}: {exc}\n")
     profile_written = None
-    if args.profile_out is not None:
+    if args.profile_out is not None and not report.held_levels:
+        err.write(
+            f"specmon measure: {args.profile_out} not written: no concurrency level held its "
+            "load (docs/measure.md; rates are not profiled)\n"
+        )
+        code = code or EXIT_NOT_HELD
+    elif args.profile_out is not None:
         try:
             profile = build_profile(report)
             write_profile(args.profile_out, profile)

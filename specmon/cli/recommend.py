@@ -20,7 +20,8 @@ from typing import Any, TextIO
 from urllib.parse import urlencode
 
 from specmon import files, jsontext
-from specmon.cli._args import int_at_least, positive_float
+from specmon.answer import words
+from specmon.cli._args import command, int_at_least, positive_float
 from specmon.load import ProfileError, profile_from_json
 from specmon.recommend import (
     Recommendation,
@@ -40,18 +41,19 @@ EXIT_USAGE = 2
 MAX_BYTES = 16 * 1024 * 1024
 
 
+#: The subcommand's one line in ``specmon --help``, and its description.
+HELP = "the best chain length per concurrency, from a load profile or a running daemon"
+DESCRIPTION = (
+    "Per concurrency bucket, the chain length (0 = speculation off) that maximises the "
+    "expected speed-up at the draft cost measured there, with vLLM's "
+    "num_speculative_tokens_per_batch_size schedule and llama.cpp's --spec-draft-n-max. "
+    f"Exit status: 0 ok, {EXIT_NO_ADVICE} nothing to recommend from (a bad profile, no "
+    f"measured cost, an unreachable daemon), {EXIT_USAGE} bad arguments."
+)
+
+
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "recommend",
-        help="the best chain length per concurrency, from a load profile or a running daemon",
-        description=(
-            "Per concurrency bucket, the chain length (0 = speculation off) that maximises the "
-            "expected speed-up at the draft cost measured there, with vLLM's "
-            "num_speculative_tokens_per_batch_size schedule and llama.cpp's --spec-draft-n-max. "
-            f"Exit status: 0 ok, {EXIT_NO_ADVICE} nothing to recommend from (a bad profile, no "
-            f"measured cost, an unreachable daemon), {EXIT_USAGE} bad arguments."
-        ),
-    )
+    p = command(sub, "recommend", help=HELP, description=DESCRIPTION)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--profile", type=Path, metavar="FILE", help="a profile from specmon measure --profile-out"
@@ -166,8 +168,9 @@ def _advice_text(rec: Recommendation, what: str) -> str:
         )
     else:
         lines.append(
-            f"  at k={k} speculation pays up to concurrency {x.concurrency:.1f}, costs "
+            f"  at k={k} speculation pays up to concurrency {words.crossover_words(x)}, costs "
             f"{x.cost_percent:.0f} % from {x.costs_from:.1f}"
+            + (" (95 % range in brackets)" if x.low is not None else "")
         )
     lines += ["", "vLLM (inside --speculative-config, vLLM 0.32 dynamic speculative decoding):"]
     schedule = jsontext.dumps(rec.vllm_schedule())

@@ -14,12 +14,13 @@ from typing import Any, TextIO
 from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
 from specmon.config_values import ConfigError, format_duration, parse_listen_address
 from specmon.daemon.app import Daemon
-from specmon.daemon.config import load_config
+from specmon.daemon.config import curve_memory_warning, load_config
 from specmon.daemon.file_sd import load_file_sd
 from specmon.logs import LEVELS, configure_logging, get_logger
 from specmon.process.memory import CollectorSchedule, tune_gc, tune_malloc
 from specmon.process.nofile import raise_open_files_limit
 from specmon.sharding import Shard, parse_shard
+from specmon.state.store import state_dir_problem
 
 __all__ = ["add_parsers"]
 
@@ -155,6 +156,11 @@ def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.writelines(f"  {p}\n" for p in problems)
         return 1
     g = config.global_
+    if g.state_dir is not None:  # as `specmon run` would find it (run it as specmon's user)
+        problem = state_dir_problem(g.state_dir)
+        if problem is not None:
+            out.write(f"FAILED {args.file}: global.state_dir: {g.state_dir}: {problem}\n")
+            return 1
     out.write(
         f"OK {args.file}: {len(config.targets)} target(s)"
         + (f" and {sd_targets} from file_sd" if config.file_sd else "")
@@ -164,6 +170,9 @@ def _check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         + ", ".join(format_duration(w) for w in g.windows)
         + "\n"
     )
+    warning = curve_memory_warning(config)
+    if warning is not None:
+        out.write(f"  warning: {warning}\n")
     for source in config.sources:
         overrides = len(source.overrides)
         out.write(

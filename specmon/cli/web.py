@@ -47,7 +47,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--web.enable-lifecycle",
         dest="web_enable_lifecycle",
         action="store_true",
-        help="allow POST /-/reload (otherwise 403, as in Prometheus; SIGHUP always reloads)",
+        help="allow POST /-/reload and POST /-/mark (a configuration change marked by hand: "
+        "`specmon mark`); otherwise both answer 403, as in Prometheus (SIGHUP always reloads)",
     )
     run.add_argument(
         "--web.read-header-timeout",

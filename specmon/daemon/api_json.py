@@ -8,11 +8,12 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from specmon.answer import Answer, Evidence, words
+from specmon.daemon.class_page import classes_json
 from specmon.daemon.epochs_view import epochs_api
-from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.views import TargetView, WindowView
 
-__all__ = ["views_json"]
+__all__ = ["answer_json", "views_json"]
 
 
 def _report_json(window: WindowView) -> dict[str, Any]:
@@ -24,24 +25,32 @@ def _report_json(window: WindowView) -> dict[str, Any]:
         "readings": window.readings,
         "generated_tokens": window.generated_tokens,
         "report": window.report.as_dict() if window.report else None,
-        "load": _load_json(window.load),
-        "verdict": dataclasses.asdict(window.verdict) if window.verdict else None,
+        "load": dataclasses.asdict(window.load) if window.load else None,
+        "verdict": answer_json(window.answer) if window.answer else None,
         # Cut at the model's configuration change (specmon.daemon.window_rules), or None.
         "straddle": window.straddle.as_dict() if window.straddle else None,
     }
 
 
-def _load_json(load: LoadFigures | None) -> dict[str, Any] | None:
-    """The window's load figures (the shape ``specmon recommend --from`` reads). A bucket
-    without figures (too little data, no matching baseline bucket yet) carries its label,
-    edges and the reason only: no ``"concurrency": null`` for a reader to trip on."""
-    if load is None:
-        return None
-    document = dataclasses.asdict(load)
-    document["buckets"] = [
+def answer_json(answer: Answer) -> dict[str, Any]:
+    """The window's answer (specmon.answer): every figure, and the answer in words. The
+    shape ``specmon recommend --from`` reads (``per_load``, ``crossover``). A bucket without
+    figures (too little data, no matching baseline bucket yet) carries its label, edges and
+    the reason only: no ``"concurrency": null`` for a reader to trip on."""
+    document = dataclasses.asdict(answer)
+    document["speedup_interval"] = document.pop("interval")
+    document["per_load"] = [
         bucket if bucket["concurrency"] is not None else {k: bucket[k] for k in _THIN_BUCKET}
-        for bucket in document["buckets"]
+        for bucket in document["per_load"]
     ]
+    document["refused"] = [{"basis": r.basis.value, "reason": r.reason} for r in answer.refused]
+    document["draft_cost_source"] = (
+        "engine" if answer.basis is Evidence.ENGINE
+        else "measured" if answer.compared else answer.basis.value
+    )  # fmt: skip
+    document["basis_text"] = words.basis_words(answer)
+    document["detail"] = words.detail(answer)
+    document["advice"] = words.advice(answer)
     return document
 
 
@@ -99,6 +108,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                     for m in view.models
                 ],
                 **epochs_api(view),
+                "classes": classes_json(view.classes),  # per request class (class_page.py)
             }
         )
     return out

@@ -33,6 +33,7 @@ from specmon.daemon.config import (
     ConfigError,
     GlobalConfig,
     TargetConfig,
+    curve_memory_warning,
     default_config,
     load_config,
 )
@@ -42,7 +43,7 @@ from specmon.daemon.governor import Governor, Period
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.persist import StateKeeper, mark_targets
+from specmon.daemon.persist import StateKeeper, StateMetrics, mark_targets
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper, gate
 from specmon.daemon.status_page import (
@@ -62,6 +63,7 @@ from specmon.sharding import Shard
 from specmon.sources import Source
 from specmon.sources.http import open_session
 from specmon.sources.page import HttpPageSource
+from specmon.sources.tap import with_tap
 from specmon.web.server import WebMetrics, WebOptions, WebServer
 
 __all__ = ["Daemon"]
@@ -95,6 +97,7 @@ class _OwnMetrics:
         self.reload_ok = gauge(m.RELOAD_OK)
         self.reload_time = gauge(m.RELOAD_TIME)
         self.targets = gauge(m.TARGETS)
+        self.state = StateMetrics(ok=gauge(m.STATE_WRITE_OK), time=gauge(m.STATE_WRITE_TIME))
         self.file_sd_errors = counter(m.FILE_SD_ERRORS)
         self.log_lines_dropped = counter(m.LOG_LINES_DROPPED)
         self.loop_lag = histogram(m.LOOP_LAG, LAG_BUCKETS)
@@ -108,6 +111,7 @@ class _OwnMetrics:
         self.scrape_excused = counter(m.SCRAPE_EXCUSED)
         self.scrape_deferred = counter(m.SCRAPE_DEFERRED)
         self.scrape_limit = gauge(m.SCRAPE_LIMIT)
+        self.loop_busy = gauge(m.LOOP_BUSY)
         self.web = WebMetrics(
             reload_ok=gauge(m.WEB_RELOAD_OK),
             reload_time=gauge(m.WEB_RELOAD_TIME),
@@ -296,12 +300,8 @@ class Daemon:
         desired: dict[str, TargetConfig] = {t.name: t for t in config.targets}
         for path, target in self._file_sd.targets():
             if target.name in desired:
-                self.log.warning(
-                    "file_sd_duplicate_target",
-                    target=target.name,
-                    file=path,
-                    kept=desired[target.name].origin,
-                )
+                self.log.warning("file_sd_duplicate_target", target=target.name, file=path,
+                                 kept=desired[target.name].origin)  # fmt: skip
                 continue
             desired[target.name] = target
         return self.shard.select(desired.values(), key=lambda t: t.name)  # fleet: --shard
@@ -309,6 +309,8 @@ class Daemon:
     def _apply(self, config: Config) -> None:
         first = self.config is None
         self.config = config
+        if (warning := curve_memory_warning(config)) is not None:
+            self.log.warning("curve_retention_memory", warning=warning)
         if self.config_path is not None and not config.file_sd:
             self._file_sd.clear()
         self._file_sd.refresh(config)
@@ -443,13 +445,15 @@ class Daemon:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = open_session(max_connections=256)
+            policy = self.governor.policy  # both lanes of the in-flight limit (governor)
+            self._session = open_session(max_connections=policy.inflight_max + policy.suspect_max)
         return self._session
 
     def _source_for(self, target: TargetConfig) -> Source:
-        """The source a target is read from, with its current settings."""
+        """The source a target is read from, with its current settings (and its tap's page
+        beside it: specmon.sources.tap)."""
         glob = self.config.global_ if self.config else GlobalConfig()
-        return HttpPageSource(
+        return with_tap(HttpPageSource(
             limits=glob.limits,
             url=target.url,
             session=self._get_session,
@@ -464,7 +468,8 @@ class Daemon:
             engine=target.engine,
             model=target.model,
             name_filter=glob.name_filter if target.name_filter is None else target.name_filter,
-        )
+        ), target.tap, session=self._get_session, timeout=target.scrape_timeout,
+           client=target.client)  # fmt: skip
 
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=self.web.middlewares())  # security: auth, headers
@@ -605,9 +610,9 @@ class Daemon:
         if state_dir is not None:  # before the targets, so each is restored as it starts
             self.keeper = StateKeeper(
                 directory=state_dir, shard=self.shard, log=self.log,
-                max_age=config.global_.state_max_age,
+                max_age=config.global_.state_max_age, metrics=self.metrics.state,
             )  # fmt: skip
-            await asyncio.to_thread(self.keeper.open)  # the read and its checks off the loop
+            await asyncio.to_thread(self.keeper.open, config.targets)  # off the loop
             self._keeper_task = asyncio.create_task(self.keeper.run(self.states), name="state")
         self._apply(config)
         self.metrics.reload_ok.set(1)
@@ -631,8 +636,10 @@ class Daemon:
             gc_pause=lambda generation: self.metrics.gc_pause.labels(generation=str(generation)),
             log=self.log,
             on_lag=lambda lag: self.governor.watched(at=loop.time(), lag=lag),
+            on_ran=lambda span, idle: self.governor.ran(span=span, idle=idle),
         )
         self.loop_watch.install()
+        self.loop_watch.time_idle(loop)  # the governor's "short of CPU" (module governor)
         self._watch_task = asyncio.create_task(self.loop_watch.run(), name="loop-watch")
         self._governor_task = asyncio.create_task(self._govern(), name="governor")
         self.log.info(
@@ -663,7 +670,11 @@ class Daemon:
         metrics.scrape_stretch.set(governor.stretch)
         metrics.scrape_delay.set(governor.delay)
         metrics.scrape_limit.set(governor.limit)
-        if period.deferred:  # the limit may have grown: start whom it now lets in
+        if period.busy is not None:
+            metrics.loop_busy.set(period.busy)
+        if period.deferred or len(
+            gate(governor)
+        ):  # the limit may have grown: start whom it now lets in
             gate(governor).admit_waiting()
         configured = {r.state.config.scrape_interval for r in self._running.values()}
         for interval in governor.forget_intervals(configured):
@@ -682,6 +693,7 @@ class Daemon:
                 scrapes=period.scrapes,
                 excused=period.excused,
                 stalled_share=round(period.stall, 3),
+                busy=None if period.busy is None else round(period.busy, 3),
                 in_flight_limit=period.limit,
                 deferred=period.deferred,
                 state=period.state,

@@ -14,8 +14,10 @@ import math
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol
 
+from specmon.answer import Answer
 from specmon.daemon import metrics as m
-from specmon.daemon.load_view import LoadFigures
+from specmon.daemon import metrics_answer as a
+from specmon.daemon.class_view import emit_classes
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.metrics_epochs import (
     CHANGE_SPEEDUP,
@@ -24,7 +26,7 @@ from specmon.daemon.metrics_epochs import (
     CONFIG_CHANGE_TIME,
 )
 from specmon.daemon.target import ModelView, TargetView
-from specmon.daemon.verdict import Verdict
+from specmon.daemon.views import LoadFigures
 from specmon.report import AcceptanceReport
 
 __all__ = ["Sample", "Sink", "emit_target", "exportable", "health_samples", "target_samples"]
@@ -56,8 +58,6 @@ _WINDOW_FIGURES: tuple[tuple[MetricDef, Callable[[AcceptanceReport], float | int
     (m.ALPHA, lambda r: r.alpha),
     (m.ALPHA_MARGIN, lambda r: r.alpha_margin),
     (m.EXPECTED_SPEEDUP, lambda r: r.expected_speedup),
-    (m.BEST_CHAIN_LENGTH, lambda r: r.best_chain_length),
-    (m.BEST_SPEEDUP, lambda r: r.best_speedup),
 )
 
 
@@ -151,6 +151,7 @@ def emit_target(view: TargetView, out: Sink) -> None:
                 out.add(CHANGE_SPEEDUP_UPPER, bl, b.interval[1])
     for model in view.models:
         _model_samples(out, (view.name, engine, model.model), model)
+    emit_classes(view.classes, out, target=view.name)  # per request class: daemon/class_view.py
 
 
 def _model_samples(out: Sink, labels: tuple[str, str, str], model: ModelView) -> None:
@@ -165,9 +166,9 @@ def _model_samples(out: Sink, labels: tuple[str, str, str], model: ModelView) ->
     out.add(m.DRAFT_COST, (*labels, "configured"), basis.draft_cost)
     out.add(m.DRAFT_COST, (*labels, "engine"), model.engine_draft_cost)
     primary = model.windows[len(model.windows) // 2] if model.windows else None
-    if primary is not None and primary.load is not None and primary.load.baseline:
-        measured = primary.load.measured_draft_cost
-        out.add(m.DRAFT_COST, (*labels, "measured", primary.load.baseline), measured)
+    answer = primary.answer if primary is not None else None
+    if answer is not None and answer.compared and answer.against:
+        out.add(m.DRAFT_COST, (*labels, "measured", answer.against), answer.draft_cost)
     out.add(m.BREAKEVEN, labels, basis.breakeven_alpha)
     if model.totals_accepted is not None:
         # Engines without a counter (TensorRT-LLM: drafts; SGLang, TGI: draft tokens) get no
@@ -184,8 +185,8 @@ def _model_samples(out: Sink, labels: tuple[str, str, str], model: ModelView) ->
         out.add(m.WINDOW_SECONDS, wl, window.covered_seconds)
         if window.load is not None:
             _load_samples(out, wl, window.load)
-        if window.verdict is not None:
-            _verdict_samples(out, wl, window.verdict)
+        if window.answer is not None:
+            _answer_samples(out, wl, window.answer)
         report = window.report
         if report is None:
             continue
@@ -207,33 +208,35 @@ def _load_samples(out: Sink, wl: tuple[str, ...], load: LoadFigures) -> None:
     out.add(m.STEP_SECONDS, wl, load.step_seconds)
     out.add(m.TPOT, wl, load.time_per_output_token_seconds)
     out.add(m.MEAN_DRAFT_LENGTH, wl, load.mean_draft_length)
-    if load.baseline is None:
+
+
+def _answer_samples(out: Sink, wl: tuple[str, ...], answer: Answer) -> None:
+    out.add(a.VERDICT_INFO, (*wl, answer.basis.value, answer.state.value), 1.0)
+    out.add(a.VERDICT_SPEEDUP, wl, answer.speedup)
+    if answer.interval is not None:
+        out.add(a.VERDICT_SPEEDUP_LOWER, wl, answer.interval[0])
+        out.add(a.VERDICT_SPEEDUP_UPPER, wl, answer.interval[1])
+    out.add(a.VERDICT_MARGIN, wl, answer.alpha_margin)
+    out.add(a.VERDICT_BREAKEVEN, wl, answer.breakeven_alpha)
+    out.add(a.VERDICT_DRAFT_COST, wl, answer.draft_cost)
+    out.add(m.BEST_CHAIN_LENGTH, wl, answer.best_chain_length)
+    out.add(m.BEST_SPEEDUP, wl, answer.best_speedup)
+    if not answer.compared or answer.against is None:
         return
-    bl = (*wl, load.baseline)
-    out.add(m.REALIZED_SPEEDUP, bl, load.realized_speedup)
-    out.add(m.MEASURED_BREAKEVEN, bl, load.measured_breakeven_alpha)
-    out.add(m.MEASURED_MARGIN, bl, load.measured_alpha_margin)
-    if load.crossover is not None:
-        out.add(m.CROSSOVER, bl, load.crossover.concurrency)
-        out.add(m.CROSSOVER_LOWER, bl, load.crossover.low)
-        out.add(m.CROSSOVER_UPPER, bl, load.crossover.high)
-    for bucket in load.buckets:
-        bc = (*bl, bucket.label)
-        out.add(m.BUCKET_SPEEDUP, bc, bucket.realized_speedup)
-        out.add(m.BUCKET_DRAFT_COST, bc, bucket.draft_cost)
-        out.add(m.BUCKET_BEST_CHAIN, bc, bucket.best_chain_length)
-        out.add(m.BUCKET_BEST_SPEEDUP, bc, bucket.best_speedup)
-
-
-def _verdict_samples(out: Sink, wl: tuple[str, ...], verdict: Verdict) -> None:
-    out.add(m.VERDICT_INFO, (*wl, verdict.basis.value), 1.0)
-    out.add(m.VERDICT_SPEEDUP, wl, verdict.speedup)
-    if verdict.speedup_interval is not None:
-        out.add(m.VERDICT_SPEEDUP_LOWER, wl, verdict.speedup_interval[0])
-        out.add(m.VERDICT_SPEEDUP_UPPER, wl, verdict.speedup_interval[1])
-    out.add(m.VERDICT_MARGIN, wl, verdict.alpha_margin)
-    out.add(m.VERDICT_BREAKEVEN, wl, verdict.breakeven_alpha)
-    out.add(m.VERDICT_DRAFT_COST, wl, verdict.draft_cost)
+    bl = (*wl, answer.against)
+    out.add(a.REALIZED_SPEEDUP, bl, answer.speedup)
+    out.add(a.MEASURED_BREAKEVEN, bl, answer.breakeven_alpha)
+    out.add(a.MEASURED_MARGIN, bl, answer.alpha_margin)
+    if answer.crossover is not None:
+        out.add(a.CROSSOVER, bl, answer.crossover.concurrency)
+        out.add(a.CROSSOVER_LOWER, bl, answer.crossover.low)
+        out.add(a.CROSSOVER_UPPER, bl, answer.crossover.high)
+    for per in answer.per_load:
+        bc = (*bl, per.label)
+        out.add(a.BUCKET_SPEEDUP, bc, per.speedup)
+        out.add(a.BUCKET_DRAFT_COST, bc, per.draft_cost)
+        out.add(a.BUCKET_BEST_CHAIN, bc, per.best_chain_length)
+        out.add(a.BUCKET_BEST_SPEEDUP, bc, per.best_speedup)
 
 
 def health_samples(view: TargetView) -> list[Sample]:

@@ -35,12 +35,14 @@ from specmon.config_values import (
 )
 from specmon.engines import Engine, PageLimits, check_engine
 from specmon.load import Profile, ProfileError, profile_from_json
+from specmon.load.curve_sums import retention_bytes
 from specmon.report import DEFAULT_DRAFT_COST
 from specmon.settings import SETTINGS, TargetSettings, settle
 from specmon.sources.client_config import CLIENT_KEYS, ClientConfig, FileChecker, check_client
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
 
 __all__ = [
+    "CURVE_MEMORY_BUDGET",
     "DEFAULT_TARGETS",
     "MAX_CONFIG_BYTES",
     "Config",
@@ -50,6 +52,7 @@ __all__ = [
     "TargetConfig",
     "check_url",
     "config_keys",
+    "curve_memory_warning",
     "default_config",
     "load_config",
     "parse_config",
@@ -125,6 +128,9 @@ class TargetConfig:
     #: A load profile written by ``specmon measure --profile-out``: the baseline by
     #: concurrency when there is no twin. Its path in the config; loaded and checked at load.
     cost_profile: Profile | None = field(default=None, metadata=_keys("cost_profile"))
+    #: A ``specmon tap``'s /metrics beside this engine: read with every scrape for the
+    #: per-class figures (specmon.classes, docs/tap.md).
+    tap: str | None = None
     #: Where the target came from: "config" or a file_sd path.
     origin: str = field(default="config", metadata=_keys())
 
@@ -140,7 +146,7 @@ class TargetConfig:
 
     def identity(self) -> tuple[object, ...]:
         """What the counters depend on: change any of it and the windows start again."""
-        return (self.url, self.engine, self.model)
+        return (self.url, self.engine, self.model, self.tap)
 
 
 #: The fields of a target that :class:`TargetSettings` decides.
@@ -327,9 +333,37 @@ def check_state_dir(value: object) -> Path:
     return Path(value)
 
 
+#: The memory the compared targets' cost curves may take at ``curve_retention`` before
+#: check-config and the daemon warn (``curve_retention_memory``).
+CURVE_MEMORY_BUDGET = 256 * 2**20
+
+
+def curve_memory_warning(config: Config) -> str | None:
+    """Why ``curve_retention`` may cost more memory than :data:`CURVE_MEMORY_BUDGET` over the
+    targets that keep a cost curve (those with a baseline or a cost profile, and their
+    twins), or None. Estimated at one concurrency bucket a slot (a load that crosses buckets
+    within a slot costs up to 14 times as much)."""
+    compared = {t.name for t in config.targets if t.baseline or t.cost_profile} | {
+        t.baseline for t in config.targets if t.baseline
+    }
+    retention = config.global_.curve_retention
+    each = retention_bytes(retention)
+    total = each * len(compared)
+    if total <= CURVE_MEMORY_BUDGET:
+        return None
+    return (
+        f"curve_retention {format_duration(retention)} keeps about {each / 1e6:.2f} MB of "
+        f"cost-curve sums for each of {len(compared)} compared targets and twins (one "
+        f"concurrency bucket a slot), {total / 1e6:.0f} MB in all, more than the "
+        f"{CURVE_MEMORY_BUDGET // 2**20} MiB budget, and up to 14 times that when the load "
+        "crosses buckets: shorten curve_retention, or count it in specmon's memory limit"
+    )
+
+
 def _curve_retention(value: Any) -> float:
-    """``global.curve_retention``: a duration from 1 minute to 7 days (its memory: about 20
-    numbers per minute slot and concurrency bucket a compared target runs in)."""
+    """``global.curve_retention``: a duration from 1 minute to 7 days (its memory: about
+    SLOT_BYTES, 400 bytes, per slot (a minute, or a 1,440th of a retention past a day) and
+    concurrency bucket a compared target runs in: :func:`curve_memory_warning`)."""
     seconds = parse_duration(value)
     if not 60.0 <= seconds <= 7 * 86400.0:
         raise ValueError("must be from 1m to 7d")
@@ -407,6 +441,7 @@ def _check_target(
         enable_compression=checker.get(data, "enable_compression", path, check_bool, None),
         name_filter=checker.get(data, "name_filter", path, check_bool, None),
         cost_profile=_cost_profile(checker, data.get("cost_profile"), _join(path, "cost_profile")),
+        tap=checker.get(data, "tap", path, check_url, None),
     )
     if target.baseline is not None and target.cost_profile is not None:
         checker.add(path, "set baseline or cost_profile, not both")

@@ -2,9 +2,9 @@
 accumulators, per configuration), fed with every whole interval of the target's models, kept
 in the state file beside the epochs, and read two ways:
 
-- the ``history`` basis of the verdict: the current (speculating) epoch against the newest
-  epoch without speculation whose loads overlap it, at the load every basis reads at
-  (:func:`specmon.daemon.load_view.read_concurrency`, through :func:`specmon.load.matched.matched_read`);
+- the baseline of the ``history`` basis: the newest epoch without speculation, its sums per
+  load bucket laid out as a window (:meth:`EpochCurves.past`), which the answer compares the
+  current window with as it would a twin's (:func:`specmon.answer.read_comparison`);
 - "did the change help?": the current epoch against the previous one, per bucket both
   measured (:func:`specmon.load.matched.matched_buckets`).
 
@@ -20,31 +20,26 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from specmon.bounds import time_per_token_refusal
-from specmon.daemon.load_view import HISTORY, LoadFigures
-from specmon.engines import SpecCounters
-from specmon.load import DEFAULT_SCHEME, Speeds
+from specmon.load import DEFAULT_SCHEME, BucketTotals, LoadWindow
+from specmon.load.buckets import DEFAULT_THRESHOLDS
 from specmon.load.curve import (
     COLUMNS,
     CurveAccumulator,
-    CurveRead,
     SlotSums,
-    acceptance_log_sd,
     state_from_dict,
     state_to_dict,
 )
-from specmon.load.matched import (
-    MatchedBucket,
-    epoch_accumulator,
-    loads_seen,
-    matched_buckets,
-    matched_read,
-)
+from specmon.load.curve_sums import EPOCH_SPAN
+from specmon.load.matched import MatchedBucket, loads_seen, matched_buckets
+from specmon.load.rows import ACCEPTED, DECODE_SECONDS, DECODE_TOKENS, DRAFT_TOKENS, DRAFTS
 from specmon.records import record
-from specmon.report import report_from_counters
-from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
+from specmon.state.epochs import MAX_EPOCHS, MAX_MODELS, Epoch, EpochBook, ModelEpochs
+from specmon.state.store import saved_json
 
-__all__ = ["HISTORY", "ChangeView", "EpochCurves", "history_figures"]
+__all__ = ["ChangeView", "EpochCurves", "Past", "describe_epoch"]
 
 _DS, _DT = COLUMNS.index("decode_seconds"), COLUMNS.index("decode_tokens")
 _DTK, _AC, _DR = COLUMNS.index("draft_tokens"), COLUMNS.index("accepted"), COLUMNS.index("drafts")
@@ -64,24 +59,44 @@ class ChangeView:
     loads_after: tuple[str, ...]
 
 
+@record
+class Past:
+    """A past epoch without speculation as the ``history`` basis's baseline: its sums per
+    load bucket, laid out as a window (specmon.answer.reads compares it as a twin's)."""
+
+    epoch: Epoch
+    window: LoadWindow
+    #: The accumulator's version it was laid out at.
+    version: int
+
+    @property
+    def detail(self) -> str:
+        return f"this server without speculation, {describe_epoch(self.epoch)}"
+
+
 class _Model:
-    __slots__ = ("curves", "number", "pending", "saved")
+    __slots__ = ("curves", "number", "pasts", "pending", "saved", "start")
 
     def __init__(self) -> None:
         self.number = 0
+        #: The current epoch's start: with its number, which epoch the sums go to.
+        self.start = 0.0
         self.curves: dict[int, CurveAccumulator] = {}
+        #: Past epochs laid out as windows, made again when their sums change.
+        self.pasts: dict[int, Past] = {}
         self.pending: CurveAccumulator | None = None
-        #: Each epoch's saved form and the accumulator version it was made at (a past
-        #: epoch's is made once).
-        self.saved: dict[int, tuple[int, dict[str, Any]]] = {}
+        #: Each epoch's saved form (its JSON) and the accumulator version it was made at (a
+        #: past epoch's is made once; bytes: a dict of lists of floats took 4 times more).
+        self.saved: dict[int, tuple[int, bytes]] = {}
 
-    def to_json(self) -> dict[str, Any]:
+    def saved_form(self) -> dict[str, orjson.Fragment]:
         out = {}
         for number, curve in self.curves.items():
             made = self.saved.get(number)
             if made is None or made[0] != curve.version:
-                made = self.saved[number] = (curve.version, _compact(state_to_dict(curve.state())))
-            out[str(number)] = made[1]
+                saved = saved_json(_compact(state_to_dict(curve.state())))
+                made = self.saved[number] = (curve.version, saved)
+            out[str(number)] = orjson.Fragment(made[1])
         for gone in set(self.saved) - set(self.curves):
             del self.saved[gone]
         return out
@@ -117,33 +132,41 @@ class EpochCurves:
         where = book.position(model)
         if where is None:
             return
-        number, pending, numbers = where
+        number, pending, numbers, start = where
         state = self._models.get(model)
         if state is None:
             state = self._models[model] = _Model()
-            state.number = number
-        if number != state.number:  # a change confirmed (or marked): its intervals move
-            if state.pending is not None:
-                state.curves[number] = state.pending
-            state.pending, state.number = None, number
+            state.number, state.start = number, start
+        if (number, start) != (state.number, state.start):  # a change confirmed (or marked)
+            moved, state.pending = state.pending, None
+            if start < state.start:  # a brief epoch folded back into this one: its sums stay
+                kept = state.curves.get(number)
+                if moved is not None:
+                    state.curves[number] = moved if kept is None else _merge(kept, moved)
+            else:  # a new epoch, or one that took a brief one's place (and number)
+                state.curves.pop(number, None)
+                if moved is not None:
+                    state.curves[number] = moved
+            state.number, state.start = number, start
             for gone in set(state.curves) - set(numbers):
                 del state.curves[gone]
+                state.pasts.pop(gone, None)
         elif not pending and state.pending is not None:  # a change cancelled
             current = state.curves.get(number)
             state.curves[number] = (
                 state.pending if current is None else _merge(current, state.pending)
             )
             state.pending = None
-        if row is None:
-            return
+        if row is None or _row_refusal(row) is not None:
+            return  # the interval breaks a bound a restored bucket must obey: not counted
         if pending:
             if state.pending is None:
-                state.pending = epoch_accumulator()
+                state.pending = CurveAccumulator.for_epoch()
             state.pending.add_row(row)
         else:
             curve = state.curves.get(number)
             if curve is None:
-                curve = state.curves[number] = epoch_accumulator()
+                curve = state.curves[number] = CurveAccumulator.for_epoch()
             curve.add_row(row)
 
     def curve(self, model: str, number: int) -> CurveAccumulator | None:
@@ -170,6 +193,31 @@ class EpochCurves:
             tuple(p.label for p in loads_seen(new, speculative=now)),
         )  # fmt: skip
 
+    def past(self, epochs: ModelEpochs | None) -> Past | None:
+        """The baseline of the ``history`` basis for a speculating current epoch: the newest
+        epoch known to run without speculation that measured any load, as a window of its
+        sums per bucket (None: no such epoch, or the current epoch does not speculate)."""
+        if epochs is None or not epochs.current.speculation:
+            return None
+        state = self._models.get(epochs.model)
+        if state is None:
+            return None
+        for epoch in reversed(epochs.epochs[:-1]):
+            if epoch.speculation is not False:  # speculating, or never known not to
+                continue
+            curve = state.curves.get(epoch.number)
+            if curve is None or not curve.measured(DEFAULT_THRESHOLDS, speculative=False):
+                continue
+            made = state.pasts.get(epoch.number)
+            if made is None or made.version != curve.version or made.window.curve is not curve:
+                scheme = DEFAULT_SCHEME.buckets
+                buckets = tuple(BucketTotals(scheme[b.bucket], b.totals) for b in curve.buckets())
+                made = state.pasts[epoch.number] = Past(
+                    epoch, LoadWindow(None, buckets, None, None, curve), curve.version
+                )
+            return made
+        return None
+
     def changes(self, views: tuple[ModelEpochs, ...]) -> tuple[ChangeView, ...]:
         found = (self.change(v) for v in views)
         return tuple(c for c in found if c is not None)
@@ -178,15 +226,22 @@ class EpochCurves:
 
     def to_json(self) -> dict[str, Any]:
         """Per model, per epoch number, the accumulator's state (the pending intervals of a
-        change being confirmed are not kept: at most a few scrapes)."""
-        return {name: m.to_json() for name, m in self._models.items() if m.curves}
+        change being confirmed are not kept: at most a few scrapes), as plain JSON values."""
+        return orjson.loads(orjson.dumps(self.saved_form()))  # type: ignore[no-any-return]
+
+    def saved_form(self) -> dict[str, Any]:
+        """:meth:`to_json` for the state file: each epoch's JSON made once a change (bytes)."""
+        return {name: m.saved_form() for name, m in self._models.items() if m.curves}
 
     def restore(self, data: Mapping[str, Any], book: EpochBook) -> None:
         """Take saved accumulators (validated through specmon.bounds: raises ValueError,
         leaving this as it was), for the epochs the book holds."""
+        if len(data) > MAX_MODELS:
+            raise ValueError(f"curves: more than {MAX_MODELS} models")
         restored: dict[str, dict[int, CurveAccumulator]] = {}
+        buckets = len(DEFAULT_SCHEME.buckets)
         for name, saved in data.items():
-            if not isinstance(name, str) or not isinstance(saved, dict) or len(saved) > 64:
+            if not isinstance(name, str) or not isinstance(saved, dict) or len(saved) > MAX_EPOCHS:
                 raise ValueError("curves: a model is not a name and an object")
             where = book.position(name)
             numbers = set(where[2]) if where is not None else set()
@@ -197,6 +252,9 @@ class EpochCurves:
                 if not isinstance(raw, dict):
                     raise ValueError("curves: an epoch's curve is not an object")
                 state = state_from_dict(raw)
+                if len(state.slots) > buckets or state.slot_seconds != EPOCH_SPAN:
+                    # An epoch's sums: one slot per bucket, for the epoch's whole life.
+                    raise ValueError("curves: not an epoch's sums (one slot per bucket)")
                 for slot in state.slots:
                     _check(slot)
                 if int(key) in numbers:
@@ -207,7 +265,7 @@ class EpochCurves:
             model = self._models.setdefault(name, _Model())
             model.curves.update(curves)
             if where is not None:
-                model.number = where[0]
+                model.number, model.start = where[0], where[3]
 
 
 def _compact(saved: dict[str, Any]) -> dict[str, Any]:
@@ -218,97 +276,45 @@ def _compact(saved: dict[str, Any]) -> dict[str, Any]:
     return saved
 
 
+def _sums_refusal(
+    decode_seconds: float, decode_tokens: float, draft_tokens: float, accepted: float,
+    drafts: float,
+) -> str | None:  # fmt: skip
+    """Why sums (an interval's, or a bucket's) cannot be counted, or None: a time per output
+    token outside specmon.bounds, more accepted tokens or drafts than draft tokens."""
+    if decode_tokens > 0 and decode_seconds > 0:
+        problem = time_per_token_refusal(decode_seconds / decode_tokens)
+        if problem is not None:
+            return problem
+    if accepted > draft_tokens or (drafts > draft_tokens and draft_tokens > 0):
+        return "more accepted tokens or drafts than draft tokens"
+    return None
+
+
+def _row_refusal(row: array[float]) -> str | None:
+    """:func:`_sums_refusal` of an interval row (specmon.load.rows' layout), checked when it
+    is counted as a restored bucket is when read back."""
+    width = len(row)
+    return _sums_refusal(
+        row[DECODE_SECONDS], row[DECODE_TOKENS],
+        row[DRAFT_TOKENS] if width > DRAFT_TOKENS else 0.0,
+        row[ACCEPTED] if width > ACCEPTED else 0.0, row[DRAFTS] if width > DRAFTS else 0.0,
+    )  # fmt: skip
+
+
 def _check(slot: SlotSums) -> None:
     """A restored bucket within the bounds a live interval obeys."""
     v = slot.values
-    if v[_DT] > 0 and v[_DS] > 0:
-        problem = time_per_token_refusal(v[_DS] / v[_DT])
-        if problem is not None:
-            raise ValueError(f"curves: {problem}")
-    if v[_AC] > v[_DTK] or (v[_DR] > v[_DTK] and v[_DTK] > 0):
-        raise ValueError("curves: more accepted tokens or drafts than draft tokens")
+    problem = _sums_refusal(v[_DS], v[_DT], v[_DTK], v[_AC], v[_DR])
+    if problem is not None:
+        raise ValueError(f"curves: {problem}")
 
 
-def _when(epoch: Epoch) -> str:
+def describe_epoch(epoch: Epoch) -> str:
+    """When an epoch ran, for people ("2026-12-07 10:13-10:20 UTC")."""
     start = time.strftime("%Y-%m-%d %H:%M", time.gmtime(epoch.start))
     if epoch.end is None:
         return f"{start}-now"
     same_day = time.gmtime(epoch.start)[:3] == time.gmtime(epoch.end)[:3]
     end = time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", time.gmtime(epoch.end))
     return f"{start}-{end} UTC"
-
-
-def history_figures(
-    live: LoadFigures,
-    *,
-    curves: EpochCurves,
-    epochs: ModelEpochs | None,
-    speeds: Speeds | None,
-    acceptance: SpecCounters,
-    chain_length: int | None,
-) -> LoadFigures:
-    """``live`` (a speculating window with no twin or profile) read against the server's own
-    past: the newest epoch without speculation whose loads overlap the current epoch's, at
-    ``live.read_concurrency``, the load every basis reads at (decided once:
-    :func:`~specmon.daemon.load_view.read_concurrency`). ``live``
-    unchanged when there is no such epoch (with the loads each epoch saw in its reason when
-    there is one whose loads do not overlap)."""
-    if epochs is None or not epochs.current.speculation or speeds is None:
-        return live
-    current = curves.curve(epochs.model, epochs.current.number)
-    now = live.read_concurrency
-    _, step, tpot = speeds
-    if current is None or now is None or step is None or not tpot:
-        return live
-    per_step = step / tpot
-    sd: float | None = None
-    refused: list[str] = []
-    for epoch in reversed(epochs.epochs[:-1]):
-        if epoch.speculation is not False:  # speculating, or never known not to
-            continue
-        base = curves.curve(epochs.model, epoch.number)
-        if base is None:
-            continue
-        if sd is None:  # only with an epoch to read against (most targets have none)
-            drafted = acceptance.draft_tokens / acceptance.drafts if acceptance.drafts else None
-            sd = (
-                acceptance_log_sd(acceptance, tokens_per_draft=drafted or float(chain_length or 1))
-                or 0.0
-            )
-        read = matched_read(base, current, now, tokens_per_step=per_step,
-                            acceptance_sd=sd, chain_length=chain_length)  # fmt: skip
-        if isinstance(read, str):
-            saw = ", ".join(p.label for p in loads_seen(base, speculative=False)) or "none"
-            mine = ", ".join(p.label for p in loads_seen(current, speculative=True)) or "none"
-            refused.append(f"epoch {epoch.number} without speculation ({_when(epoch)}) saw "
-                           f"loads {saw}, this epoch {mine}: {read}")  # fmt: skip
-            continue
-        return _figures(live, read, epoch, acceptance, chain_length)
-    if refused:
-        return replace(live, reason="; ".join(refused[:2]))
-    return live
-
-
-def _figures(
-    live: LoadFigures, read: CurveRead, epoch: Epoch, acceptance: SpecCounters, k: int | None
-) -> LoadFigures:
-    cost = read.draft_cost if read.draft_cost is not None and read.draft_cost >= 0 else None
-    report = (
-        report_from_counters(acceptance, draft_cost=cost, configured_chain_length=k)
-        if cost is not None and acceptance.drafts > 0
-        else None
-    )
-    lo, hi = read.between
-    if read.how == "measured":  # a bucket both epochs measured: their own ratio there
-        load = "same load"
-    else:
-        where = f"between buckets {lo} and {hi}" if lo != hi else f"next to bucket {lo}"
-        load = f"{read.how} on the cost curve, {where}"
-    against = f"against this server without speculation, {_when(epoch)}, {load}"
-    return replace(
-        live, baseline=HISTORY, realized_speedup=read.speedup, measured_draft_cost=cost,
-        measured_breakeven_alpha=report.breakeven_alpha if report else None,
-        measured_alpha_margin=report.alpha_margin if report else None,
-        speedup_interval=read.interval, read=read.how, read_concurrency=read.concurrency,
-        reason=None, against=against, bucket=DEFAULT_SCHEME.bucket_of(read.concurrency).label,
-    )  # fmt: skip

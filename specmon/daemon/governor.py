@@ -1,7 +1,9 @@
 """The overload governor: past what the process can do on time, scrape every target less
-often, evenly, instead of letting some of them time out. No I/O: the scrapers tell it when
-each scrape started and how late, the daemon closes a period every :attr:`Policy.period`
-seconds, and it answers with the stretch every target's interval is multiplied by.
+often, evenly, instead of letting some of them time out; and never let targets that do not
+answer hold back those that do. No I/O: the scrapers tell it when each scrape started, the
+loop watch how long the event loop idled, the daemon closes a period every
+:attr:`Policy.period` seconds, and it answers with the stretch every target's interval is
+multiplied by and the number of scrapes that may run at once.
 
 Why a stretch, and why evenly. Every scrape runs on one event loop. When the scrapes due in a
 second need more than a second of the process's CPU (more targets than a core scrapes on
@@ -12,60 +14,83 @@ interval by one factor lowers the demand until it fits again: every target is st
 at the same reduced rate, and none is singled out. The factor is the one figure to watch
 (``specmon_scrape_interval_stretch``; 1 is on schedule) and ``SpecmonOverloaded`` fires on it.
 
+**Two signals, both needed** (issue 67). The stretch answers one question: is specmon short of
+CPU? A schedule can fall behind for reasons the stretch does not cure: a hold of the loop (a
+``/metrics`` build, a full collection) makes the scrapes due meanwhile start together, and
+those over the in-flight limit wait; targets that accept and never answer hold places until
+their timeout while specmon sits idle. Judging on start lateness counted all of that as
+trouble, and the stretch ratcheted (issue 58: 2.8 to 7.7 beside a competitor where 3 kept up;
+to its cap with 2,000 hung targets while specmon used a tenth of a core). So a period is
+judged on:
+
+- **busy**: the share of the period the event loop was not idle (not waiting in its selector
+  for I/O or a timer), from :meth:`ran`, which the loop watch calls every tick. A loop that
+  never idles is short of CPU: it has more to do than it gets to run, whether it lacks a core
+  or shares one with another process. A loop waiting on targets that do not answer idles.
+  Unmeasured (an event loop whose selector cannot be timed), it counts as busy, and the
+  slip alone decides.
+- **slip**: the schedule's slip, the mean of each scrape's achieved gap since its target's
+  previous start over the gap it asked for (the stretched interval, or a failing target's
+  back-off). A burst after a hold barely moves it (a 2.5 s hold at 15 s gaps: about 1.04 over
+  the period), where it moved the median start lateness past the old threshold.
+
+Targets with a recent timeout of their own (suspects, below) are left out of the slip and of
+the lateness figures: their waits are theirs.
+
 The control law (:class:`Policy` holds its constants), once a period of ``period`` (5) s.
-It converges to the smallest stretch at which the scrapes it starts complete on time, as TCP's
-congestion control does: grow fast on trouble, shrink slowly on calm, remember where trouble
-was. Each period is one of:
+Grow fast on trouble, shrink slowly on room, remember where trouble was. Each period is one
+of:
 
-- **trouble**: the median scrape started ``behind_after`` (0.25) s or more after its wake-up,
-  or at least ``excused_min`` (3) and ``excused_share`` (0.5 %) of the scrapes started timed
-  out while specmon was behind (excused: they started on time and their answers waited
-  behind others', which lateness alone does not show). If the last change was a relaxation
-  within the settling time, the stretch goes back to where it was before it (one step) and
-  that value is a floor for ``hold`` (30) s; otherwise, once the last change has settled, it
-  is multiplied by the schedule's slip (the mean of each scrape's achieved gap over the gap
-  it asked for) over ``headroom`` (0.8), between ``raise_min`` (1.25) and ``raise_max`` (2),
-  up to ``max_stretch`` (16).
-- **calm**: the median started within ``calm_below`` (0.05) s, no timeout was excused and the
-  loop watch's lags add up to less than ``calm_stall`` (20 %) of the period. After
-  ``relax_after`` (2) calm periods, and at least the settling time, since the last change,
-  the stretch is multiplied by ``relax_step`` (0.8), not below 1 nor, while it holds, the
-  floor. The floor is dropped early when the period starts fewer than half the scrapes it
-  started when the floor was set (the load went).
-- **hold**: anything between (a collection or a page build now and then): nothing changes,
-  and the calm periods counted so far still count.
+- **trouble**: specmon is short of CPU (busy ``short_above`` (0.9) or more) and its schedule
+  is behind: the slip is ``slip_behind`` (1.1) or more, or at least ``excused_min`` (3) and
+  ``excused_share`` (0.5 %) of the scrapes started timed out while specmon was behind
+  (excused: they started on time and their answers waited behind others'). If the last change
+  was a relaxation within the settling time, the stretch goes back to where it was before it
+  (one step) and that value is a floor for ``hold`` (30) s; otherwise, once the last change
+  has settled, it is multiplied by the slip over ``headroom`` (0.8), between ``raise_min``
+  (1.25) and ``raise_max`` (2), up to ``max_stretch`` (16).
+- **calm**: room to spare: busy under ``room_below`` (0.7: a relaxation by ``relax_step``
+  (0.8) multiplies the scrapes' work by 1.25, which stays under ``short_above``) over this
+  period and the one before (a page build every other period does not hide the room), the
+  slip under ``slip_calm`` (1.05) and no timeout excused. After ``relax_after`` (2) calm periods, and at
+  least the settling time, since the last change, the stretch is multiplied by
+  ``relax_step``, not below 1 nor, while it holds, the floor. The floor is dropped early when
+  the period starts fewer than half the scrapes it started when the floor was set.
+- **hold**: anything between: nothing changes, and the calm periods counted so far still
+  count. Between 0.7 and 0.9 busy the stretch rests: a steady competitor gives a steady
+  stretch.
 
-The settling time is one stretched interval of the longest configured interval, at least a
-period and at most ``settle_max`` (10) s: a change reaches every target at its next scrape,
-so until then the periods still show the schedule before it. At the point it finds, the
-stretch tries one step lower once every ``hold`` and comes back at once: it moves by one
-step around its point, never more.
+The settling time is one stretched interval of the longest configured interval, at least two
+periods and at most ``settle_max`` (10) s: a change reaches every target at its next scrape,
+and the period it was made in ends with the backlog from before it, so until then the
+periods still show the schedule before it.
 
-**The in-flight limit.** The stretch sets how many scrapes start; it cannot help when more
-are in flight than complete inside their timeout (past the stretch's cap, or in the seconds
-after a relaxation one step too far): each of them waits behind the others, on the loop and in
-the client's connection pool, until its deadline, and the work spent on it is lost, which
-keeps the process behind (issue 58: 5,205 excused against 70,134 read in 140 s at 6,000
-targets every 1 s, on a process using 0.42 of a core). So at most :attr:`Governor.limit`
-scrapes run at once (:meth:`admit`); one over it waits before it starts, in order, outside its
-timeout (:meth:`defer`, counted in ``specmon_scrapes_deferred_total``), and starts when one
-in flight ends: its target reads later, the achieved interval says so, and the wait counts
-as lateness, so the stretch grows with it. The limit starts at ``inflight_max`` (256, the
-client session's connections, beyond which requests already waited inside their timeout).
-A period with excused timeouts (the stretch's own test) cuts it to ``inflight_cut`` (0.5) of
-itself, or lower to Little's law's share of what completes inside the timeout: the scrapes
-that completed per second, times the smallest timeout among them, times ``inflight_share``
-(0.5); at least ``inflight_min`` (4). A period in which scrapes waited and none was excused
-grows it by ``inflight_grow`` (10 %, at least one), never above ``inflight_max``, nor for
-``inflight_hold`` (120) s after a cut above 0.9 of the limit that was cut. Cut fast, grow
-slowly, remember where trouble was: in steady overload it probes above its point once every
-two minutes and comes back at once.
+**The in-flight limit, in two lanes.** The stretch sets how many scrapes start; it cannot
+help when more are in flight than complete inside their timeout: each of them waits behind
+the others, on the loop and in the client's connection pool, until its deadline, and the work
+spent on it is lost (issue 58: 5,205 excused against 70,134 read in 140 s at 6,000 targets
+every 1 s). So at most :attr:`Governor.limit` scrapes of targets that answer run at once
+(:meth:`admit`); one over it waits before it starts, in order, outside its timeout
+(:meth:`defer`, ``specmon_scrapes_deferred_total``), and starts when one in flight ends. A
+target whose last judged scrape timed out (a **suspect**: it hangs, or answers slower than
+its timeout) scrapes in a lane of its own, at most ``suspect_max`` (512) at once: a scrape
+that never answers holds a place for its whole timeout while costing specmon nothing, and
+2,000 of them in the one lane kept healthy targets waiting behind them for a minute or more
+(issue 67). A suspect that answers again is back in the first lane from its next scrape. The
+first lane's limit starts at ``inflight_max`` (256). A period of trouble with excused
+timeouts cuts it to ``inflight_cut`` (0.5) of itself, or lower to Little's law's share of
+what completes inside the timeout: the scrapes that completed per second, times the smallest
+timeout among them, times ``inflight_share`` (0.5); at least ``inflight_min`` (4). Excuses
+while specmon idles (a hold, not a shortage) cut nothing: a lower limit would only queue
+scrapes behind the hold. A period in which scrapes waited and none was excused grows it by
+``inflight_grow`` (10 %, at least one), never above ``inflight_max``, nor for
+``inflight_hold`` (120) s after a cut above 0.9 of the limit that was cut.
 
 A timeout is **excused** (:meth:`Governor.excuses`) when specmon itself was behind while the
 scrape ran: a wake-up inside the scrape's span started at least ``excuse_fraction`` of the
 scrape timeout late. The target is then neither marked down nor counted as failed (its
 ``specmon_up`` stays as it was); the scrape counts in
-``specmon_scrape_timeouts_excused_total``.
+``specmon_scrape_timeouts_excused_total``. An excused timeout makes no suspect.
 
 **Excuses are bounded.** A target's timeouts are excused at most ``excuse_limit`` (1) in a
 row. Its next scrape, at the configured interval (not stretched), is a **probe**: judged
@@ -76,9 +101,10 @@ most ``probe_wall`` (8) timeouts on the clock. A healthy engine answers a probe;
 hangs goes down on it. A probe that reaches that bound before specmon gave it half its timeout (the
 process ran less than a sixteenth of the time) judges nothing: it is excused, and the next
 scrape is a probe again. A target that hangs is therefore down at most one stretched
-interval, one timeout, one configured interval and ``scrape_timeout`` over the share of the
-time specmon runs after it hangs (2 s every 2 s with a 1.5 s timeout, specmon stopped 0.7 s
-in every second: 2 s x stretch + 1.5 + 2 + 5 s; measured 8-9 s, bench/RESULTS.md, "Starved").
+interval, the wait at the first lane's limit when many hang at once (``N / limit`` timeouts
+for ``N`` targets hanging together), one timeout, and, when that timeout was excused, one
+configured interval and ``scrape_timeout`` over the share of the time specmon runs, after it
+hangs (bench/RESULTS.md, "Starved" and "Hung targets").
 """
 
 from __future__ import annotations
@@ -106,11 +132,12 @@ class Policy:
     """The governor's control law's constants (see the module docstring)."""
 
     period: float = 5.0
-    behind_after: float = 0.25
-    calm_below: float = 0.05
+    short_above: float = 0.9
+    room_below: float = 0.7
+    slip_behind: float = 1.1
+    slip_calm: float = 1.05
     excused_share: float = 0.005
     excused_min: int = 3
-    calm_stall: float = 0.2
     relax_after: int = 2
     settle_max: float = 10.0
     hold: float = 30.0
@@ -128,10 +155,13 @@ class Policy:
     inflight_cut: float = 0.5
     inflight_grow: float = 1.1
     inflight_hold: float = 120.0
+    suspect_max: int = 512
 
     def __post_init__(self) -> None:
-        if not (0 < self.calm_below < self.behind_after):
-            raise ValueError("need 0 < calm_below < behind_after")
+        if not (0 < self.room_below < self.short_above <= 1):
+            raise ValueError("need 0 < room_below < short_above <= 1")
+        if not (1 < self.slip_calm <= self.slip_behind):
+            raise ValueError("need 1 < slip_calm <= slip_behind")
         if not (1 < self.raise_min <= self.raise_max) or not (0 < self.relax_step < 1):
             raise ValueError("need 1 < raise_min <= raise_max and 0 < relax_step < 1")
         if self.period <= 0 or self.relax_after < 1 or self.max_stretch < 1:
@@ -140,14 +170,16 @@ class Policy:
             raise ValueError("need 0 < headroom <= 1 and excuse_fraction > 0")
         if self.excuse_limit < 1 or self.probe_wall < 1:
             raise ValueError("need excuse_limit >= 1 and probe_wall >= 1")
-        if not (0 < self.excused_share < 1) or self.excused_min < 1 or self.calm_stall <= 0:
-            raise ValueError("need 0 < excused_share < 1, excused_min >= 1, calm_stall > 0")
+        if not (0 < self.excused_share < 1) or self.excused_min < 1:
+            raise ValueError("need 0 < excused_share < 1 and excused_min >= 1")
         if self.settle_max < self.period or self.hold < 0:
             raise ValueError("need settle_max >= period and hold >= 0")
         if not (1 <= self.inflight_min <= self.inflight_max) or self.inflight_share <= 0:
             raise ValueError("need 1 <= inflight_min <= inflight_max and inflight_share > 0")
         if not (0 < self.inflight_cut < 1 < self.inflight_grow) or self.inflight_hold < 0:
             raise ValueError("need 0 < inflight_cut < 1 < inflight_grow and inflight_hold >= 0")
+        if self.suspect_max < 1:
+            raise ValueError("need suspect_max >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,10 +205,13 @@ class Period:
     completed: int = 0
     deferred: int = 0
     limit: int = 0
+    #: The share of the period the event loop was not idle (None: not measured).
+    busy: float | None = None
 
 
 class Governor:
-    """Scrape lateness in, one stretch factor out (see the module docstring)."""
+    """Scrape starts and the loop's idle time in; one stretch factor and the in-flight
+    limits out (see the module docstring)."""
 
     def __init__(
         self,
@@ -189,9 +224,12 @@ class Governor:
         self.policy = policy or Policy()
         self._on_excuse = on_excuse
         self._on_defer = on_defer
-        #: Scrapes allowed in flight at once (the in-flight limit), and those in flight.
+        #: Scrapes allowed in flight at once (the in-flight limit), and those in flight;
+        #: the same for suspects' scrapes (their own lane, a fixed limit).
         self.limit = self.policy.inflight_max
         self.inflight = 0
+        self.suspect_limit = self.policy.suspect_max
+        self.suspect_inflight = 0
         #: Scrapes that waited at the limit since the start.
         self.deferred = 0
         self._deferred_now = 0
@@ -219,10 +257,18 @@ class Governor:
         self._excused_now = 0
         self._stall_sum = 0.0
         self._longest = 0.0
+        #: Seconds the loop watch's ticks spanned in the period, and how many of them the
+        #: loop idled (None: never measured).
+        self._span = 0.0
+        self._idle: float | None = None
+        #: The previous period's (span, idle), for the calm test's two-period busy share.
+        self._previous = (0.0, 0.0)
+        #: The last closed period's busy share (None: not measured).
+        self.busy: float | None = None
         #: Calm periods since the last change; periods since it; the stretch before it and
         #: whether it was a relaxation; the known-good stretch and the periods it holds.
         self._calm = 0
-        self._since = 0
+        self._since = 1 << 30  # no change yet: the first trouble acts at once
         self._before = 1.0
         self._relaxed = False
         self._floor = 1.0
@@ -242,14 +288,21 @@ class Governor:
         asked: float,
         gap: float | None,
         waited: bool = False,
+        suspect: bool = False,
     ) -> None:
         """A scrape started at loop time ``at``, ``late`` seconds after its wake-up; its
         target's configured interval is ``interval``, and ``gap`` seconds passed since the
         target's previous scrape started (None for its first), where ``asked`` were asked
         for (the stretched interval, or a failing target's back-off). ``waited``: it waited
         at the in-flight limit, so its lateness is not the loop's and is no evidence for
-        :meth:`excuses` (the scraper reports the loop's own through :meth:`lagged`)."""
+        :meth:`excuses` (the scraper reports the loop's own through :meth:`lagged`).
+        ``suspect``: its target's last judged scrape timed out; its wait is its own, and it
+        counts in none of the period's figures."""
         late = max(0.0, late)
+        if suspect:
+            if not waited:
+                self.lagged(at=at, lag=late)
+            return
         self._seen += 1
         if len(self._samples) < _SAMPLES:
             self._samples.append(late)
@@ -282,6 +335,14 @@ class Governor:
             index = self._random.randrange(seen)
             if index < _SAMPLES:
                 gaps[index] = gap
+
+    def ran(self, *, span: float, idle: float) -> None:
+        """The loop watch's last tick spanned ``span`` seconds, of which the event loop
+        idled ``idle`` (waited in its selector): summed for the period's busy share."""
+        if span <= 0 or not math.isfinite(span) or not math.isfinite(idle):
+            return
+        self._span += span
+        self._idle = (self._idle or 0.0) + min(span, max(0.0, idle))
 
     def lagged(self, *, at: float, lag: float) -> None:
         """The event loop was ``lag`` seconds late at loop time ``at`` (a scrape's start, or
@@ -351,25 +412,35 @@ class Governor:
 
     # -- the in-flight limit ------------------------------------------------------------------
 
-    def admit(self, *, force: bool = False) -> bool:
-        """Whether one more scrape may start now (counted in flight when so); ``force``:
-        whatever the limit (a probe next in line)."""
-        if not force and self.inflight >= self.limit:
+    def admit(self, *, suspect: bool = False) -> bool:
+        """Whether one more scrape may start now in its lane (counted in flight when so);
+        ``suspect``: the lane of targets whose last judged scrape timed out."""
+        if suspect:
+            if self.suspect_inflight >= self.suspect_limit:
+                return False
+            self.suspect_inflight += 1
+            return True
+        if self.inflight >= self.limit:
             return False
         self.inflight += 1
         return True
 
-    def defer(self) -> None:
-        """Count one scrape that waits for a place under the limit (not started: its
-        timeout has not begun, and its target reads later)."""
+    def defer(self, *, suspect: bool = False) -> None:
+        """Count one scrape that waits for a place under its lane's limit (not started:
+        its timeout has not begun, and its target reads later)."""
         self.deferred += 1
-        self._deferred_now += 1
+        if not suspect:
+            self._deferred_now += 1
         if self._on_defer is not None:
             self._on_defer()
 
-    def finished(self, *, judged: bool, timeout: float) -> None:
+    def finished(self, *, judged: bool, timeout: float, suspect: bool = False) -> None:
         """A scrape admitted by :meth:`admit` ended; ``judged``: it completed with an
-        outcome for its target (not excused, not cancelled); ``timeout``: its target's."""
+        outcome for its target (not excused, not cancelled); ``timeout``: its target's;
+        ``suspect``: the lane it was admitted in."""
+        if suspect:
+            self.suspect_inflight = max(0, self.suspect_inflight - 1)
+            return
         self.inflight = max(0, self.inflight - 1)
         if judged:
             self._completed_now += 1
@@ -397,8 +468,8 @@ class Governor:
     # -- the decision -------------------------------------------------------------------------
 
     def close(self) -> Period:
-        """End the current period: decide the stretch for the next one (the control law,
-        module docstring)."""
+        """End the current period: decide the stretch and the limit for the next one (the
+        control law, module docstring)."""
         policy = self.policy
         samples = sorted(self._samples)
         scrapes, excused = self._seen, self._excused_now
@@ -406,6 +477,13 @@ class Governor:
         p90 = _quantile(samples, 0.9)
         slip = self._slip_sum / self._slip_count if self._slip_count else 1.0
         stall = self._stall_sum / policy.period
+        busy = roomy = None
+        if self._idle is not None and self._span > 0:
+            busy = max(0.0, min(1.0, 1.0 - self._idle / self._span))
+            span, idle = self._previous
+            span, idle = span + self._span, idle + self._idle
+            roomy = max(0.0, min(1.0, 1.0 - idle / span))  # over this period and the last
+            self._previous = (self._span, self._idle)
         for interval, gaps in self._gaps.items():
             self.achieved[interval] = _quantile(sorted(gaps), 0.5)
         longest = self._longest
@@ -414,6 +492,7 @@ class Governor:
         self._samples, self._seen, self._excused_now, self._stall_sum = [], 0, 0, 0.0
         self._slip_sum, self._slip_count, self._longest = 0.0, 0, 0.0
         self._gaps, self._gaps_seen = {}, {}
+        self._span, self._idle = 0.0, (None if self._idle is None else 0.0)
         before = self.stretch
         self._since += 1
         self._floor_left = max(0, self._floor_left - 1)
@@ -421,15 +500,20 @@ class Governor:
             self._floor_left = 0
         # A change reaches every target within one stretched interval: until then the
         # period's figures still show the schedule before it.
-        settle = max(1, math.ceil(min(longest * self.stretch, policy.settle_max) / policy.period))
+        # The period a change was made in ends with a backlog from before it: at least two.
+        settle = max(2, math.ceil(min(longest * self.stretch, policy.settle_max) / policy.period))
+        # Short of CPU: the loop never idled (unmeasured: assumed, the slip decides).
+        short = busy is None or busy >= policy.short_above
         doomed = excused >= max(policy.excused_min, policy.excused_share * scrapes)
-        trouble = scrapes > 0 and (median >= policy.behind_after or doomed)
-        self._limit(trouble=doomed, deferred=deferred, completed=completed, timeout=timeout)
+        trouble = scrapes > 0 and short and (slip >= policy.slip_behind or doomed)
+        self._limit(
+            trouble=doomed and short, deferred=deferred, completed=completed, timeout=timeout
+        )
         calm = (
             scrapes > 0
-            and median < policy.calm_below
+            and (roomy is None or roomy < policy.room_below)
+            and slip < policy.slip_calm
             and excused == 0
-            and stall < policy.calm_stall
         )
         if trouble:
             self._calm = 0
@@ -452,6 +536,7 @@ class Governor:
                     self._change(relaxed, relaxed=True)
         if scrapes:
             self.delay = p90
+        self.busy = busy
         return Period(
             scrapes=scrapes,
             median=median,
@@ -465,6 +550,7 @@ class Governor:
             completed=completed,
             deferred=deferred,
             limit=self.limit,
+            busy=busy,
         )
 
     def _change(self, stretch: float, *, relaxed: bool) -> None:

@@ -154,11 +154,12 @@ class History:
         for model in models:
             kept = by_name.get(model.model[:_MAX_MODEL_NAME]) or _Series(model.model)
             chosen = pick_window(model, window)
-            verdict = chosen.verdict if chosen is not None else None
+            answer = chosen.answer if chosen is not None else None
+            # While a new load is measured the answer has no number: a gap, not a spike.
             kept.add(
                 now,
-                verdict.speedup if verdict is not None else None,
-                verdict.alpha_margin if verdict is not None else None,
+                answer.speedup if answer is not None else None,
+                answer.alpha_margin if answer is not None else None,
             )
             series.append(kept)
         target.series = series

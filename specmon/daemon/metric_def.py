@@ -6,7 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["InstanceState", "Kind", "MetricDef", "Scope", "counter", "gauge", "histogram"]
+__all__ = [
+    "ONLY_LOAD_ENGINES",
+    "InstanceState",
+    "Kind",
+    "MetricDef",
+    "Scope",
+    "counter",
+    "gauge",
+    "histogram",
+]
 
 
 class Kind(StrEnum):
@@ -22,6 +31,7 @@ class Scope(StrEnum):
     TARGET = "Per target"
     MODEL = "Per target and model"
     WINDOW = "Per target, model and window"
+    CLASS = "Per target, request class and window"
     SOURCE = "Per Prometheus source"
     OWN = "specmon's own"
 
@@ -101,3 +111,12 @@ def counter(
 
 def histogram(name: str, help_: str, labels: tuple[str, ...], doc: str = "") -> MetricDef:
     return MetricDef(name, Kind.HISTOGRAM, help_, labels, Scope.OWN, doc)
+
+
+#: Which engines have the load families (and so every figure against a baseline).
+ONLY_LOAD_ENGINES = (
+    "vLLM (V1), llama.cpp and TGI, and SGLang where its page has the decode-pass counter and "
+    "the device timer (estimates: [tap](tap.md#sglang-without-a-tap)); absent for SGLang "
+    "without them, TensorRT-LLM and vLLM V0, whose pages carry no per-step timing specmon "
+    "reads (docs/engines.md)"
+)

@@ -9,10 +9,11 @@ daemon serves a family that is not declared here.
 
 from __future__ import annotations
 
-from specmon.daemon.metric_def import InstanceState, Kind, MetricDef, Scope
+from specmon.daemon.metric_def import ONLY_LOAD_ENGINES, InstanceState, Kind, MetricDef, Scope
 from specmon.daemon.metric_def import counter as _c
 from specmon.daemon.metric_def import gauge as _g
 from specmon.daemon.metric_def import histogram as _h
+from specmon.daemon.metrics_answer import ANSWER_FAMILIES
 from specmon.engines import RejectReason
 from specmon.sources import ScrapeResult
 from specmon.sources.prometheus import ReadStatus
@@ -34,18 +35,6 @@ _M = ("target", "engine", "model")
 _W = (*_M, "window")
 _P = (*_W, "position")
 _SRC = "specmon's window over the engine's spec_decode counters"
-#: Which engines have the load families (and so every figure against a baseline).
-_ONLY_LOAD_ENGINES = (
-    "vLLM (V1), llama.cpp and TGI only: absent for SGLang, TensorRT-LLM and vLLM V0, whose "
-    "pages carry no per-step timing specmon reads (docs/engines.md)"
-)
-_AGAINST_BASELINE = (
-    "Only for a target with a `baseline` or `cost_profile` (label `baseline`: the twin's name "
-    "or `profile`) where the bucket has enough data on both sides, or one read against its "
-    'own past (`baseline="history"`: the newest epoch without speculation, docs/history.md); '
-    f"from {_ONLY_LOAD_ENGINES}; for TGI, which counts no drafted tokens, only the realized "
-    "speed-ups."
-)
 
 
 UP = _g(
@@ -257,38 +246,46 @@ ALPHA = _g(
 )
 ALPHA_MARGIN = _g(
     "specmon_alpha_margin_ratio",
-    "Effective alpha minus break-even alpha in the window; negative means speculation costs "
-    "time (specmon_alpha_ratio - specmon_breakeven_alpha_ratio).",
+    "Effective alpha minus break-even alpha in the window at the configured draft cost "
+    '(specmon_draft_cost_ratio{source="configured"}: a guess wherever the verdict measured '
+    "its own c; the verdict's margin is specmon_verdict_alpha_margin_ratio).",
     _W,
     Scope.WINDOW,
-    "effective alpha minus break-even alpha",
+    "effective alpha minus break-even alpha at the configured c (a guess where anything was "
+    "measured: the verdict's own is `specmon_verdict_alpha_margin_ratio`)",
 )
 EXPECTED_SPEEDUP = _g(
     "specmon_expected_speedup_ratio",
-    "Expected speed-up over no speculation in the window: (1 + accepted / drafts) / "
-    f"(1 + c * draft_tokens / drafts) ({_SRC}; c = specmon_draft_cost_ratio).",
+    "Expected speed-up over no speculation in the window at the configured draft cost: "
+    f"(1 + accepted / drafts) / (1 + c * draft_tokens / drafts) ({_SRC}; "
+    'c = specmon_draft_cost_ratio{source="configured"}: a guess; the verdict is '
+    "specmon_verdict_speedup_ratio).",
     _W,
     Scope.WINDOW,
-    "(1 + accepted / drafts) / (1 + c * draft tokens / drafts)",
+    "(1 + accepted / drafts) / (1 + c * draft tokens / drafts) at the configured c (a guess "
+    "where anything was measured: the verdict is `specmon_verdict_speedup_ratio`)",
 )
 BEST_CHAIN_LENGTH = _g(
     "specmon_best_chain_length",
     "Chain length k' in 0..k maximising (1 + s_1 + ... + s_k') / (1 + k' c) from measured "
-    "per-position survival s_i in the window; 0 means speculation does not pay.",
+    "per-position survival s_i in the window, at the draft cost the verdict rests on "
+    "(specmon_verdict_draft_cost_ratio); 0 means speculation does not pay. Absent while the "
+    "verdict is measuring a new load.",
     _W,
     Scope.WINDOW,
-    "k' in 0..k maximising (1 + s_1 + ... + s_k') / (1 + k' c); 0 = speculation does not pay",
+    "k' in 0..k maximising (1 + s_1 + ... + s_k') / (1 + k' c) at the verdict's c "
+    "(`specmon_verdict_draft_cost_ratio`); 0 = speculation does not pay; absent while "
+    '`state="measuring"`',
 )
 BEST_SPEEDUP = _g(
     "specmon_best_speedup_ratio",
-    "Expected speed-up at the best chain length (see specmon_best_chain_length).",
+    "Expected speed-up at the best chain length at the verdict's c (see "
+    "specmon_best_chain_length).",
     _W,
     Scope.WINDOW,
     "expected speed-up at the best k'",
 )
 _LOAD = "the engine's own counters over the window (docs/load-signals.md)"
-_B = (*_W, "baseline")
-_BC = (*_B, "concurrency")
 CONCURRENCY = _g(
     "specmon_concurrency",
     "Mean requests the engine ran per decoding step in the window, from "
@@ -296,7 +293,7 @@ CONCURRENCY = _g(
     "else the mean of requests running over the window's scrapes.",
     _W,
     Scope.WINDOW,
-    note=_ONLY_LOAD_ENGINES,
+    note=ONLY_LOAD_ENGINES,
 )
 STEP_SECONDS = _g(
     "specmon_step_seconds",
@@ -304,14 +301,14 @@ STEP_SECONDS = _g(
     "count, llama.cpp predicted seconds / (tokens - accepted).",
     _W,
     Scope.WINDOW,
-    note=_ONLY_LOAD_ENGINES,
+    note=ONLY_LOAD_ENGINES,
 )
 TPOT = _g(
     "specmon_time_per_output_token_seconds",
     f"Mean time per output token in the window, from {_LOAD}: decode seconds / decode tokens.",
     _W,
     Scope.WINDOW,
-    note=_ONLY_LOAD_ENGINES,
+    note=ONLY_LOAD_ENGINES,
 )
 MEAN_DRAFT_LENGTH = _g(
     "specmon_mean_draft_length",
@@ -319,130 +316,8 @@ MEAN_DRAFT_LENGTH = _g(
     "specmon_chain_length when the engine varies its draft length.",
     _W,
     Scope.WINDOW,
-    note=f"Computed with the load figures: {_ONLY_LOAD_ENGINES}; TensorRT-LLM without drafts "
+    note=f"Computed with the load figures: {ONLY_LOAD_ENGINES}; TensorRT-LLM without drafts "
     "counter or k: (L - 1) / acceptance ratio from its acceptance length L, an estimate.",
-)
-REALIZED_SPEEDUP = _g(
-    "specmon_realized_speedup_ratio",
-    "Realized speed-up at the window's concurrency: the baseline's time per output token / "
-    "this target's, in the same concurrency bucket (baseline: the twin target, profile, or "
-    "history: this server before the change).",
-    _B,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-MEASURED_BREAKEVEN = _g(
-    "specmon_measured_breakeven_alpha_ratio",
-    "Break-even alpha at the draft cost measured against the baseline at the window's "
-    'concurrency (specmon_draft_cost_ratio{source="measured"}).',
-    _B,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-MEASURED_MARGIN = _g(
-    "specmon_measured_alpha_margin_ratio",
-    "Effective alpha minus the break-even alpha at the measured draft cost, at the window's "
-    "concurrency; negative means speculation costs time at this load.",
-    _B,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-CROSSOVER = _g(
-    "specmon_crossover_concurrency",
-    "Lowest concurrency at which speculation stops paying at the window's acceptance, read off "
-    "the cost curve where measured buckets bracket it (the lowest measured load when it pays "
-    "at none); absent when it pays over the whole measured range (never extrapolated).",
-    _B,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-_RANGE = (
-    "The crossover's 95 % range: where the lower (upper) bound of the speed-up read off the "
-    "cost curve falls through 1; present with specmon_crossover_concurrency when it comes from "
-    "the curve."
-)
-CROSSOVER_LOWER = _g("specmon_crossover_lower_concurrency", _RANGE, _B, Scope.WINDOW,
-                     note=_AGAINST_BASELINE)  # fmt: skip
-CROSSOVER_UPPER = _g("specmon_crossover_upper_concurrency", _RANGE, _B, Scope.WINDOW,
-                     note=_AGAINST_BASELINE)  # fmt: skip
-BUCKET_SPEEDUP = _g(
-    "specmon_bucket_realized_speedup_ratio",
-    "Realized speed-up in one concurrency bucket of the window (label concurrency: the "
-    "bucket, 1 = below 1.5, 2 = [1.5, 3), 4 = [3, 6), ...) against the baseline.",
-    _BC,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-BUCKET_DRAFT_COST = _g(
-    "specmon_bucket_draft_cost_ratio",
-    "Draft cost c measured against the baseline in one concurrency bucket of the window.",
-    _BC,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-BUCKET_BEST_CHAIN = _g(
-    "specmon_bucket_best_chain_length",
-    "Best chain length (0 = speculation off) in one concurrency bucket of the window, at the "
-    "draft cost measured there and the window's per-position survival.",
-    _BC,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-BUCKET_BEST_SPEEDUP = _g(
-    "specmon_bucket_best_speedup_ratio",
-    "Expected speed-up at the best chain length in one concurrency bucket of the window.",
-    _BC,
-    Scope.WINDOW,
-    note=_AGAINST_BASELINE,
-)
-_VERDICT = "On the best evidence: the basis is specmon_verdict_info's."
-VERDICT_INFO = _g(
-    "specmon_verdict_info",
-    "1 for the basis the window's verdict rests on, best first: twin, profile, history, engine, "
-    "configured, default (no draft_cost configured: the default c, a guess).",
-    (*_W, "basis"),
-    Scope.WINDOW,
-    "1 for what the window's `specmon_verdict_*` figures rest on, best first: `twin` "
-    "(realized against the baseline twin at the current load), `profile`, `history` (against "
-    "this server's own epoch without speculation at the same load), `engine` (the "
-    "engine's measured c: TensorRT-LLM), `configured`, `default` (no `draft_cost`: 0.1, a "
-    "guess). A series apart, so a change of basis does not restart an alert's `for:`",
-)
-VERDICT_SPEEDUP = _g(
-    "specmon_verdict_speedup_ratio",
-    "Speed-up over no speculation specmon believes now: realized against the twin, profile or "
-    "own past at the current load, else at the engine's, configured or default c. " + _VERDICT,
-    _W,
-    Scope.WINDOW,
-)
-_BOUND = (
-    "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin, profile, history: "
-    "the acceptance's binomial uncertainty, the step times' spread and (off the cost curve) "
-    "its fit; on engine, configured or default, the acceptance alone. " + _VERDICT
-)
-VERDICT_SPEEDUP_LOWER = _g("specmon_verdict_speedup_lower_ratio", "Lower " + _BOUND, _W,
-                           Scope.WINDOW)  # fmt: skip
-VERDICT_SPEEDUP_UPPER = _g("specmon_verdict_speedup_upper_ratio", "Upper " + _BOUND, _W,
-                           Scope.WINDOW)  # fmt: skip
-VERDICT_MARGIN = _g(
-    "specmon_verdict_alpha_margin_ratio",
-    "Effective alpha minus the break-even alpha, on the same basis as "
-    "specmon_verdict_speedup_ratio; negative means speculation costs time. " + _VERDICT,
-    _W,
-    Scope.WINDOW,
-)
-VERDICT_BREAKEVEN = _g(
-    "specmon_verdict_breakeven_alpha_ratio",
-    "Break-even alpha on the same basis as specmon_verdict_speedup_ratio. " + _VERDICT,
-    _W,
-    Scope.WINDOW,
-)
-VERDICT_DRAFT_COST = _g(
-    "specmon_verdict_draft_cost_ratio",
-    "Draft cost c the verdict rests on (measured against the twin, profile, own past; the "
-    "engine's, the configured or the default one). " + _VERDICT,
-    _W,
-    Scope.WINDOW,
 )
 SCRAPES = _c(
     "specmon_scrapes",
@@ -545,13 +420,14 @@ GC_PAUSE = _h(
 SCRAPE_STRETCH = _g(
     "specmon_scrape_interval_stretch",
     "The factor specmon's overload governor multiplies every target's scrape interval by: "
-    "1 on schedule, more when the process cannot run every scrape on time (measured: how "
-    "late scrapes start).",
+    "1 on schedule, more when the process is short of CPU (its event loop never idles) and "
+    "its schedule falls behind (achieved gaps over asked).",
     (),
     Scope.OWN,
     "the factor the overload governor multiplies every directly scraped target's interval by: "
-    "`1` on schedule; above 1 the process could not start every scrape on time and scrapes "
-    "every target less often, evenly, instead of letting some time out (at most 16; "
+    "`1` on schedule; above 1 the process was short of CPU (`specmon_event_loop_busy_ratio` "
+    "0.9 or more) while its schedule fell behind, and scrapes every target less often, "
+    "evenly, instead of letting some time out (at most 16; "
     "[runbook](runbook.md#specmonoverloaded))",
 )
 SCRAPE_DELAY = _g(
@@ -562,7 +438,8 @@ SCRAPE_DELAY = _g(
     Scope.OWN,
     "how far behind specmon is: the 90th percentile of how late scrapes started after their "
     "wake-up, over the overload governor's last 5-second period (a few milliseconds when the "
-    "process keeps up; the governor stretches the intervals while the median is 0.25 s or more)",
+    "process keeps up; a wait at the in-flight limit counts; targets whose last scrape timed "
+    "out are left out)",
 )
 SCRAPE_INTERVAL_ACHIEVED = _g(
     "specmon_scrape_interval_achieved_seconds",
@@ -696,9 +573,13 @@ LOG_LINES_DROPPED = _c(
     Scope.OWN,
 )
 
-# Declared beside this table (they need the types above); listed in it.
+# Declared beside this table; listed in it.
+from specmon.daemon.metrics_classes import CLASS_FAMILIES  # noqa: E402
 from specmon.daemon.metrics_epochs import CONFIG_EPOCH_INFO as CONFIG_EPOCH_INFO  # noqa: E402
-from specmon.daemon.metrics_epochs import EPOCH_FAMILIES  # noqa: E402
+from specmon.daemon.metrics_epochs import EPOCH_FAMILIES, STATE_FAMILIES  # noqa: E402
+from specmon.daemon.metrics_epochs import STATE_WRITE_OK as STATE_WRITE_OK  # noqa: E402
+from specmon.daemon.metrics_epochs import STATE_WRITE_TIME as STATE_WRITE_TIME  # noqa: E402
+from specmon.daemon.metrics_governor import LOOP_BUSY as LOOP_BUSY  # noqa: E402
 
 #: Every family, in the order /metrics serves the target families and the docs list them.
 FAMILIES: tuple[MetricDef, ...] = (
@@ -734,23 +615,8 @@ FAMILIES: tuple[MetricDef, ...] = (
     STEP_SECONDS,
     TPOT,
     MEAN_DRAFT_LENGTH,
-    REALIZED_SPEEDUP,
-    MEASURED_BREAKEVEN,
-    MEASURED_MARGIN,
-    CROSSOVER,
-    CROSSOVER_LOWER,
-    CROSSOVER_UPPER,
-    BUCKET_SPEEDUP,
-    BUCKET_DRAFT_COST,
-    BUCKET_BEST_CHAIN,
-    BUCKET_BEST_SPEEDUP,
-    VERDICT_INFO,
-    VERDICT_SPEEDUP,
-    VERDICT_SPEEDUP_LOWER,
-    VERDICT_SPEEDUP_UPPER,
-    VERDICT_MARGIN,
-    VERDICT_BREAKEVEN,
-    VERDICT_DRAFT_COST,
+    *ANSWER_FAMILIES,
+    *CLASS_FAMILIES,
     SOURCE_UP,
     SOURCE_READS,
     SOURCE_QUERIES,
@@ -764,6 +630,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     SHARD_INFO,
     RELOAD_OK,
     RELOAD_TIME,
+    *STATE_FAMILIES,
     TARGETS,
     FILE_SD_ERRORS,
     LOG_LINES_DROPPED,
@@ -778,6 +645,7 @@ FAMILIES: tuple[MetricDef, ...] = (
     SCRAPE_EXCUSED,
     SCRAPE_LIMIT,
     SCRAPE_DEFERRED,
+    LOOP_BUSY,
 )
 
 #: Families prometheus_client's standard collectors add (process, platform, garbage

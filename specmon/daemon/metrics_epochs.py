@@ -4,7 +4,7 @@ Import them through :mod:`specmon.daemon.metrics`, never from here first."""
 
 from __future__ import annotations
 
-from specmon.daemon.metrics import Kind, MetricDef, Scope
+from specmon.daemon.metric_def import Kind, MetricDef, Scope
 
 __all__ = [
     "CHANGE_SPEEDUP",
@@ -13,6 +13,9 @@ __all__ = [
     "CONFIG_CHANGE_TIME",
     "CONFIG_EPOCH_INFO",
     "EPOCH_FAMILIES",
+    "STATE_FAMILIES",
+    "STATE_WRITE_OK",
+    "STATE_WRITE_TIME",
 ]
 
 _M = ("target", "engine", "model")
@@ -84,3 +87,31 @@ EPOCH_FAMILIES = (
     CONFIG_EPOCH_INFO, CONFIG_CHANGE_TIME, CHANGE_SPEEDUP, CHANGE_SPEEDUP_LOWER,
     CHANGE_SPEEDUP_UPPER,
 )  # fmt: skip
+
+# The state directory's own (specmon/daemon/persist.py): only with a state_dir.
+STATE_WRITE_OK = MetricDef(
+    "specmon_state_last_write_successful",
+    Kind.GAUGE,
+    "1 if the last attempt to write the state file (state_dir: the configuration epochs and "
+    "their cost curves) succeeded, or none failed yet; 0 if it failed or the directory cannot "
+    "be used (its owner or mode, the lock file). Only with a state_dir.",
+    ("file",),
+    Scope.OWN,
+    "1 if the last write of the state file succeeded (or none failed yet); 0: it failed, or "
+    "the state directory cannot be used. Only with a `state_dir` "
+    "([history](history.md#the-state-directory))",
+)
+STATE_WRITE_TIME = MetricDef(
+    "specmon_state_last_write_success_timestamp_seconds",
+    Kind.GAUGE,
+    "Unix time of the last successful write of the state file (0 before the first, every 30 "
+    "s after). Old: the epochs are not being kept (SpecmonStateNotWritten). Only with a "
+    "state_dir.",
+    ("file",),
+    Scope.OWN,
+    "Unix time of the last successful write of the state file (0 before the first; written "
+    "every 30 s): `SpecmonStateNotWritten` fires when it is 10 minutes old "
+    "([runbook](runbook.md#specmonstatenotwritten))",
+)
+#: In the order the metric table lists them.
+STATE_FAMILIES = (STATE_WRITE_OK, STATE_WRITE_TIME)

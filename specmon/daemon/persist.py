@@ -7,39 +7,54 @@ a clean stop: the snapshot is taken on the event loop (small records), the encod
 and the fsyncs run in a thread. A SIGKILL loses at most one interval. State is keyed by the
 target's name, a hash of its URL (never the URL itself: it may carry a token), its configured
 engine and model: a changed URL starts afresh, as the windows do. Under ``--shard`` a daemon
-keeps its own file and only its shard's targets. A file that cannot be used is refused with
-one log line and the daemon starts fresh; another daemon holding the lock (a rolling update)
-is waited for, without reading or writing, and the state read when it lets go.
+keeps its own file and only its shard's targets.
+
+Each target's record is read and checked alone (:func:`_record`): one out of bounds, or not
+even JSON, costs that target only (one ``state_target_refused`` line naming it), never the
+others. A file that cannot be used at all (truncated, corrupted, another format) is refused
+with one line and the daemon starts fresh. A directory others may write in, or a lock file
+that is not one specmon may write, leaves the state off (``state_dir_unusable``, logged
+once a reason); another daemon holding the lock (a rolling update) is waited for, without
+reading or writing, and the state read when it lets go. Every write's outcome is kept for
+``specmon_state_last_write_success_timestamp_seconds`` and its alert.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Gauge
+
+from specmon.daemon.config import TargetConfig
 from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.target import TargetState
 from specmon.logs import Logger
 from specmon.sharding import Shard
-from specmon.state.epochs import MAX_NOTE, EpochBook
+from specmon.state.epoch_laws import clean_text
+from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook
 from specmon.state.store import (
     MAX_FILE_BYTES,
     DirLock,
     StateRefused,
-    encode,
-    read_state,
+    directory_problem,
+    encode_parts,
+    open_state,
+    parse_record,
     remove_temporaries,
+    saved_json,
     state_file_name,
     write_atomic,
 )
 
-__all__ = ["WRITE_INTERVAL", "StateKeeper", "mark_targets", "state_key"]
+__all__ = ["WRITE_INTERVAL", "StateKeeper", "StateMetrics", "mark_targets", "state_key"]
 
 #: Seconds between two writes (the most a SIGKILL loses).
 WRITE_INTERVAL = 30.0
@@ -47,15 +62,50 @@ WRITE_INTERVAL = 30.0
 SLICE = 500
 #: Most targets kept in one file (at about 2.6 KB a target, well under MAX_FILE_BYTES).
 MAX_TARGETS = 20_000
+#: Refused records logged one by one at a read (the rest counted in ``state_read``).
+LOGGED_REFUSALS = 20
+#: How far the file's write time may lie after this clock's now before it is said
+#: (``state_clock_behind``): its later times are then taken as now.
+CLOCK_SLACK = 60.0
 
 Key = tuple[str, str, str, str]
 
 
 def state_key(state: TargetState) -> Key:
-    cfg = state.config
+    return config_key(state.config)
+
+
+def config_key(cfg: TargetConfig) -> Key:
     url = hashlib.sha256(cfg.url.encode()).hexdigest()[:32]
     engine = cfg.engine.value if cfg.engine is not None else ""
     return (cfg.name, url, engine, cfg.model or "")
+
+
+@dataclass(frozen=True, slots=True)
+class StateMetrics:
+    """The state file's two gauges (labelled by the file): the last write's outcome and the
+    last success's time."""
+
+    ok: Gauge
+    time: Gauge
+
+
+@dataclass(slots=True)
+class _Saved:
+    """A target's saved state, checked, not (yet) running: restored when it starts, written
+    on until it expires. A target configured when the file is read keeps its epochs and
+    curves made (restored at once); any other keeps its record's bytes only (made again when
+    it starts): what the file's read leaves in memory is at most the file's size."""
+
+    engine: str | None
+    #: When it was last running (Unix time).
+    seen: float
+    #: The record as read (checked), or None when it is kept made (``book``, ``curves``).
+    raw: bytes | None
+    book: EpochBook | None = None
+    curves: EpochCurves | None = None
+    #: The latest time the record may hold (the file's write time + MAX_AHEAD).
+    ceiling: float = math.inf
 
 
 class StateKeeper:
@@ -64,7 +114,7 @@ class StateKeeper:
     def __init__(
         self, *, directory: Path, shard: Shard, log: Logger, max_age: float,
         interval: float = WRITE_INTERVAL, max_bytes: int = MAX_FILE_BYTES,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, metrics: StateMetrics | None = None,
     ) -> None:  # fmt: skip
         self.directory = directory
         self.path = directory / state_file_name(str(shard))
@@ -77,19 +127,51 @@ class StateKeeper:
         self.clock = clock
         self.lock = DirLock(self.path.with_name(self.path.name + ".lock"))
         #: Saved targets not (yet) restored: kept in the next writes until they expire.
-        self._saved: dict[Key, dict[str, Any]] = {}
+        self._saved: dict[Key, _Saved] = {}
         self._waiting_logged = False
+        #: Why the directory was last found unusable (logged once a reason).
+        self._unusable: str | None = None
         self.writes = 0
         self.failures = 0
+        #: The last write's outcome (None before the first) and when one last succeeded
+        #: (Unix time; 0: never): specmon_state_last_write_* and SpecmonStateNotWritten.
+        self.last_ok: bool | None = None
+        self.last_success = 0.0
+        #: Targets whose saved record was refused at the last read.
+        self.refused = 0
         #: One write at a time (the stop's last write may meet a scheduled one's thread).
         self._write_lock = threading.Lock()
+        self._gauges = None
+        if metrics is not None:
+            self._gauges = (metrics.ok.labels(file=str(self.path)),
+                            metrics.time.labels(file=str(self.path)))  # fmt: skip
+            self._gauges[0].set(1)
+            self._gauges[1].set(0)
+
+    def _outcome(self, ok: bool) -> None:
+        """A write (or the directory's check) succeeded or failed: kept, and exported."""
+        self.last_ok = ok
+        if ok:
+            self.last_success = time.time()
+        if self._gauges is not None:
+            self._gauges[0].set(1 if ok else 0)
+            if ok:
+                self._gauges[1].set(self.last_success)
 
     # -- reading ----------------------------------------------------------------------------
 
-    def open(self) -> bool:
-        """Take the lock and read the file; False while another daemon holds the lock."""
+    def open(self, targets: Iterable[TargetConfig] = ()) -> bool:
+        """Take the lock and read the file; False while another daemon holds the lock, or
+        the directory cannot be used (its owner or mode, the lock file: logged once). The
+        records of ``targets`` (configured now) are kept made, ready to restore; the others
+        as bytes."""
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            problem = directory_problem(self.directory)
+            if problem is None:
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                problem = directory_problem(self.directory)  # as made
+            if problem is not None:
+                raise StateRefused(f"{self.directory}: {problem}")
             if not self.lock.acquire():
                 if not self._waiting_logged:
                     self.log.warning(
@@ -99,28 +181,83 @@ class StateKeeper:
                     )  # fmt: skip
                     self._waiting_logged = True
                 return False
-        except OSError as exc:
-            self.log.error("state_dir_unusable", dir=str(self.directory), error=str(exc))
+        except (OSError, StateRefused) as exc:
+            reason = str(exc)
+            if reason != self._unusable:
+                self._unusable = reason
+                self.log.error(
+                    "state_dir_unusable", dir=str(self.directory), error=reason,
+                    effect="nothing is read or written; tried again every write interval",
+                )  # fmt: skip
+            self._outcome(False)
             return False
+        self._unusable = None
         remove_temporaries(self.path)  # a writer killed mid-write (the lock is ours now)
-        self._saved = self._read()
+        self._saved = self._read({config_key(t) for t in targets})
         return True
 
-    def _read(self) -> dict[Key, dict[str, Any]]:
+    def _read(self, expected: set[Key]) -> dict[Key, _Saved]:
         now = self.clock()
         try:
-            body = read_state(self.path, max_bytes=self.max_bytes)
-            if body is None:
-                self.log.info("state_fresh", file=str(self.path), reason="no state file yet")
-                return {}
-            saved = _targets(body, now=now, shard=self.shard)
+            found = open_state(self.path, max_bytes=self.max_bytes)
         except StateRefused as exc:
             self.log.error(
                 "state_refused", file=str(self.path), reason=str(exc),
                 effect="starting fresh; the file is replaced at the next write",
             )  # fmt: skip
             return {}
-        self.log.info("state_read", file=str(self.path), targets=len(saved))
+        if found is None:
+            self.log.info("state_fresh", file=str(self.path), reason="no state file yet")
+            return {}
+        try:
+            return self._records(
+                found.facts, found.records(), now=now, total=found.count(), expected=expected
+            )
+        finally:
+            found.close()
+
+    def _records(
+        self, facts: Mapping[str, Any], records: Iterable[memoryview], *, now: float,
+        total: int | None = None, expected: set[Key] | None = None,
+    ) -> dict[Key, _Saved]:  # fmt: skip
+        """Every saved target of the file, each checked alone: a record out of bounds costs
+        its target only (one line naming it)."""
+        written = facts.get("written")
+        if not _is_time(written):
+            written = None
+        ceiling = max(now, written if written is not None else now) + MAX_AHEAD
+        if written is not None and written > now + CLOCK_SLACK:
+            self.log.warning(
+                "state_clock_behind", file=str(self.path), seconds=round(written - now, 1),
+                effect="this clock is behind the one that wrote the state: its later times "
+                "are taken as now, every epoch kept",
+            )  # fmt: skip
+        saved: dict[Key, _Saved] = {}
+        self.refused = 0
+        for index, raw in enumerate(records):
+            if index >= MAX_TARGETS:
+                self.log.warning(
+                    "state_targets_dropped", file=str(self.path), max_targets=MAX_TARGETS,
+                    dropped=(total - MAX_TARGETS) if total is not None else None,
+                )  # fmt: skip
+                break
+            try:
+                key, entry = _record(raw, now=now, ceiling=ceiling)
+                if key not in (expected or ()):  # checked; kept as its bytes until it starts
+                    entry = _Saved(entry.engine, entry.seen, bytes(raw), ceiling=ceiling)
+            except ValueError as exc:
+                self.refused += 1
+                if self.refused <= LOGGED_REFUSALS:  # the rest are counted in state_read
+                    self.log.error(
+                        "state_target_refused", file=str(self.path), record=index,
+                        target=_name_of(raw), reason=str(exc),
+                        effect="this target starts afresh; every other target keeps its state",
+                    )  # fmt: skip
+                continue
+            if self.shard.keeps(key[0]):
+                saved[key] = entry
+        self.log.info("state_read", file=str(self.path), targets=len(saved),
+                      refused=self.refused)  # fmt: skip
         return saved
 
     def restore(self, state: TargetState) -> None:
@@ -128,24 +265,42 @@ class StateKeeper:
         saved = self._saved.pop(state_key(state), None)
         if saved is None:
             return
+        book, curves = saved.book, saved.curves
+        if book is None or curves is None:  # kept as bytes: made now (checked again)
+            assert saved.raw is not None
+            try:
+                _, made = _record(memoryview(saved.raw), now=self.clock(), ceiling=saved.ceiling)
+            except ValueError as exc:  # checked when read: not expected
+                self.log.error("state_target_refused", target=state.config.name,
+                               reason=str(exc))  # fmt: skip
+                return
+            book, curves = made.book, made.curves
+            assert book is not None and curves is not None
         if state.epochs.view():  # seen live before the lock came: merged, checked again
             # (the epochs are numbered on: their saved curves are let go, not misfiled)
-            state.epochs.restore(saved["models"], now=self.clock())
+            try:
+                state.epochs.restore(book.to_json(), now=self.clock())
+            except ValueError as exc:  # checked when read: not expected
+                self.log.error("state_target_refused", target=state.config.name,
+                               reason=str(exc))  # fmt: skip
+                return
         else:  # checked when the file was read
-            state.epochs = saved["book"]
-            state.curves = saved["curves"]
-        state.epochs.engine = saved["engine"] or None
+            state.epochs = book
+            state.curves = curves
+        state.epochs.engine = saved.engine or None
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
     def retire(self, state: TargetState) -> None:
         """A target leaves (removed from the config, or its URL changed): its epochs stay in
-        the file under its key until they expire, and come back if it does."""
-        models = state.epochs.to_json()
+        the file under its key until they expire, and come back if it does (kept as their
+        record's bytes)."""
+        models = state.epochs.saved_form()
         if models:
-            self._saved[state_key(state)] = {"engine": state.epochs.engine, "models": models,
-                                             "seen": self.clock(), "book": state.epochs,
-                                             "curves": state.curves,
-                                             "curves_json": state.curves.to_json()}  # fmt: skip
+            key, now = state_key(state), self.clock()
+            entry = _target_json(key, state.epochs.engine, models, seen=now,
+                                 curves=state.curves.saved_form())  # fmt: skip
+            self._saved[key] = _Saved(state.epochs.engine, now, saved_json(entry),
+                                      ceiling=now + MAX_AHEAD)  # fmt: skip
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -155,11 +310,11 @@ class StateKeeper:
             return None
         seen.add(key)
         state.epochs.expire(now=now, max_age=self.max_age)
-        models = state.epochs.to_json()
+        models = state.epochs.saved_form()
         if not models:
             return None
         return _target_json(key, state.epochs.engine, models, seen=now,
-                            curves=state.curves.to_json())  # fmt: skip
+                            curves=state.curves.saved_form())  # fmt: skip
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """The body to write, taken at once (the epochs' saved forms, a few per target)."""
@@ -173,7 +328,7 @@ class StateKeeper:
         target's entry is taken whole between two of its scrapes)."""
         now = self.clock()
         seen: set[Key] = set()
-        targets: list[dict[str, Any]] = []
+        targets: list[dict[str, Any] | bytes] = []
         for index, state in enumerate(list(states)):
             if index and index % SLICE == 0:
                 await asyncio.sleep(0)
@@ -182,30 +337,40 @@ class StateKeeper:
                 targets.append(entry)
         return self._body(targets, seen, now)
 
-    def _body(self, targets: list[dict[str, Any]], seen: set[Key], now: float) -> dict[str, Any]:
+    def _body(
+        self, targets: list[dict[str, Any] | bytes], seen: set[Key], now: float
+    ) -> dict[str, Any]:
         """With the saved targets not running now (kept until they expire)."""
         for key, saved in list(self._saved.items()):
-            if key in seen or saved["seen"] < now - self.max_age:
+            if key in seen or saved.seen < now - self.max_age:
                 del self._saved[key]  # a target that came back, or expired
                 continue
-            targets.append(_target_json(key, saved["engine"], saved["models"], seen=saved["seen"],
-                                        curves=saved["curves_json"]))  # fmt: skip
+            if saved.raw is not None:
+                targets.append(saved.raw)  # its record's bytes, as read
+            else:
+                assert saved.book is not None and saved.curves is not None
+                targets.append(_target_json(key, saved.engine, saved.book.saved_form(),
+                                            seen=saved.seen,
+                                            curves=saved.curves.saved_form()))  # fmt: skip
         return {"written": now, "shard": str(self.shard), "targets": targets[:MAX_TARGETS]}
 
     def write_now(self, body: dict[str, Any]) -> int:
         """Encode and write ``body`` (in a thread); its size in bytes. Raises OSError."""
-        data = encode(body)
-        if len(data) > self.max_bytes and any(t.get("curves") for t in body["targets"]):
+        parts = encode_parts(body)
+        size = sum(len(part) for part in parts)
+        if size > self.max_bytes:
             # The epochs first: without the curves' sums (the history basis starts again).
-            lean = encode({**body, "targets": [{**t, "curves": {}} for t in body["targets"]]})
-            if len(lean) <= self.max_bytes:
-                self.log.warning("state_curves_dropped", bytes=len(data), max_bytes=self.max_bytes)
-                data = lean
-        if len(data) > self.max_bytes:
-            raise OSError(f"the state would take {len(data)} bytes, more than {self.max_bytes}")
+            targets = [parse_record(t) if isinstance(t, bytes) else t for t in body["targets"]]
+            parts = encode_parts({**body, "targets": [{**t, "curves": {}} for t in targets]})
+            lean = sum(len(part) for part in parts)
+            if lean <= self.max_bytes:
+                self.log.warning("state_curves_dropped", bytes=size, max_bytes=self.max_bytes)
+                size = lean
+        if size > self.max_bytes:
+            raise OSError(f"the state would take {size} bytes, more than {self.max_bytes}")
         with self._write_lock:
-            write_atomic(self.path, data)
-        return len(data)
+            write_atomic(self.path, parts)
+        return size
 
     async def save(self, states: Callable[[], Iterable[TargetState]]) -> None:
         """One write: the snapshot here, the rest in a thread. Failures are logged."""
@@ -219,9 +384,11 @@ class StateKeeper:
             await asyncio.to_thread(self.write_now, body)
         except OSError as exc:
             self.failures += 1
+            self._outcome(False)
             self.log.error("state_write_failed", file=str(self.path), error=str(exc))
             return
         self.writes += 1
+        self._outcome(True)
 
     async def run(self, states: Callable[[], Iterable[TargetState]]) -> None:
         while True:
@@ -244,55 +411,63 @@ def _target_json(
             "curves": curves}  # fmt: skip
 
 
-def _targets(body: dict[str, Any], *, now: float, shard: Shard) -> dict[Key, dict[str, Any]]:
-    """Every saved target of the body, each checked as a restore would (raises StateRefused:
-    one target out of bounds refuses the file, so nothing is ever half read)."""
-    raw = body.get("targets")
-    if not isinstance(raw, list) or len(raw) > MAX_TARGETS:
-        raise StateRefused(f"no list of at most {MAX_TARGETS} targets")
-    out: dict[Key, dict[str, Any]] = {}
-    for index, item in enumerate(raw):
-        try:
-            if not isinstance(item, dict):
-                raise ValueError("not an object")
-            fields = [item.get(k) for k in ("name", "url_sha256", "configured_engine",
-                                           "configured_model")]  # fmt: skip
-            if not all(isinstance(f, str) and len(f) <= 2048 for f in fields):
-                raise ValueError("its name, URL hash, engine or model is not a string")
-            engine = item.get("engine")
-            if engine is not None and not isinstance(engine, str):
-                raise ValueError("engine: not a string")
-            models = item.get("models")
-            if not isinstance(models, dict):
-                raise ValueError("models: not an object")
-            seen = item.get("seen")
-            if isinstance(seen, bool) or not isinstance(seen, int | float):
-                raise ValueError("seen: not a time")
-            if not 0 < seen <= now + 86400:
-                raise ValueError("seen: not a time up to a day ahead")
-            book = EpochBook()
-            book.restore(models, now=now)
-            raw_curves = item.get("curves", {})
-            if not isinstance(raw_curves, dict):
-                raise ValueError("curves: not an object")
-            curves = EpochCurves()
-            curves.restore(raw_curves, book)
-        except ValueError as exc:
-            raise StateRefused(f"target {index}: {exc}") from None
-        key: Key = (fields[0], fields[1], fields[2], fields[3])  # type: ignore[assignment]
-        if not shard.keeps(key[0]):
-            continue
-        out[key] = {"engine": engine, "models": models, "seen": float(seen), "book": book,
-                    "curves": curves, "curves_json": raw_curves}  # fmt: skip
-    return out
+def _is_time(value: object) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _name_of(raw: memoryview) -> str | None:
+    """The target a refused record names, if its first key says (for the log line)."""
+    head = bytes(raw[:400])
+    if not head.startswith(b'{"name":"'):
+        return None
+    end = head.find(b'"', 9)
+    while end > 0 and head[end - 1 : end] == b"\\":
+        end = head.find(b'"', end + 1)
+    return clean_text(head[9:end].decode("utf-8", "replace"))[:256] if end > 0 else None
+
+
+def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved]:
+    """One saved target, parsed and checked as a restore would (raises ValueError naming
+    the problem); times after ``now`` are taken as now (a clock behind the writer's)."""
+    item = parse_record(raw)
+    fields = [item.get(k) for k in ("name", "url_sha256", "configured_engine",
+                                   "configured_model")]  # fmt: skip
+    if not all(isinstance(f, str) and len(f) <= 2048 for f in fields):
+        raise ValueError("its name, URL hash, engine or model is not a string")
+    engine = item.get("engine")
+    if engine is not None and (not isinstance(engine, str) or len(engine) > 64):
+        raise ValueError("engine: not a string")
+    models = item.get("models")
+    if not isinstance(models, dict):
+        raise ValueError("models: not an object")
+    seen = item.get("seen")
+    if not _is_time(seen) or seen > ceiling:  # type: ignore[operator]
+        raise ValueError("seen: not a time up to a day after the file was written")
+    book = EpochBook()
+    book.restore(models, now=now, ceiling=ceiling)
+    raw_curves = item.get("curves", {})
+    if not isinstance(raw_curves, dict):
+        raise ValueError("curves: not an object")
+    curves = EpochCurves()
+    curves.restore(raw_curves, book)
+    key: Key = (fields[0], fields[1], fields[2], fields[3])  # type: ignore[assignment]
+    saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling)  # type: ignore[arg-type]
+    return key, saved
 
 
 def mark_targets(
     query: Mapping[str, str], states: Iterable[TargetState], *, log: Logger
 ) -> tuple[int, str]:
     """``POST /-/mark``'s answer (status, text): ``target`` (required), ``note`` (required,
-    what changed: "draft model swapped to ..."), ``model`` (default: every model)."""
-    name, note, model = query.get("target"), query.get("note", "").strip(), query.get("model")
+    what changed: "draft model swapped to ..."; control and invisible formatting characters
+    are taken out), ``model`` (default: every model)."""
+    name, model = query.get("target"), query.get("model")
+    note = clean_text(query.get("note", ""))
     if not name or not note:
         return 400, "target and note are required (POST /-/mark?target=NAME&note=TEXT)"
     if len(note) > MAX_NOTE:

@@ -18,13 +18,17 @@ KEPT = 6
 class ReadTimes:
     """The monotonic times of a target's last :data:`KEPT` readings."""
 
-    __slots__ = ("_times",)
+    __slots__ = ("_interval", "_times")
 
     def __init__(self) -> None:
         self._times: deque[float] = deque(maxlen=KEPT)
+        #: :attr:`interval`, made at each reading (every window of the scrape asks for it).
+        self._interval: float | None = None
 
     def add(self, mono: float) -> None:
         self._times.append(mono)
+        gaps = sorted(b - a for a, b in itertools.pairwise(self._times))
+        self._interval = gaps[(len(gaps) - 1) // 2] if gaps else None
 
     @property
     def last(self) -> float | None:
@@ -34,8 +38,7 @@ class ReadTimes:
     @property
     def interval(self) -> float | None:
         """The (lower) median gap between the readings kept, seconds (None before two)."""
-        gaps = sorted(b - a for a, b in itertools.pairwise(self._times))
-        return gaps[(len(gaps) - 1) // 2] if gaps else None
+        return self._interval
 
     def sparse(self, seconds: float) -> tuple[RejectReason, str] | None:
         """Why a window of ``seconds`` is too short for a figure at the interval achieved

@@ -97,52 +97,63 @@ _WAKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Waker] = weakref.
 
 
 class Gate:
-    """The governor's in-flight limit, applied: a scrape over it waits here, in order, before
-    it starts (its timeout not begun), and starts when a scrape in flight ends. A probe (the
-    scrape after an excused timeout) waits first in line. At most one waiter per target."""
+    """The governor's in-flight limits, applied: a scrape over its lane's limit waits here,
+    in order, before it starts (its timeout not begun), and starts when a scrape of its lane
+    ends. Two lanes: targets that answer, and suspects (their last judged scrape timed out),
+    so that scrapes that never answer hold no place a healthy target waits for. A probe (the
+    scrape after an excused timeout) waits first in its line. At most one waiter per
+    target."""
 
     def __init__(self, governor: Governor) -> None:
         self._governor = governor
         self._waiting: deque[asyncio.Future[None]] = deque()
+        self._suspects: deque[asyncio.Future[None]] = deque()
 
-    async def enter(self, *, first: bool = False) -> bool:
-        """Wait for a place under the limit; True when the scrape had to wait (deferred)."""
+    async def enter(self, *, first: bool = False, suspect: bool = False) -> bool:
+        """Wait for a place under the limit of the scrape's lane; True when it had to
+        wait (deferred)."""
         governor = self._governor
-        if not self._waiting and governor.admit():
+        waiting = self._suspects if suspect else self._waiting
+        if not waiting and governor.admit(suspect=suspect):
             return False
         future = asyncio.get_running_loop().create_future()
         if first:
-            self._waiting.appendleft(future)
+            waiting.appendleft(future)
         else:
-            self._waiting.append(future)
-        governor.defer()
+            waiting.append(future)
+        governor.defer(suspect=suspect)
         try:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():  # admitted, then cancelled
-                self.leave(judged=False, timeout=0.0)
+                self.leave(judged=False, timeout=0.0, suspect=suspect)
             raise
         return True
 
-    def leave(self, *, judged: bool, timeout: float) -> None:
+    def leave(self, *, judged: bool, timeout: float, suspect: bool = False) -> None:
         """A scrape that entered ended (see :meth:`Governor.finished`): its place goes to
-        the next in line."""
-        self._governor.finished(judged=judged, timeout=timeout)
-        self.admit_waiting()
+        the next in its line."""
+        self._governor.finished(judged=judged, timeout=timeout, suspect=suspect)
+        self._admit(self._suspects if suspect else self._waiting, suspect=suspect)
 
     def admit_waiting(self) -> None:
-        """Start as many waiting scrapes as the limit allows (it may have grown)."""
-        waiting, governor = self._waiting, self._governor
+        """Start as many waiting scrapes as the limits allow (the first lane's may have
+        grown)."""
+        self._admit(self._waiting, suspect=False)
+        self._admit(self._suspects, suspect=True)
+
+    def _admit(self, waiting: deque[asyncio.Future[None]], *, suspect: bool) -> None:
+        governor = self._governor
         while waiting:
             if waiting[0].done():  # its scraper was cancelled while it waited
                 waiting.popleft()
                 continue
-            if not governor.admit():
+            if not governor.admit(suspect=suspect):
                 return
             waiting.popleft().set_result(None)
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._suspects)
 
 
 _GATES: weakref.WeakKeyDictionary[Governor, Gate] = weakref.WeakKeyDictionary()
@@ -196,6 +207,9 @@ class TargetScraper:
         self._probe_soon = False
         #: Loop time of the last successful read (for the interval achieved).
         self._last_read: float | None = None
+        #: The last judged scrape timed out: the next scrapes run in the suspects' lane of
+        #: the in-flight limit (module governor) until one is judged otherwise.
+        self.suspect = False
 
     async def run(self, *, first_delay: float | None = None) -> None:
         """Scrape until cancelled. The first scrape waits a random part of the interval so
@@ -215,11 +229,14 @@ class TargetScraper:
             wake = wake_time(due, interval=interval)
             await waker.until(wake)
             judged = False
+            suspect = self.suspect
             if governor is not None and gated is not None:
                 # Over the in-flight limit: wait, not started; lateness counts the wait, but
                 # only the loop's own lateness is evidence that specmon was behind.
                 woke = loop.time()
-                waited = await gated.enter(first=self.excused >= governor.policy.excuse_limit)
+                waited = await gated.enter(
+                    first=self.excused >= governor.policy.excuse_limit, suspect=suspect
+                )
                 if waited:
                     governor.lagged(at=woke, lag=woke - wake)
                     due = loop.time()  # deferred: the schedule goes on from its start
@@ -231,6 +248,7 @@ class TargetScraper:
                     asked=asked,
                     gap=None if previous is None else now - previous,
                     waited=waited,
+                    suspect=suspect,
                 )
                 previous = now
             try:
@@ -241,7 +259,9 @@ class TargetScraper:
                 self._log.exception("scrape_failed")
             finally:
                 if gated is not None:
-                    gated.leave(judged=judged, timeout=self.state.config.scrape_timeout)
+                    gated.leave(
+                        judged=judged, timeout=self.state.config.scrape_timeout, suspect=suspect
+                    )
             interval = self.state.config.scrape_interval
             stretch = 1.0 if governor is None else governor.stretch
             # After an excused timeout the probe comes at the configured interval: a target
@@ -285,6 +305,9 @@ class TargetScraper:
             return False
         self.excused = 0
         self._probe_soon = False
+        # Judged: a timeout of its own puts the target in the suspects' lane, anything else
+        # takes it out (an excused timeout, specmon's own, changes nothing).
+        self.suspect = isinstance(outcome, Failure) and outcome.kind is ScrapeResult.TIMEOUT
         lag = outcome.duration if isinstance(outcome, Reading) else 0.0
         events = self._ingest.deliver(
             self.state, outcome, mono=time.monotonic(), wall=time.time(), lag=lag

@@ -1,32 +1,27 @@
-"""How bad a target is, for the status page's order: one severity per target, from the
-verdict the page shows (the primary window, or the first window with data). Pure.
+"""How bad a target is, for the status page's order: one severity per target, from its
+state (down, refused readings) and the answer's standing on the window the page shows (the
+primary window, or the first window with data; :class:`specmon.answer.Standing`, decided in
+the answer layer). Pure.
 
 The order, worst first: down, refused readings, slower than no speculation, below break-even,
-near it, no verdict yet (pending, no speculative data), fine, and last the baselines: targets
-up without speculation that another target names as its ``baseline:`` twin (nothing to judge
-there by design). The first four are problems.
+near it, measuring a new load, no answer yet (pending, no speculative data), fine, and last
+the baselines: targets up without speculation that another target names as its ``baseline:``
+twin (nothing to judge there by design). The first four are problems.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
+from specmon.answer import Standing
 from specmon.daemon.target import ModelView, TargetView, WindowView
 
 __all__ = [
-    "NEAR_MARGIN",
-    "NEAR_SPEEDUP",
     "Severity",
     "pick_window",
     "target_severity",
     "window_severity",
 ]
-
-#: A margin (alpha minus break-even, on the verdict's basis) below this is "near break-even".
-NEAR_MARGIN = 0.05
-#: A believed speed-up below this is "near break-even" (5 %: within what a shift of the
-#: request mix moves it).
-NEAR_SPEEDUP = 1.05
 
 
 class Severity(IntEnum):
@@ -38,9 +33,10 @@ class Severity(IntEnum):
     SLOWER = 2
     BELOW = 3
     NEAR = 4
-    UNJUDGED = 5
-    FINE = 6
-    BASELINE = 7
+    MEASURING = 5
+    UNJUDGED = 6
+    FINE = 7
+    BASELINE = 8
 
     @property
     def problem(self) -> bool:
@@ -57,25 +53,20 @@ def pick_window(model: ModelView, preferred: str) -> WindowView | None:
 
 
 def window_severity(window: WindowView | None) -> Severity:
-    """Slower when the verdict, or the realized speed-up against the baseline, is below 1;
-    below break-even on a negative margin; near within ``NEAR_MARGIN``/``NEAR_SPEEDUP``."""
-    if window is None:
+    """The window's answer's standing (:class:`specmon.answer.Standing`: decided there)."""
+    if window is None or window.answer is None:
         return Severity.UNJUDGED
-    verdict, load = window.verdict, window.load
-    speedup = verdict.speedup if verdict is not None else None
-    margin = verdict.alpha_margin if verdict is not None else None
-    realized = load.realized_speedup if load is not None else None
-    if (speedup is not None and speedup < 1.0) or (realized is not None and realized < 1.0):
-        return Severity.SLOWER
-    if margin is not None and margin < 0.0:
-        return Severity.BELOW
-    if verdict is None or (speedup is None and margin is None):
-        return Severity.UNJUDGED
-    if (margin is not None and margin < NEAR_MARGIN) or (
-        speedup is not None and speedup < NEAR_SPEEDUP
-    ):
-        return Severity.NEAR
-    return Severity.FINE
+    return _BY_STANDING[window.answer.standing]
+
+
+_BY_STANDING = {
+    Standing.SLOWER: Severity.SLOWER,
+    Standing.BELOW: Severity.BELOW,
+    Standing.NEAR: Severity.NEAR,
+    Standing.MEASURING: Severity.MEASURING,
+    Standing.UNJUDGED: Severity.UNJUDGED,
+    Standing.FINE: Severity.FINE,
+}
 
 
 def target_severity(view: TargetView, preferred: str) -> Severity:

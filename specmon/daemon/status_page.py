@@ -16,12 +16,11 @@ from html import escape
 from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
-from specmon.daemon.answer_text import best_on_basis, crossover_text
+from specmon.answer import Answer, Crossover, ReadState, words
 from specmon.daemon.api_json import views_json
-from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
-from specmon.daemon.verdict import Evidence, Verdict
+from specmon.daemon.views import LoadFigures
 from specmon.daemon.window_rules import Straddle
 from specmon.formatting import number
 
@@ -120,6 +119,7 @@ _MARKS = {
     Severity.SLOWER: ("\u25bc", "SLOWER"),
     Severity.BELOW: ("\u25bc", "BELOW BREAK-EVEN"),
     Severity.NEAR: ("\u25c6", "NEAR BREAK-EVEN"),
+    Severity.MEASURING: ("\u25cc", "MEASURING"),
     Severity.UNJUDGED: ("\u2026", "NO VERDICT"),
     Severity.FINE: ("\u2714", "FINE"),
     Severity.BASELINE: ("\u25cb", "BASELINE"),
@@ -130,6 +130,7 @@ _MARK_TITLES = {
     Severity.SLOWER: "slower than without speculation, on the verdict's evidence",
     Severity.BELOW: "acceptance below break-even on the verdict's evidence",
     Severity.NEAR: "within 0.05 of break-even, or under 1.05x",
+    Severity.MEASURING: "the load moved to one no evidence has measured yet: no figure until it is",
     Severity.UNJUDGED: "nothing to judge yet",
     Severity.FINE: "speculation pays on the verdict's evidence",
     Severity.BASELINE: "the twin other targets are compared with: no speculation, by design",
@@ -181,17 +182,7 @@ def margin_html(value: float | None) -> str:
     return f'<span class="{cls}">{value:+.3f}</span>'
 
 
-#: How a verdict's basis reads under its figure.
-_BASIS_TEXT = {
-    Evidence.TWIN: "vs its twin",
-    Evidence.PROFILE: "vs its profile",
-    Evidence.HISTORY: "vs its own past",
-    Evidence.ENGINE: "engine's c",
-    Evidence.CONFIGURED: "configured c",
-    Evidence.DEFAULT: "default c: a guess",
-}
-
-#: The verdict figure's colour: green only when the window is fine.
+#: The answer's figure's colour: green only when the window is fine.
 _FIGURE_CLASS = {
     Severity.SLOWER: "neg",
     Severity.BELOW: "neg",
@@ -200,31 +191,41 @@ _FIGURE_CLASS = {
 }
 
 
-def verdict_html(verdict: Verdict | None, severity: Severity, cut: Straddle | None = None) -> str:
-    """The speed-up believed now, coloured by the window's severity (never green for a
-    window slower than its baseline), and what it rests on (the whole line on hover); a
-    window cut at a configuration change says so (specmon.daemon.window_rules)."""
-    if verdict is None:
+def crossover_html(crossover: Crossover) -> str:
+    """The crossover with its 95 % range ("10.9 (10.2-11.6)"), and its gap note on hover."""
+    text = escape(words.crossover_words(crossover)).replace("-", "&ndash;")
+    if crossover.note:
+        text += f' <span class="muted" title="{escape(crossover.note)}">&#9888; gap</span>'
+    return text
+
+
+def verdict_html(answer: Answer | None, severity: Severity, cut: Straddle | None = None) -> str:
+    """The answer's speed-up, coloured by its standing (never green for a window slower
+    than its baseline), and what it rests on (the whole line on hover); a window cut at a
+    configuration change says so (specmon.daemon.window_rules); a new load being measured
+    says so, with the last figure and its load."""
+    if answer is None:
         if cut is not None and cut.held is not None:
             return (f'<span class="muted" title="{escape(cut.text())}">&ndash;<br>changed '
                     f"{cut.seconds:.0f} s ago: too little yet</span>")  # fmt: skip
         return '<span class="muted">&ndash;</span>'
-    value = verdict.speedup
+    value = answer.speedup
     cls = _FIGURE_CLASS.get(severity, "muted")
-    figure = (
-        '<span class="big muted">&ndash;</span>'
-        if value is None
-        else f'<span class="big {cls}">{value:.2f}&times;</span>'
-    )
-    if value is not None and verdict.speedup_interval is not None:
-        low, high = verdict.speedup_interval
+    if answer.state is ReadState.MEASURING:
+        figure = '<span class="big muted">measuring</span>'
+    elif value is None:
+        figure = '<span class="big muted">&ndash;</span>'
+    else:
+        figure = f'<span class="big {cls}">{value:.2f}&times;</span>'
+    if value is not None and answer.interval is not None:
+        low, high = answer.interval
         figure += (
             f' <span class="muted nowrap" title="95 % interval">({low:.2f}&ndash;{high:.2f})</span>'
         )
-    read = f", {verdict.read}" if verdict.read in ("interpolated", "extrapolated") else ""
     since = f", since the {cut.clock} change" if cut is not None else ""
-    basis = escape(_BASIS_TEXT[verdict.basis] + read + since)
-    return f'{figure}<br><span class="muted" title="{escape(verdict.detail)}">{basis}</span>'
+    basis = escape(words.basis_words(answer) + since)
+    return (f'{figure}<br><span class="muted" title="{escape(words.detail(answer))}">'
+            f"{basis}</span>")  # fmt: skip
 
 
 def bars(window: WindowView | None) -> str:
@@ -294,7 +295,7 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
         first = head if index == 0 else ""
         report = window.report if window else None
         load = window.load if window else None
-        verdict = window.verdict if window else None
+        answer = window.answer if window else None
         where = (
             f'<td data-l="model">{escape(model.model)}<br><span class="muted">'
             f"{escape(window.window) if window else '&ndash;'} &middot; {_drafts(window)}"
@@ -305,38 +306,35 @@ def target_rows(view: TargetView, *, primary_window: str) -> str:
                 f"<tr>{first}"
                 '<td class="num" data-l="verdict"><span class="muted">no speculation</span></td>'
                 f"{where}<td class='wide'></td><td class='wide'></td>"
-                f"<td class='wide'>{_load_cell(load)}</td></tr>"
+                f"<td class='wide'>{_load_cell(load, None)}</td></tr>"
             )
             continue
-        best, best_speed, at_c = best_on_basis(
-            report, load, verdict, configured=model.basis.draft_cost
-        )
         best_text = (
-            "&ndash;"
-            if best is None
-            else ("0 (off)" if best == 0 else f"{best} ({fmt(best_speed, 2, '&times;')})")
+            escape(words.best_words(answer)).replace("x)", "&times;)") if answer else "&ndash;"
         )
+        at_c = escape(words.cost_words(answer)) if answer else ""
         k = model.basis.chain_length
         rows.append(
             f"<tr>{first}"
             f'<td class="num" data-l="verdict">'
-            f"{verdict_html(verdict, window_severity(window), window.straddle if window else None)}</td>"
+            f"{verdict_html(answer, window_severity(window), window.straddle if window else None)}</td>"
             f"{where}"
             f'<td class="num" data-l="margin">'
-            f"{margin_html(verdict.alpha_margin if verdict else None)}"
+            f"{margin_html(answer.alpha_margin if answer else None)}"
             f'<br><span class="muted">&alpha; {fmt(report.alpha if report else None)}'
-            f" / {fmt(verdict.breakeven_alpha if verdict else None)}</span></td>"
+            f" / {fmt(answer.breakeven_alpha if answer else None)}</span></td>"
             f'<td class="num wide">{k if k is not None else "&ndash;"} / {best_text}'
             f'<br><span class="muted">{at_c}{_engine_cost(model)}</span>'
             "</td>"
-            f'<td class="wide">{_load_cell(load)}</td>'
+            f'<td class="wide">{_load_cell(load, answer)}</td>'
             "</tr>"
         )
     return f'<tbody class="s{int(severity)}">' + "".join(rows) + "</tbody>"
 
 
-def _load_cell(load: LoadFigures | None) -> str:
-    """Load now, and against the baseline: realized speed-up, measured c, crossover."""
+def _load_cell(load: LoadFigures | None, answer: Answer | None) -> str:
+    """Load now, and against the baseline: realized speed-up, measured c, crossover (the
+    answer's), or the new load being measured."""
     if load is None:
         return '<span class="muted">no load series</span>'
     mean = (
@@ -344,32 +342,31 @@ def _load_cell(load: LoadFigures | None) -> str:
         f" <span class='muted'>{fmt(_ms(load.time_per_output_token_seconds), 1)} ms/token</span>"
     )
     parts = [mean]
-    if load.realized_speedup is not None and load.read_concurrency is not None:
-        # The verdict's own load: the bucket it reads, not the window's mean (which can lie
+    if answer is None or not answer.compared:
+        return mean
+    if answer.concurrency is not None:
+        # The answer's own load: the bucket it reads, not the window's mean (which can lie
         # between the loads the window saw).
         parts = [
-            f"now n &asymp; {load.read_concurrency:.1f} in bucket {escape(load.bucket or '?')}"
-            f" <span class='muted'>{fmt(_ms(load.read_time_per_output_token_seconds), 1)}"
-            f" ms/token</span>",
-            f"<span class='muted'>window mean {mean}</span>",
+            f"now n &asymp; {answer.concurrency:.1f} in bucket {escape(answer.bucket or '?')}"
+            f" <span class='muted'>{fmt(_ms(answer.time_per_output_token_seconds), 1)}"
+            " ms/token</span>",
+            f"<span class='muted'>window average n &asymp; {fmt(answer.mean_concurrency, 1)}"
+            "</span>",
         ]
-    if load.baseline is not None:
-        against = escape(load.baseline)
-        if load.realized_speedup is not None:
-            realized = load.realized_speedup
-            cls = "pos" if realized >= 1.0 else "neg"
-            how = f", {load.read}" if load.read in ("interpolated", "extrapolated") else ""
-            parts.append(
-                f"<span class='{cls}'>{realized:.2f}&times;</span> vs {against}"
-                f" <span class='muted'>c {fmt(load.measured_draft_cost, 3)}{how}</span>"
-            )
-        else:
-            parts.append(
-                f"<span class='muted'>vs {against}: {escape(load.reason or 'no figures yet')}"
-                "</span>"
-            )
-        if load.crossover is not None:
-            parts.append(f"stops paying at n &asymp; {crossover_text(load.crossover)}")
+    against = escape(answer.against or "")
+    if answer.state is ReadState.MEASURING:
+        parts.append(f"<span class='muted'>vs {against}: {escape(words.measuring_words(answer))}"
+                     "</span>")  # fmt: skip
+    elif answer.speedup is not None:
+        cls = "pos" if answer.speedup >= 1.0 else "neg"
+        how = ", off the cost curve" if answer.state is ReadState.INTERPOLATED else ""
+        parts.append(
+            f"<span class='{cls}'>{answer.speedup:.2f}&times;</span> vs {against}"
+            f" <span class='muted'>c {fmt(answer.draft_cost, 3)}{how}</span>"
+        )
+    if answer.crossover is not None:
+        parts.append(f"stops paying at n &asymp; {crossover_html(answer.crossover)}")
     return "<br>".join(parts)
 
 

@@ -12,22 +12,23 @@ from collections.abc import Callable
 from dataclasses import replace
 from urllib.parse import urlsplit
 
+from specmon.answer import Answer, Setting, decide
 from specmon.bounds import acceptance_length_refusal, chain_bound
+from specmon.classes import ClassHistory
 from specmon.config_values import format_duration
+from specmon.daemon.answers import Sources, WindowAnswers, live_figures
+from specmon.daemon.class_view import observe_classes
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.epoch_curves import EpochCurves, history_figures
-from specmon.daemon.load_view import LoadFigures, live_load_figures, load_figures
+from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.reads import ReadTimes
-from specmon.daemon.twins import TwinCheck, Twins
-from specmon.daemon.verdict import verdict
-from specmon.daemon.views import Event, ModelView, TargetView, WindowView
+from specmon.daemon.twins import Twins
+from specmon.daemon.views import Event, LoadFigures, ModelView, TargetView, WindowView
 from specmon.daemon.window_rules import (
     Openings,
     Straddle,
     cuts,
     straddle,
     why_withheld,
-    with_straddle,
     withhold,
 )
 from specmon.engines import (
@@ -42,6 +43,7 @@ from specmon.engines import (
 )
 from specmon.load import LoadHistory, LoadWindow, load_counters
 from specmon.report import (
+    AcceptanceReport,
     basis,
     detected_chain_length,
     engine_draft_cost,
@@ -90,10 +92,12 @@ class TargetState:
         self._lengths: dict[str, GaugeHistory] = {}
         self._engine: Engine | None = None
         self._margin_sign: dict[str, int] = {}
+        #: Each window's answer, and the last one with a number (specmon.daemon.answers).
+        self._answers = WindowAnswers()
+        #: The wall time of the reading being observed.
+        self._wall = 0.0
         self._last_models: tuple[ModelReading, ...] = ()
         self._rejected_keys: frozenset[tuple[str, str]] = frozenset()
-        #: The twin's check at this scrape (the first refusal of any model and window).
-        self._twin_check: TwinCheck | None = None
         #: Configuration epochs per model, kept across restarts (specmon.daemon.persist).
         self.epochs = EpochBook()
         #: Each epoch's cost-curve accumulator (the history basis, "did the change help?").
@@ -103,6 +107,7 @@ class TargetState:
         #: Per model, the reading no window reaches before (its configuration's change).
         self._openings = Openings()
         self._epochs_view: tuple[ModelEpochs, ...] = ()
+        self._classes = ClassHistory(retention=retention)  # per-class windows (specmon.classes)
         self._view = TargetView(
             name=config.name,
             url=display_url(config.url),
@@ -208,6 +213,7 @@ class TargetState:
     ) -> list[Event]:
         events: list[Event] = []
         self._reads.add(mono)
+        self._wall = wall
         was = self.view
         if not was.up:
             events.append(Event("info", "target_up", {"engine": _engine_name(reading.engine)}))
@@ -225,9 +231,8 @@ class TargetState:
             self._overheads.clear()
             self._lengths.clear()
             self._loads.clear()
-            if self._engine is not None:  # another engine (the epochs start afresh too)
-                self.curves.clear()
             self._margin_sign.clear()
+            self._answers.clear()
             self._engine = reading.engine
         speculation = reading.speculation
         if was.speculation is not None and speculation != was.speculation:
@@ -250,7 +255,7 @@ class TargetState:
         kept: list[ModelReading] = []
         plain: list[ModelReading] = []
         rejected = list(reading.rejected)
-        self._twin_check = None
+        self._answers.twin_check = None
         # A refused model keeps its history: the next good reading resumes its windows.
         present = {r.model for r in rejected}
         for model in reading.models:
@@ -278,10 +283,15 @@ class TargetState:
             del self._overheads[gone]
         for gone in set(self._lengths) - present:
             del self._lengths[gone]
+        self._answers.keep(present)
         # The page's configuration first: every window below is read from its current epoch.
+        # Another engine on a few pages in a row starts the epochs afresh, and their sums.
+        before = self.epochs.engine
         events.extend(
             Event("info", name, fields) for name, fields in self.epochs.observe(reading, wall)
         )
+        if before is not None and self.epochs.engine != before:
+            self.curves.clear()
         for name, opening in self._openings.observe(self.epochs, wall=wall, mono=mono):
             if name in self._loads:  # its windows and cost curve start at the change
                 self._loads[name].anchor(opening, curve=True)
@@ -291,11 +301,25 @@ class TargetState:
         for name, load in self._loads.items():
             self.curves.feed(self.epochs, name, load.whole_row)
         self._epochs_view = self.epochs.view()
+        for epochs in self._epochs_view:
+            lean = self._loads.get(epochs.model)
+            if (
+                lean is not None
+                and lean.lean
+                and any(e.speculation is False for e in epochs.epochs)
+            ):
+                # Its own past without speculation can be its baseline (the history basis):
+                # whole while it runs without speculation, its rows laid out again exactly.
+                lean.make_whole()
         for model in kept:
             models.append(view := self._model_view(model, withheld=rejected))
             events.extend(self._margin_events(view))
         models.extend(self._plain_view(model) for model in plain)
         events.extend(self._rejection_events(rejected))
+        # Per-class figures (a tap, SGLang's custom labels): specmon.daemon.class_view.
+        classes = observe_classes(
+            self._classes, reading, models, mono=mono, windows=self._windows, config=self.config
+        )
         message = reading.message
         if not models and rejected and reading.speculation:
             message = "every speculative-decoding reading was refused: " + "; ".join(
@@ -318,10 +342,11 @@ class TargetState:
             models=tuple(models),
             rejected=tuple(rejected),
             baseline=self.config.baseline,
-            baseline_check=self._twin_check,
+            baseline_check=self._answers.twin_check,
             baseline_for=baseline_for,
             epochs=self._epochs_view,
             changes=self.curves.changes(self._epochs_view),
+            classes=classes,
         )
         return events
 
@@ -411,58 +436,48 @@ class TargetState:
         return straddle(seconds=seconds, since=since, end=end,
                         change=self._openings.change(model), counts=found, drafts=drafts)  # fmt: skip
 
-    def _load(
+    def _answer(
+        self,
+        model: str,
+        seconds: float,
+        report: AcceptanceReport | None,
+        acceptance: SpecCounters | None,
+        *,
+        k: int | None,
+        live: LoadFigures | None,
+        engine_cost: float | None,
+        cut: Straddle | None,
+        withheld: list[Rejection] | None,
+        label: str,
+    ) -> Answer | None:
+        """The window's answer (specmon.daemon.answers, specmon.answer.decide)."""
+        epochs = next((e for e in self._epochs_view if e.model == model), None)
+        answer = self._answers.answer(
+            Sources(self.config, self.twins, self._engine, self.curves), model, seconds,
+            report, acceptance, history=self._loads.get(model), since=self._openings.at(model),
+            epochs=epochs, k=k, live=live, engine_cost=engine_cost,
+            cut=cut.text() if cut is not None else None, wall=self._wall,
+        )  # fmt: skip
+        if answer is not None and withheld is not None and answer.compared:
+            why = next((p.reason for p in answer.per_load
+                        if p.reason and p.reason.startswith("withheld: ")), None)  # fmt: skip
+            if why is not None:
+                withhold(withheld, model, RejectReason.SPEEDUP_ABOVE_BOUND,
+                         f"{label}: {why[len('withheld: '):]}")  # fmt: skip
+        return answer
+
+    def _live(
         self, model: str, seconds: float, acceptance: SpecCounters | None, k: int | None
     ) -> LoadFigures | None:
-        history = self._loads.get(model)
-        if history is None:
-            return None
-        since = self._openings.at(model)
-        cfg = self.config
-        twin = check = None
-        if acceptance is not None and cfg.baseline is not None and self.twins is not None:
-            twin, check = self.twins.baseline(
-                cfg.baseline, model, seconds, engine=self._engine, configured=cfg.model
-            )
-            if check is not None and (self._twin_check is None or self._twin_check.usable):
-                self._twin_check = check
-            if check is not None and not check.usable:
-                twin = None  # refused: the verdict falls to the next basis
-        if acceptance is None or (twin is None and cfg.cost_profile is None):
-            # Nothing to compare with: the live figures straight off the window's sums, and
-            # the server's own past where it ran without speculation at these loads.
-            speeds = history.speeds(seconds, since=since)
-            live = live_load_figures(
-                speeds,
-                acceptance=acceptance,
-                chain_length=k,
-                baseline=cfg.baseline,
-                refused=check.detail if check is not None and not check.usable else None,
-                latest=history.latest_concurrency,
-            )
-            if live is None or acceptance is None:
-                return live
-            epochs = next((e for e in self._epochs_view if e.model == model), None)
-            return history_figures(live, curves=self.curves, epochs=epochs, speeds=speeds,
-                                   acceptance=acceptance, chain_length=k)  # fmt: skip
-        # Only a comparison with a baseline reads the window's concurrency buckets.
-        return load_figures(
-            history.window(seconds, since=since),
-            acceptance=acceptance,
-            chain_length=k,
-            baseline=cfg.baseline,
-            twin=twin,
-            profile=cfg.cost_profile,
-            memo=history.memo(seconds),
-            note=check.detail if check is not None else None,
-        )
+        return live_figures(self._loads.get(model), seconds, since=self._openings.at(model),
+                            acceptance=acceptance, chain_length=k)  # fmt: skip
 
     def _plain_view(self, model: ModelReading) -> ModelView:
         """A model without speculation (a baseline server): its load and speed per window."""
         windows = []
         for seconds in self._windows:
             cut = self._straddle(model.model, seconds, None)
-            load = None if cut and cut.held else self._load(model.model, seconds, None, None)
+            load = None if cut and cut.held else self._live(model.model, seconds, None, None)
             windows.append(WindowView(format_duration(seconds), seconds, None, None, None,
                                       load=load, straddle=cut))  # fmt: skip
         return ModelView(
@@ -610,26 +625,30 @@ class TargetState:
                     if withheld is not None:
                         withhold(withheld, model.model, why[0], f"{label}: {why[1]}")
             speculating = counters if has_data(counters) else None
-            load = self._load(model.model, seconds, speculating, model_basis.chain_length)
+            k = model_basis.chain_length
+            answer: Answer | None = None
             if cut is not None and cut.held is not None:  # too little of the new configuration
                 report = load = None
-            if load is not None and load.withheld is not None and withheld is not None:
-                withhold(withheld, model.model, RejectReason.SPEEDUP_ABOVE_BOUND, load.withheld)
+            else:
+                load = self._live(model.model, seconds, speculating, k)
+                answer = self._answer(
+                    model.model,
+                    seconds,
+                    report,
+                    speculating,
+                    k=k,
+                    live=load,
+                    engine_cost=engine_cost,
+                    cut=cut,
+                    withheld=withheld,
+                    label=label,
+                )
             windows.append(
                 WindowView(
-                    label,
-                    seconds,
-                    delta.seconds,
+                    label, seconds, delta.seconds,
                     delta.drafts if counters.knows("drafts") else None,
-                    report,
-                    delta.readings,
-                    delta.generated_tokens,
-                    load=load,
-                    verdict=with_straddle(verdict(
-                        report, load, engine_draft_cost=engine_cost,
-                        draft_cost_configured=cfg.draft_cost_configured,
-                    ), cut),
-                    straddle=cut,
+                    report, delta.readings, delta.generated_tokens,
+                    load=load, answer=answer, straddle=cut,
                 )
             )  # fmt: skip
         totals = history.totals()
@@ -664,13 +683,9 @@ class TargetState:
                 configured_chain_length=cfg.chain_length,
                 detected_chain_length=chain_length,
             )
-            windows.append(
-                WindowView(
-                    "lifetime", 0.0, None, None, report,
-                    verdict=verdict(report, None, engine_draft_cost=None,
-                                    draft_cost_configured=cfg.draft_cost_configured),
-                )
-            )  # fmt: skip
+            setting = Setting(cfg.draft_cost, cfg.draft_cost_configured)
+            windows.append(WindowView("lifetime", 0.0, None, None, report,
+                                      answer=decide(report, setting=setting)))  # fmt: skip
             model_basis = report.basis
         else:
             length_h, rate_h = self._gauges[model]
@@ -692,10 +707,10 @@ class TargetState:
                 cut = self._straddle(model, seconds, None)
                 if cut is not None and cut.held is not None:
                     report = None
-                judged = verdict(report, None, engine_draft_cost=None,
-                                 draft_cost_configured=cfg.draft_cost_configured)  # fmt: skip
+                judged = decide(report, setting=Setting(cfg.draft_cost, cfg.draft_cost_configured),
+                                cut=cut.text() if cut is not None else None)  # fmt: skip
                 windows.append(WindowView(format_duration(seconds), seconds, None, None, report,
-                                          verdict=with_straddle(judged, cut), straddle=cut))  # fmt: skip
+                                          answer=judged, straddle=cut))  # fmt: skip
             model_basis = basis(
                 draft_cost=cfg.draft_cost,
                 configured_chain_length=cfg.chain_length,

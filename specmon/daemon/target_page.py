@@ -13,21 +13,23 @@ from html import escape
 from urllib.parse import quote
 
 from specmon import __version__
-from specmon.daemon.answer_text import crossover_text
+from specmon.answer import Answer, ReadState, words
+from specmon.daemon.class_page import classes_html
 from specmon.daemon.epochs_view import changes_html, epochs_html
 from specmon.daemon.history import SPAN, Event, Sample, Series
-from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.severity import pick_window, target_severity, window_severity
 from specmon.daemon.status_page import (
     BASE_CSS,
     bars,
     baseline_for_html,
+    crossover_html,
     fmt,
     margin_html,
     marker,
     verdict_html,
 )
 from specmon.daemon.target import ModelView, TargetView, WindowView
+from specmon.daemon.views import LoadFigures
 
 __all__ = ["chart", "render_missing", "render_target"]
 
@@ -168,6 +170,7 @@ def render_target(
         f"<h1>{escape(view.name)}</h1>",
         f'<p class="sub s{int(severity)}">{marker(view, severity)}</p>',
         _facts(view),
+        _advice(view, primary_window),
         '<h2 id="history">Verdict and margin, last 15 minutes</h2>',
         _charts(series, now=at),
     ]
@@ -176,6 +179,7 @@ def render_target(
         parts.append(_model_section(model, primary_window))
     if not models:
         parts.append('<p class="muted">no models read yet</p>')
+    parts.append(classes_html(view.classes))  # per request class: daemon/class_page.py
     parts.append('<h2 id="epochs">Configuration epochs</h2>' + epochs_html(view.epochs))
     parts.append('<h2 id="change">Did the change help?</h2>' + changes_html(view.changes))
     parts.append('<h2 id="notes">How the figures are derived</h2>')
@@ -249,25 +253,23 @@ def _model_section(model: ModelView, primary_window: str) -> str:
     rows = []
     for window in model.windows:
         report = window.report
-        verdict = window.verdict
+        answer = window.answer
         rows.append(
             "<tr>"
             f"<td>{escape(window.window)}</td>"
             f'<td class="num">{fmt(window.covered_seconds, 0, " s")}</td>'
             f'<td class="num">{window.drafts if window.drafts is not None else "&ndash;"}</td>'
-            f'<td class="num">{verdict_html(verdict, window_severity(window), window.straddle)}</td>'
-            f'<td class="num">{margin_html(verdict.alpha_margin if verdict else None)}</td>'
+            f'<td class="num">{verdict_html(answer, window_severity(window), window.straddle)}</td>'
+            f'<td class="num">{margin_html(answer.alpha_margin if answer else None)}</td>'
             f'<td class="num">{fmt(report.alpha if report else None)}</td>'
-            f'<td class="num">{fmt(verdict.breakeven_alpha if verdict else None)}</td>'
-            f'<td class="num">{fmt(report.expected_speedup if report else None, 2, "&times;")}'
-            "</td>"
-            f'<td class="num">{_best(window)}</td>'
+            f'<td class="num">{fmt(answer.breakeven_alpha if answer else None)}</td>'
+            f'<td class="num">{_best(answer)}</td>'
             "</tr>"
         )
     windows = (
         '<div class="scroll"><table><thead><tr><th>window</th><th>covered</th><th>drafts</th>'
         "<th>verdict</th><th>margin</th><th>alpha</th><th>break-even</th>"
-        "<th>speed-up<br>at configured c</th><th>best k<br>at configured c</th></tr></thead>"
+        "<th>best k<br>at the verdict's c</th></tr></thead>"
         "<tbody>" + "".join(rows) + "</tbody></table></div>"
     )
     survival = ""
@@ -275,56 +277,73 @@ def _model_section(model: ModelView, primary_window: str) -> str:
         label = escape(shown.window) if shown else "&ndash;"
         survival = f"<h2>Survival by position ({label})</h2>{bars(shown)}"
     load = shown.load if shown is not None else None
-    return head + facts + windows + survival + _load_table(load, shown)
+    answer = shown.answer if shown is not None else None
+    return head + facts + windows + survival + _load_table(load, answer, shown)
 
 
-def _best(window: WindowView) -> str:
-    report = window.report
-    if report is None or report.best_chain_length is None:
+def _best(answer: Answer | None) -> str:
+    if answer is None:
         return "&ndash;"
-    if report.best_chain_length == 0:
-        return "0 (off)"
-    return f"{report.best_chain_length} ({fmt(report.best_speedup, 2, '&times;')})"
+    best = escape(words.best_words(answer)).replace("x)", "&times;)")
+    return f'{best}<br><span class="muted">{escape(words.cost_words(answer))}</span>'
 
 
-def _load_table(load: LoadFigures | None, window: WindowView | None) -> str:
+def _advice(view: TargetView, primary_window: str) -> str:
+    """The answer in one sentence per speculating model (the window the status page shows)."""
+    items = []
+    for model in view.models if view.up else ():
+        shown = pick_window(model, primary_window)
+        if model.speculating and shown is not None and shown.answer is not None:
+            items.append(f"<li><b>{escape(model.model)}</b> ({escape(shown.window)}): "
+                         f"{escape(words.advice(shown.answer))}</li>")  # fmt: skip
+    return f'<ul class="advice">{"".join(items)}</ul>' if items else ""
+
+
+def _load_table(load: LoadFigures | None, answer: Answer | None, window: WindowView | None) -> str:
     label = escape(window.window) if window is not None else "&ndash;"
     head = f"<h2>Load and baseline ({label})</h2>"
     if load is None:
         return head + '<p class="muted">no load series</p>'
+    bucket = answer.bucket if answer is not None else None
     now = (
-        f'<p class="sub">concurrency n &asymp; {fmt(load.concurrency, 1)}, '
+        f'<p class="sub">concurrency n &asymp; {fmt(load.concurrency, 1)} per engine step '
+        f"(time average of requests running {fmt(load.mean_running, 1)}), "
         f"{fmt(None if load.time_per_output_token_seconds is None else load.time_per_output_token_seconds * 1000, 1)}"
         f" ms per token, step {fmt(None if load.step_seconds is None else load.step_seconds * 1000, 1)} ms"
-        + (f", now in bucket {escape(load.bucket)}" if load.bucket else "")
+        + (f", now in bucket {escape(bucket)}" if bucket else "")
         + "</p>"
     )
-    if load.baseline is None:
+    if answer is None or not answer.compared:
         return (
             head + now + '<p class="muted">no baseline: a twin (baseline:) or a cost profile '
             "(cost_profile:) would measure the speed-up and the draft cost at each load</p>"
         )
-    against = escape(load.baseline)
+    against = escape(answer.against or "")
+    measuring = (
+        f'<p class="sub">{escape(words.measuring_words(answer))}</p>'
+        if answer.state is ReadState.MEASURING
+        else ""
+    )
     crossover = (
-        f'<p class="sub">speculation stops paying at n &asymp; {crossover_text(load.crossover)}'
-        f"{' (95 % range)' if load.crossover.low is not None else ''}"
-        f"{'; ' + escape(load.crossover.note) if load.crossover.note else ''}</p>"
-        if load.crossover is not None
+        f'<p class="sub">speculation stops paying at n &asymp; {crossover_html(answer.crossover)}'
+        f"{' (95 % range)' if answer.crossover.low is not None else ''}"
+        f"{'; ' + escape(answer.crossover.note) if answer.crossover.note else ''}</p>"
+        if answer.crossover is not None
         else '<p class="sub muted">no crossover within the loads seen</p>'
     )
     rows = []
-    for bucket in load.buckets:
-        current = " <b>(now)</b>" if bucket.label == load.bucket else ""
-        realized = bucket.realized_speedup
+    for per in answer.per_load:
+        current = " <b>(now)</b>" if per.label == bucket else ""
+        realized = per.speedup
         cls = "muted" if realized is None else ("pos" if realized >= 1.0 else "neg")
         rows.append(
             "<tr>"
-            f"<td>{escape(bucket.label)}{current}</td>"
-            f'<td class="num">{fmt(bucket.concurrency, 1)}</td>'
+            f"<td>{escape(per.label)}{current}</td>"
+            f'<td class="num">{fmt(per.concurrency, 1)}</td>'
             f'<td class="num"><span class="{cls}">{fmt(realized, 2, "&times;")}</span></td>'
-            f'<td class="num">{fmt(bucket.draft_cost)}</td>'
-            f'<td class="num">{_recommended(bucket.best_chain_length, bucket.best_speedup)}</td>'
-            f'<td class="note">{escape(bucket.reason or "")}</td>'
+            f'<td class="num">{fmt(per.draft_cost)}</td>'
+            f'<td class="num">{_recommended(per.best_chain_length, per.best_speedup)}</td>'
+            f'<td class="note">{escape(per.reason or "")}</td>'
             "</tr>"
         )
     table = (
@@ -334,7 +353,7 @@ def _load_table(load: LoadFigures | None, window: WindowView | None) -> str:
         + ("".join(rows) or '<tr><td colspan="6" class="muted">no buckets with data yet</td></tr>')
         + "</tbody></table></div>"
     )
-    return head + now + table + crossover
+    return head + now + measuring + table + crossover
 
 
 def _recommended(k: int | None, speedup: float | None) -> str:
@@ -353,8 +372,9 @@ def _notes(view: TargetView, primary_window: str) -> str:
             continue
         if shown.load is not None:
             items.extend(shown.load.notes)
-        if shown.verdict is not None:
-            items.append(f"{model.model}: verdict {shown.verdict.detail}")
+        if shown.answer is not None:
+            items.append(f"{model.model}: verdict {words.detail(shown.answer)}")
+            items.extend(shown.answer.notes)
         elif shown.straddle is not None:  # withheld at a configuration change: why
             items.append(f"{model.model}: {shown.straddle.text()}")
     unique = list(dict.fromkeys(items))

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
+from specmon.answer import Answer
+from specmon.classes import ClassesView
 from specmon.daemon.epoch_curves import ChangeView
-from specmon.daemon.load_view import LoadFigures
 from specmon.daemon.twins import TwinCheck
-from specmon.daemon.verdict import Verdict
 from specmon.daemon.window_rules import Straddle
 from specmon.engines import Engine, Rejection
 from specmon.records import record
@@ -18,7 +18,26 @@ from specmon.report import AcceptanceReport, Basis
 from specmon.sources import ScrapeResult
 from specmon.state.epochs import ModelEpochs
 
-__all__ = ["Event", "ModelView", "TargetView", "WindowView"]
+__all__ = ["Event", "LoadFigures", "ModelView", "TargetView", "WindowView"]
+
+
+@record
+class LoadFigures:
+    """What a window says about load and speed (the engine's own counters over it)."""
+
+    #: Mean requests per decoding step (weighted by engine steps), else the mean of the
+    #: requests-running gauge.
+    concurrency: float | None
+    step_seconds: float | None
+    time_per_output_token_seconds: float | None
+    #: Drafted tokens per draft; below the chain length when the engine varies k.
+    mean_draft_length: float | None
+    notes: tuple[str, ...] = ()
+    #: The requests-running gauge averaged over the window's readings: a time average
+    #: (readings come at a steady interval), where ``concurrency`` weights busy steps.
+    mean_running: float | None = None
+    #: The latest interval's concurrency: the load the engine runs at now.
+    latest: float | None = None
 
 
 @record
@@ -33,10 +52,10 @@ class WindowView:
     readings: int = 0
     #: Tokens generated in the window, when the engine publishes a generated-token counter.
     generated_tokens: int | None = None
-    #: Load, speed and (with a baseline) the load-aware verdict; None without load series.
+    #: Load and speed from the engine's own counters; None without load series.
     load: LoadFigures | None = None
-    #: The best-evidence verdict (specmon.daemon.verdict); None with nothing to judge.
-    verdict: Verdict | None = None
+    #: The answer (specmon.answer): what every surface shows; None with nothing to judge.
+    answer: Answer | None = None
     #: Cut at the model's configuration change (specmon.daemon.window_rules), or None.
     straddle: Straddle | None = None
 
@@ -96,6 +115,8 @@ class TargetView:
     epochs: tuple[ModelEpochs, ...] = ()
     #: Each model's newest change compared per load bucket (specmon.daemon.epoch_curves).
     changes: tuple[ChangeView, ...] = ()
+    #: Per request class (a tap beside the engine, SGLang's custom labels): specmon.classes.
+    classes: ClassesView | None = None
 
 
 @record

@@ -24,9 +24,7 @@ first scrape after it), so a window cut at the change starts at the reading befo
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
-from specmon.daemon.verdict import Verdict
 from specmon.engines import Rejection, RejectReason
 from specmon.load.buckets import DEFAULT_THRESHOLDS
 from specmon.records import record
@@ -35,7 +33,7 @@ from specmon.state.epochs import EpochBook, Reason
 from specmon.windows import MAX_WINDOW_ERROR, WindowDelta
 
 __all__ = [
-    "Openings", "Straddle", "cuts", "straddle", "why_withheld", "with_straddle", "withhold",
+    "Openings", "Straddle", "cuts", "straddle", "why_withheld", "withhold",
 ]  # fmt: skip
 
 
@@ -105,13 +103,6 @@ def straddle(
         drafts=drafts if change[2] else None,
     )  # fmt: skip
     return Straddle(change[0], change[1], max(end - since, 0.0), held)
-
-
-def with_straddle(verdict: Verdict | None, cut: Straddle | None) -> Verdict | None:
-    """The verdict of a window read from the new configuration only, saying so."""
-    if verdict is None or cut is None:
-        return verdict
-    return replace(verdict, detail=f"{verdict.detail}; {cut.text()}")
 
 
 class Openings:

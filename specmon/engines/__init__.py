@@ -238,6 +238,9 @@ def _read_with(
         except AdapterError as exc:
             read = [Rejection("*", exc.reason, str(exc)[:200])]
         models, rejected = _validated(read, page, limits)
+    # Per-class counts, from the adapters that read them off the engine's page (SGLang).
+    read_classes = getattr(ADAPTERS[engine], "read_classes", None)
+    classes = read_classes(page) if read_classes is not None and not page.truncated else None
     # Adapters may also return models without speculative data (a baseline server): their
     # load series go to ``plain_models``, so ``models`` keeps meaning "speculating".
     plain = [m for m in models if m.counters is None and m.gauges is None]
@@ -260,6 +263,7 @@ def _read_with(
         problems=tuple(page.problems),
         is_exposition=is_exposition,
         rejected=tuple(rejected),
+        classes=classes,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import field
 from enum import StrEnum
 
+from specmon.engines.classes import ClassReading
 from specmon.parser import Problem
 from specmon.records import record
 
@@ -286,6 +287,9 @@ class PageReading:
     #: Models the page names without speculative-decoding data (a baseline server): their
     #: ``context`` only; ``counters`` and ``gauges`` are None. Not part of ``models``.
     plain_models: tuple[ModelReading, ...] = ()
+    #: Counts per request class (SGLang's custom-label counters, or a ``specmon tap`` read
+    #: beside the page: :mod:`specmon.sources.tap`); None without either.
+    classes: ClassReading | None = None
 
     def context_of(self, model: str) -> Context | None:
         """The load series of ``model`` (speculating or not), or None when the page lacks it."""

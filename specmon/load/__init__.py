@@ -30,7 +30,6 @@ The package, floors without circles (each module imports only those listed befor
 - :mod:`.interval`: two readings, an interval's increases and figures;
 - :mod:`.rows`: the row layout intervals are held in, and the sliding sums;
 - :mod:`.buckets`: concurrency buckets and the data thresholds a bucket needs;
-- :mod:`.crossover`: the speed-up at a draft cost and the crossover concurrency;
 - :mod:`.compare`: a target against a twin's bucket or a profile's level;
 - :mod:`.curve_sums`: the cost curve's memory (an hour of intervals per minute slot and
   bucket, kept sums, the signature of the buckets measured);
@@ -65,12 +64,6 @@ from specmon.load.compare import (
     twin_point,
 )
 from specmon.load.counters import MAX_ROUNDING_ERROR, LoadCounters, load_counters
-from specmon.load.crossover import (
-    Crossover,
-    crossover,
-    crossover_at_acceptance,
-    speedup_at_cost,
-)
 from specmon.load.history import LoadHistory, LoadWindow
 from specmon.load.interval import LoadInterval, Speeds
 from specmon.load.profile import (
@@ -97,7 +90,6 @@ __all__ = [
     "BucketTotals",
     "BucketVerdict",
     "CompareMemo",
-    "Crossover",
     "LoadCounters",
     "LoadHistory",
     "LoadInterval",
@@ -112,14 +104,11 @@ __all__ = [
     "compare",
     "compare_with_profile",
     "compare_with_twin",
-    "crossover",
-    "crossover_at_acceptance",
     "interval",
     "load_counters",
     "measured_costs",
     "profile_from_json",
     "profile_to_json",
     "rounding_error",
-    "speedup_at_cost",
     "twin_point",
 ]

@@ -4,7 +4,6 @@ profile's level at the same concurrency."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ from specmon.engines.model import SpecCounters
 from specmon.load.buckets import DEFAULT_THRESHOLDS, Bucket, BucketTotals, Thresholds
 from specmon.load.interval import LoadInterval
 from specmon.records import record
-from specmon.report import AcceptanceReport, report_from_counters
 
 
 @record
@@ -37,11 +35,8 @@ class BaselineSource(Protocol):
 
 @dataclass(frozen=True)
 class BucketComparison:
-    """The target against its baseline in one bucket.
-
-    :attr:`report` (every acceptance figure at the bucket's c) is computed when first read:
-    a daemon compares every bucket of every window on every scrape and reads the report of
-    the current bucket only."""
+    """The target against its baseline in one bucket (the figures at its c are the
+    answer's: :mod:`specmon.answer`)."""
 
     bucket: Bucket
     concurrency: float
@@ -57,21 +52,9 @@ class BucketComparison:
     #: c = (step_ratio - 1) / k̄; None without drafted tokens.
     draft_cost: float | None
     notes: tuple[str, ...] = ()
-    #: The bucket's speculative counters and the configured chain length, for :attr:`report`.
+    #: The bucket's speculative counters and the configured chain length.
     counters: SpecCounters | None = field(default=None, repr=False, compare=False)
     chain_length: int | None = None
-
-    @functools.cached_property
-    def report(self) -> AcceptanceReport | None:
-        """Every acceptance figure at max(c, 0): break-even alpha, margin, best chain length;
-        None without a draft cost or drafts."""
-        if self.draft_cost is None or self.counters is None or self.counters.drafts <= 0:
-            return None
-        return report_from_counters(
-            self.counters,
-            draft_cost=max(self.draft_cost, 0.0),
-            configured_chain_length=self.chain_length,
-        )
 
 
 def compare(
@@ -98,6 +81,13 @@ def compare(
     if not (baseline.step_seconds > 0 and baseline.time_per_output_token_seconds > 0):
         return None
     notes: list[str] = []
+    if drafted <= 0 and target.drafts > 0 and target.draft_tokens == 0 and chain_length:
+        # TGI counts no drafted tokens (its drafts are steps): each drafts k, its speculate.
+        drafted = chain_length * target.drafts / target.request_steps
+        notes.append(
+            f"the engine counts no drafted tokens: c assumes each draft carried k = "
+            f"{chain_length} tokens"
+        )
     ratio = step / baseline.step_seconds
     cost = (ratio - 1.0) / drafted if drafted > 0 else None
     if cost is not None and target.drafts > 0:

@@ -1,6 +1,8 @@
 """The cost curve of one target and model: step time with and without speculation as functions
-of concurrency, kept far longer than any window, and the speed-up, draft cost, 95 % interval
-and crossover read from it at any load inside what was measured. Pure: no I/O.
+of concurrency, kept far longer than any window, the speed-up and draft cost at any load
+inside what was measured, and the uncertainty of both. Pure: no I/O. What is read off it, and
+when it may be (a load the curve measured, never past it), is the answer's
+(:mod:`specmon.answer.reads`, :func:`specmon.answer.curve_crossover`).
 
 Public API (what the daemon, and issue 55's persistence, code against):
 
@@ -15,11 +17,9 @@ Public API (what the daemon, and issue 55's persistence, code against):
   fixed part, bandwidth-bound floor and compute-bound slope, docs/background.md), weighted
   least squares over the buckets, its relative fit residual.
 - :class:`Curve` (``Curve.build(spec, base, ...)``; :func:`twin_curve`,
-  :func:`profile_curve`): ``read(concurrency, acceptance)`` -> :class:`CurveRead` (speed-up,
-  draft cost, 95 % interval, ``how``: "interpolated" inside the measured range,
-  "extrapolated" in the next bucket past it) or a reason string; ``crossover(acceptance)``
-  -> :class:`~specmon.load.crossover.Crossover` with its range, only where measured buckets
-  bracket it.
+  :func:`profile_curve`): ``speedup_at``, ``tpot_at``, ``log_sd`` (the standard deviation
+  of log(speed-up) at a load) and ``bound`` (the speed-up's bounds as functions of the load,
+  for the crossover's range).
 - :func:`speedup_interval` and :func:`acceptance_log_sd`: the interval's arithmetic, for a
   verdict read off a window's bucket or off the configured cost.
 
@@ -40,10 +40,9 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
+from specmon.bounds import chain_bound, speedup_refusal
 from specmon.engines.model import SpecCounters
 from specmon.load.buckets import DEFAULT_SCHEME, DEFAULT_THRESHOLDS, BucketScheme, Thresholds
-from specmon.load.crossover import Crossover
 
 # The curve's memory, re-exported: this module's API names it (specmon.load.curve_sums).
 from specmon.load.curve_sums import (
@@ -66,7 +65,7 @@ from specmon.records import record
 
 # fmt: off
 __all__ = [
-    "COLUMNS", "Z95", "BucketSums", "Curve", "CurveAccumulator", "CurveRead", "CurveState",
+    "COLUMNS", "Z95", "BucketSums", "Curve", "CurveAccumulator", "CurveState",
     "Shape", "SidePoint", "SlotSums", "acceptance_log_sd", "fit_shape", "interval_spread",
     "profile_curve", "side_points", "speedup_interval", "state_from_dict", "state_to_dict",
     "twin_curve",
@@ -277,23 +276,6 @@ class BaselineCurve(Protocol):
 
 
 @record
-class CurveRead:
-    """The curve at one load: the realized speed-up K T_base(n) / (K_base T_spec(n)), the
-    draft cost c there (None without drafted tokens), the 95 % interval, and how it was
-    read: "interpolated" (inside the measured range) or "extrapolated" (the next bucket); or
-    "measured" for two epochs' read in a bucket both measured (specmon.load.matched)."""
-
-    concurrency: float
-    speedup: float
-    #: The 95 % interval (None: an end broke the bound on a speed-up, specmon.bounds).
-    interval: tuple[float, float] | None
-    draft_cost: float | None
-    how: str
-    #: The measured buckets it lies between (labels), for the detail line.
-    between: tuple[str, str]
-
-
-@record
 class Curve:
     """Both sides' shapes and the buckets measured on both."""
 
@@ -335,13 +317,13 @@ class Curve:
         base = {p.bucket for p in self.base_points}
         return tuple(p for p in self.spec_points if p.bucket in base or lo <= p.concurrency <= hi)
 
-    def _log_sd(self, n: float, acceptance_sd: float) -> float:
+    def log_sd(self, n: float, acceptance_sd: float) -> float:
         """log(speed-up)'s standard deviation at ``n``: acceptance, both sides' nearest
         buckets' standard errors, the fit residuals and the shape's disagreement with straight
         lines between the buckets."""
-        return self._bound(1.0, acceptance_sd)(n, None)
+        return self.bound(1.0, acceptance_sd)(n, None)
 
-    def _bound(
+    def bound(
         self, tokens_per_step: float, acceptance_sd: float
     ) -> Callable[[float, int | None], float]:
         """``f(n, sign)``: the speed-up at ``n`` (:meth:`speedup_at`, 0 for none) times
@@ -391,94 +373,6 @@ class Curve:
         spec, base = self.spec.at(concurrency), self.base.at(concurrency)
         return _speedup(tokens_per_step, spec, base, self.base_tokens_per_step)
 
-    def read(
-        self,
-        concurrency: float,
-        *,
-        tokens_per_step: float,
-        acceptance_sd: float,
-        chain_length: int | None = None,
-    ) -> CurveRead | str:
-        """The curve at ``concurrency`` with the window's acceptance (``tokens_per_step``,
-        log standard deviation ``acceptance_sd``), or why not (outside the measured range
-        by more than a bucket)."""
-        points = sorted(self.measured, key=lambda p: p.concurrency)
-        lo, hi = points[0], points[-1]
-        index = self.scheme.index_of(concurrency)
-        how = "interpolated"
-        between: tuple[str, str]
-        if concurrency < lo.concurrency or concurrency > hi.concurrency:
-            edge = lo if concurrency < lo.concurrency else hi
-            if index not in (edge.bucket, edge.bucket - 1, edge.bucket + 1):
-                side = "below" if edge is lo else "above"
-                return (f"load {concurrency:.1f} is more than a bucket {side} the measured "
-                        f"range (buckets {lo.label}-{hi.label})")  # fmt: skip
-            how = "interpolated" if index == edge.bucket else "extrapolated"
-            between = (edge.label, edge.label)
-        else:
-            i = bisect.bisect_left([p.concurrency for p in points], concurrency)
-            below = points[max(i - 1, 0)]
-            above = points[min(i, len(points) - 1)]
-            between = (below.label, above.label)
-        speedup = self.speedup_at(concurrency, tokens_per_step)
-        if speedup is None:
-            return "no step time on the curve"
-        problem = speedup_refusal(speedup, chain_length=chain_bound(configured=chain_length),
-                                  measured=True)  # fmt: skip
-        if problem is not None:
-            return f"withheld: the curve's {problem}"
-        sd = self._log_sd(concurrency, acceptance_sd)
-        if how == "extrapolated":
-            sd *= 2.0
-        interval = speedup_interval(speedup, sd, chain_length=chain_length)
-        cost = None
-        if self.drafted_per_step:
-            ratio = self.spec.at(concurrency) / self.base.at(concurrency)
-            cost = (ratio - 1.0) / self.drafted_per_step
-        if cost is not None and draft_cost_refusal(cost) is not None:
-            cost = None
-        return CurveRead(concurrency, speedup, interval, cost, how, between)
-
-    def crossover(
-        self, *, tokens_per_step: float, acceptance_sd: float, chain_length: int | None = None
-    ) -> Crossover | None:
-        """Where the speed-up at the window's acceptance falls through 1, only where measured
-        buckets bracket it (paid at one, not at the next measured); its range where the
-        interval's bounds fall through 1. Not paid even at the lowest measured load: that
-        load. None when it pays over the whole measured range."""
-        points = sorted(self.measured, key=lambda p: p.concurrency)
-        values = [self.speedup_at(p.concurrency, tokens_per_step) for p in points]
-        k = chain_bound(configured=chain_length)
-        if any(
-            v is None or speedup_refusal(v, chain_length=k, measured=True) is not None
-            for v in values
-        ):
-            return None  # no step time, or a speed-up the bounds refuse (specmon.bounds)
-        measured = [(p, v) for p, v in zip(points, values, strict=True) if v is not None]
-        first, last = measured[0][0].concurrency, measured[-1][0].concurrency
-
-        bound = self._bound(tokens_per_step, acceptance_sd)
-
-        if measured[0][1] <= 1.0:
-            return Crossover(first, None, first, measured[0][1], (1 - measured[0][1]) * 100,
-                             first, last, low=first, high=first)  # fmt: skip
-        for (p0, _), (p1, s1) in itertools.pairwise(measured):
-            if s1 > 1.0:
-                continue
-            at = _root(lambda n: bound(n, 0), p0.concurrency, p1.concurrency)
-            low = _root(lambda n: bound(n, -1), first, p1.concurrency, fallback=first)
-            high = _root(lambda n: bound(n, 1), p0.concurrency, last, fallback=last)
-            gap = p1.bucket - p0.bucket - 1
-            note = (
-                f"between buckets {p0.label} and {p1.label}, {gap} bucket"
-                f"{'s' if gap > 1 else ''} apart with no measurement: the range is wide"
-                if gap >= 1
-                else None
-            )
-            return Crossover(at, p0.concurrency, p1.concurrency, s1, (1 - s1) * 100, first, last,
-                             low=min(low, at), high=max(high, at), note=note)  # fmt: skip
-        return None
-
 
 def _speedup(tokens_per_step: float, spec: float, base: float, k_base: float) -> float | None:
     """K T_base / (K_base T_spec): the speed-up from both sides' step times (None: a step
@@ -486,26 +380,6 @@ def _speedup(tokens_per_step: float, spec: float, base: float, k_base: float) ->
     if spec <= 0 or base <= 0 or k_base <= 0:
         return None
     return tokens_per_step * base / (k_base * spec)
-
-
-def _root(
-    f: Callable[[float], float], lo: float, hi: float, *, fallback: float | None = None
-) -> float:
-    """Where f falls through 1 between ``lo`` and ``hi`` (scanned, then bisected), or
-    ``fallback`` (default ``hi``) when it does not."""
-    grid = [lo + (hi - lo) * j / 16 for j in range(17)]
-    prev = grid[0]
-    if f(prev) <= 1.0:
-        return lo
-    for n in grid[1:]:
-        if f(n) <= 1.0:
-            a, b = prev, n
-            for _ in range(24):  # (hi - lo) / 16 / 2^24: far below any figure's precision
-                mid = (a + b) / 2
-                a, b = (mid, b) if f(mid) > 1.0 else (a, mid)
-            return b
-        prev = n
-    return hi if fallback is None else fallback
 
 
 def twin_curve(

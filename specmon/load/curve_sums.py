@@ -2,8 +2,9 @@
 intervals summed per time slot and concurrency bucket, kept far longer than any window, and
 its plain, serialisable state. Pure: no I/O.
 
-- :class:`CurveAccumulator` (``retention=3600.0``, ``slot_seconds=60.0``, ``scheme``): one
-  model's intervals summed per time slot and concurrency bucket (never raw rows).
+- :class:`CurveAccumulator` (``retention=3600.0``, ``slot_seconds`` (default a minute, or a
+  1,440th of a retention past a day), ``scheme``): one model's intervals summed per time
+  slot and concurrency bucket (never raw rows); about :data:`SLOT_BYTES` a slot.
   ``add_row(row)`` takes one interval row (:mod:`specmon.load.rows`' layout, the history's
   clock in ``row[END]``); ``add(end, interval)`` a :class:`LoadInterval`; ``expire(now)``
   drops slots older than the retention; ``bucket(index)`` one bucket's retained sums and
@@ -35,9 +36,10 @@ slot older than the bucket's newest (the clock went back).
 from __future__ import annotations
 
 import math
+import operator
 from array import array
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from specmon.load.buckets import DEFAULT_SCHEME, BucketScheme, Thresholds
 from specmon.load.interval import LoadInterval, bounded_ratio
@@ -58,12 +60,15 @@ from specmon.load.rows import (
 )
 from specmon.records import record
 
-if TYPE_CHECKING:
-    from specmon.load.curve import Curve
+#: An epoch's accumulator's one slot: longer than any epoch is kept.
+EPOCH_SPAN = 1e9
+#: What a curve accumulator keeps made from its sums (the cost curve, specmon.load.curve).
+_Made = TypeVar("_Made")
 
 # fmt: off
 __all__ = [
-    "COLUMNS", "BucketSums", "CurveAccumulator", "CurveState", "SlotSums", "state_from_dict",
+    "COLUMNS", "SLOTS_PER_RETENTION", "SLOT_BYTES", "BucketSums", "CurveAccumulator",
+    "CurveState", "SlotSums", "retention_bytes", "slot_seconds_for", "state_from_dict",
     "state_to_dict",
 ]
 # fmt: on
@@ -91,6 +96,28 @@ _MAX_POSITIONS = 64
 #: The (thresholds, side) pairs :meth:`CurveAccumulator.measured` keeps up to date (the daemon
 #: asks one per accumulator); past this many they are all made again from the buckets.
 _MAX_SIGNATURES = 8
+_ZEROS = bytes(8 * _WIDTH)
+#: At most this many slots a bucket over the retention: a slot is a minute, or a 1,440th of
+#: a retention longer than a day (7d: 7-minute slots), so a week costs what a day does.
+SLOTS_PER_RETENTION = 1440
+#: What one slot costs in memory at k = 4 (its sums, 25 doubles, the array holding them,
+#: its key and its entry): 397 bytes measured with tracemalloc over 10,000 slots
+#: (bench/state.py --slots; 325 at k = 0, 813 at k = 64). A list of floats took 773.
+SLOT_BYTES = 400
+
+
+def slot_seconds_for(retention: float) -> float:
+    """A slot's length for ``retention``: a minute, or a SLOTS_PER_RETENTION-th of it."""
+    return max(60.0, retention / SLOTS_PER_RETENTION)
+
+
+def retention_bytes(retention: float, *, buckets: int = 1) -> int:
+    """An accumulator's memory at ``retention`` with data in ``buckets`` buckets at every
+    slot (1: a server whose load stays in one bucket a slot; 14: every bucket, the most)."""
+    slots = min(_MAX_SLOTS, buckets * (math.ceil(retention / slot_seconds_for(retention)) + 1))
+    return slots * SLOT_BYTES
+
+
 #: (slot column, row column) of the sums a row adds to as they are.
 _ADDED = ((_RS, REQUEST_STEPS), (_DS, DECODE_SECONDS), (_DT, DECODE_TOKENS),
           (_ES, ENGINE_STEPS), (_SS, SLOT_STEPS), (_DR, DRAFTS), (_DTK, DRAFT_TOKENS),
@@ -141,7 +168,7 @@ class BucketSums:
             drafts=round(v[_DR]),
             draft_tokens=round(v[_DTK]),
             accepted_tokens=round(v[_AC]),
-            accepted_per_position=tuple(round(x) for x in v[_WIDTH:]),
+            accepted_per_position=tuple(map(round, v[_WIDTH:])),
             intervals=round(v[_I]),
         )
 
@@ -191,18 +218,22 @@ class CurveAccumulator:
         self,
         *,
         retention: float = 3600.0,
-        slot_seconds: float = 60.0,
+        slot_seconds: float | None = None,
         scheme: BucketScheme = DEFAULT_SCHEME,
     ) -> None:
         if not (retention > 0 and math.isfinite(retention)):
             raise ValueError("retention must be positive")
+        if slot_seconds is None:
+            slot_seconds = slot_seconds_for(retention)
         if not (slot_seconds > 0 and math.isfinite(slot_seconds)):
             raise ValueError("slot_seconds must be positive")
         self._retention = retention
         self._slot = min(slot_seconds, retention)
         self._scheme = scheme
         #: (slot index, bucket) -> sums, oldest slot first (dicts keep insertion order).
-        self._slots: dict[tuple[int, int], list[float]] = {}
+        #: Each slot's sums an array of doubles (8 bytes a sum: a list of floats took 3.6
+        #: times as much, issue 61; bench/state.py --slots measures a slot's cost).
+        self._slots: dict[tuple[int, int], array[float]] = {}
         #: Per bucket, the key of its newest slot (its last in ``_slots``' order).
         self._last: dict[int, tuple[int, int]] = {}
         #: Per bucket, the sum of its slots before the newest, in ``_slots``' order (None: it
@@ -211,11 +242,18 @@ class CurveAccumulator:
         #: Per bucket, its sums as last read, until it changes.
         self._sums: dict[int, BucketSums] = {}
         self._buckets: tuple[BucketSums, ...] | None = None
-        self._memo: tuple[object, Curve | None] | None = None
+        self._memo: tuple[object, Any] | None = None
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
         self.version = 0
+
+    @classmethod
+    def for_epoch(cls) -> CurveAccumulator:
+        """A configuration epoch's accumulator: one slot per bucket for its whole life (its
+        age is the epoch's, bounded by ``state_max_age``): no time slots, so nothing to shift
+        across a restart and a few hundred numbers an epoch."""
+        return cls(retention=EPOCH_SPAN, slot_seconds=EPOCH_SPAN)
 
     def set_retention(self, retention: float) -> None:
         if not (retention > 0 and math.isfinite(retention)):
@@ -236,7 +274,7 @@ class CurveAccumulator:
         key = (math.floor(row[END] / self._slot), bucket)
         sums = self._slots.get(key)
         if sums is None:
-            sums = self._slots[key] = [0.0] * _WIDTH
+            sums = self._slots[key] = array("d", _ZEROS)
             self._newest(bucket, key)
         elif self._last[bucket] != key:  # an older slot than the bucket's newest: sum again
             self._prefix.pop(bucket, None)
@@ -379,12 +417,13 @@ class CurveAccumulator:
             self._buckets = tuple(b for b in found if b is not None)
         return self._buckets
 
-    def memo(self, key: object, make: Callable[[], Curve | None]) -> Curve | None:
+    def memo(self, key: object, make: Callable[[], _Made]) -> _Made:
         """``make()``, kept while ``key`` stays the same (the curve against a baseline is
         built once for every window, and again as the key's versions move on)."""
         if self._memo is None or self._memo[0] != key:
             self._memo = (key, make())
-        return self._memo[1]
+        made: _Made = self._memo[1]
+        return made
 
     def state(self) -> CurveState:
         return CurveState(
@@ -406,7 +445,7 @@ class CurveAccumulator:
             if not 0 <= slot.bucket < count or len(slot.values) < _WIDTH:
                 raise ValueError(f"slot at {slot.start:g}: bucket or width out of range")
             key = (math.floor(slot.start / out._slot + 0.5), slot.bucket)
-            out._slots[key] = list(slot.values)
+            out._slots[key] = array("d", slot.values)
         # Each bucket's newest slot; its kept sum is made at its first read.
         out._last = {key[1]: key for key in out._slots}
         out._changed(None)
@@ -417,8 +456,7 @@ def _add_into(into: list[float], values: Sequence[float]) -> None:
     """``into`` += ``values``, element by element (widened with zeros to fit)."""
     if len(into) < len(values):
         into.extend([0.0] * (len(values) - len(into)))
-    for i, value in enumerate(values):
-        into[i] += value
+    into[: len(values)] = map(operator.add, into, values)  # in C: every read of a bucket
 
 
 def state_to_dict(state: CurveState) -> dict[str, Any]:
@@ -431,6 +469,24 @@ def state_to_dict(state: CurveState) -> dict[str, Any]:
             {"start": s.start, "bucket": s.bucket, "values": list(s.values)} for s in state.slots
         ],
     }
+
+
+_NUMBERS = frozenset({int, float})
+
+
+def _sums(values: list[Any]) -> tuple[float, ...] | None:
+    """``values`` as floats when every one is a finite number (a fast path: the types and the
+    range checked in C), else None."""
+    if not set(map(type, values)) <= _NUMBERS:
+        return None
+    try:
+        numbers = tuple(map(float, values))
+    except OverflowError:
+        return None
+    low, high = min(numbers), max(numbers)
+    if not (math.isfinite(low) and math.isfinite(high)) or low < -1e18:
+        return None
+    return numbers
 
 
 def state_from_dict(data: Mapping[str, Any]) -> CurveState:
@@ -464,8 +520,10 @@ def state_from_dict(data: Mapping[str, Any]) -> CurveState:
         if not isinstance(values, list) or not _WIDTH <= len(values) <= _WIDTH + _MAX_POSITIONS:
             raise ValueError(f"slots[{i}].values: must be a list of {_WIDTH} to "
                              f"{_WIDTH + _MAX_POSITIONS} numbers")  # fmt: skip
-        numbers = tuple(number(v, f"slots[{i}].values[{j}]") for j, v in enumerate(values))
-        if any(v < 0 for v in numbers):
+        numbers = _sums(values)
+        if numbers is None:  # find the first bad value, for the message
+            numbers = tuple(number(v, f"slots[{i}].values[{j}]") for j, v in enumerate(values))
+        if min(numbers) < 0:
             raise ValueError(f"slots[{i}].values: sums must be >= 0")
         slots.append(SlotSums(number(item.get("start"), f"slots[{i}].start"), bucket, numbers))
     return CurveState(retention, slot_seconds, tuple(slots))

@@ -223,6 +223,12 @@ class LoadHistory:
         if concurrency is not None and row[REQUEST_STEPS] > 0:
             row[BUCKET] = float(self._scheme.index_of(concurrency))
 
+    def make_whole(self) -> None:
+        """Keep every column from now on (see the class): exact while the rows held are a
+        server's without speculation; a no-op for a history already whole."""
+        if self._lean:
+            self._widen()
+
     def _widen(self) -> None:
         """Make a lean history whole (see the class): its sums are made again."""
         self._lean = False
@@ -397,6 +403,15 @@ class LoadHistory:
         v = slide.total.values
         engine = None if v[ENGINE_MISSING] >= 0.5 else max(v[ENGINE_STEPS], 0.0)
         return slide.total.intervals, engine, max(v[REQUEST_STEPS], 0.0)
+
+    def mean_running(self, seconds: float, *, since: float | None = None) -> float | None:
+        """The requests-running gauge averaged over the window's readings: a time average
+        of the load (readings come at a steady interval), where the concurrency of
+        :meth:`speeds` weights each engine step (None: no reading had the gauge)."""
+        if self._last is None:
+            return None
+        slide = self._slide(self._key(seconds, since))
+        return slide.running_sum / slide.running_count if slide.running_count > 0 else None
 
     def speeds(self, seconds: float, *, since: float | None = None) -> Speeds | None:
         """The live figures of the window of ``seconds`` read straight from its sums: what

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 
-from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
-from specmon.load.buckets import DEFAULT_SCHEME, DEFAULT_THRESHOLDS, Thresholds
+from specmon.bounds import speedup_refusal
+from specmon.load.buckets import DEFAULT_THRESHOLDS, Thresholds
 from specmon.load.curve import (
     COLUMNS,
     Z95,
     BucketSums,
-    Curve,
     CurveAccumulator,
-    CurveRead,
     SidePoint,
     side_points,
     speedup_interval,
@@ -33,27 +31,16 @@ from specmon.records import record
 
 __all__ = [
     "MatchedBucket",
-    "epoch_accumulator",
     "loads_seen",
     "matched_buckets",
-    "matched_read",
 ]
 
-#: An epoch's accumulator keeps one slot per bucket for its whole life (its age is the
-#: epoch's, bounded by ``state_max_age``): no time slots, so nothing to shift across a
-#: restart and a few hundred numbers an epoch.
-EPOCH_SPAN = 1e9
 _FLOOR = 0.005
 _T1, _T2 = COLUMNS.index("step_sum"), COLUMNS.index("step_squares")
 _K1, _K2 = COLUMNS.index("tokens_per_step_sum"), COLUMNS.index("tokens_per_step_squares")
 _DT, _DS = COLUMNS.index("decode_tokens"), COLUMNS.index("decode_seconds")
 _DTK, _AC = COLUMNS.index("draft_tokens"), COLUMNS.index("accepted")
 _RS = COLUMNS.index("request_steps")
-
-
-def epoch_accumulator() -> CurveAccumulator:
-    """A fresh epoch's accumulator (one slot per bucket, never expired)."""
-    return CurveAccumulator(retention=EPOCH_SPAN, slot_seconds=EPOCH_SPAN)
 
 
 @record
@@ -163,66 +150,3 @@ def matched_buckets(
                           change, change_interval)
         )  # fmt: skip
     return tuple(out)
-
-
-def matched_read(
-    baseline: CurveAccumulator,
-    current: CurveAccumulator,
-    concurrency: float,
-    *,
-    tokens_per_step: float,
-    acceptance_sd: float,
-    chain_length: int | None = None,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
-) -> CurveRead | str:
-    """The current epoch (speculating) against an epoch without speculation at
-    ``concurrency``: where both measured its bucket, the bucket's measured ratio (the
-    change's own figure there, ``how`` "measured"); else the cost curve's read between the
-    buckets both measured (the curve's own limits: one bucket past them at most,
-    "interpolated" or "extrapolated"); a reason string when the loads do not overlap."""
-    base = loads_seen(baseline, speculative=False, thresholds=thresholds)
-    spec = loads_seen(current, speculative=True, thresholds=thresholds)
-    if not base or not spec:
-        return "no load bucket measured enough in both epochs yet"
-    index = DEFAULT_SCHEME.index_of(concurrency)
-    here = [next((p for p in side if p.bucket == index), None) for side in (base, spec)]
-    old, new = _sums(baseline, index), _sums(current, index)
-    if here[0] is not None and here[1] is not None and old is not None and new is not None:
-        return _measured_read(old, new, (here[0], here[1]), concurrency, chain_length)
-    steps = drafted_sum = 0.0
-    for b in current.buckets():
-        if b.bucket in {p.bucket for p in spec}:
-            steps += b.values[COLUMNS.index("request_steps")]
-            drafted_sum += b.values[_DTK]
-    drafted = drafted_sum / steps if steps > 0 and drafted_sum > 0 else None
-    curve = Curve.build(spec, base, drafted_per_step=drafted, scheme=DEFAULT_SCHEME)
-    if curve is None:
-        return "the epochs' loads do not overlap"
-    return curve.read(concurrency, tokens_per_step=tokens_per_step, acceptance_sd=acceptance_sd,
-                      chain_length=chain_length)  # fmt: skip
-
-
-def _measured_read(
-    old: BucketSums,
-    new: BucketSums,
-    points: tuple[SidePoint, SidePoint],
-    concurrency: float,
-    chain_length: int | None,
-) -> CurveRead | str:
-    """A read in a bucket both epochs measured: their speed-up there, and the draft cost
-    their step times give (the speculative step over the plain one, less one, per drafted
-    token a step: None without drafted tokens or outside its bounds)."""
-    ratio = _bucket_speedup(
-        old, new, bound=chain_bound(configured=chain_length), chain_length=chain_length
-    )
-    if isinstance(ratio, str):
-        return ratio
-    speedup, interval = ratio
-    base, spec = points
-    steps, drafted = new.values[_RS], new.values[_DTK]
-    cost = None
-    if steps > 0 and drafted > 0 and base.step_seconds > 0:
-        cost = (spec.step_seconds / base.step_seconds - 1.0) / (drafted / steps)
-        if draft_cost_refusal(cost) is not None:
-            cost = None
-    return CurveRead(concurrency, speedup, interval, cost, "measured", (spec.label, spec.label))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
@@ -18,7 +18,6 @@ from specmon.bounds import (
 from specmon.engines.model import SpecCounters, add_counters
 from specmon.load.buckets import DEFAULT_SCHEME
 from specmon.load.compare import BaselinePoint
-from specmon.load.crossover import Crossover, crossover_at_acceptance
 from specmon.load.curve import SidePoint
 from specmon.records import record
 
@@ -147,26 +146,39 @@ class Profile:
         source = "profile level" if steps[1] == "measured" else "profile, interpolated"
         return BaselinePoint(concurrency, steps[0], tpots[0], source)
 
+    def speculative_points(self) -> tuple[SidePoint, ...]:
+        """The speculative server's measured levels as the cost curve's speculative side (as
+        :meth:`baseline_points`, K from the level's own step time and TPOT)."""
+        return _points((lv.speculative, lv.concurrency) for lv in self.levels)
+
+    def tokens_per_step(self) -> float | None:
+        """K of the speculative server, the levels' mean (None: no level measured it)."""
+        found = [lv.tokens_per_step for lv in self.levels if lv.tokens_per_step]
+        return sum(found) / len(found) if found else None
+
+    def drafted_per_step(self) -> float | None:
+        """Drafted tokens per request-step of the speculative server, the levels' mean."""
+        found = [lv.drafted_per_step for lv in self.levels if lv.drafted_per_step]
+        return sum(found) / len(found) if found else None
+
     def baseline_points(self) -> tuple[SidePoint, ...]:
         """The baseline's measured levels as the cost curve's baseline side (a profile
         states no spread: its step times' standard error is taken as 1 %)."""
-        out = []
-        for lv in self.levels:
-            side = lv.baseline
-            step, tpot = side.step_seconds, side.time_per_output_token_seconds
-            if step is None or tpot is None or step <= 0 or tpot <= 0:
-                continue
-            n = side.concurrency if side.concurrency is not None else float(lv.concurrency)
-            bucket = DEFAULT_SCHEME.bucket_of(n)
-            out.append(SidePoint(bucket.index, bucket.label, n, step, 0.01, step / tpot, 1))
-        return tuple(out)
+        return _points((lv.baseline, lv.concurrency) for lv in self.levels)
 
-    def crossover(self, counters: SpecCounters | None = None) -> Crossover | None:
-        """The crossover at ``counters``' acceptance (default: the profile's own)."""
-        acceptance = counters if counters is not None else self.acceptance()
-        if acceptance is None:
-            return None
-        return crossover_at_acceptance(self.costs(), acceptance)
+
+def _points(sides: Iterable[tuple[ProfileSide, int]]) -> tuple[SidePoint, ...]:
+    """Each level's side as a curve point: at its engine's measured concurrency, else the
+    client's level."""
+    out = []
+    for side, level in sides:
+        step, tpot = side.step_seconds, side.time_per_output_token_seconds
+        if step is None or tpot is None or step <= 0 or tpot <= 0:
+            continue
+        n = side.concurrency if side.concurrency is not None else float(level)
+        bucket = DEFAULT_SCHEME.bucket_of(n)
+        out.append(SidePoint(bucket.index, bucket.label, n, step, 0.01, step / tpot, 1))
+    return tuple(out)
 
 
 def _interpolate(points: Sequence[tuple[float, float]], x: float) -> tuple[float, str] | None:

@@ -1,4 +1,4 @@
-"""From a raw run to the A/B table: per concurrency level, per workload. Pure."""
+"""From a raw run to the A/B table: per level (a concurrency or a rate), per workload. Pure."""
 
 from __future__ import annotations
 
@@ -7,18 +7,21 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmon import arithmetic
-from specmon.engines.model import SpecCounters, add_counters
+from specmon.engines.model import add_counters
 from specmon.load import LoadInterval
+from specmon.measure.acceptance import Acceptance, RequestAcceptance, acceptance_of
 from specmon.measure.breakeven import BreakEvenReading, breakeven_reading
 from specmon.measure.compare import Comparison, compare
 from specmon.measure.endpoints import Endpoint, ServerInfo
+from specmon.measure.levels import Held, LoadLevel, held_level
 from specmon.measure.results import MetricsDelta, Outcome, RawMeasurement, Settings, SideRun
 from specmon.measure.stats import percentile, rate, ratio
+from specmon.measure.timing import TokenTiming, timing_of, timing_ratio
 
 __all__ = [
     "EXIT_DIVERGED",
     "EXIT_NOTHING_COMPLETED",
+    "EXIT_NOT_HELD",
     "EXIT_OK",
     "EXIT_USAGE",
     "Acceptance",
@@ -41,6 +44,8 @@ EXIT_DIVERGED = 1
 EXIT_USAGE = 2
 #: A server could not be reached, or a workload completed no request on one side.
 EXIT_NOTHING_COMPLETED = 3
+#: --profile-out was asked and no concurrency level held its load: nothing to profile.
+EXIT_NOT_HELD = 4
 
 ALL = "all"
 
@@ -61,6 +66,17 @@ class SideSummary:
     latency_p95: float | None
     latency_mean: float | None
     latency_max: float | None
+    timing: TokenTiming
+    #: Mean requests in flight (request seconds over wall seconds: Little's law).
+    in_flight: float | None
+    #: Mean prompt and completion tokens per completed request, from usage (None: not every
+    #: response carried it).
+    prompt_tokens_mean: float | None
+    completion_tokens_mean: float | None
+    #: Open loop: requests sent late because MAX_IN_FLIGHT were in flight.
+    delayed: int = 0
+    #: Requests sent again after the server had closed an idle connection.
+    resent: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -78,11 +94,25 @@ class SideSummary:
                 "mean": self.latency_mean,
                 "max": self.latency_max,
             },
+            **self.timing.as_dict(),
+            "mean_in_flight": self.in_flight,
+            "prompt_tokens_mean": self.prompt_tokens_mean,
+            "completion_tokens_mean": self.completion_tokens_mean,
+            "delayed_sends": self.delayed,
+            "resent_requests": self.resent,
         }
 
 
-def summarize_side(outcomes: Sequence[Outcome], seconds: float) -> SideSummary:
-    """Counts, tokens per second and latency of one side's requests."""
+def _mean(values: Sequence[int | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.fmean(v for v in values if v is not None)
+
+
+def summarize_side(
+    outcomes: Sequence[Outcome], seconds: float, delayed: int = 0, resent: int = 0
+) -> SideSummary:
+    """Counts, tokens per second, latency and token timing of one side's requests."""
     done = [o for o in outcomes if o.answer is not None]
     failed = [o for o in outcomes if o.answer is None]
     counts = [o.answer.completion_tokens for o in done if o.answer is not None]
@@ -102,260 +132,26 @@ def summarize_side(outcomes: Sequence[Outcome], seconds: float) -> SideSummary:
         latency_p95=percentile(latencies, 95),
         latency_mean=statistics.fmean(latencies) if latencies else None,
         latency_max=max(latencies) if latencies else None,
+        timing=timing_of(outcomes),
+        in_flight=rate_of_seconds(outcomes, seconds),
+        prompt_tokens_mean=_mean([o.answer.prompt_tokens for o in done if o.answer]),
+        completion_tokens_mean=_mean(counts),
+        delayed=delayed,
+        resent=resent,
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RequestAcceptance:
-    """One response's own speculative counts (vLLM's per-request metrics)."""
-
-    prompt_index: int
-    repeat: int
-    histogram: tuple[int, ...]
-    draft_tokens: int
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "prompt_index": self.prompt_index,
-            "repeat": self.repeat,
-            "acceptance_histogram": list(self.histogram),
-            "num_draft_tokens": self.draft_tokens,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Acceptance:
-    """Acceptance of the speculative server during one run, and where it came from."""
-
-    #: "per-request" (vLLM's metrics.speculative_decoding in every response, summed),
-    #: "counters" (the server's /metrics, deltas around the run), "timings" (llama.cpp's
-    #: per-response timings), "gauges" (engines without counters), or None.
-    source: str | None
-    #: Accepted draft tokens / drafted tokens, from ``source``.
-    ratio: float | None
-    #: The server's counter deltas around the run (whatever the source).
-    counters: SpecCounters | None
-    #: K = 1 + accepted / drafts (per-request or counters).
-    mean_acceptance_length: float | None
-    #: k̄ = draft tokens / drafts (per-request or counters).
-    drafted_per_iteration: float | None
-    survival: tuple[float, ...]
-    counters_ratio: float | None
-    timings_draft_tokens: int | None
-    timings_accepted: int | None
-    timings_ratio: float | None
-    #: Counters and timings counted the same tokens (None: not both available).
-    sources_agree: bool | None
-    notes: tuple[str, ...] = ()
-    #: The responses' per-request counts summed (vLLM), or None.
-    per_request: SpecCounters | None = None
-    #: The summed acceptance histogram: steps that accepted exactly j draft tokens.
-    per_request_histogram: tuple[int, ...] = ()
-    #: Per-request sums equal the counter deltas (None: not both available).
-    per_request_agree: bool | None = None
-    #: Every response's own counts, for the lab notebook.
-    requests: tuple[RequestAcceptance, ...] = ()
-
-    @property
-    def used(self) -> SpecCounters | None:
-        """The counts behind the figures: the per-request sums when they are the source,
-        else the counter deltas."""
-        return self.per_request if self.source == "per-request" else self.counters
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "source": self.source,
-            "ratio": self.ratio,
-            "counters": None if self.counters is None else self.counters.counts_dict(),
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "drafted_per_iteration": self.drafted_per_iteration,
-            "survival": list(self.survival),
-            "counters_ratio": self.counters_ratio,
-            "timings": None
-            if self.timings_draft_tokens is None
-            else {
-                "draft_tokens": self.timings_draft_tokens,
-                "accepted_tokens": self.timings_accepted,
-                "ratio": self.timings_ratio,
-            },
-            "sources_agree": self.sources_agree,
-            "per_request": None
-            if self.per_request is None
-            else {
-                **self.per_request.counts_dict(),
-                "acceptance_histogram": list(self.per_request_histogram),
-                "agrees_with_counters": self.per_request_agree,
-                "requests": [r.as_dict() for r in self.requests],
-            },
-            "notes": list(self.notes),
-        }
-
-
-def _timings(outcomes: Sequence[Outcome]) -> tuple[int, int] | None:
-    answers = [o.answer for o in outcomes if o.answer is not None]
-    if not answers or any(a.draft_tokens is None for a in answers):
+def rate_of_seconds(outcomes: Sequence[Outcome], seconds: float) -> float | None:
+    """Mean requests in flight over a run: the requests' seconds over the run's."""
+    if not outcomes or not math.isfinite(seconds) or seconds <= 0:
         return None
-    drafted = sum(a.draft_tokens or 0 for a in answers)
-    accepted = sum(a.draft_accepted or 0 for a in answers)
-    return drafted, accepted
-
-
-def _per_request(
-    outcomes: Sequence[Outcome], notes: list[str]
-) -> tuple[SpecCounters, tuple[int, ...], tuple[RequestAcceptance, ...]] | None:
-    """The responses' per-request speculative counts summed, when every completed response
-    carries them (a partial sum would describe some of the requests only)."""
-    done = [o for o in outcomes if o.answer is not None]
-    problems = [o.answer.spec_problem for o in done if o.answer and o.answer.spec_problem]
-    if problems:
-        notes.append(
-            f"{len(problems)} response(s) carried per-request speculative metrics that were "
-            f"not self-consistent and were not used; first: {problems[0]}"
-        )
-    with_spec = [(o, o.answer.spec) for o in done if o.answer and o.answer.spec is not None]
-    if not with_spec:
-        return None
-    if len(with_spec) < len(done):
-        notes.append(
-            f"per-request speculative metrics in {len(with_spec)} of {len(done)} responses "
-            "only: not used"
-        )
-        return None
-    width = max(len(spec.histogram) for _, spec in with_spec)
-    histogram = [0] * width
-    for _, spec in with_spec:
-        for j, n in enumerate(spec.histogram):
-            histogram[j] += n
-    per_pos: list[int] = []
-    remaining = sum(histogram)
-    for n in histogram[:-1]:
-        remaining -= n
-        per_pos.append(remaining)
-    counters = SpecCounters(
-        drafts=sum(histogram),
-        draft_tokens=sum(spec.draft_tokens for _, spec in with_spec),
-        accepted_tokens=sum(j * n for j, n in enumerate(histogram)),
-        accepted_per_position=tuple(per_pos),
-    )
-    requests = tuple(
-        RequestAcceptance(o.prompt_index, o.repeat, spec.histogram, spec.draft_tokens)
-        for o, spec in with_spec
-    )
-    return counters, tuple(histogram), requests
-
-
-def acceptance_of(metrics: MetricsDelta | None, outcomes: Sequence[Outcome]) -> Acceptance:
-    """Per-request metrics first (each response's own counts: this workload's alone), then
-    counters (the server's count), then per-response timings, then gauges."""
-    notes: list[str] = []
-    counters = metrics.counters if metrics is not None else None
-    if metrics is not None:
-        notes.extend(metrics.notes)
-        if metrics.error and counters is None:
-            notes.append(f"counters: {metrics.error}")
-        if metrics.resets:
-            notes.append(
-                "the speculative server's counters went down during the run (a restart): "
-                "acceptance covers only the time since"
-            )
-    counters_ratio = None
-    if counters is not None:
-        if counters.draft_tokens > 0 and counters.knows("draft_tokens"):
-            counters_ratio = counters.accepted_tokens / counters.draft_tokens
-        elif counters.drafts == 0 and any(o.ok for o in outcomes):
-            notes.append(
-                "the speculative server counted no draft tokens during this run: is "
-                "speculation on (and --metrics given)?"
-            )
-        if counters.rounded:
-            notes.append(
-                "the engine printed some counters with reduced precision: "
-                + ", ".join(counters.rounded)
-            )
-    per_request = _per_request(outcomes, notes)
-    agree_pr: bool | None = None
-    if per_request is not None and counters is not None:
-        pr = per_request[0]
-        agree_pr = (pr.drafts, pr.draft_tokens, pr.accepted_tokens) == (
-            counters.drafts,
-            counters.draft_tokens,
-            counters.accepted_tokens,
-        ) and pr.accepted_per_position == counters.accepted_per_position[
-            : len(pr.accepted_per_position)
-        ]
-        if not agree_pr:
-            notes.append(
-                f"per-request metrics ({pr.accepted_tokens} accepted of {pr.draft_tokens} in "
-                f"{pr.drafts} steps) and counters ({counters.accepted_tokens} of "
-                f"{counters.draft_tokens} in {counters.drafts}) differ: other traffic reached "
-                "the speculative server, or some counts landed outside the run"
-            )
-    timed = _timings(outcomes)
-    timings_ratio = None
-    agree: bool | None = None
-    if timed is not None:
-        timings_ratio = timed[1] / timed[0] if timed[0] > 0 else None
-        if counters is not None:
-            agree = (counters.draft_tokens, counters.accepted_tokens) == timed
-            if not agree:
-                notes.append(
-                    f"counters ({counters.accepted_tokens}/{counters.draft_tokens} accepted) and "
-                    f"per-response timings ({timed[1]}/{timed[0]}) differ: other traffic "
-                    "reached the speculative server, or some counts landed outside the run"
-                )
-    source: str | None
-    value: float | None
-    used: SpecCounters | None = None
-    if per_request is not None:
-        used = per_request[0]
-        source = "per-request"
-        value = used.accepted_tokens / used.draft_tokens if used.draft_tokens > 0 else None
-    elif counters is not None and (counters_ratio is not None or timings_ratio is None):
-        used = counters
-        source, value = "counters", counters_ratio
-    elif timings_ratio is not None:
-        source, value = "timings", timings_ratio
-    elif metrics is not None and metrics.gauges is not None:
-        source, value = "gauges", metrics.gauges.acceptance_rate
-    else:
-        source, value = None, None
-    mean_len = drafted = None
-    survival: tuple[float, ...] = ()
-    if used is not None and used.drafts > 0 and used.knows("drafts"):
-        mean_len = 1.0 + used.accepted_tokens / used.drafts
-        if used.knows("draft_tokens"):
-            drafted = used.draft_tokens / used.drafts
-        survival = tuple(arithmetic.survival(used.accepted_per_position, used.drafts) or ())
-    if source == "gauges" and metrics is not None and metrics.gauges is not None:
-        mean_len = metrics.gauges.mean_acceptance_length
-        notes.append(
-            f"this engine publishes gauges over its {metrics.gauges.scope}, not counters: the "
-            "figure is not this workload's alone"
-        )
-    return Acceptance(
-        source=source,
-        ratio=value,
-        counters=counters,
-        mean_acceptance_length=mean_len,
-        drafted_per_iteration=drafted,
-        survival=survival,
-        counters_ratio=counters_ratio,
-        timings_draft_tokens=None if timed is None else timed[0],
-        timings_accepted=None if timed is None else timed[1],
-        timings_ratio=timings_ratio,
-        sources_agree=agree,
-        notes=tuple(notes),
-        per_request=per_request[0] if per_request else None,
-        per_request_histogram=per_request[1] if per_request else (),
-        per_request_agree=agree_pr,
-        requests=per_request[2] if per_request else (),
-    )
+    return math.fsum(o.latency for o in outcomes) / seconds
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
     workload: str
-    concurrency: int
+    level: LoadLevel
     prompts: int
     baseline: SideSummary
     speculative: SideSummary
@@ -365,19 +161,31 @@ class Row:
     comparison: Comparison
     breakeven: BreakEvenReading | None
     notes: tuple[str, ...] = ()
+    #: Times each prompt was sent on each side at this level.
+    repeats: int = 1
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.level.concurrency
 
     @property
     def nothing_completed(self) -> bool:
         return self.baseline.completed == 0 or self.speculative.completed == 0
 
+    @property
+    def timing_ratios(self) -> dict[str, dict[str, float | None]]:
+        return timing_ratio(self.speculative.timing, self.baseline.timing)
+
     def as_dict(self) -> dict[str, object]:
         return {
             "workload": self.workload,
-            "concurrency": self.concurrency,
+            **self.level.as_dict(),
             "prompts": self.prompts,
+            "repeats": self.repeats,
             "baseline": self.baseline.as_dict(),
             "speculative": self.speculative.as_dict(),
             "speed_ratio": self.speed_ratio,
+            "timing_ratio": self.timing_ratios,
             "acceptance": self.acceptance.as_dict(),
             "completions": self.comparison.as_dict(),
             "breakeven": None if self.breakeven is None else self.breakeven.as_dict(),
@@ -403,12 +211,13 @@ def _side_notes(label: str, summary: SideSummary) -> list[str]:
 
 def _row(
     workload: str,
-    concurrency: int,
+    level: LoadLevel,
     prompts: int,
-    baseline: tuple[Sequence[Outcome], float],
-    speculative: tuple[Sequence[Outcome], float],
+    baseline: tuple[Sequence[Outcome], float, int, int],
+    speculative: tuple[Sequence[Outcome], float, int, int],
     metrics: MetricsDelta | None,
     extra_notes: Sequence[str] = (),
+    repeats: int = 1,
 ) -> Row:
     base = summarize_side(*baseline)
     spec = summarize_side(*speculative)
@@ -418,14 +227,32 @@ def _row(
         {o.key: (o.answer.text if o.answer else None) for o in baseline[0]},
         {o.key: (o.answer.text if o.answer else None) for o in speculative[0]},
     )
-    reading = breakeven_reading(acceptance.used, speed) if acceptance.used is not None else None
+    # At a rate both servers finish what arrives: tokens/s follow the arrivals, and their
+    # ratio is no speed-up to read a draft cost from (the load table's counters still are).
+    reading = (
+        breakeven_reading(acceptance.used, speed)
+        if acceptance.used is not None and level.rate is None
+        else None
+    )
     notes = [*_side_notes("baseline", base), *_side_notes("with-draft", spec), *extra_notes]
     if (base.failed or spec.failed) and speed is not None:
         notes.append("tokens/s count the completed requests only")
+    for label, side in (("baseline", base), ("with-draft", spec)):
+        if side.delayed:
+            notes.append(
+                f"{side.delayed} {label} request(s) were sent late: the open loop's limit of "
+                "requests in flight was reached (the server could not follow the rate)"
+            )
+        if side.resent:
+            notes.append(
+                f"{side.resent} {label} request(s) were sent again on a new connection: the "
+                "server had closed the one they first went out on before anything came back"
+            )
     return Row(
         workload=workload,
-        concurrency=concurrency,
+        level=level,
         prompts=prompts,
+        repeats=repeats,
         baseline=base,
         speculative=spec,
         speed_ratio=speed,
@@ -503,10 +330,21 @@ def _sum_loads(loads: Sequence[LoadInterval | None]) -> LoadInterval | None:
 
 @dataclass(frozen=True, slots=True)
 class Level:
-    concurrency: int
+    level: LoadLevel
     #: One row per workload, then the "all" row (when there is more than one workload).
     rows: tuple[Row, ...]
     load: LevelLoad = LevelLoad(None, None)
+    #: A concurrency level: whether its measured concurrency held it (levels.Held); None at
+    #: a rate.
+    held: Held | None = None
+
+    @property
+    def concurrency(self) -> int | None:
+        return self.level.concurrency
+
+    @property
+    def not_held(self) -> bool:
+        return self.held is not None and not self.held.ok
 
     @property
     def summary(self) -> Row:
@@ -515,17 +353,22 @@ class Level:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "concurrency": self.concurrency,
+            **self.level.as_dict(),
+            "held": None if self.held is None else self.held.as_dict(),
             "rows": [r.as_dict() for r in self.rows],
             "load": self.load.as_dict(),
         }
 
 
-def _all_row(concurrency: int, runs: Sequence[tuple[SideRun, SideRun, MetricsDelta, int]]) -> Row:
+def _all_row(level: LoadLevel, runs: Sequence[tuple[SideRun, SideRun, MetricsDelta, int]]) -> Row:
     base_out = [o for b, _s, _m, _p in runs for o in b.outcomes]
     spec_out = [o for _b, s, _m, _p in runs for o in s.outcomes]
     base_s = math.fsum(b.seconds for b, _s, _m, _p in runs)
     spec_s = math.fsum(s.seconds for _b, s, _m, _p in runs)
+    base_late = sum(b.delayed for b, _s, _m, _p in runs)
+    spec_late = sum(s.delayed for _b, s, _m, _p in runs)
+    base_resent = sum(b.resent for b, _s, _m, _p in runs)
+    spec_resent = sum(s.resent for _b, s, _m, _p in runs)
     deltas = [m for _b, _s, m, _p in runs]
     metrics: MetricsDelta | None
     extra: list[str] = []
@@ -539,10 +382,10 @@ def _all_row(concurrency: int, runs: Sequence[tuple[SideRun, SideRun, MetricsDel
     extra.append("all workloads together: tokens and seconds summed over the runs above")
     return _row(
         ALL,
-        concurrency,
+        level,
         sum(p for _b, _s, _m, p in runs),
-        (base_out, base_s),
-        (spec_out, spec_s),
+        (base_out, base_s, base_late, base_resent),
+        (spec_out, spec_s, spec_late, spec_resent),
         metrics,
         extra,
     )
@@ -559,6 +402,13 @@ class MeasureReport:
     started: str
     finished: str
     warnings: tuple[str, ...] = ()
+    workload_notes: tuple[str, ...] = ()
+
+    @property
+    def held_levels(self) -> list[Level]:
+        """The concurrency levels whose load was held: what the crossover and the profile
+        read (a rate's level has no concurrency to stand at)."""
+        return [lv for lv in self.levels if lv.held is not None and lv.held.ok]
 
     def rows(self, *, include_all: bool = True) -> list[Row]:
         return [r for lv in self.levels for r in lv.rows if include_all or r.workload != ALL]
@@ -604,7 +454,44 @@ class MeasureReport:
                 "all_identical": total.all_identical,
             },
             "warnings": list(self.warnings),
+            "workload_notes": list(self.workload_notes),
+            "levels_not_held": [lv.concurrency for lv in self.levels if lv.not_held],
         }
+
+
+def busy_concurrency(outcomes: Sequence[Outcome]) -> float | None:
+    """Mean requests in flight while any was (the requests' seconds over the time covered by
+    at least one): as an engine counts its concurrency, per step, so idle gaps between
+    requests do not count. None without send times."""
+    spans = sorted((o.sent_at, o.sent_at + o.latency) for o in outcomes if o.sent_at is not None)
+    if not spans or len(spans) < len(outcomes):
+        return None
+    covered = 0.0
+    start, end = spans[0]
+    for s0, s1 in spans[1:]:
+        if s0 > end:
+            covered += end - start
+            start, end = s0, s1
+        else:
+            end = max(end, s1)
+    covered += end - start
+    if covered <= 0:
+        return None
+    return math.fsum(b - a for a, b in spans) / covered
+
+
+def _in_flight(runs: Sequence[SideRun]) -> float | None:
+    """The client's measure of a level's concurrency over its workloads' runs (each run's
+    busy time weighted by its length)."""
+    total = covered = 0.0
+    for run in runs:
+        value = busy_concurrency(run.outcomes)
+        if value is None:
+            return None
+        seconds = math.fsum(o.latency for o in run.outcomes)
+        total += seconds
+        covered += seconds / value
+    return total / covered if covered > 0 else None
 
 
 def analyse(raw: RawMeasurement) -> MeasureReport:
@@ -616,30 +503,47 @@ def analyse(raw: RawMeasurement) -> MeasureReport:
             "speculating too, so this is not a comparison with speculation off"
         )
     levels: list[Level] = []
-    for concurrency in dict.fromkeys(r.concurrency for r in raw.runs):
-        runs = [r for r in raw.runs if r.concurrency == concurrency]
+    for level in dict.fromkeys(r.level for r in raw.runs):
+        runs = [r for r in raw.runs if r.level == level]
         rows = [
             _row(
                 r.workload,
-                concurrency,
+                level,
                 r.prompts,
-                (r.baseline.outcomes, r.baseline.seconds),
-                (r.speculative.outcomes, r.speculative.seconds),
+                (r.baseline.outcomes, r.baseline.seconds, r.baseline.delayed, r.baseline.resent),
+                (
+                    r.speculative.outcomes,
+                    r.speculative.seconds,
+                    r.speculative.delayed,
+                    r.speculative.resent,
+                ),
                 r.metrics,
+                repeats=r.repeats,
             )
             for r in runs
         ]
         if len(runs) > 1:
             rows.append(
-                _all_row(
-                    concurrency, [(r.baseline, r.speculative, r.metrics, r.prompts) for r in runs]
-                )
+                _all_row(level, [(r.baseline, r.speculative, r.metrics, r.prompts) for r in runs])
             )
         load = LevelLoad(
             baseline=_sum_loads([r.baseline_load for r in runs]),
             speculative=_sum_loads([r.speculative_load for r in runs]),
         )
-        levels.append(Level(concurrency, tuple(rows), load))
+        held = None
+        if level.concurrency is not None:
+            held = held_level(
+                level.concurrency,
+                engine=(
+                    load.baseline.concurrency if load.baseline else None,
+                    load.speculative.concurrency if load.speculative else None,
+                ),
+                client=(
+                    _in_flight([r.baseline for r in runs]),
+                    _in_flight([r.speculative for r in runs]),
+                ),
+            )
+        levels.append(Level(level, tuple(rows), load, held))
     return MeasureReport(
         settings=raw.settings,
         baseline=raw.baseline,
@@ -650,4 +554,5 @@ def analyse(raw: RawMeasurement) -> MeasureReport:
         started=raw.started,
         finished=raw.finished,
         warnings=tuple(warnings),
+        workload_notes=raw.workload_notes,
     )

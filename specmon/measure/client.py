@@ -4,6 +4,15 @@ One :class:`aiohttp.ClientSession` for the whole run (specmon's session factory)
 timeouts on every request, specmon's one capped reader and error description. The API key
 travels in the ``Authorization`` header only; every error message is passed through
 :func:`~specmon.secrets.redact`, so a server that echoes headers cannot leak it.
+
+Idle connections are kept :data:`KEEPALIVE_SECONDS`, under the servers' own idle timeouts
+(llama.cpp's cpp-httplib and vLLM's uvicorn close an idle connection after 5 s): each server
+idles while the other one is measured. Servers also close a kept-alive connection after some
+number of requests, and a request sent on a connection the server was closing fails. A
+request that fails that way, before any answer came back (the server closed the connection,
+the body could not be written), is sent once more on another connection, timed from then,
+and counted (:attr:`Client.resent`): the server answered nothing of the first attempt. A
+refused connection, a timeout or a failure after the answer began is never retried.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import aiohttp
 
 from specmon.engines import ModelReading, PageReading, read_page
 from specmon.measure.endpoints import ChatAnswer, Endpoint, parse_chat_response
+from specmon.measure.stream import Streamed, StreamError, StreamReader
 from specmon.secrets import redact
 from specmon.sources.http import FetchError, describe_error, fetch_page, read_capped
 from specmon.sources.http import open_session as _open_session
@@ -36,6 +46,15 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 #: Timeout of the small GETs (probes, metrics).
 PROBE_TIMEOUT = 10.0
+#: How long an idle connection is kept for the next request (below servers' 5 s).
+KEEPALIVE_SECONDS = 2.0
+
+
+def _stale(exc: BaseException) -> bool:
+    """A pooled connection the server had already closed: nothing reached it."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False  # could not connect at all: the server is down, not a stale connection
+    return isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError)
 
 
 class RequestError(Exception):
@@ -60,13 +79,25 @@ class MetricsRead:
 
 def open_session(max_connections: int) -> aiohttp.ClientSession:
     """The run's session: specmon's session factory, sized for the run's concurrency."""
-    return _open_session(max_connections=max_connections + 2, purpose="measure")
+    return _open_session(
+        max_connections=max_connections + 2, purpose="measure", keepalive_seconds=KEEPALIVE_SECONDS
+    )
+
+
+class _Answered(Exception):
+    """An error after the server began answering: not to be retried."""
+
+    def __init__(self, error: aiohttp.ClientError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Client:
     def __init__(self, session: aiohttp.ClientSession, *, api_key: str | None) -> None:
         self._session = session
         self._key = api_key or None
+        #: Requests sent again after a stale connection (see the module's docstring).
+        self.resent = 0
 
     @property
     def _headers(self) -> dict[str, str]:
@@ -80,15 +111,24 @@ class Client:
     ) -> tuple[int, bytes]:
         try:
             async with asyncio.timeout(timeout):
-                async with self._session.request(
-                    method,
-                    url,
-                    json=body,
-                    headers=self._headers,
-                    allow_redirects=method == "GET",
-                ) as resp:
-                    data = await read_capped(resp, MAX_RESPONSE_BYTES)
-                    return resp.status, data
+                for attempt in (1, 2):
+                    answered = False
+                    try:
+                        async with self._session.request(
+                            method,
+                            url,
+                            json=body,
+                            headers=self._headers,
+                            allow_redirects=method == "GET",
+                        ) as resp:
+                            answered = True
+                            data = await read_capped(resp, MAX_RESPONSE_BYTES)
+                            return resp.status, data
+                    except aiohttp.ClientError as exc:
+                        if answered or attempt == 2 or not _stale(exc):
+                            raise
+                        self.resent += 1
+            raise AssertionError("unreachable")  # pragma: no cover
         except FetchError as exc:
             raise RequestError(str(exc)) from None
         except TimeoutError:
@@ -114,6 +154,70 @@ class Client:
             raise RequestError("the response is not JSON") from None
         except ValueError as exc:
             raise RequestError(self._safe(str(exc))) from None
+
+    async def chat_stream(
+        self, endpoint: Endpoint, payload: Mapping[str, Any], *, timeout: float
+    ) -> Streamed:
+        """POST one streamed chat completion (``stream: true``) and read its events as they
+        arrive, timed from just before the request is sent (:mod:`specmon.measure.stream`);
+        :class:`RequestError` unless it ends with a usable answer."""
+        try:
+            async with asyncio.timeout(timeout):
+                for attempt in (1, 2):
+                    started = time.perf_counter()
+                    try:
+                        return await self._stream_once(endpoint, payload, started)
+                    except _Answered as answer:
+                        raise answer.error from None
+                    except aiohttp.ClientError as exc:
+                        if attempt == 2 or not _stale(exc):
+                            raise
+                        self.resent += 1
+            raise AssertionError("unreachable")  # pragma: no cover
+        except StreamError as exc:
+            raise RequestError(self._safe(str(exc))) from None
+        except ValueError as exc:  # parse_chat_response: no usable answer
+            raise RequestError(self._safe(str(exc))) from None
+        except FetchError as exc:
+            raise RequestError(str(exc)) from None
+        except TimeoutError:
+            raise RequestError(f"no complete answer within {timeout:g} s") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise RequestError(self._safe(describe_error(exc)), connect=True) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise RequestError(self._safe(describe_error(exc))) from None
+
+    async def _stream_once(
+        self, endpoint: Endpoint, payload: Mapping[str, Any], started: float
+    ) -> Streamed:
+        """One attempt; an error once the answer began comes out wrapped in _Answered (it is
+        never retried)."""
+        reader = StreamReader()
+        received = 0
+        async with self._session.post(
+            endpoint.chat_url, json=payload, headers=self._headers, allow_redirects=False
+        ) as resp:
+            try:
+                if resp.status != 200:
+                    data = await read_capped(resp, MAX_RESPONSE_BYTES)
+                    snippet = data[:300].decode("utf-8", errors="replace").strip()
+                    snippet = snippet.replace("\n", " ")
+                    raise RequestError(
+                        self._safe(f"HTTP {resp.status}" + (f": {snippet}" if snippet else "")),
+                        status=resp.status,
+                    )
+                async for data in resp.content.iter_any():
+                    received += len(data)
+                    if received > MAX_RESPONSE_BYTES:
+                        raise RequestError(
+                            f"the streamed answer exceeds {MAX_RESPONSE_BYTES} bytes"
+                        )
+                    reader.feed(data, at=time.perf_counter() - started)
+                    if reader.done:
+                        break
+                return reader.result()
+            except aiohttp.ClientError as exc:
+                raise _Answered(exc) from None
 
     async def get_json(self, url: str, *, timeout: float = PROBE_TIMEOUT) -> tuple[int, Any]:
         """GET ``url``: (status, parsed JSON or None). Raises :class:`RequestError` when the

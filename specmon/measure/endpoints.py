@@ -143,6 +143,8 @@ class ChatAnswer:
     spec: RequestSpec | None = None
     #: Why ``metrics.speculative_decoding`` was present but not used.
     spec_problem: str | None = None
+    #: ``usage.prompt_tokens`` (the chat template included, as the server counts).
+    prompt_tokens: int | None = None
 
 
 def _count(value: Any) -> int | None:
@@ -171,6 +173,7 @@ def parse_chat_response(body: Any) -> ChatAnswer:
         raise ValueError("the message content is not a string")
     usage = body.get("usage")
     tokens = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+    prompt_tokens = _count(usage.get("prompt_tokens")) if isinstance(usage, dict) else None
     timings = body.get("timings")
     draft_n = accepted = None
     if isinstance(timings, dict):
@@ -197,6 +200,7 @@ def parse_chat_response(body: Any) -> ChatAnswer:
         fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None,
         spec=spec,
         spec_problem=problem,
+        prompt_tokens=prompt_tokens,
     )
 
 

@@ -39,16 +39,28 @@ def labbook_records(report: MeasureReport) -> list[dict[str, Any]]:
         "settings": s.as_dict(),
     }
     records: list[dict[str, Any]] = []
+    held = {id(row): level.held for level in report.levels for row in level.rows}
     for row in report.rows():
         b = row.breakeven
+        level_held = held.get(id(row))
         a = row.acceptance
         c = row.comparison
         records.append(
             {
                 **common,
                 "concurrency": row.concurrency,
+                "rate_per_second": row.level.rate,
+                "level_held": None if level_held is None else level_held.ok,
                 "workload": row.workload,
                 "prompts": row.prompts,
+                "repeats": row.repeats,
+                "prompt_tokens_mean": row.baseline.prompt_tokens_mean,
+                "completion_tokens_mean": row.baseline.completion_tokens_mean,
+                "timing": {
+                    "baseline": row.baseline.timing.as_dict(),
+                    "speculative": row.speculative.timing.as_dict(),
+                    "ratio": row.timing_ratios,
+                },
                 "baseline_tokens_per_s": row.baseline.tokens_per_second,
                 "speculative_tokens_per_s": row.speculative.tokens_per_second,
                 "speed_ratio": row.speed_ratio,

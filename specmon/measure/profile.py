@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from specmon import __version__
+from specmon.answer import Crossover, crossover, profile_crossover
 from specmon.load import (
     PROFILE_VERSION,
-    Crossover,
     Profile,
     ProfileLevel,
     ProfileSide,
-    crossover,
 )
 from specmon.measure.analysis import Level, MeasureReport
 
@@ -38,11 +37,13 @@ def _side(level: Level, *, speculative: bool) -> ProfileSide:
 
 
 def build_profile(report: MeasureReport) -> Profile:
-    """The profile of a measurement: one entry per concurrency level (all workloads)."""
+    """The profile of a measurement: one entry per concurrency level that held its load (all
+    workloads); rates and levels not held are left out (:mod:`specmon.measure.levels`)."""
     levels: list[ProfileLevel] = []
-    for level in report.levels:
+    for level in report.held_levels:
         row = level.summary
         spec = level.load.speculative
+        assert level.concurrency is not None
         levels.append(
             ProfileLevel(
                 concurrency=level.concurrency,
@@ -68,6 +69,7 @@ def build_profile(report: MeasureReport) -> Profile:
         "speculative": {"url": report.speculative.base_url, **report.speculative_info.as_dict()},
         "settings": report.settings.as_dict(),
         "warnings": list(report.warnings),
+        "levels_not_held": [lv.concurrency for lv in report.levels if lv.not_held],
     }
     return Profile(
         version=PROFILE_VERSION,
@@ -83,29 +85,40 @@ def build_profile(report: MeasureReport) -> Profile:
 def crossover_points(report: MeasureReport) -> tuple[list[tuple[float, float]], str]:
     """The (concurrency, speed-up) points the crossover is read from, and what they are.
 
-    Where every level has both servers' counters: the realized speed-up (TPOT without / with
-    the draft) at the speculative engine's measured concurrency, which is where its cost was
-    paid. Otherwise: the tokens/s ratio of the table at the level's concurrency."""
+    Only the concurrency levels that held their load (rates have no level to stand at).
+    Where every such level has both servers' counters: the realized speed-up (TPOT without /
+    with the draft) at the speculative engine's measured concurrency, which is where its cost
+    was paid. Otherwise: the tokens/s ratio of the table at the level's concurrency."""
+    held = report.held_levels
     counted = [
         (lv.load.speculative.concurrency, lv.load.realized_speedup)
-        for lv in report.levels
+        for lv in held
         if lv.load.speculative is not None
     ]
-    if counted and len(counted) == len(report.levels):
+    if counted and len(counted) == len(held):
         points = [(n, s) for n, s in counted if n is not None and s is not None]
-        if len(points) == len(report.levels):
+        if len(points) == len(held):
             return points, "realized speed-up from the servers' counters, by engine concurrency"
     ratios = [
-        (float(lv.concurrency), lv.summary.speed_ratio)
-        for lv in report.levels
+        (float(lv.concurrency or 0), lv.summary.speed_ratio)
+        for lv in held
         if lv.summary.speed_ratio is not None
     ]
     return [(n, s) for n, s in ratios if s is not None], "tokens/s ratio, by requests in flight"
 
 
+_COUNTED = "the cost curve of both servers' step times, by engine concurrency"
+
+
 def report_crossover(report: MeasureReport) -> Crossover | None:
-    """The crossover over the levels (see :func:`crossover_points`)."""
-    return crossover(crossover_points(report)[0])
+    """The crossover of a measurement: where every level has both servers' counters, the
+    cost curve of its profile (:func:`specmon.answer.profile_crossover`: the function the
+    daemon and ``specmon recommend --profile`` read theirs with); else through the tokens/s
+    ratios of the table (:func:`crossover_points`)."""
+    points, basis = crossover_points(report)
+    if basis.startswith("realized"):
+        return profile_crossover(build_profile(report))
+    return crossover(points)
 
 
 def _n(value: float) -> str:
@@ -116,10 +129,18 @@ def crossover_line(report: MeasureReport) -> str | None:
     """ "speculation pays up to concurrency N, costs X % from M", or what holds instead, and
     what it was read from; None when no level has a speed-up."""
     points, basis = crossover_points(report)
+    left_out = [str(lv.concurrency) for lv in report.levels if lv.not_held]
     if not points:
+        if left_out:
+            return (
+                "none: no concurrency level held its load "
+                f"(concurrency {', '.join(left_out)} left out, not held)"
+            )
         return None
+    if basis.startswith("realized"):
+        basis = _COUNTED
     low, high = min(n for n, _ in points), max(n for n, _ in points)
-    found = crossover(points)
+    found = report_crossover(report)
     if found is None:
         if len(points) == 1:
             text = f"speculation pays at concurrency {_n(low)} (the only level measured)"
@@ -132,7 +153,9 @@ def crossover_line(report: MeasureReport) -> str | None:
         )
     else:
         text = (
-            f"speculation pays up to concurrency {_n(found.concurrency)}, costs "
+            f"speculation pays up to concurrency {found.concurrency:.1f}, costs "
             f"{found.cost_percent:.0f} % from {_n(found.costs_from)}"
         )
+    if left_out:
+        text += f"; concurrency {', '.join(left_out)} left out, not held"
     return f"{text} ({basis})"

@@ -1,6 +1,10 @@
-"""Workloads: the built-in prompt sets and a prompts file that adds or replaces them.
+"""Workloads: the built-in prompt sets, a prompts file that adds or replaces them, a chat
+dataset (:mod:`specmon.measure.dataset`) and synthetic prompts of a given length
+(:mod:`specmon.measure.synthetic`).
 
 Pure: ``parse_prompts`` takes the file's text; only :func:`load_prompts_file` touches disk.
+A workload is a list of requests, each a list of (role, content) messages: a prompt is one
+user message.
 
 A prompts file holds either one prompt per non-blank line, or JSON lines
 ``{"workload": "copy", "prompt": "..."}`` (a JSON line is one that starts with ``{``; both kinds
@@ -19,6 +23,7 @@ from pathlib import Path
 __all__ = [
     "BUILTIN_WORKLOADS",
     "WORKLOAD_TITLES",
+    "Conversation",
     "PromptsError",
     "Workload",
     "available_workloads",
@@ -74,12 +79,36 @@ class PromptsError(ValueError):
     """A prompts file or a workload selection that cannot be used; the message says why."""
 
 
+#: One request's messages: (role, content) pairs.
+Conversation = tuple[tuple[str, str], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     name: str
-    prompts: tuple[str, ...]
-    #: "built-in" or the prompts file's path.
+    #: The requests, each its messages (empty for a synthetic workload not yet made).
+    requests: tuple[Conversation, ...]
+    #: "built-in", the prompts or dataset file's path, or "synthetic".
     source: str
+    #: Synthetic prompts: the prompt length asked for, in the server's tokens, and how many.
+    input_tokens: int | None = None
+    synthetic_count: int = 0
+    #: What the output says about the workload (e.g. answers dropped from a dataset).
+    note: str | None = None
+
+    @classmethod
+    def from_prompts(cls, name: str, prompts: Sequence[str], source: str) -> Workload:
+        return cls(name, tuple(((("user", p),)) for p in prompts), source)
+
+    @property
+    def prompts(self) -> tuple[str, ...]:
+        """Each request's last message (its prompt)."""
+        return tuple(request[-1][1] for request in self.requests)
+
+    @property
+    def size(self) -> int:
+        """Requests per repeat."""
+        return len(self.requests) if self.requests else self.synthetic_count
 
 
 def _check_name(name: str, where: str) -> str:
@@ -143,9 +172,11 @@ def available_workloads(
     extra: Mapping[str, Sequence[str]] | None = None, *, extra_source: str = "prompts file"
 ) -> dict[str, Workload]:
     """Built-in workloads, with ``extra`` (from a prompts file) replacing or adding."""
-    out = {name: Workload(name, tuple(p), "built-in") for name, p in BUILTIN_WORKLOADS.items()}
+    out = {
+        name: Workload.from_prompts(name, p, "built-in") for name, p in BUILTIN_WORKLOADS.items()
+    }
     for name, prompts in (extra or {}).items():
-        out[name] = Workload(name, tuple(prompts), extra_source)
+        out[name] = Workload.from_prompts(name, prompts, extra_source)
     return out
 
 

@@ -7,11 +7,13 @@ import unicodedata
 from collections.abc import Sequence
 
 from specmon.formatting import number
-from specmon.measure.analysis import ALL, MeasureReport, Row, SideSummary
+from specmon.measure.analysis import ALL, Level, MeasureReport, Row, SideSummary
 from specmon.measure.breakeven import IMPLIED_COST_CAVEAT
 from specmon.measure.compare import DIVERGENCE_CAVEAT, Comparison, escape
 from specmon.measure.endpoints import ServerInfo
+from specmon.measure.levels import HELD_SHARE
 from specmon.measure.profile import crossover_line
+from specmon.measure.timing import QUANTILES
 
 __all__ = ["progress_line", "render_text"]
 
@@ -102,7 +104,7 @@ def _load_section(report: MeasureReport) -> list[str]:
         implied = level.summary.breakeven.implied_draft_cost if level.summary.breakeven else None
         rows.append(
             [
-                str(level.concurrency),
+                _level_cell(level),
                 _num(b.concurrency if b else None, 2),
                 _num(sp.concurrency if sp else None, 2),
                 _ms(b.step_seconds if b else None),
@@ -115,10 +117,15 @@ def _load_section(report: MeasureReport) -> list[str]:
             ]
         )
     lines += _table(
-        ["concurrency", "engine conc. base", "spec", "step ms base", "spec", "TPOT ms base",
+        ["level", "engine conc. base", "spec", "step ms base", "spec", "TPOT ms base",
          "spec", "realized", "c (steps)", "c (implied)"],
         rows,
     )  # fmt: skip
+    if any(lv.not_held for lv in report.levels):
+        lines += _wrap(
+            f"- 'not held': the level's measured concurrency stayed below {HELD_SHARE:.0%} "
+            "of it; the crossover and the profile leave it out"
+        )
     if any(lv.load.baseline is None or lv.load.speculative is None for lv in report.levels):
         lines += _wrap(
             "- '-': that server's page lacks the load series (or could not be read); the "
@@ -128,6 +135,65 @@ def _load_section(report: MeasureReport) -> list[str]:
     if line is not None:
         lines += ["", f"Crossover: {line}"]
     return lines
+
+
+def _level_cell(level: Level) -> str:
+    """A level in the load table: ``4``, ``16 not held``, ``2/s``."""
+    if level.level.rate is not None:
+        return f"{level.level.rate:g}/s"
+    return f"{level.concurrency}" + (" not held" if level.not_held else "")
+
+
+def _level_header(level: Level) -> list[str]:
+    lv = level.level
+    if lv.rate is not None:
+        r = level.summary
+        lines = [f"Rate {lv.rate:g} requests/s (Poisson arrivals, open loop)"]
+        lines.append(
+            f"  requests in flight (mean, client): baseline {_num(r.baseline.in_flight, 2)}, "
+            f"with draft {_num(r.speculative.in_flight, 2)}"
+        )
+        return lines
+    lines = [f"Concurrency {lv.concurrency}"]
+    if level.held is not None:
+        reason = level.held.reason()
+        if reason is not None:
+            lines += _wrap(f"NOT HELD: {reason}")
+    return lines
+
+
+def _ms_q(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _timing_tables(level: Level, mark: str) -> list[str]:
+    """TTFT and ITL percentiles per side and their ratio, when the requests were streamed."""
+    rows = [r for r in level.rows if r.baseline.timing.streamed or r.speculative.timing.streamed]
+    if not rows:
+        return []
+    lines: list[str] = []
+    for key, title in (("ttft", "time to first token (ms)"), ("itl", "inter-token latency (ms)")):
+        table = []
+        for r in rows:
+            base = getattr(r.baseline.timing, key)
+            spec = getattr(r.speculative.timing, key)
+            ratios = r.timing_ratios[key]
+            table.append(
+                [r.workload, *(_ms_q(base[q]) for q in QUANTILES),
+                 *(_ms_q(spec[q]) for q in QUANTILES),
+                 _num(ratios["p50"], 2, "x"), _num(ratios["p99"], 2, "x")]
+            )  # fmt: skip
+        lines += [""]
+        lines += _table(
+            [title + mark, "baseline p50", "p90", "p99", "with draft p50", "p90", "p99",
+             "ratio p50", "p99"],
+            table,
+        )  # fmt: skip
+    return lines
+
+
+def _tokens(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str:
@@ -141,21 +207,33 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
     prompts = (
         sum(r.prompts for r in report.levels[0].rows if r.workload != ALL) if report.levels else 0
     )
-    repeats = "repeat" if s.repeats == 1 else "repeats"
+    if s.repeats is None:
+        per_level = ", ".join(
+            f"{lv.level.label()}: {max(r.repeats for r in lv.rows)}" for lv in report.levels
+        )
+        repeats = f"auto repeats ({per_level})"
+    else:
+        repeats = f"{s.repeats} repeat{'' if s.repeats == 1 else 's'}"
     lines.append(
-        f"  {'requests':<11} temperature 0, seed {s.seed}, max_tokens {s.max_tokens}"
+        f"  {'requests':<11} temperature 0, seed {s.seed} + the repeat's index, "
+        f"max_tokens {s.max_tokens}"
         + (", ignore_eos" if s.ignore_eos else "")
-        + f"; {prompts} prompts x {s.repeats} {repeats} per server and level; "
-        f"warm-up {s.warmup}"
+        + (", streamed" if s.stream else ", not streamed")
+        + f"; {prompts} prompts x {repeats} per server and level; warm-up {s.warmup}"
     )
+    for note in report.workload_notes:
+        lines += _wrap(f"workload {note}")
     for warning in report.warnings:
         lines += _wrap(f"warning: {warning}")
     any_usage_missing = never_pays = False
     for level in report.levels:
-        lines += ["", f"Concurrency {level.concurrency}"]
+        lines += ["", *_level_header(level)]
+        mark = " (not held)" if level.not_held else ""
         table_rows = [
             [
                 r.workload,
+                _tokens(r.baseline.prompt_tokens_mean),
+                _tokens(r.baseline.completion_tokens_mean),
                 _tps(r.baseline),
                 _tps(r.speculative),
                 _num(r.speed_ratio, 2, "x"),
@@ -165,14 +243,15 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
             for r in level.rows
         ]
         lines += _table(
-            ["workload", "baseline tok/s", "with draft tok/s", "ratio", "acceptance",
-             "completions identical"],
+            ["workload" + mark, "in tok", "out tok", "baseline tok/s", "with draft tok/s",
+             "ratio", "acceptance", "completions identical"],
             table_rows,
-            "lrrrll",
+            "lrrrrrll",
         )  # fmt: skip
+        lines += _timing_tables(level, mark)
         lines.append("")
         lines += _table(
-            ["latency (s)", "baseline p50", "p95", "with draft p50", "p95", "failed"],
+            ["latency (s)" + mark, "baseline p50", "p95", "with draft p50", "p95", "failed"],
             [
                 [
                     r.workload,
@@ -189,7 +268,7 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
         if readings:
             lines.append("")
             lines += _table(
-                ["measured break-even", "K kept/iter", "k̄ drafted/iter", "implied c",
+                ["measured break-even" + mark, "K kept/iter", "k̄ drafted/iter", "implied c",
                  "needs K >", "alpha", "break-even alpha", "best k"],
                 [
                     [
@@ -209,6 +288,13 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
                     if (b := r.breakeven) is not None
                 ],
             )  # fmt: skip
+        elif level.level.rate is not None:
+            lines += [""]
+            lines += _wrap(
+                "measured break-even: none at a rate. Both servers answered what arrived, so "
+                "tokens/s follow the arrivals and their ratio is no speed-up; read the "
+                "inter-token latency ratio, and the load table's realized speed-up and c (steps)"
+            )
         else:
             lines += ["", "  measured break-even: needs the with-draft server's draft counters "
                       "and both token rates"]  # fmt: skip
@@ -259,7 +345,7 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
                 shown += 1
                 lines.append(
                     f"  {d.workload} prompt {d.prompt_index + 1} repeat {d.repeat + 1} at "
-                    f"concurrency {r.concurrency}: first difference at byte {d.byte_offset} "
+                    f"{r.level.label()}: first difference at byte {d.byte_offset} "
                     f"(character {d.char_offset}); lengths {d.baseline_bytes} / "
                     f"{d.speculative_bytes} bytes"
                 )
@@ -288,6 +374,27 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
             "count to divide; specmon does not estimate one, and leaves the ratio out."
         )
     lines += _wrap(
+        "- in tok, out tok: the mean prompt and completion tokens per request, from the "
+        "baseline's usage (the prompt's with its chat template): how long the workload's "
+        "requests are, beside what they did to acceptance."
+    )
+    if s.stream:
+        lines += _wrap(
+            "- time to first token: from sending a request to its first streamed chunk with "
+            "content; inter-token latency: (last chunk - first chunk) / (completion tokens - 1) "
+            "per request (AIPerf's and GuideLLM's definition); p50, p90, p99 over the "
+            "requests; ratio = with draft / baseline (below 1: faster with the draft)."
+        )
+    if s.rates:
+        lines += _wrap(
+            "- rate levels: requests sent at Poisson arrival times of that mean rate, the same "
+            "schedule on both servers, whether or not earlier answers came back (open loop); "
+            "in flight = the requests' seconds over the run's. Tokens/s there follow the "
+            "arrivals on both servers (a ratio near 1 says nothing of speed; inter-token "
+            "latency does), and they have no concurrency to stand at: the crossover and the "
+            "profile read the concurrency levels."
+        )
+    lines += _wrap(
         "- acceptance: accepted draft tokens / drafted tokens during the workload's run; "
         "(per-request) = sum of vLLM's per-response metrics.speculative_decoding (this "
         "workload's requests alone; --per-request-spec-decode-metrics on the server), "
@@ -311,8 +418,8 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
         steps = sum(hist) or 1
         shares = "  ".join(f"{j}: {n / steps:.3f}" for j, n in enumerate(hist))
         lines += _wrap(
-            f"- accepted draft tokens per step ({row.workload}, concurrency "
-            f"{row.concurrency}, per-request histogram): {shares}"
+            f"- accepted draft tokens per step ({row.workload}, {row.level.label()}, "
+            f"per-request histogram): {shares}"
         )
     checked = [r.acceptance.sources_agree for r in report.rows(include_all=False)]
     if checked and all(checked):
@@ -339,9 +446,7 @@ def render_text(report: MeasureReport, *, allow_divergence: bool = False) -> str
     code = report.exit_code(allow_divergence=allow_divergence)
     lines.append("")
     if report.nothing_completed:
-        names = ", ".join(
-            f"{r.workload} at concurrency {r.concurrency}" for r in report.nothing_completed
-        )
+        names = ", ".join(f"{r.workload} at {r.level.label()}" for r in report.nothing_completed)
         lines += _wrap(f"Result: no request completed on one server for {names} (exit {code})", "")
     elif report.diverged:
         if allow_divergence:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from specmon.engines.model import SpecCounters, SpecGauges
 from specmon.load import LoadInterval
 from specmon.measure.endpoints import ChatAnswer, Endpoint, ServerInfo
+from specmon.measure.levels import LoadLevel
 
 __all__ = [
     "MetricsDelta",
@@ -28,6 +29,11 @@ class Outcome:
     latency: float
     answer: ChatAnswer | None = None
     error: str | None = None
+    #: Streamed: seconds from sending to the first and the last chunk with content.
+    first_token: float | None = None
+    last_token: float | None = None
+    #: Seconds from the start of its side's run to sending it.
+    sent_at: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -40,11 +46,17 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class SideRun:
-    """One workload's requests to one server at one concurrency level."""
+    """One workload's requests to one server at one level."""
 
     outcomes: tuple[Outcome, ...]
     #: Wall time from the first request sent to the last answer received.
     seconds: float
+    #: Open loop: requests that found MAX_IN_FLIGHT requests already waiting and were sent
+    #: late (the schedule was not kept).
+    delayed: int = 0
+    #: Requests sent again on another connection after the server had closed an idle one
+    #: (specmon.measure.client).
+    resent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +78,8 @@ class MetricsDelta:
 @dataclass(frozen=True, slots=True)
 class WorkloadRun:
     workload: str
-    concurrency: int
+    level: LoadLevel
+    #: Requests per repeat, and the repeats sent at this level.
     prompts: int
     baseline: SideRun
     speculative: SideRun
@@ -75,6 +88,7 @@ class WorkloadRun:
     #: lacks the series or could not be read.
     baseline_load: LoadInterval | None = None
     speculative_load: LoadInterval | None = None
+    repeats: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +98,8 @@ class Settings:
     model: str
     max_tokens: int
     seed: int
-    repeats: int
+    #: Times each prompt is sent per server and level; None: "auto" (levels.repeats_at).
+    repeats: int | None
     concurrency: tuple[int, ...]
     workloads: tuple[str, ...]
     prompts_file: str | None = None
@@ -95,6 +110,19 @@ class Settings:
     api_key_env: str | None = None
     api_key_used: bool = False
     label: str | None = None
+    #: Open-loop levels, requests per second (Poisson arrivals), after the concurrency ones.
+    rates: tuple[float, ...] = ()
+    #: Streamed requests (time to first token, inter-token latency).
+    stream: bool = True
+    #: Synthetic workloads: their prompt lengths in the server's tokens.
+    input_tokens: tuple[int, ...] = ()
+    dataset_file: str | None = None
+
+    @property
+    def levels(self) -> tuple[LoadLevel, ...]:
+        """Every level in the order measured: the concurrency levels, then the rates."""
+        return (*(LoadLevel(concurrency=c) for c in self.concurrency),
+                *(LoadLevel(rate=r) for r in self.rates))  # fmt: skip
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -103,8 +131,13 @@ class Settings:
             "top_p": 1,
             "max_tokens": self.max_tokens,
             "seed": self.seed,
-            "repeats": self.repeats,
+            "seeds": "seed + repeat index (repeats are distinct requests)",
+            "repeats": "auto" if self.repeats is None else self.repeats,
             "concurrency": list(self.concurrency),
+            "rates_per_second": list(self.rates),
+            "stream": self.stream,
+            "input_tokens": list(self.input_tokens),
+            "dataset_file": self.dataset_file,
             "workloads": list(self.workloads),
             "prompts_file": self.prompts_file,
             "warmup": self.warmup,
@@ -130,3 +163,5 @@ class RawMeasurement:
     #: Drafts the baseline server counted during the whole run (None: not readable).
     baseline_drafts: int | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    #: What the output says about the workloads (synthetic prompts made, answers dropped).
+    workload_notes: tuple[str, ...] = ()

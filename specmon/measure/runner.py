@@ -1,16 +1,21 @@
 """Run a measurement: the same requests through both servers, level by level (I/O).
 
-For each concurrency level and each workload, the baseline server gets every prompt (times
-``repeats``), then the speculative server gets the same requests, with its metrics page read
-just before and just after so the counter increase belongs to that workload alone. Requests
-within a run go out concurrently, at most ``concurrency`` at a time (a semaphore). The two
+For each level and each workload, the baseline server gets every request (times the
+level's repeats, each repeat with its own seed), then the speculative server gets the same
+requests, with its metrics page read just before and just after so the counter increase
+belongs to that workload alone. At a concurrency level at most ``concurrency`` requests are
+in flight (a semaphore); at a rate the requests are sent on a Poisson schedule, the same for
+both servers, whatever the server does (open loop; at most MAX_IN_FLIGHT at once). The two
 servers are never loaded at the same time: on one machine they would slow each other down.
+Requests are streamed unless ``Settings.stream`` is off. Synthetic workloads get their
+prompts first, calibrated against the baseline server's own token counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -26,7 +31,8 @@ from specmon.measure.endpoints import (
     engine_from_version,
     models_from_list,
 )
-from specmon.measure.prompts import Workload
+from specmon.measure.levels import LoadLevel, poisson_arrivals, repeats_at
+from specmon.measure.prompts import Conversation, Workload
 from specmon.measure.results import (
     MetricsDelta,
     Outcome,
@@ -35,6 +41,7 @@ from specmon.measure.results import (
     SideRun,
     WorkloadRun,
 )
+from specmon.measure.synthetic import PROBE_WORDS, fit, synthetic_text, words_for
 from specmon.windows import increase
 
 __all__ = ["Plan", "ProgressFn", "Unreachable", "load_of", "measure", "request_payload"]
@@ -47,6 +54,8 @@ WARMUP_PROMPT = "Say hello."
 #: moment after the response).
 SETTLE_SECONDS = 2.0
 SETTLE_STEP = 0.1
+#: Open loop: requests in flight at most (a bound on a rate the server cannot follow).
+MAX_IN_FLIGHT = 256
 
 
 class Unreachable(Exception):
@@ -64,18 +73,28 @@ class Plan:
 
 
 def request_payload(
-    settings: Settings, prompt: str, *, max_tokens: int | None = None
+    settings: Settings,
+    prompt: str | Conversation,
+    *,
+    max_tokens: int | None = None,
+    seed: int | None = None,
+    stream: bool | None = None,
 ) -> dict[str, Any]:
-    """The request body both servers get: temperature 0, the same seed and limits."""
+    """The request body both servers get: temperature 0, the same seed and limits; streamed
+    with the usage in its last chunk unless ``stream`` (default: the settings') is off."""
+    messages = [("user", prompt)] if isinstance(prompt, str) else list(prompt)
+    streamed = settings.stream if stream is None else stream
     body: dict[str, Any] = {
         "model": settings.model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": [{"role": role, "content": content} for role, content in messages],
         "max_tokens": settings.max_tokens if max_tokens is None else max_tokens,
         "temperature": 0,
         "top_p": 1,
-        "seed": settings.seed,
-        "stream": False,
+        "seed": settings.seed if seed is None else seed,
+        "stream": streamed,
     }
+    if streamed:
+        body["stream_options"] = {"include_usage": True}
     if settings.ignore_eos:
         body["ignore_eos"] = True
     return body
@@ -101,44 +120,137 @@ class _Progress:
             self._callback(self.done, self.total, what)
 
 
+async def _one(
+    client: Client, endpoint: Endpoint, settings: Settings, workload: str, index: int,
+    repeat: int, messages: Conversation, run_started: float,
+) -> Outcome:  # fmt: skip
+    """One request; its repeat has its own seed (repeats are distinct requests)."""
+    payload = request_payload(settings, messages, seed=settings.seed + repeat)
+    started = time.perf_counter()
+    sent_at = started - run_started
+    try:
+        if settings.stream:
+            streamed = await client.chat_stream(endpoint, payload, timeout=settings.timeout)
+        else:
+            answer = await client.chat(endpoint, payload, timeout=settings.timeout)
+    except RequestError as exc:
+        return Outcome(workload, index, repeat, time.perf_counter() - started, error=str(exc),
+                       sent_at=sent_at)  # fmt: skip
+    latency = time.perf_counter() - started
+    if settings.stream:
+        return Outcome(workload, index, repeat, latency, answer=streamed.answer,
+                       first_token=streamed.first_token, last_token=streamed.last_token,
+                       sent_at=sent_at)  # fmt: skip
+    return Outcome(workload, index, repeat, latency, answer=answer, sent_at=sent_at)
+
+
+def arrival_seed(settings: Settings, level: LoadLevel, workload: str) -> int:
+    """The Poisson schedule's seed: the same for both servers, another per level and
+    workload (crc32: Python's str hash changes from run to run)."""
+    return zlib.crc32(f"{settings.seed}/{level.rate!r}/{workload}".encode())
+
+
 async def _run_side(
     client: Client,
     endpoint: Endpoint,
     workload: Workload,
     plan: Plan,
-    concurrency: int,
+    level: LoadLevel,
+    repeats: int,
     progress: _Progress,
     what: str,
 ) -> SideRun:
-    gate = asyncio.Semaphore(concurrency)
     settings = plan.settings
+    requests = [
+        (index, repeat, messages)
+        for repeat in range(repeats)
+        for index, messages in enumerate(workload.requests)
+    ]
+    gate = asyncio.Semaphore(level.concurrency or MAX_IN_FLIGHT)
 
-    async def one(index: int, repeat: int, prompt: str) -> Outcome:
+    async def gated(index: int, repeat: int, messages: Conversation) -> Outcome:
         async with gate:
-            started = time.perf_counter()
-            try:
-                answer = await client.chat(
-                    endpoint, request_payload(settings, prompt), timeout=settings.timeout
-                )
-            except RequestError as exc:
-                outcome = Outcome(workload.name, index, repeat, time.perf_counter() - started,
-                                  error=str(exc))  # fmt: skip
-            else:
-                outcome = Outcome(workload.name, index, repeat, time.perf_counter() - started,
-                                  answer=answer)  # fmt: skip
-            progress.step(what)
-            return outcome
+            outcome = await _one(client, endpoint, settings, workload.name, index, repeat,
+                                 messages, started)  # fmt: skip
+        progress.step(what)
+        return outcome
 
     progress.show(what)
     started = time.perf_counter()
-    outcomes = await asyncio.gather(
-        *(
-            one(index, repeat, prompt)
-            for repeat in range(settings.repeats)
-            for index, prompt in enumerate(workload.prompts)
+    delayed = 0
+    resent = client.resent
+    if level.rate is None:
+        outcomes = await asyncio.gather(*(gated(*request) for request in requests))
+    else:
+        arrivals = poisson_arrivals(
+            level.rate, len(requests), seed=arrival_seed(settings, level, workload.name)
         )
+        tasks: list[asyncio.Task[Outcome]] = []
+        for request, at in zip(requests, arrivals, strict=True):
+            wait = started + at - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            delayed += gate.locked()
+            tasks.append(asyncio.ensure_future(gated(*request)))
+        outcomes = await asyncio.gather(*tasks)
+    return SideRun(tuple(outcomes), time.perf_counter() - started, delayed=delayed,
+                   resent=client.resent - resent)  # fmt: skip
+
+
+async def _prompt_tokens(client: Client, plan: Plan, text: str) -> int:
+    """The baseline server's prompt_tokens for ``text`` as a one-message request."""
+    payload = request_payload(plan.settings, text, max_tokens=1, stream=False)
+    try:
+        answer = await client.chat(plan.baseline, payload, timeout=plan.settings.timeout)
+    except RequestError as exc:
+        raise Unreachable(f"--input-tokens: a calibration request failed: {exc}") from None
+    if answer.prompt_tokens is None:
+        raise Unreachable(
+            "--input-tokens: the baseline server reports no usage.prompt_tokens, which "
+            "specmon needs to make prompts of a given length (it has no tokenizer)"
+        )
+    return answer.prompt_tokens
+
+
+async def _synthetic(client: Client, plan: Plan, workload: Workload) -> Workload:
+    """The workload's prompts, each about ``input_tokens`` long as the baseline server
+    counts them (specmon.measure.synthetic): two probes fit the template's overhead and
+    the tokens per word; each prompt is then made, probed and corrected once."""
+    target = workload.input_tokens
+    assert target is not None
+    seed = plan.settings.seed
+    points = [
+        (n, await _prompt_tokens(client, plan, synthetic_text(n, seed=seed - 1 - i)))
+        for i, n in enumerate(PROBE_WORDS)
+    ]
+    try:
+        overhead, per_word = fit(points)
+    except ValueError as exc:
+        raise Unreachable(f"--input-tokens: {exc}") from None
+    if target <= overhead + 1:
+        raise Unreachable(
+            f"--input-tokens {target}: the chat template alone takes about {overhead:.0f} "
+            "prompt tokens on this server; ask for more"
+        )
+    requests: list[Conversation] = []
+    measured: list[int] = []
+    for index in range(workload.synthetic_count):
+        words = words_for(target, overhead=overhead, per_word=per_word)
+        text = synthetic_text(words, seed=seed * 1000 + index)
+        got = await _prompt_tokens(client, plan, text)
+        if got != target:
+            words = max(1, words + round((target - got) / per_word))
+            text = synthetic_text(words, seed=seed * 1000 + index)
+            got = await _prompt_tokens(client, plan, text)
+        requests.append((("user", text),))
+        measured.append(got)
+    mean = sum(measured) / len(measured)
+    note = (
+        f"{len(requests)} synthetic prompts of {target} prompt tokens asked, "
+        f"{min(measured)}-{max(measured)} made (mean {mean:.1f}, the baseline server's count, "
+        f"its chat template included: about {overhead:.0f}); {per_word:.2f} tokens per word"
     )
-    return SideRun(tuple(outcomes), time.perf_counter() - started)
+    return replace(workload, requests=tuple(requests), note=note)
 
 
 def _delta(before: MetricsRead, after: MetricsRead) -> MetricsDelta:
@@ -298,9 +410,16 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
     settings = plan.settings
     started = _now_iso()
     warnings: list[str] = []
-    per_side = sum(len(w.prompts) for w in plan.workloads) * settings.repeats
-    ticker = _Progress(progress, 2 * per_side * len(settings.concurrency))
-    async with open_session(max(settings.concurrency)) as session:
+    levels = settings.levels
+    total = sum(
+        w.size * repeats_at(level, prompts=w.size, repeats=settings.repeats)
+        for level in levels
+        for w in plan.workloads
+    )
+    ticker = _Progress(progress, 2 * total)
+    connections = max((lv.concurrency or MAX_IN_FLIGHT for lv in levels), default=1)
+    workloads = list(plan.workloads)
+    async with open_session(connections) as session:
         client = Client(session, api_key=plan.api_key)
         base_info = await _probe(client, plan.baseline, "baseline")
         spec_info = await _probe(client, plan.speculative, "speculative")
@@ -328,39 +447,49 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
                     await client.chat(
                         endpoint,
                         request_payload(
-                            settings, WARMUP_PROMPT, max_tokens=min(16, settings.max_tokens)
+                            settings,
+                            WARMUP_PROMPT,
+                            max_tokens=min(16, settings.max_tokens),
+                            stream=False,
                         ),
                         timeout=settings.timeout,
                     )
                 except RequestError as exc:
                     warnings.append(f"warm-up request to {endpoint.base_url} failed: {exc}")
+        for i, workload in enumerate(workloads):
+            if workload.input_tokens is not None and not workload.requests:
+                ticker.show(f"making the {workload.name} prompts")
+                workloads[i] = await _synthetic(client, plan, workload)
         runs: list[WorkloadRun] = []
         model = settings.model
         base_url, spec_url = plan.baseline.metrics_url, plan.speculative.metrics_url
-        for concurrency in settings.concurrency:
-            for workload in plan.workloads:
-                what = f"c={concurrency} {workload.name}"
+        for level in levels:
+            for workload in workloads:
+                what = f"{level.short()} {workload.name}"
+                repeats = repeats_at(level, prompts=workload.size, repeats=settings.repeats)
                 base_before = await client.metrics(base_url, model=model)
                 baseline = await _run_side(
-                    client, plan.baseline, workload, plan, concurrency, ticker, what + " baseline"
-                )
+                    client, plan.baseline, workload, plan, level, repeats, ticker,
+                    what + " baseline",
+                )  # fmt: skip
                 base_after = await _settled_after(client, base_url, model, base_before, baseline)
                 before = await client.metrics(spec_url, model=model)
                 speculative = await _run_side(
-                    client, plan.speculative, workload, plan, concurrency, ticker,
+                    client, plan.speculative, workload, plan, level, repeats, ticker,
                     what + " with draft",
                 )  # fmt: skip
                 after = await _settled_after(client, spec_url, model, before, speculative)
                 runs.append(
                     WorkloadRun(
                         workload=workload.name,
-                        concurrency=concurrency,
-                        prompts=len(workload.prompts),
+                        level=level,
+                        prompts=workload.size,
                         baseline=baseline,
                         speculative=speculative,
                         metrics=_delta(before, after),
                         baseline_load=_load_delta(base_before, base_after, model),
                         speculative_load=_load_delta(before, after, model),
+                        repeats=repeats,
                     )
                 )
         base_last = await client.metrics(plan.baseline.metrics_url, model=settings.model)
@@ -381,6 +510,7 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
             "the two servers differ (" + "; ".join(differs) + "): the comparison assumes the "
             "same engine and build, differing only in the draft"
         )
+    notes = [f"{w.name}: {w.note}" for w in workloads if w.note]
     return RawMeasurement(
         settings=settings,
         baseline=plan.baseline,
@@ -392,4 +522,5 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
         finished=_now_iso(),
         baseline_drafts=baseline_drafts,
         warnings=tuple(warnings),
+        workload_notes=tuple(notes),
     )

@@ -38,6 +38,8 @@ class RequestResult:
 class _Request:
     max_tokens: int
     future: asyncio.Future[RequestResult]
+    #: Streamed requests: the running token count after every step that emitted some.
+    progress: asyncio.Queue[int] | None = None
     tokens: int = 0
     steps: int = 0
     drafts: int = 0
@@ -70,10 +72,14 @@ class Batcher:
     def in_flight(self) -> int:
         return len(self._waiting) + len(self._active)
 
-    async def submit(self, max_tokens: int) -> RequestResult:
-        """Generate ``max_tokens`` tokens as one request; returns when the last is out."""
+    async def submit(
+        self, max_tokens: int, *, progress: asyncio.Queue[int] | None = None
+    ) -> RequestResult:
+        """Generate ``max_tokens`` tokens as one request; returns when the last is out. With
+        ``progress``, the request's token count is put on it after each step that emitted
+        tokens (a streamed answer sends them as they come)."""
         loop = asyncio.get_running_loop()
-        request = _Request(max(1, max_tokens), loop.create_future())
+        request = _Request(max(1, max_tokens), loop.create_future(), progress)
         self._waiting.append(request)
         self.engine.active_requests = self.in_flight
         if self._task is None or self._task.done():
@@ -145,6 +151,8 @@ class Batcher:
                     c.generation_tokens += emitted
                     c.itl.observe(step)
                     c.decode_seconds += step
+            if request.progress is not None:
+                request.progress.put_nowait(request.tokens)
             if request.tokens >= request.max_tokens:
                 finished.append(request)
         c.iteration.observe(emitted_total)

@@ -23,6 +23,7 @@ from specmon.sim.batch import Batcher
 from specmon.sim.engine import Mode, SimEngine, SimSettings
 from specmon.sim.pages import PageKind, PageTemplate, load_template, restrict_page
 from specmon.sim.scenario import Scenario
+from specmon.sim.streaming import SimAnswer, finish_stream, open_stream, send_chunk, send_words
 
 __all__ = ["SimServer", "VirtualTarget", "completion_text"]
 
@@ -80,8 +81,9 @@ _WORDS = [
 
 
 def completion_text(model: str, prompt: str, max_tokens: int, seed: int) -> list[str]:
-    """Deterministic 'greedy' output: the same words for the same model, prompt and seed,
-    whether or not speculation is on (as real greedy speculative decoding guarantees)."""
+    """Deterministic output: the same words for the same model, prompt and seed (0 for a
+    greedy request), whether or not speculation is on (as real greedy speculative decoding
+    guarantees)."""
     digest = hashlib.sha256(f"{model}\0{prompt}\0{seed}".encode()).digest()
     rng = random.Random(digest)  # noqa: S311 - text generation, not security
     prompt_words = prompt.split() or _WORDS
@@ -112,6 +114,9 @@ class VirtualTarget:
     hang_seconds: float = 3600.0
     #: Wall seconds per simulated second for chat completions under a load model.
     time_scale: float = 1.0
+    #: Sequences decoded at once under a load model (vLLM's max_num_seqs, llama.cpp's -np
+    #: slots); more requests wait in a queue, as an engine's do.
+    max_batch: int = 256
     started: float = field(default_factory=time.monotonic)
     requests: int = 0
     _applied: int = 0
@@ -123,7 +128,9 @@ class VirtualTarget:
     def batcher(self) -> Batcher:
         """The continuous-batching loop for chat completions (with a load model)."""
         if self._batcher is None or self._batcher.engine is not self.engine:
-            self._batcher = Batcher(self.engine, time_scale=self.time_scale)
+            self._batcher = Batcher(
+                self.engine, time_scale=self.time_scale, max_batch=self.max_batch
+            )
         return self._batcher
 
     def __post_init__(self) -> None:
@@ -208,7 +215,7 @@ class SimServer:
         async def models(request: web.Request) -> web.Response:
             return self._models(pick(request))
 
-        async def chat(request: web.Request) -> web.Response:
+        async def chat(request: web.Request) -> web.StreamResponse:
             return await self._chat(pick(request), request)
 
         async def health(request: web.Request) -> web.Response:
@@ -305,7 +312,7 @@ class SimServer:
             }  # fmt: skip
         return web.json_response(body, dumps=jsontext.dumps)
 
-    async def _chat(self, target: VirtualTarget, request: web.Request) -> web.Response:
+    async def _chat(self, target: VirtualTarget, request: web.Request) -> web.StreamResponse:
         try:
             payload = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -327,7 +334,13 @@ class SimServer:
         messages = payload.get("messages") or []
         prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
         max_tokens = int(payload.get("max_tokens") or 16)
-        seed = int(payload.get("seed") or 0)
+        # Greedy decoding (temperature 0) ignores the seed, as real engines' does: repeats of
+        # a prompt with distinct seeds (specmon measure) get the same text.
+        greedy = payload.get("temperature") == 0
+        seed = 0 if greedy else int(payload.get("seed") or 0)
+        stream = payload.get("stream") is True
+        options = payload.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
         words = completion_text(target.model, prompt, max_tokens, seed)
         digest = int(hashlib.sha256(prompt.encode()).hexdigest(), 16)
         settings: SimSettings = target.engine.settings
@@ -335,6 +348,14 @@ class SimServer:
             # A batch-shape floating-point difference: the tail changes from some point on.
             cut = max(1, len(words) // 2)
             words = words[:cut] + [w[::-1] for w in words[cut:]]
+        answer = SimAnswer(
+            ident=f"chatcmpl-{digest % 10**12:012d}{target.requests}",
+            model=target.model,
+            words=words,
+            prompt_tokens=len(prompt.split()),
+        )
+        if stream:
+            return await self._streamed(target, request, answer, include_usage=include_usage)
         decode_seconds: float | None = None
         spec_metrics: dict[str, Any] | None = None
         if settings.load_model is not None:
@@ -344,72 +365,88 @@ class SimServer:
             steps, draft_tokens, accepted = result.steps, result.draft_tokens, result.accepted
             decode_seconds = result.decode_seconds
         else:
-            # Synchronous: nothing else moves the counters between the two snapshots.
-            before = _snapshot(target.engine)
-            steps, _drafts, draft_tokens, accepted = target.engine.run_request(max_tokens)
-            if (
-                target.per_request_spec_metrics != "none"
-                and target.template.family == "vllm"
-                and settings.speculation
-            ):
-                spec_metrics = _vllm_spec_metrics(
-                    before, _snapshot(target.engine), settings.chain_length
-                )
+            steps, draft_tokens, accepted, spec_metrics = self._run_at_once(target, max_tokens)
             if target.step_seconds > 0:
-                cost = (
-                    1.0 + settings.chain_length * target.draft_cost if settings.speculation else 1.0
-                )
-                await asyncio.sleep(steps * target.step_seconds * cost)
-        text = " ".join(words)
-        prompt_tokens = len(prompt.split())
+                await asyncio.sleep(steps * _step_wall(target))
         body: dict[str, Any] = {
-            "id": f"chatcmpl-{digest % 10**12:012d}{target.requests}",
+            "id": answer.ident,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": target.model,
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {"role": "assistant", "content": " ".join(words)},
                     "finish_reason": "length",
                 }
             ],
         }
-        if target.usage:
-            body["usage"] = {
-                "completion_tokens": max_tokens,
-                "prompt_tokens": prompt_tokens,
-                "total_tokens": max_tokens + prompt_tokens,
-            }
-        if spec_metrics is not None:
-            # vLLM 0.32.0's PerRequestMetrics, as its non-streaming response serialises it
-            # (captured: tests/fixtures/pages/vllm-chat-completion-spec-metrics.json).
-            body["metrics"] = {
-                "time_to_first_token_ms": None,
-                "generation_time_ms": None,
-                "queue_time_ms": None,
-                "mean_itl_ms": None,
-                "tokens_per_second": None,
-                "speculative_decoding": spec_metrics,
-            }
-        if target.kind is PageKind.LLAMACPP:
-            predicted_ms = (
-                decode_seconds * 1000.0
-                if decode_seconds is not None
-                else steps * target.step_seconds * 1000.0
+        body.update(
+            _answer_extras(
+                target, answer, steps=steps, draft_tokens=draft_tokens, accepted=accepted,
+                decode_seconds=decode_seconds, spec_metrics=spec_metrics,
             )
-            body["timings"] = {
-                "prompt_n": prompt_tokens,
-                "predicted_n": max_tokens,
-                "predicted_ms": predicted_ms,
-                "predicted_per_second": (max_tokens / (predicted_ms / 1000.0))
-                if predicted_ms > 0
-                else None,
-            }
-            if settings.speculation:
-                body["timings"]["draft_n"] = draft_tokens
-                body["timings"]["draft_n_accepted"] = accepted
+        )  # fmt: skip
         return web.json_response(body, dumps=jsontext.dumps)
+
+    def _run_at_once(
+        self, target: VirtualTarget, max_tokens: int
+    ) -> tuple[int, int, int, dict[str, Any] | None]:
+        """Without a load model: the request's steps at once (nothing else moves the counters
+        between the two snapshots); vLLM's per-request metrics when asked for."""
+        settings = target.engine.settings
+        before = _snapshot(target.engine)
+        steps, _drafts, draft_tokens, accepted = target.engine.run_request(max_tokens)
+        spec_metrics = None
+        if (
+            target.per_request_spec_metrics != "none"
+            and target.template.family == "vllm"
+            and settings.speculation
+        ):
+            spec_metrics = _vllm_spec_metrics(
+                before, _snapshot(target.engine), settings.chain_length
+            )
+        return steps, draft_tokens, accepted, spec_metrics
+
+    async def _streamed(
+        self, target: VirtualTarget, request: web.Request, answer: SimAnswer, *,
+        include_usage: bool,
+    ) -> web.StreamResponse:  # fmt: skip
+        """The same answer as server-sent events (specmon.sim.streaming): with a load model,
+        each engine step's tokens as the step ends; without one, the request's steps spread
+        over the time a non-streamed answer takes, the tokens evenly over them."""
+        response = await open_stream(request)
+        await send_chunk(response, answer, delta={"role": "assistant", "content": ""})
+        max_tokens = len(answer.words)
+        settings = target.engine.settings
+        decode_seconds: float | None = None
+        spec_metrics: dict[str, Any] | None = None
+        sent = 0
+        if settings.load_model is not None:
+            queue: asyncio.Queue[int] = asyncio.Queue()
+            task = asyncio.ensure_future(target.batcher.submit(max_tokens, progress=queue))
+            while sent < max_tokens:
+                count = await queue.get()
+                sent = await send_words(response, answer, sent, count)
+            result = await task
+            steps, draft_tokens, accepted = result.steps, result.draft_tokens, result.accepted
+            decode_seconds = result.decode_seconds
+        else:
+            steps, draft_tokens, accepted, spec_metrics = self._run_at_once(target, max_tokens)
+            wall = _step_wall(target)
+            for index in range(max(steps, 1)):
+                if wall > 0:
+                    await asyncio.sleep(wall)
+                sent = await send_words(
+                    response, answer, sent, round((index + 1) * max_tokens / max(steps, 1))
+                )
+        extras = _answer_extras(
+            target, answer, steps=steps, draft_tokens=draft_tokens, accepted=accepted,
+            decode_seconds=decode_seconds, spec_metrics=spec_metrics,
+        )  # fmt: skip
+        await finish_stream(response, answer, extras, include_usage=include_usage,
+                            llamacpp=target.kind is PageKind.LLAMACPP)  # fmt: skip
+        return response
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -446,6 +483,59 @@ class SimServer:
         for runner in self._runners:
             await runner.cleanup()
         self._runners.clear()
+
+
+def _step_wall(target: VirtualTarget) -> float:
+    """Wall seconds of one step without a load model: the target step, times 1 + k c with
+    speculation."""
+    settings = target.engine.settings
+    cost = 1.0 + settings.chain_length * target.draft_cost if settings.speculation else 1.0
+    return target.step_seconds * cost
+
+
+def _answer_extras(
+    target: VirtualTarget, answer: SimAnswer, *, steps: int, draft_tokens: int, accepted: int,
+    decode_seconds: float | None, spec_metrics: dict[str, Any] | None,
+) -> dict[str, Any]:  # fmt: skip
+    """usage, vLLM's per-request metrics and llama.cpp's timings of an answer: the body's
+    fields beside ``choices`` (the last streamed chunk's)."""
+    max_tokens = len(answer.words)
+    extras: dict[str, Any] = {}
+    if target.usage:
+        extras["usage"] = {
+            "completion_tokens": max_tokens,
+            "prompt_tokens": answer.prompt_tokens,
+            "total_tokens": max_tokens + answer.prompt_tokens,
+        }
+    if spec_metrics is not None:
+        # vLLM 0.32.0's PerRequestMetrics, as its non-streaming response serialises it
+        # (captured: tests/fixtures/pages/vllm-chat-completion-spec-metrics.json).
+        extras["metrics"] = {
+            "time_to_first_token_ms": None,
+            "generation_time_ms": None,
+            "queue_time_ms": None,
+            "mean_itl_ms": None,
+            "tokens_per_second": None,
+            "speculative_decoding": spec_metrics,
+        }
+    if target.kind is PageKind.LLAMACPP:
+        predicted_ms = (
+            decode_seconds * 1000.0
+            if decode_seconds is not None
+            else steps * target.step_seconds * 1000.0
+        )
+        extras["timings"] = {
+            "prompt_n": answer.prompt_tokens,
+            "predicted_n": max_tokens,
+            "predicted_ms": predicted_ms,
+            "predicted_per_second": (max_tokens / (predicted_ms / 1000.0))
+            if predicted_ms > 0
+            else None,
+        }
+        if target.engine.settings.speculation:
+            extras["timings"]["draft_n"] = draft_tokens
+            extras["timings"]["draft_n_accepted"] = accepted
+    return extras
 
 
 def _snapshot(engine: SimEngine) -> tuple[int, int, tuple[int, ...]]:

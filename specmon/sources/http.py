@@ -55,13 +55,22 @@ LLAMACPP_501_HINT = (
 
 
 def open_session(
-    *, max_connections: int = 256, purpose: str = "", dns_ttl: float = 60.0
+    *,
+    max_connections: int = 256,
+    purpose: str = "",
+    dns_ttl: float = 60.0,
+    keepalive_seconds: float = 15.0,
 ) -> aiohttp.ClientSession:
     """specmon's client session: no proxies or netrc from the environment, no cookies, bounded
-    connections, transparent gzip, per-request timeouts (none on the session)."""
+    connections, transparent gzip, per-request timeouts (none on the session); an idle
+    connection is kept ``keepalive_seconds`` (aiohttp's default 15)."""
     agent = f"specmon/{__version__}" + (f" ({purpose})" if purpose else "")
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=max(1, max_connections), ttl_dns_cache=int(dns_ttl)),
+        connector=aiohttp.TCPConnector(
+            limit=max(1, max_connections),
+            ttl_dns_cache=int(dns_ttl),
+            keepalive_timeout=keepalive_seconds,
+        ),
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=True,
         trust_env=False,

@@ -30,7 +30,6 @@ tracker starts counting at its second live reading).
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
@@ -38,13 +37,33 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any
 
-from specmon.bounds import ADAPTER_MAX_CHAIN, acceptance_length_refusal, chain_bound
-from specmon.engines import ModelReading, PageReading
+import orjson
+
+from specmon.bounds import ADAPTER_MAX_CHAIN
+from specmon.engines import PageReading
 from specmon.records import record
+from specmon.state.epoch_laws import (
+    PARTIAL_DECREASE_LIMIT,
+    Counts,
+    Sighting,
+    clean_text,
+    counters,
+    counts_refusal,
+    partial_fall,
+    rise,
+    saved_epoch,
+    saved_event,
+    saved_list,
+    sighting,
+)
+from specmon.state.store import saved_json
 
 __all__ = [
+    "ENGINE_SCRAPES",
     "K_SCRAPES",
+    "MAX_AHEAD",
     "MAX_EPOCHS",
+    "MIN_EPOCH_SECONDS",
     "OFF_SCRAPES",
     "OFF_TOKENS",
     "VANISH_SCRAPES",
@@ -74,7 +93,14 @@ MAX_EVENTS = 5
 MAX_NOTE = 200
 #: Longest chain length a restored epoch may have (the largest k an adapter reads).
 MAX_CHAIN = ADAPTER_MAX_CHAIN
-_MAX_COUNT = 2**53
+#: An epoch ended by an automatic change sooner than this is folded back or replaced
+#: (:meth:`EpochTracker._debounce`): a flapping engine makes no new epoch number.
+MIN_EPOCH_SECONDS = 60.0
+#: Consecutive pages from another engine that start a target's epochs afresh.
+ENGINE_SCRAPES = 3
+#: How far after the file's own write time (or now) a saved time may lie: a writer's wall
+#: clock that stepped back while it ran.
+MAX_AHEAD = 86400.0
 
 
 class Reason(StrEnum):
@@ -146,65 +172,6 @@ class ModelEpochs:
         return self.epochs[-2] if len(self.epochs) > 1 else None
 
 
-@record
-class Sighting:
-    """What one scrape shows of a model's configuration."""
-
-    speculating: bool
-    #: Drafts (or, without a drafts counter, draft tokens, or accepted tokens): the counter
-    #: whose rise means speculation is at work. None without speculative counters.
-    activity: int | None = None
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    generated_tokens: int | None = None
-    chain_length: int | None = None
-    #: Whether ``chain_length`` comes from an engine's configuration gauge.
-    published: bool = False
-
-
-def sighting(model: ModelReading, *, speculating: bool) -> Sighting:
-    """A model reading as what its configuration shows."""
-    counters = model.counters
-    generated = model.context.generation_tokens
-    if counters is None:
-        return Sighting(speculating=speculating and model.gauges is not None,
-                        generated_tokens=generated, chain_length=model.chain_length,
-                        published=model.chain_length is not None)  # fmt: skip
-    if counters.knows("drafts"):
-        activity = counters.drafts
-    elif counters.knows("draft_tokens"):
-        activity = counters.draft_tokens
-    else:
-        activity = counters.accepted_tokens
-    positions = len(counters.accepted_per_position)
-    chain = max(positions, model.chain_length or 0) or None
-    return Sighting(
-        speculating=speculating,
-        activity=activity,
-        drafts=counters.drafts,
-        draft_tokens=counters.draft_tokens,
-        accepted_tokens=counters.accepted_tokens,
-        generated_tokens=generated,
-        chain_length=chain,
-        published=model.chain_length is not None and model.chain_length >= positions,
-    )
-
-
-class _Counts:
-    __slots__ = ("accepted", "draft_tokens", "drafts", "generated", "scrapes")
-
-    def __init__(self) -> None:
-        self.drafts = self.draft_tokens = self.accepted = self.generated = self.scrapes = 0
-
-    def add(self, other: _Counts) -> None:
-        self.drafts += other.drafts
-        self.draft_tokens += other.draft_tokens
-        self.accepted += other.accepted
-        self.generated += other.generated
-        self.scrapes += other.scrapes
-
-
 class _Candidate:
     """A change seen but not yet confirmed."""
 
@@ -218,37 +185,29 @@ class _Candidate:
         self.tokens = 0
 
 
-def _rise(before: int | None, now: int | None) -> tuple[int | None, bool]:
-    """The increase of a counter between two readings (reset-aware: after a fall the new
-    value is the increase since the restart) and whether it fell."""
-    if before is None or now is None:
-        return None, False
-    if now < before:
-        return now, True
-    return now - before, False
-
-
 class EpochTracker:
     """One model's epochs, fed one :class:`Sighting` per scrape."""
 
     __slots__ = (
-        "_candidate", "_counts", "_current", "_events", "_last", "_past", "_past_json",
-        "_pending", "_quiet",
+        "_candidate", "_counts", "_current", "_events", "_last", "_partials", "_past",
+        "_past_json", "_pending", "_quiet",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self._past: list[Epoch] = []
         #: The past epochs as written (each made once: a snapshot at 1,000 targets with 12
         #: epochs each takes 25 ms on the loop instead of 150; bench/state.py).
-        self._past_json: tuple[dict[str, Any], ...] = ()
+        self._past_json: tuple[bytes, ...] = ()
         #: The current epoch without its counts (kept in ``_counts``), or None before the
         #: first sighting.
         self._current: Epoch | None = None
-        self._counts = _Counts()
-        self._pending = _Counts()
+        self._counts = Counts()
+        self._pending = Counts()
         self._candidate: _Candidate | None = None
         #: The previous sighting (None: the next one starts counting).
         self._last: Sighting | None = None
+        #: Pages in a row with a counter down while the activity counter was not.
+        self._partials = 0
         self._events: deque[tuple[float, str]] = deque(maxlen=MAX_EVENTS)
         #: While the current epoch is not yet known to speculate: the scrapes and tokens
         #: generated without a draft since it began.
@@ -259,21 +218,37 @@ class EpochTracker:
     def observe(self, seen: Sighting, wall: float) -> list[tuple[str, dict[str, Any]]]:
         """Count one scrape; returns the events worth a log line (name, fields)."""
         out: list[tuple[str, dict[str, Any]]] = []
-        last, self._last = self._last, seen
-        step = _Counts()
-        generated, gen_reset = _rise(
+        last = self._last
+        both = last is not None and last.speculating and seen.speculating
+        rebase = False
+        if both and partial_fall(counters(last), counters(seen)):  # type: ignore[arg-type]
+            # A broken page, not a restart (specmon.state.epoch_laws): neither counted nor
+            # the baseline, as the windows refuse it; persistent, the new baseline.
+            self._partials += 1
+            if self._partials < PARTIAL_DECREASE_LIMIT:
+                return out
+            rebase = True
+        self._partials = 0
+        self._last = seen
+        step = Counts()
+        generated, gen_reset = rise(
             last.generated_tokens if last is not None else None, seen.generated_tokens
         )
         activity, act_reset = (None, False)
-        if last is not None and last.speculating and seen.speculating:
-            activity, act_reset = _rise(last.activity, seen.activity)
-            step.drafts = _rise(last.drafts, seen.drafts)[0] or 0
-            step.draft_tokens = _rise(last.draft_tokens, seen.draft_tokens)[0] or 0
-            step.accepted = _rise(last.accepted_tokens, seen.accepted_tokens)[0] or 0
+        if both and not rebase:
+            assert last is not None
+            activity, act_reset = rise(last.activity, seen.activity)
+            if act_reset:  # a restart: every counter's new value is its increase
+                step.drafts, step.draft_tokens = seen.drafts, seen.draft_tokens
+                step.accepted = seen.accepted_tokens
+            else:  # none fell (a fall without the activity counter's is refused above)
+                step.drafts = seen.drafts - last.drafts
+                step.draft_tokens = seen.draft_tokens - last.draft_tokens
+                step.accepted = seen.accepted_tokens - last.accepted_tokens
         if generated is not None:
             step.generated = generated
             step.scrapes = 1
-        if gen_reset or act_reset:  # logged as counter_reset already: the page lists it
+        if gen_reset or act_reset or rebase:  # logged as counter_reset already
             self._events.append((wall, "engine restarted (its counters fell)"))
         current = self._current
         if current is None:
@@ -282,8 +257,8 @@ class EpochTracker:
                                   seen.chain_length if seen.speculating else None, Reason.FIRST)  # fmt: skip
             return out
         if current.speculation is None:  # no change can be pending: settled in place
-            self._counts.add(step)
             settled = self._settle(current, seen, last, activity, generated)
+            self._admit(step)  # into the epoch as settled by this very interval
             if settled is not None:
                 out.append(settled)
             return out
@@ -299,16 +274,47 @@ class EpochTracker:
                 self._candidate = None
         if confirmed is None:
             if self._candidate is None:
-                self._counts.add(self._pending)
-                self._pending = _Counts()
-                self._counts.add(step)
+                pending, self._pending = self._pending, Counts()
+                self._admit(pending)  # a change cancelled: its scrapes were this epoch's
+                self._admit(step)
             else:
-                self._pending.add(step)
+                self._pending.add(step)  # admitted where it goes, once that is known
             return out
         self._pending.add(step)
         speculation = confirmed.reason in (Reason.ON, Reason.CHAIN, Reason.CONFIG)
         out.append(self._begin(confirmed, speculation=speculation))
         return out
+
+    def _admit(self, step: Counts) -> bool:
+        """Add ``step`` to the current epoch's counts when the interval and the epoch stay
+        within the laws (:func:`~specmon.state.epoch_laws.counts_refusal`, which a restored
+        epoch must pass too); else its speculative part is left out, or all of it when even
+        the rest does not fit. Whether it was added whole."""
+        current = self._current
+        if current is None or not step:
+            return True
+        if self._fits(current, step):
+            self._counts.add(step)
+            return True
+        plain = step.plain()
+        if plain and self._fits(current, plain):
+            self._counts.add(plain)
+        return False
+
+    def _fits(self, current: Epoch, step: Counts) -> bool:
+        unsure, k, c = current.speculation is None, current.chain_length, self._counts
+        alone = counts_refusal(
+            drafts=step.drafts, draft_tokens=step.draft_tokens, accepted=step.accepted,
+            generated=step.generated, scrapes=step.scrapes, chain_length=k, unsure=unsure,
+        )  # fmt: skip
+        return alone is None and counts_refusal(
+            drafts=current.drafts + c.drafts + step.drafts,
+            draft_tokens=current.draft_tokens + c.draft_tokens + step.draft_tokens,
+            accepted=current.accepted_tokens + c.accepted + step.accepted,
+            generated=current.generated_tokens + c.generated + step.generated,
+            scrapes=current.scrapes + c.scrapes + step.scrapes,
+            chain_length=k, unsure=unsure,
+        ) is None  # fmt: skip
 
     def _settle(
         self, current: Epoch, seen: Sighting, last: Sighting | None, activity: int | None,
@@ -382,16 +388,18 @@ class EpochTracker:
         return candidate if candidate.scrapes >= K_SCRAPES else None
 
     def _begin(self, change: _Candidate, *, speculation: bool) -> tuple[str, dict[str, Any]]:
-        old = self._close(change.since)
-        self._current = Epoch(
-            old.number + 1,
-            change.since,
-            None,
-            speculation,
-            change.value if speculation else None,
-            change.reason,
-        )
-        self._counts, self._pending, self._candidate = self._pending, _Counts(), None
+        current = self._current
+        assert current is not None
+        since = max(change.since, current.start)  # in order, should the wall clock step back
+        k = change.value if speculation else None
+        pending, self._pending, self._candidate = self._pending, Counts(), None
+        lasted = since - current.start
+        if current.reason not in (Reason.FIRST, Reason.MANUAL) and lasted < MIN_EPOCH_SECONDS:
+            return self._debounce(current, since, speculation, k, change.reason, pending)
+        old = self._close(since)
+        self._current = Epoch(old.number + 1, since, None, speculation, k, change.reason)
+        self._counts = Counts()
+        self._admit(pending)  # the scrapes since the change was first seen
         new = self._current
         return (
             "config_epoch_started",
@@ -402,6 +410,40 @@ class EpochTracker:
                 "after": new.describe(),
             },
         )
+
+    def _debounce(
+        self, brief: Epoch, since: float, speculation: bool, k: int | None, reason: Reason,
+        pending: Counts,
+    ) -> tuple[str, dict[str, Any]]:  # fmt: skip
+        """A change ending an epoch younger than MIN_EPOCH_SECONDS (a flapping engine): back
+        to the configuration before it, that epoch goes on (the brief one folded back into
+        it); to another one, the new configuration takes the brief epoch's place and number.
+        The brief epoch's counts go (they mix a flapping server's states), so the ``epoch``
+        label takes a new value only when an epoch has lasted: at most one per
+        MIN_EPOCH_SECONDS and model, whatever the engine does."""
+        previous = self._past[-1] if self._past else None
+        lasted = f"{brief.describe()}, {since - brief.start:.0f} s"
+        self._counts = Counts()
+        if previous is not None and previous.configuration == (speculation, k, ""):
+            self._past.pop()
+            self._past_json = self._past_json[:-1]
+            self._current = replace(previous, end=None)
+            self._admit(pending)
+            self._events.append(
+                (since, f"flapping: epoch {brief.number} ({lasted}) folded back into it")
+            )
+            return (
+                "config_epoch_folded",
+                {"epoch": previous.number, "folded": brief.number, "after": previous.describe()},
+            )
+        self._current = Epoch(brief.number, since, None, speculation, k, reason)
+        self._admit(pending)
+        self._events.append((since, f"flapping: epoch {brief.number} ({lasted}) replaced"))
+        return (
+            "config_epoch_replaced",
+            {"epoch": brief.number, "reason": reason.value, "before": brief.describe(),
+             "after": self._current.describe()},
+        )  # fmt: skip
 
     def _close(self, end: float) -> Epoch:
         assert self._current is not None
@@ -416,7 +458,7 @@ class EpochTracker:
             scrapes=self._current.scrapes + counts.scrapes,
         )
         self._past.append(old)
-        self._past_json = (*self._past_json, _epoch_json(old))
+        self._past_json = (*self._past_json, saved_json(_epoch_json(old)))
         self._prune()
         return old
 
@@ -426,12 +468,14 @@ class EpochTracker:
         current = self._current
         if current is None:
             return None
-        self._counts.add(self._pending)
-        self._pending, self._candidate = _Counts(), None
-        old = self._close(wall)
-        self._current = Epoch(old.number + 1, wall, None, old.speculation, old.chain_length,
-                              Reason.MANUAL, note[:MAX_NOTE])  # fmt: skip
-        self._events.append((wall, f"marked by hand: {note[:MAX_NOTE]}"))
+        pending, self._pending, self._candidate = self._pending, Counts(), None
+        self._admit(pending)
+        note = clean_text(note)[:MAX_NOTE]
+        old = self._close(max(wall, current.start))
+        self._current = Epoch(old.number + 1, max(wall, current.start), None, old.speculation,
+                              old.chain_length, Reason.MANUAL, note)  # fmt: skip
+        self._counts = Counts()
+        self._events.append((wall, f"marked by hand: {note}"))
         return self._current
 
     # -- bounds -----------------------------------------------------------------------------
@@ -465,7 +509,7 @@ class EpochTracker:
             )
             del past[drop]
         if len(past) != before:
-            self._past_json = tuple(_epoch_json(e) for e in past)
+            self._past_json = tuple(saved_json(_epoch_json(e)) for e in past)
 
     def expire(self, *, now: float, max_age: float) -> None:
         self._prune(now=now, max_age=max_age)
@@ -489,11 +533,13 @@ class EpochTracker:
             current.generated_tokens + c.generated, current.scrapes + c.scrapes,
         )  # fmt: skip
 
-    def position(self) -> tuple[int, bool, tuple[int, ...]] | None:
-        """The current epoch's number, whether a change is being confirmed, and the epochs
-        whose cost curves are kept: the current, the previous and the newest without
-        speculation (what the history basis and "did the change help?" read; at most 3
-        curves a model, so a target's state stays small). None before the first sighting."""
+    def position(self) -> tuple[int, bool, tuple[int, ...], float] | None:
+        """The current epoch's number, whether a change is being confirmed, the epochs
+        whose cost curves are kept (the current, the previous and the newest without
+        speculation: what the history basis and "did the change help?" read; at most 3
+        curves a model, so a target's state stays small), and the current epoch's start (a
+        flapping engine's brief epoch replaced keeps its number, not its start). None before
+        the first sighting."""
         current = self._current
         if current is None:
             return None
@@ -502,7 +548,8 @@ class EpochTracker:
         numbers = {current.number, *(e.number for e in past[-1:])} | (
             {plain} if plain is not None else set()
         )
-        return current.number, self._candidate is not None, tuple(sorted(numbers))
+        return (current.number, self._candidate is not None, tuple(sorted(numbers)),
+                current.start)  # fmt: skip
 
     @property
     def current(self) -> Epoch | None:
@@ -536,43 +583,69 @@ class EpochTracker:
         return ModelEpochs(model, epochs, tuple(self._events), pending)
 
     def to_json(self) -> dict[str, Any]:
-        """The saved form: the past epochs' dicts (made once, never changed after) and the
-        current one's."""
+        """The saved form, as plain JSON values."""
         current = self._current
         live = () if current is None else (_epoch_json(self._live(current)),)
         return {
-            "epochs": [*self._past_json, *live],
+            "epochs": [*(orjson.loads(e) for e in self._past_json), *live],
             "events": [[t, text] for t, text in self._events],
         }
 
-    def restore(self, data: Mapping[str, Any], *, now: float) -> None:
+    def saved_form(self) -> dict[str, Any]:
+        """:meth:`to_json` for the state file: the past epochs' JSON made once each (never
+        changed after), kept as bytes (a fifth of a dict's memory) and written as they are."""
+        current = self._current
+        live = () if current is None else (_epoch_json(self._live(current)),)
+        return {
+            "epochs": [*map(orjson.Fragment, self._past_json), *live],
+            "events": [[t, text] for t, text in self._events],
+        }
+
+    def restore(self, data: Mapping[str, Any], *, now: float, ceiling: float | None = None) -> None:
         """Take the epochs of a saved tracker (validated: raises ValueError). Epochs this
-        tracker saw since it started follow them, numbered on."""
-        saved = [_epoch_from(e, now=now) for e in _list(data.get("epochs"), "epochs")]
+        tracker saw since it started follow them, numbered on. ``ceiling``: the latest time
+        a saved one may hold (default ``now`` + MAX_AHEAD; the file's own write time +
+        MAX_AHEAD when it says so); a time after ``now`` (this clock is behind the writer's)
+        is taken as ``now``, which keeps every epoch in order."""
+        limit = now + MAX_AHEAD if ceiling is None else ceiling
+        epochs, events_raw = (saved_list(data.get(k), k, most=4 * MAX_EPOCHS)
+                              for k in ("epochs", "events"))  # fmt: skip
+        saved = [_epoch_from(e, limit=limit) for e in epochs]
         for before, after in pairwise(saved):
             if after.number <= before.number or after.start < before.start:
                 raise ValueError("epochs out of order")
             if before.end is None:
                 raise ValueError("an epoch before the last has no end")
-        events = [_event_from(e, now=now) for e in _list(data.get("events"), "events")]
+        events = [saved_event(e, limit=limit, max_note=MAX_NOTE) for e in events_raw]
         if not saved:
             return
         live = self.epochs()
+        latest = min(now, live[0].start) if live else now
+        saved = [_no_later(e, latest) for e in saved]
+        events = [(min(t, latest), text) for t, text in events]
         if not live:
             self._past = saved[:-1]
             self._current = saved[-1] if saved[-1].end is None else replace(saved[-1], end=None)
-            self._counts = _Counts()
-            self._past_json = tuple(_epoch_json(e) for e in self._past)
+            self._counts = Counts()
+            self._past_json = tuple(saved_json(_epoch_json(e)) for e in self._past)
         else:  # seen live before the state could be read (the lock came late)
-            last = saved[-1] if saved[-1].end is not None else replace(saved[-1], end=live[0].start)
+            last = saved[-1] if saved[-1].end is not None else replace(saved[-1], end=latest)
             base = last.number
             self._past = [*saved[:-1], last, *(replace(e, number=base + i + 1)
                                                 for i, e in enumerate(self._past))]  # fmt: skip
             assert self._current is not None
             self._current = replace(self._current, number=base + len(live))
-            self._past_json = tuple(_epoch_json(e) for e in self._past)
+            self._past_json = tuple(saved_json(_epoch_json(e)) for e in self._past)
         self._events.extendleft(reversed(events[-MAX_EVENTS:]))
         self._prune()
+
+
+def _no_later(epoch: Epoch, latest: float) -> Epoch:
+    """``epoch`` with no time after ``latest`` (in order: each time moves down to it)."""
+    if epoch.start <= latest and (epoch.end is None or epoch.end <= latest):
+        return epoch
+    end = None if epoch.end is None else min(epoch.end, latest)
+    return replace(epoch, start=min(epoch.start, latest), end=end)
 
 
 def _epoch_json(e: Epoch) -> dict[str, Any]:
@@ -587,91 +660,32 @@ def _epoch_json(e: Epoch) -> dict[str, Any]:
     return out
 
 
-def _list(value: object, what: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or len(value) > 4 * MAX_EPOCHS:
-        raise ValueError(f"{what}: not a list of at most {4 * MAX_EPOCHS}")
-    return value
-
-
-def _time(value: object, what: str, *, now: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{what}: not a number")
-    number = float(value)
-    if not math.isfinite(number) or not 0 < number <= now + 86400:
-        raise ValueError(f"{what}: {number!r} is not a time up to a day ahead")
-    return number
-
-
-def _count(raw: Mapping[str, Any], key: str) -> int:
-    value = raw.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
-        raise ValueError(f"{key}: not a count from 0 to 2^53")
-    return value
-
-
-def _epoch_from(raw: object, *, now: float) -> Epoch:
-    """A saved epoch within the same bounds as a live one (raises ValueError)."""
-    if not isinstance(raw, dict):
-        raise ValueError("an epoch is not an object")
-    number = raw.get("n")
-    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number < 2**31:
-        raise ValueError("epoch number: not an integer from 1")
-    start = _time(raw.get("start"), "start", now=now)
-    end = None if raw.get("end") is None else _time(raw.get("end"), "end", now=now)
-    if end is not None and end < start:
-        raise ValueError("an epoch ends before it starts")
-    spec = raw.get("spec")
-    if not isinstance(spec, bool):
-        raise ValueError("speculation: not a boolean")
-    unsure = raw.get("unsure", False)
-    if not isinstance(unsure, bool):
-        raise ValueError("unsure: not a boolean")
-    k = raw.get("k")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_CHAIN):
-        raise ValueError(f"chain length: not an integer from 1 to {MAX_CHAIN}")
+def _epoch_from(raw: object, *, limit: float) -> Epoch:
+    """A saved epoch within the same laws as a live one (specmon.state.epoch_laws; raises
+    ValueError)."""
+    f = saved_epoch(raw, limit=limit, max_chain=MAX_CHAIN, max_note=MAX_NOTE)
     try:
-        reason = Reason(str(raw.get("reason")))
+        reason = Reason(f.reason)
     except ValueError:
         raise ValueError("reason: not one specmon writes") from None
-    note = raw.get("note", "")
-    if not isinstance(note, str) or len(note) > MAX_NOTE:
-        raise ValueError(f"note: not a string of at most {MAX_NOTE} characters")
-    if unsure and (raw.get("drafts") or raw.get("draft_tokens") or raw.get("accepted")):
-        raise ValueError("an epoch not yet known to speculate counted drafts")
-    epoch = Epoch(number, start, end, None if unsure else spec, k if spec or unsure else None,
-                  reason, note,
-                  _count(raw, "drafts"), _count(raw, "draft_tokens"), _count(raw, "accepted"),
-                  _count(raw, "generated"), _count(raw, "scrapes"))  # fmt: skip
-    if epoch.draft_tokens and (
-        epoch.accepted_tokens > epoch.draft_tokens or epoch.drafts > epoch.draft_tokens
-    ):
-        raise ValueError("more accepted tokens or drafts than draft tokens")
-    if epoch.drafts:  # the same bound as a live window's (specmon.bounds)
-        length = 1.0 + epoch.accepted_tokens / epoch.drafts
-        problem = acceptance_length_refusal(length, chain_length=chain_bound(detected=k))
-        if problem is not None:
-            raise ValueError(problem)
-    return epoch
-
-
-def _event_from(raw: object, *, now: float) -> tuple[float, str]:
-    if not isinstance(raw, list) or len(raw) != 2 or not isinstance(raw[1], str):
-        raise ValueError("an event is not [time, text]")
-    return _time(raw[0], "event time", now=now), raw[1][: MAX_NOTE + 40]
+    return Epoch(f.number, f.start, f.end, f.speculation, f.chain_length, reason, f.note,
+                 *f.counts)  # fmt: skip
 
 
 class EpochBook:
-    """Every model's epochs for one target (at most MAX_MODELS models), for one engine: a
-    page from another engine starts the book afresh."""
+    """Every model's epochs for one target (at most MAX_MODELS models), for one engine: pages
+    from another engine on ENGINE_SCRAPES scrapes in a row start the book afresh (a page
+    alternating between two engines clears nothing; its pages from the other engine are not
+    counted)."""
 
-    __slots__ = ("_trackers", "engine")
+    __slots__ = ("_other", "_trackers", "engine")
 
     def __init__(self) -> None:
         self._trackers: dict[str, EpochTracker] = {}
         #: The engine the epochs were seen on (its value), or None before the first page.
         self.engine: str | None = None
+        #: Another engine seen on the last pages: its value and how many pages in a row.
+        self._other: tuple[str | None, int] | None = None
 
     def clear(self) -> None:
         self._trackers.clear()
@@ -684,8 +698,15 @@ class EpochBook:
         engine = reading.engine.value if reading.engine is not None else None
         if engine != self.engine:
             if self.engine is not None:
+                other = self._other
+                seen = other[1] + 1 if other is not None and other[0] == engine else 1
+                self._other = (engine, seen)
+                if seen < ENGINE_SCRAPES:
+                    return out  # not yet another engine: this page is not counted
                 self._trackers.clear()
+                out.append(("config_engine_changed", {"before": self.engine, "after": engine}))
             self.engine = engine
+        self._other = None
         for speculating, models in ((True, reading.models), (False, reading.plain_models)):
             for model in models:
                 if model.model in refused:
@@ -709,7 +730,7 @@ class EpochBook:
                     marked.append(epoch)
         return marked
 
-    def position(self, model: str) -> tuple[int, bool, tuple[int, ...]] | None:
+    def position(self, model: str) -> tuple[int, bool, tuple[int, ...], float] | None:
         """A model's :meth:`EpochTracker.position` (None: not followed)."""
         tracker = self._trackers.get(model)
         return tracker.position() if tracker is not None else None
@@ -738,9 +759,13 @@ class EpochBook:
     def to_json(self) -> dict[str, Any]:
         return {name: t.to_json() for name, t in self._trackers.items()}
 
-    def restore(self, data: Mapping[str, Any], *, now: float) -> None:
+    def saved_form(self) -> dict[str, Any]:
+        """:meth:`to_json` for the state file (:meth:`EpochTracker.saved_form`)."""
+        return {name: t.saved_form() for name, t in self._trackers.items()}
+
+    def restore(self, data: Mapping[str, Any], *, now: float, ceiling: float | None = None) -> None:
         """Take saved models' epochs (raises ValueError on anything out of bounds, leaving
-        this book as it was)."""
+        this book as it was; ``now``, ``ceiling``: :meth:`EpochTracker.restore`'s)."""
         if len(data) > MAX_MODELS:
             raise ValueError(f"more than {MAX_MODELS} models")
         restored: dict[str, EpochTracker] = {}
@@ -748,11 +773,11 @@ class EpochBook:
             if not isinstance(name, str) or len(name) > 1024 or not isinstance(saved, dict):
                 raise ValueError("a model is not a name and an object")
             tracker = EpochTracker()
-            tracker.restore(saved, now=now)  # validates before anything is kept
+            tracker.restore(saved, now=now, ceiling=ceiling)  # validates first
             restored[name] = tracker
         for name, tracker in restored.items():
             live = self._trackers.get(name)
             if live is None:
                 self._trackers[name] = tracker
             else:
-                live.restore(data[name], now=now)
+                live.restore(data[name], now=now, ceiling=ceiling)

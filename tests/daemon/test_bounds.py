@@ -34,7 +34,7 @@ def _speedups(target: TargetState) -> list[float]:
     for model in target.view.models:
         for window in model.windows:
             for figure in (
-                window.verdict.speedup if window.verdict else None,
+                window.answer.speedup if window.answer else None,
                 window.report.expected_speedup if window.report else None,
             ):
                 if figure is not None:

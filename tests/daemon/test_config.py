@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -483,3 +484,83 @@ def test_curve_retention_is_a_bounded_duration(tmp_path: Path) -> None:
             load_config(path)
     state = TargetState(config.targets[0], windows=(60.0,), retention=70.0, curve_retention=7200.0)
     assert state._curve_retention == 7200.0
+
+
+def _state_dir_setup(kind: str, root: Path) -> Path:
+    """A state_dir of ``kind`` under ``root``."""
+    d = root / "state"
+    if kind == "a file":
+        d.write_text("not a directory\n")
+    elif kind == "writable by every user":
+        d.mkdir()
+        d.chmod(0o777)
+    elif kind == "a FIFO lock file":
+        d.mkdir(mode=0o700)
+        os.mkfifo(d / "specmon-state.json.lock")
+    elif kind == "under a file":
+        (root / "plain").write_text("x\n")
+        d = root / "plain" / "state"
+    elif kind in ("usable", "not made yet"):
+        if kind == "usable":
+            d.mkdir(mode=0o700)
+        else:
+            d = root / "new" / "state"
+    return d
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("a file", "not a directory"),
+        ("writable by every user", "writable by every user"),
+        ("a FIFO lock file", "specmon-state.json.lock is a FIFO"),
+        ("under a file", "a parent of it is a file"),
+        ("usable", None),
+        ("not made yet", None),
+    ],
+)
+def test_check_config_refuses_a_state_dir_specmon_could_not_use(
+    tmp_path: Path, kind: str, says: str | None
+) -> None:
+    """check-config accepted any state_dir: a file, a directory anyone can write in, one
+    holding a FIFO as its lock file. It checks what `specmon run` checks at start now."""
+    import argparse
+    import io
+
+    from specmon.cli.run import _check
+
+    state_dir = _state_dir_setup(kind, tmp_path)
+    path = tmp_path / "specmon.yml"
+    path.write_text(GOOD.replace("global:\n", f"global:\n  state_dir: '{state_dir}'\n", 1))
+    out = io.StringIO()
+    code = _check(argparse.Namespace(file=path), out)
+    if says is None:
+        assert code == 0 and out.getvalue().startswith("OK"), out.getvalue()
+        assert not (tmp_path / "new").exists()  # checked, not made
+    else:
+        assert code == 1, out.getvalue()
+        assert f"global.state_dir: {state_dir}: " in out.getvalue() and says in out.getvalue()
+
+
+def test_check_config_warns_when_curve_retention_passes_its_memory_budget(tmp_path: Path) -> None:
+    """curve_retention 7d cost about 8 MB a compared target, 8 GB at 1,000, without a word.
+    Past CURVE_MEMORY_BUDGET (estimated at one bucket a slot) check-config warns, and still
+    passes the file; the daemon logs the same (curve_retention_memory)."""
+    import argparse
+    import io
+
+    from specmon.cli.run import _check
+
+    lines = []
+    for i in range(500):  # 500 compared targets and their 500 twins
+        lines += [f"  - {{name: s{i}, url: 'http://h{i}:8000/metrics', baseline: b{i}}}",
+                  f"  - {{name: b{i}, url: 'http://h{i}:8001/metrics'}}"]  # fmt: skip
+    for retention, warned in (("7d", True), ("1h", False)):
+        path = tmp_path / f"specmon-{retention}.yml"
+        path.write_text(f"global: {{curve_retention: {retention}}}\ntargets:\n" + "\n".join(lines))
+        out = io.StringIO()
+        assert _check(argparse.Namespace(file=path), out) == 0
+        text = out.getvalue()
+        assert ("warning: curve_retention 7d keeps about" in text) is warned, text
+        if warned:
+            assert "1000 compared targets and twins" in text and "MiB budget" in text

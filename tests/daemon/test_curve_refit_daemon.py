@@ -24,14 +24,14 @@ def test_every_window_that_brackets_1_reports_the_crossover_with_its_range() -> 
     for now in fleet.run_until(130.0):
         windows = state.view.models[0].windows if state.view.models else ()
         for window in windows:
-            load = window.load
-            if load is None:
+            answer = window.answer
+            if answer is None:
                 continue
-            speedups = [b.realized_speedup for b in load.buckets if b.realized_speedup]
+            speedups = [b.speedup for b in answer.per_load if b.speedup]
             if not (any(s > 1 for s in speedups) and any(s < 1 for s in speedups)):
                 continue
             first.setdefault(window.window, now)
-            crossing = load.crossover
+            crossing = answer.crossover
             assert crossing is not None, (now, window.window, speedups)
             assert crossing.low is not None and crossing.high is not None, (now, crossing)
             assert crossing.low <= crossing.concurrency <= crossing.high

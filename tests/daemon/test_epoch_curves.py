@@ -11,19 +11,18 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 
+from specmon.answer import Evidence, ReadState, read_concurrency, words
 from specmon.cli.demo import FAST_LOAD_MODEL, render_rows
 from specmon.daemon.api_json import views_json
 from specmon.daemon.collector import target_samples
-from specmon.daemon.epoch_curves import HISTORY, EpochCurves, history_figures
-from specmon.daemon.load_view import live_load_figures, read_concurrency
+from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.persist import StateKeeper
 from specmon.daemon.status_page import target_rows
 from specmon.daemon.target import TargetState
 from specmon.daemon.target_page import render_target
-from specmon.daemon.verdict import Evidence
-from specmon.engines import SpecCounters
 from specmon.logs import get_logger
 from specmon.sharding import Shard
 from tests.support.demo_fleet import DemoFleet
@@ -56,9 +55,9 @@ def _reconfigure(fleet: DemoFleet, **changes: object) -> tuple[float, ...]:
 
 def _verdict(state: TargetState) -> tuple[Evidence, float, tuple[float, float] | None, str]:
     window = next(w for w in state.view.models[0].windows if w.window == "30s")
-    v = window.verdict
-    assert v is not None and v.speedup is not None
-    return v.basis, v.speedup, v.speedup_interval, v.detail
+    a = window.answer
+    assert a is not None and a.speedup is not None, a
+    return a.basis, a.speedup, a.interval, words.detail(a)
 
 
 def test_the_switched_target_reaches_the_history_basis_within_5_percent() -> None:
@@ -68,7 +67,9 @@ def test_the_switched_target_reaches_the_history_basis_within_5_percent() -> Non
     survival = fleet.targets[NAME].engine.settings.survival
     truth = _truth(survival)
     assert basis is Evidence.HISTORY, detail
-    assert "against this server without speculation" in detail and "same load" in detail
+    assert (
+        "against this server without speculation" in detail and "at this load (bucket 4)" in detail
+    )
     assert abs(speedup / truth - 1) < 0.05, (speedup, truth)
     assert interval is not None and interval[0] < truth < interval[1]
     (change,) = state.view.changes
@@ -167,8 +168,8 @@ def test_a_state_too_large_keeps_its_epochs_without_the_curves(tmp_path: Path) -
     warning), not nothing at all."""
     state = _fleet(120).states[NAME]
     body = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
-    full = len(json.dumps(body.snapshot([state])))
-    lean = len(json.dumps({**state.epochs.to_json()}))
+    full = len(orjson.dumps(body.snapshot([state])))  # its saved forms hold orjson fragments
+    lean = len(orjson.dumps({**state.epochs.to_json()}))
     keeper = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE,
                          max_bytes=(full + lean) // 2)  # fmt: skip
     assert keeper.open()
@@ -199,59 +200,47 @@ def test_an_idle_server_keeps_the_history_basis_at_the_windows_load() -> None:
 
 
 def test_the_history_basis_reads_at_the_load_every_basis_reads_at() -> None:
-    """One place decides "at this load" (load_view.read_concurrency): the history basis reads
-    the past at the live figures' ``read_concurrency`` (the latest interval's concurrency, as
-    a twin's or a profile's comparison reads), not at a load it keeps on its own."""
+    """One place decides "at this load" (specmon.answer.read_concurrency): the history basis
+    reads the past at the latest interval's concurrency, as a twin's or a profile's
+    comparison reads, not at a load it keeps on its own."""
     fleet = _fleet(240)
     state = fleet.states[NAME]
     (epochs,) = state.view.epochs
-    history = state._loads[epochs.model]
-    speeds = history.speeds(30.0)
-    latest = history.latest_concurrency
-    assert latest is not None and speeds is not None and speeds[0] is not None
+    latest = state._loads[epochs.model].latest_concurrency
+    assert latest is not None
     window = next(w for w in state.view.models[0].windows if w.window == "30s")
-    assert window.load is not None and window.load.baseline == HISTORY
-    assert window.load.read_concurrency == pytest.approx(latest)
-    k = epochs.current.chain_length
-    acceptance = SpecCounters(drafts=1000, draft_tokens=1000 * (k or 1), accepted_tokens=1500)
-    live = live_load_figures(speeds, acceptance=acceptance, chain_length=k, latest=latest)
-    assert live is not None and live.read_concurrency == latest
-    for at in (latest, latest * 1.05):
-        figures = history_figures(
-            replace(live, read_concurrency=at), curves=state.curves, epochs=epochs,
-            speeds=speeds, acceptance=acceptance, chain_length=k,
-        )  # fmt: skip
-        assert figures.baseline == HISTORY, figures.reason
-        assert figures.read_concurrency == pytest.approx(at)
+    answer = window.answer
+    assert answer is not None and answer.basis is Evidence.HISTORY and answer.against == "history"
+    assert answer.concurrency == pytest.approx(latest)
     # The latest interval decoded nothing: the window's load, for every basis.
     assert read_concurrency(latest=None, window=3.5) == 3.5
     assert read_concurrency(latest=4.2, window=3.5) == 4.2
 
 
 def test_a_history_read_at_a_bucket_both_epochs_measured_is_called_measured() -> None:
-    """vllm-switched runs at 4 requests before and after its switch: the load the verdict is
-    read at lies in bucket "4", which both epochs measured. The read is the two epochs' own
-    ratio there (the change's bucket), and every surface calls it measured: the API's verdict
-    and load, the status page, the target page and the terminal view."""
+    """vllm-switched runs at 4 requests before and after its switch: the load the answer is
+    read at lies in bucket "4", which both epochs measured. The read is this window's bucket
+    against the past epoch's (issue 63: the current side from the window, not the epoch's
+    whole life), within the change's interval there, and every surface calls it measured:
+    the API's verdict, the status page, the target page and the terminal view."""
     fleet = _fleet(240)
     state = fleet.states[NAME]
     view = state.view
     window = next(w for w in view.models[0].windows if w.window == "30s")
-    load, verdict = window.load, window.verdict
-    assert load is not None and verdict is not None and verdict.basis is Evidence.HISTORY
-    assert load.bucket == "4" and "same load" in verdict.detail
-    assert verdict.read == load.read == "measured"
+    answer = window.answer
+    assert answer is not None and answer.basis is Evidence.HISTORY
+    assert answer.bucket == "4" and answer.state is ReadState.MEASURED
+    assert "bucket 4" in words.detail(answer) and "without speculation" in words.detail(answer)
     (change,) = view.changes
     (bucket,) = change.buckets
-    assert bucket.label == "4"
-    assert load.realized_speedup == pytest.approx(bucket.speedup)
-    assert load.speedup_interval == pytest.approx(bucket.interval)
-    assert load.measured_draft_cost is not None and load.measured_draft_cost > 0
+    assert bucket.label == "4" and bucket.interval is not None and answer.speedup is not None
+    assert bucket.interval[0] <= answer.speedup <= bucket.interval[1]
+    truth = _truth(fleet.targets[NAME].engine.settings.survival)
+    assert answer.speedup == pytest.approx(truth, rel=0.05)
+    assert answer.draft_cost is not None and answer.draft_cost > 0
     (api,) = views_json([view])
     documents = [w for m in api["models"] for w in m["windows"] if w["window"] == "30s"]
-    assert [(d["verdict"]["read"], d["load"]["read"]) for d in documents] == [
-        ("measured", "measured")
-    ]
+    assert [d["verdict"]["state"] for d in documents] == ["measured"]
     surfaces = {
         "api": json.dumps(api),
         "status page": target_rows(view, primary_window="30s"),
@@ -261,4 +250,30 @@ def test_a_history_read_at_a_bucket_both_epochs_measured_is_called_measured() ->
         "terminal": "\n".join(render_rows([view], window="30s", color=False)),
     }
     for surface, text in surfaces.items():
-        assert "interpolated" not in text and "extrapolated" not in text, surface
+        assert "interpolated" not in text and "off the cost curve" not in text, surface
+
+
+def test_an_interval_outside_the_bounds_is_counted_in_no_epochs_sums() -> None:
+    """Issue 61: every value goes through specmon.bounds when it is counted, not only when it
+    is read back. An interval whose time per output token is below 1 us (a billion tokens in
+    a millisecond) went into the epoch's sums, which the next start then refused."""
+    from specmon.engines import read_page
+    from specmon.load.counters import LoadCounters
+    from specmon.load.rows import interval_row
+    from specmon.state.epochs import EpochBook
+    from tests.support.hostile import vllm
+
+    book = EpochBook()
+    book.observe(read_page(vllm("m", 100, 50, 20)), 1_780_000_000.0)
+    zero = LoadCounters(request_steps=0, decode_seconds=0, decode_tokens=0, engine_steps=0,
+                        slot_steps=0)  # fmt: skip
+    good = LoadCounters(request_steps=400, decode_seconds=8.0, decode_tokens=400,
+                        engine_steps=100, slot_steps=400)  # fmt: skip
+    bad = LoadCounters(request_steps=800, decode_seconds=8.001, decode_tokens=1e9,
+                       engine_steps=200, slot_steps=800)  # fmt: skip
+    curves = EpochCurves()
+    curves.feed(book, "m", interval_row(zero, good, 10.0, 10.0))
+    curves.feed(book, "m", interval_row(good, bad, 10.0, 20.0))
+    (bucket,) = curves.curve("m", 1).buckets()  # type: ignore[union-attr]
+    assert bucket.totals.decode_tokens == 400  # the good interval only
+    EpochCurves().restore(curves.to_json(), book)  # read back without a refusal

@@ -91,8 +91,12 @@ def test_lateness_slots_are_bounded_and_keep_the_worst() -> None:
 
 
 def test_policy_refuses_thresholds_that_cannot_work() -> None:
-    with pytest.raises(ValueError, match="calm_below"):
-        Policy(calm_below=0.5, behind_after=0.25)
+    with pytest.raises(ValueError, match="room_below"):
+        Policy(room_below=0.95, short_above=0.9)
+    with pytest.raises(ValueError, match="slip_calm"):
+        Policy(slip_calm=1.2, slip_behind=1.1)
+    with pytest.raises(ValueError, match="suspect_max"):
+        Policy(suspect_max=0)
     with pytest.raises(ValueError, match="raise_min"):
         Policy(raise_min=1.0)
     with pytest.raises(ValueError, match="period"):
@@ -194,10 +198,17 @@ def test_every_target_waits_its_interval_times_the_stretch() -> None:
             asked: float,
             gap: float | None,
             waited: bool = False,
+            suspect: bool = False,
         ) -> None:
             asked_gaps.append(asked)
             super().started(
-                at=at, late=late, interval=interval, asked=asked, gap=gap, waited=waited
+                at=at,
+                late=late,
+                interval=interval,
+                asked=asked,
+                gap=gap,
+                waited=waited,
+                suspect=suspect,
             )
 
     governor = _Recording()

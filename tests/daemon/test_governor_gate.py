@@ -104,6 +104,34 @@ def test_a_probe_waits_first_in_line() -> None:
     asyncio.run(main())
 
 
+def test_suspects_wait_in_a_lane_of_their_own() -> None:
+    """Targets whose last scrape timed out fill their own lane: a healthy target's scrape
+    starts at once beside them, and a suspect's place passes to the next suspect."""
+    governor = Governor(policy=Policy(inflight_max=1, inflight_min=1, suspect_max=2), seed=1)
+    gate = Gate(governor)
+    order: list[str] = []
+
+    async def scrape(name: str, *, suspect: bool) -> None:
+        await gate.enter(suspect=suspect)
+        order.append(name)
+
+    async def main() -> None:
+        hung = [asyncio.create_task(scrape(f"x{i}", suspect=True)) for i in range(4)]
+        await asyncio.sleep(0)
+        assert order == ["x0", "x1"] and governor.suspect_inflight == 2 and len(gate) == 2
+        healthy = asyncio.create_task(scrape("h", suspect=False))
+        await asyncio.sleep(0)
+        assert order == ["x0", "x1", "h"] and governor.inflight == 1
+        gate.leave(judged=True, timeout=1.0, suspect=True)
+        await asyncio.sleep(0)
+        assert order == ["x0", "x1", "h", "x2"]
+        gate.leave(judged=True, timeout=1.0, suspect=True)
+        await asyncio.gather(*hung, healthy)
+        assert order[-1] == "x3" and governor.deferred == 2
+
+    asyncio.run(main())
+
+
 def test_a_scraper_cancelled_while_it_waits_takes_no_place() -> None:
     governor = _governor(1)
     gate = Gate(governor)

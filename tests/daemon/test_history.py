@@ -19,7 +19,7 @@ from specmon.daemon.history import (
     History,
 )
 from specmon.daemon.target import ModelView, TargetView
-from specmon.daemon.verdict import Evidence, Verdict
+from tests.support.answers import make_answer
 from tests.support.views import fleet_views
 
 #: The figure this test holds the history to: bytes per target with one model and a full
@@ -32,10 +32,10 @@ def _healthy() -> TargetView:
 
 
 def _with_verdict(view: TargetView, speedup: float) -> TargetView:
-    verdict = Verdict(Evidence.CONFIGURED, speedup, 0.1, 0.3, speedup - 1.0, "test")
+    answer = make_answer(speedup)
     models = tuple(
         dataclasses.replace(
-            m, windows=tuple(dataclasses.replace(w, verdict=verdict) for w in m.windows)
+            m, windows=tuple(dataclasses.replace(w, answer=answer) for w in m.windows)
         )
         for m in view.models
     )

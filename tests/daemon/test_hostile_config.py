@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specmon.answer import read_comparison
 from specmon.config_values import ConfigError
 from specmon.daemon.config import FileSDConfig, load_config, parse_config
 from specmon.daemon.file_sd import load_file_sd
-from specmon.daemon.load_view import load_figures
 from specmon.engines import SpecCounters
 from specmon.load import LoadCounters, LoadHistory
 from specmon.sources.prometheus import instance_name
@@ -94,9 +94,9 @@ def test_a_measured_cost_below_zero_is_not_exported() -> None:
             )  # fmt: skip
     window, twin = histories[True].window(300.0), histories[False].window(300.0)
     acceptance = SpecCounters(1000, 3000, 1000, (1000,))
-    figures = load_figures(window, acceptance=acceptance, chain_length=3, baseline="twin",
-                           twin=twin)  # fmt: skip
-    assert figures is not None and figures.realized_speedup is not None
-    assert figures.measured_draft_cost is None
-    assert any("faster than the baseline" in n for n in figures.notes), figures.notes
-    assert all(b.draft_cost is None or b.draft_cost >= 0 for b in figures.buckets)
+    read = read_comparison(window, base=twin, acceptance=acceptance, survival=(1 / 3,),
+                           drafted_per_draft=3.0, chain_length=3, at=4.0)  # fmt: skip
+    assert read.state == "measured" and read.speedup is not None
+    assert read.draft_cost is None
+    assert any("faster than the baseline" in n for n in read.notes), read.notes
+    assert all(b.draft_cost is None or b.draft_cost >= 0 for b in read.per_load)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import html
 from dataclasses import replace
 
+from specmon.answer import Evidence, words
 from specmon.cli.demo import FAST_LOAD_MODEL, render_rows
 from specmon.daemon.collector import target_samples
 from specmon.daemon.status_page import render_status
 from specmon.daemon.target import TargetState, WindowView
 from specmon.daemon.target_page import render_target
-from specmon.daemon.verdict import Evidence
 from tests.support.demo_fleet import DemoFleet
 
 NAME = "vllm-switched"
@@ -49,20 +49,20 @@ def test_the_longest_window_just_after_the_switch_reads_the_new_configuration_on
     truth = _truth(fleet.targets[NAME].engine.settings.survival)
     windows = _windows(fleet.states[NAME])
     longest, shortest = windows["2m"], windows["10s"]
-    v = longest.verdict
-    assert v is not None and v.speedup is not None and v.speedup_interval is not None
-    assert v.basis is Evidence.HISTORY, v.detail
+    v = longest.answer
+    assert v is not None and v.speedup is not None and v.interval is not None
+    assert v.basis is Evidence.HISTORY, words.detail(v)
     assert abs(v.speedup / truth - 1) < 0.05, (v.speedup, truth)
-    assert v.speedup_interval[0] < truth < v.speedup_interval[1], (v.speedup_interval, truth)
-    short = shortest.verdict
+    assert v.interval[0] < truth < v.interval[1], (v.interval, truth)
+    short = shortest.answer
     assert short is not None and short.speedup is not None
     assert abs(v.speedup / short.speedup - 1) < 0.02
     # It says what it rests on: the time since the change, which it covers.
     assert longest.straddle is not None and longest.straddle.held is None
     assert longest.covered_seconds is not None and longest.covered_seconds <= 15
     assert longest.straddle.seconds == longest.covered_seconds
-    assert "read from the 15 s since the configuration change at 00:01:01 UTC" in v.detail
-    assert "(now speculating, k = 4)" in v.detail
+    assert "read from the 15 s since the configuration change at 00:01:01 UTC" in words.detail(v)
+    assert "(now speculating, k = 4)" in words.detail(v)
     # The 10 s window lies wholly after the change: not cut.
     assert shortest.straddle is None
 
@@ -77,7 +77,7 @@ def test_too_little_of_the_new_configuration_is_withheld_on_every_surface() -> N
         "2 s of the new configuration so far: 2 scrape intervals (needs 3)"
     )
     for window in _windows(state).values():
-        assert window.report is None and window.verdict is None and window.load is None
+        assert window.report is None and window.answer is None and window.load is None
         assert window.straddle is not None and window.straddle.text() == reason
         assert window.covered_seconds == 2.0 and window.drafts  # the new drafts, counted
     api = fleet.api(NAME)["targets"][0]["models"][0]["windows"]
@@ -98,7 +98,7 @@ def test_too_little_of_the_new_configuration_is_withheld_on_every_surface() -> N
     # Three intervals on, the verdict is back on every surface, saying since when.
     fleet.advance(CHANGE + 4)
     window = _windows(state)["2m"]
-    assert window.verdict is not None and window.straddle is not None
+    assert window.answer is not None and window.straddle is not None
     assert window.straddle.held is None
     api_window = fleet.api(NAME)["targets"][0]["models"][0]["windows"][2]
     assert api_window["straddle"]["text"] in api_window["verdict"]["detail"]
@@ -126,8 +126,8 @@ def test_a_window_across_a_change_of_k_counts_the_new_chain_only() -> None:
     assert window.covered_seconds == 12.0  # from the reading at 200, before the restart
     assert window.straddle is not None
     truth = _truth((0.9, 0.7))
-    assert window.verdict is not None and window.verdict.speedup is not None
-    assert abs(window.verdict.speedup / truth - 1) < 0.05, (window.verdict.speedup, truth)
+    assert window.answer is not None and window.answer.speedup is not None
+    assert abs(window.answer.speedup / truth - 1) < 0.05, (window.answer.speedup, truth)
 
 
 def test_a_window_across_speculation_stopping_reads_the_server_without_it() -> None:
@@ -182,7 +182,7 @@ def test_a_twin_compared_window_and_its_cost_curve_start_at_the_change() -> None
     truth = FAST_LOAD_MODEL.speedup(8, 2, 1 + 0.9 + 0.7)
     state = fleet.states["vllm-loaded"]
     window = _windows(state)["2m"]
-    v = window.verdict
+    v = window.answer
     assert v is not None and v.speedup is not None and v.basis is Evidence.TWIN, v
     assert abs(v.speedup / truth - 1) < 0.05, (v.speedup, truth)
     assert window.covered_seconds == 24.0  # from the reading at 400, before the restart

@@ -13,11 +13,12 @@ from pathlib import Path
 import aiohttp
 import yarl
 
+from specmon.answer import Evidence
 from specmon.daemon.app import Daemon
 from specmon.daemon.history import Sample
 from specmon.daemon.status_page import target_href
 from specmon.daemon.target_page import chart, render_missing, render_target
-from specmon.daemon.verdict import Evidence, Verdict
+from tests.support.answers import make_answer
 from tests.support.views import fleet_views
 
 #: Names a config may hold (no control characters) that break naive routing or markup.
@@ -155,9 +156,9 @@ def test_a_slower_target_never_shows_a_green_headline() -> None:
     from specmon.daemon.status_page import render_status
 
     healthy = next(v for v in fleet_views() if v.name == "llama-b")
-    losing = Verdict(Evidence.ENGINE, 0.93, 0.4, 0.8, 0.01, "at the draft cost the engine measures")
+    losing = make_answer(0.93, basis=Evidence.ENGINE, cost=0.4, breakeven=0.8, margin=0.01)
     model = healthy.models[0]
-    windows = tuple(dataclasses.replace(w, verdict=losing) for w in model.windows)
+    windows = tuple(dataclasses.replace(w, answer=losing) for w in model.windows)
     view = dataclasses.replace(healthy, models=(dataclasses.replace(model, windows=windows),))
     for html in (
         render_status([view], primary_window="5m", ready=True),

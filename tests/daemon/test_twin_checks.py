@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from specmon.answer import Evidence, ReadState, words
 from specmon.config_values import ConfigError
 from specmon.daemon import metrics
 from specmon.daemon.collector import target_samples
 from specmon.daemon.config import parse_config
 from specmon.daemon.status_page import views_json
 from specmon.daemon.target import TargetState, Twins
-from specmon.daemon.verdict import Evidence
 from specmon.engines import Context, Engine, ModelReading, PageReading
 from tests.support.views import counters, feed_one, load_pair, state
 
@@ -40,7 +40,7 @@ def _pair(twin_pages: list[PageReading], **config: object) -> TargetState:
 
 def _verdict_basis(target: TargetState) -> Evidence | None:
     window = target.view.models[0].windows[0]
-    return window.verdict.basis if window.verdict is not None else None
+    return window.answer.basis if window.answer is not None else None
 
 
 def test_a_true_twin_is_used_and_says_so() -> None:
@@ -57,12 +57,13 @@ def test_a_twin_that_speculates_is_refused() -> None:
     target = _pair(spec_pages)
     assert _verdict_basis(target) is Evidence.DEFAULT
     window = target.view.models[0].windows[0]
-    assert window.verdict is not None and "speculates itself" in window.verdict.detail
-    assert window.load is not None and window.load.realized_speedup is None
+    assert window.answer is not None and "speculates itself" in words.detail(window.answer)
+    assert not window.answer.compared
     assert _usable(target) == [(("spec", "twin", "speculates"), 0.0)]
     (document,) = views_json([target.view])
     assert document["baseline_check"]["reason"] == "speculates"
-    assert document["models"][0]["windows"][0]["load"]["baseline_refused"].startswith("the twin")
+    (refused,) = document["models"][0]["windows"][0]["verdict"]["refused"]
+    assert refused["basis"] == "twin" and refused["reason"].startswith("the twin")
 
 
 def _renamed(pages: list[PageReading], model: str) -> list[PageReading]:
@@ -75,7 +76,7 @@ def test_a_twin_of_another_model_is_refused() -> None:
     target = _pair(_renamed(base_pages, "llama-70b"))
     assert _verdict_basis(target) is Evidence.DEFAULT
     window = target.view.models[0].windows[0]
-    assert window.verdict is not None and "'llama-70b'" in window.verdict.detail
+    assert window.answer is not None and "'llama-70b'" in words.detail(window.answer)
     assert _usable(target) == [(("spec", "twin", "other_model"), 0.0)]
 
 
@@ -106,7 +107,7 @@ def test_llama_cpp_twins_are_checked_by_their_configured_model(
         feed_one(target, _llama(i, drafts=True), i)
     assert _usable(target) == [(("spec", "twin", reason), usable)]
     if reason == "model_not_checked":
-        notes = [n for w in target.view.models[0].windows if w.load for n in w.load.notes]
+        notes = [n for w in target.view.models[0].windows if w.answer for n in w.answer.notes]
         assert any("model not checked" in n for n in notes), notes
 
 
@@ -137,6 +138,9 @@ def test_a_realized_speedup_above_the_bound_is_withheld_and_counted() -> None:
         feed_one(target, spec_page, i)
     assert "speedup_above_bound" in {r.reason.value for r in target.view.rejected}
     for window in target.view.models[0].windows:
-        assert window.load is not None and window.load.realized_speedup is None
-        assert all(b.realized_speedup is None for b in window.load.buckets)
-        assert window.verdict is not None and window.verdict.basis is not Evidence.TWIN
+        answer = window.answer
+        assert answer is not None and answer.speedup is None
+        assert all(b.speedup is None for b in answer.per_load)
+        # No figure from a comparison the bounds refuse, and no guess in its place.
+        assert answer.basis is Evidence.TWIN and answer.state is ReadState.MEASURING
+        assert answer.progress is not None and answer.progress.startswith("withheld"), answer

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -55,6 +56,7 @@ LABELS = {
     "le",  # specmon's own histograms
     "generation",
     "basis",  # specmon_verdict_info: what the verdict rests on
+    "state",  # specmon_verdict_info: how it was read (measuring: no figure yet)
 }
 LABELS_OF_ALERTS = {"alertname", "alertstate", "severity", "target"}
 #: Sample values for every variable of every dashboard, for substitution.
@@ -218,14 +220,16 @@ def test_required_panels_exist() -> None:
     table_text = json.dumps(table)
     for metric in (
         "specmon_alpha_ratio",
-        "specmon_breakeven_alpha_ratio",
-        "specmon_alpha_margin_ratio",
-        "specmon_expected_speedup_ratio",
+        "specmon_verdict_speedup_ratio",
+        "specmon_verdict_info",
+        "specmon_verdict_breakeven_alpha_ratio",
+        "specmon_verdict_alpha_margin_ratio",
+        "specmon_verdict_draft_cost_ratio",
         "specmon_best_chain_length",
         "specmon_up",
     ):
         assert metric in table_text, metric
-    margin = next(p for p in iter_panels(overview) if p["title"].startswith("Margin"))
+    margin = next(p for p in iter_panels(overview) if p["title"].startswith("Verdict margin"))
     steps = margin["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert any(s["value"] == 0 for s in steps), "margin panel lacks its zero line"
     assert margin["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
@@ -236,7 +240,7 @@ def test_required_panels_exist() -> None:
         "specmon_position_survival_ratio",
         "specmon_position_conditional_ratio",
         "specmon_mean_acceptance_length",
-        "specmon_expected_speedup_ratio",
+        "specmon_verdict_draft_cost_ratio",
         "specmon_best_speedup_ratio",
         "specmon_chain_length",
         "specmon_draft_cost_ratio",
@@ -293,7 +297,7 @@ def test_the_draft_cost_is_shown_per_source() -> None:
                 assert 'source="' in expr or (
                     "source" in promql_label_names(expr) and "{{source}}" in legend
                 ), (panel["title"], expr, legend)
-    assert found >= 2
+    assert found >= 1
 
 
 def test_absent_families_are_the_contracts() -> None:
@@ -334,16 +338,29 @@ def test_synthetic_fleet_covers_the_whole_contract() -> None:
     assert contract_metric_names() == FLEET_METRICS
 
 
-#: Families computed at the configured draft cost c (specmon's draft_cost), whatever the
-#: verdict rests on: a panel showing one must say so, or it reads as the verdict.
+#: Families at the configured draft cost c whatever the verdict rests on (specmon's draft_cost:
+#: a guess wherever anything was measured). The verdict's own figures at its own c are
+#: specmon_verdict_* and specmon_best_* (issue 62: one c per answer).
 CONFIGURED_COST = (
     "specmon_expected_speedup_ratio",
     "specmon_alpha_margin_ratio",
     "specmon_breakeven_alpha_ratio",
-    "specmon_best_chain_length",
-    "specmon_best_speedup_ratio",
+)
+#: The answer's figures, absent while its window measures a new load (state="measuring").
+ANSWER = frozenset(
+    {
+        "specmon_verdict_speedup_ratio",
+        "specmon_verdict_speedup_lower_ratio",
+        "specmon_verdict_speedup_upper_ratio",
+        "specmon_verdict_alpha_margin_ratio",
+        "specmon_verdict_breakeven_alpha_ratio",
+        "specmon_verdict_draft_cost_ratio",
+        "specmon_best_chain_length",
+        "specmon_best_speedup_ratio",
+    }
 )
 _SELECTOR = re.compile(r"\b(specmon_\w+)(\{[^}]*\})?")
+MEASURING_SENTINEL = 'state="measuring"'
 
 
 def configured_cost_families(expr: str) -> set[str]:
@@ -366,7 +383,7 @@ def test_configured_cost_families_are_recognised() -> None:
         "specmon_alpha_margin_ratio"
     }
     assert configured_cost_families("specmon_verdict_alpha_margin_ratio{w}") == set()
-    assert configured_cost_families("specmon_bucket_best_chain_length{w}") == set()
+    assert configured_cost_families("specmon_best_chain_length{w}") == set()
     assert configured_cost_families('specmon_draft_cost_ratio{source="measured"}') == set()
     assert configured_cost_families('specmon_draft_cost_ratio{t, source="configured"}') == {
         "specmon_draft_cost_ratio{source=configured}"
@@ -376,21 +393,69 @@ def test_configured_cost_families_are_recognised() -> None:
     }
 
 
-def test_every_panel_on_the_configured_cost_says_so(board: dict[str, Any]) -> None:
-    """A panel that queries a figure at the configured c says "configured" in its title or
-    description: beside the verdict (on the best evidence: a twin, a profile) a figure at
-    the configured c reads as a contradiction unless it says what it rests on."""
-    checked = 0
+def test_no_panel_shows_a_figure_the_answer_did_not_give(board: dict[str, Any]) -> None:
+    """Every figure beside the verdict is the answer's, at the answer's own c: no panel reads
+    a figure at the configured c (break-even, margin, expected speed-up), which beside a
+    measured verdict contradicts it. The configured c itself shows only among the draft costs
+    by source, and the panel says it is the guess (used where nothing was measured)."""
     for panel in iter_panels(board):
         families = set().union(
             *(configured_cost_families(t["expr"]) for t in panel.get("targets") or [])
         )
-        if not families:
+        assert families <= {"specmon_draft_cost_ratio{source=configured}"}, (
+            panel["title"],
+            sorted(families),
+        )
+        if families:
+            assert "guess" in f"{panel['title']} {panel.get('description', '')}", panel["title"]
+
+
+def _mappings(panel: Mapping[str, Any]) -> list[Any]:
+    """The value mappings of the panel and of its column overrides."""
+    config = panel.get("fieldConfig") or {}
+    found = list((config.get("defaults") or {}).get("mappings") or [])
+    for override in config.get("overrides") or []:
+        for prop in override.get("properties") or []:
+            if prop["id"] == "mappings":
+                found += prop["value"]
+    return found
+
+
+def test_a_window_measuring_a_new_load_says_so(board: dict[str, Any]) -> None:
+    """While the answer measures a new load its figures are absent (never a guess in their
+    place). A panel that shows the answer now (stat, table) reads "measuring" there, from
+    specmon_verdict_info{state="measuring"}, not an empty cell that looks like no data, and
+    shows the state beside the basis; a chart keeps the gap (no sentinel value in it, which
+    would draw a spike, and no line drawn across a gap)."""
+    shown = 0
+    for panel in iter_panels(board):
+        targets = panel.get("targets") or []
+        exprs = [t["expr"] for t in targets]
+        answer = any(promql_metric_names(e) & ANSWER for e in exprs)
+        sentinels = [t for t in targets if MEASURING_SENTINEL in t["expr"]]
+        if panel["type"] == "timeseries":
+            assert not sentinels, panel["title"]
+            if answer:
+                assert panel["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False
             continue
-        checked += 1
-        words = f"{panel['title']} {panel.get('description', '')}"
-        assert "configured" in words, (panel["title"], sorted(families))
-    assert checked >= 5
+        if not answer:
+            continue
+        shown += 1
+        assert sentinels, f"{panel['title']}: no 'measuring' while a new load is measured"
+        assert all(t["instant"] and not t["range"] for t in sentinels), panel["title"]
+        texts = [
+            result["text"]
+            for mapping in _mappings(panel)
+            for value, result in mapping["options"].items()
+            if value == "-2"
+        ]
+        assert texts == ["measuring"], (panel["title"], texts)
+        if any("specmon_verdict_speedup_ratio" in e for e in exprs):
+            states = [t for t in targets if "state" in promql_label_names(t["expr"])]
+            assert any(
+                "{{state}}" in t["legendFormat"] or panel["type"] == "table" for t in states
+            ), panel["title"]
+    assert shown >= 2
 
 
 def test_the_target_detail_opens_with_the_verdict() -> None:

@@ -37,7 +37,14 @@ REPO = tools.REPO
 COMPOSE_DIR = REPO / "deploy" / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 SECURE_FILE = COMPOSE_DIR / "compose.secure.yaml"
-SPECMON_IMAGE_SERVICES = {"specmon", "vllm-eagle", "llamacpp-draft", "vllm-degrading"}
+SPECMON_IMAGE_SERVICES = {
+    "specmon",
+    "vllm-eagle",
+    "llamacpp-draft",
+    "vllm-degrading",
+    "tap",
+    "traffic",
+}
 
 
 def _compose(
@@ -632,3 +639,26 @@ def test_fleet_files_fit_together() -> None:
             target.chain_length,
             target.model,
         ), instance
+
+
+@pytest.mark.deploytools
+def test_the_tap_stands_in_front_of_an_engine_that_gives_its_fields() -> None:
+    """The tap service passes requests to vllm-eagle, which serves vLLM's per-request object;
+    specmon reads the tap beside the engine, Prometheus scrapes it, the traffic reaches it."""
+    services = _model()["services"]
+    args = build_parser().parse_args(["tap", *services["tap"]["command"]])
+    assert args.upstream == "http://vllm-eagle:8000"
+    host, port = args.listen.rsplit(":", 1)
+    assert host == "0.0.0.0"
+    engine = _simulate_args(services["vllm-eagle"])
+    assert engine.per_request_spec_decode_metrics == "summary"
+    config = load_config(COMPOSE_DIR / "specmon.yml")
+    (target,) = [t for t in config.targets if t.name == "vllm-eagle"]
+    assert target.tap == f"http://tap:{port}/metrics"
+    prom = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
+    assert jobs["specmon-tap"] == [f"tap:{port}"]
+    (script,) = services["traffic"]["command"]
+    assert f"http://tap:{port}/v1/chat/completions" in script
+    for name in ("code", "chat"):
+        assert f'"{name}"' in script and name in args.classes.split(",")

@@ -208,11 +208,11 @@ def gen() -> ModuleType:
     return _load_generator()
 
 
-def _filled(gen: ModuleType, marked: str, specmon: str, engine: str = "") -> str:
+def _filled(gen: ModuleType, marked: str, specmon: str, engine: str = "", tap: str = "") -> str:
     """What deploy/mixin/mixin.libsonnet does with a marked expression (tested against the
     real jsonnet in test_kustomize.py)."""
     out = marked
-    for kind, selector in (("specmon", specmon), ("engine", engine)):
+    for kind, selector in (("specmon", specmon), ("engine", engine), ("tap", tap)):
         forms = {
             "append": "," + selector if selector else "",
             "braces": "{" + selector + "}" if selector else "",
@@ -267,13 +267,18 @@ RECORDED = frozenset({"instance:vllm_drafts:increase5m"})
             'avg_over_time((specmon_a{job="s"} and specmon_b{job="s"} >= 400)[1h:1m] offset 30m)',
         ),
         ("# specmon_up in a comment\nspecmon_up", '# specmon_up in a comment\nspecmon_up{job="s"}'),
+        # A specmon tap's series take the tap's selector.
+        (
+            'rate(specmon_tap_requests_total{class="a"}[5m]) / specmon_up',
+            'rate(specmon_tap_requests_total{class="a",job="t"}[5m]) / specmon_up{job="s"}',
+        ),
     ],
 )
 def test_marks_take_the_selector_wherever_a_series_is_read(
     gen: ModuleType, expr: str, expected: str
 ) -> None:
     marked = gen.mark_selectors(expr, RECORDED)
-    assert _filled(gen, marked, 'job="s"', 'ns="i"') == expected
+    assert _filled(gen, marked, 'job="s"', 'ns="i"', 'job="t"') == expected
     assert _filled(gen, marked, "") == expr, "no selector: the expression as it was"
 
 

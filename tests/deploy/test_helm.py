@@ -29,6 +29,7 @@ EXAMPLES = {p.stem: p for p in sorted((CHART / "examples").glob("*.yaml"))}
 DOCUMENTED_EXAMPLES = (
     "standalone",
     "sidecar",
+    "sidecar-tap",
     "sharded",
     "prometheus-mode",
     "kube-prometheus-stack",
@@ -134,7 +135,7 @@ def _container(docs: list[Any]) -> dict[str, Any]:
     return dict(container)
 
 
-def notes(*values: str, tmp_path: Path) -> str:
+def notes(*values: str, tmp_path: Path, sets: tuple[str, ...] = ()) -> str:
     """NOTES.txt as `helm install` prints it (helm template leaves it out, and a dry-run
     install needs a cluster): a copy of the chart whose extra template renders it into a
     ConfigMap."""
@@ -150,6 +151,8 @@ def notes(*values: str, tmp_path: Path) -> str:
     args += ["--kube-version", KUBE_VERSION, "--show-only", "templates/zz-notes.yaml"]
     for name in values:
         args += ["-f", str(EXAMPLES[name])]
+    for item in sets:
+        args += ["--set", item]
     note: str = yaml.safe_load(helm(*args).stdout)["data"]["notes"]
     return note
 
@@ -198,9 +201,10 @@ def test_app_version_is_specmons_and_the_image_tag_defaults_to_it() -> None:
     from specmon import __version__
 
     assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == __version__
-    assert _container(render())["image"] == f"ghcr.io/specmon/specmon:{__version__}"
+    # The image the README's podman build makes (tests/deploy/test_image.py builds it so).
+    assert _container(render())["image"] == f"localhost/specmon:{__version__}"
     tagged = render(sets=("image.tag=9.9.9", "image.registry=registry.example.com"))
-    assert _container(tagged)["image"] == "registry.example.com/specmon/specmon:9.9.9"
+    assert _container(tagged)["image"] == "registry.example.com/specmon:9.9.9"
     digest = "sha256:" + "ab" * 32
     assert _container(render(sets=(f"image.digest={digest}",)))["image"].endswith("@" + digest)
 
@@ -451,6 +455,55 @@ def test_a_toggle_leaves_its_objects_out_and_nothing_else(setting: str, kind: st
     assert off == kept
 
 
+#: The labels prometheus-operator gives every target of a ServiceMonitor (its relabelling:
+#: namespace, service, pod, container, endpoint, plus Prometheus's job and instance).
+SERVICEMONITOR_TARGET_LABELS = frozenset(
+    {"namespace", "service", "pod", "container", "endpoint", "job", "instance"}
+)
+
+
+@pytest.mark.parametrize("variant", ["defaults", *DOCUMENTED_EXAMPLES])
+def test_series_labels_that_clash_with_the_target_s_are_honoured(variant: str) -> None:
+    """In Prometheus mode specmon's series carry each engine's instance labels; where they
+    are the ServiceMonitor's own target labels (namespace, pod), Prometheus would rename
+    them exported_* unless the endpoint honours them."""
+    values, sets = VARIANTS[variant]
+    docs = render(*values, sets=sets)
+    monitors = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and not _is_dashboard(d)]
+    config = yaml.safe_load(configmap["data"]["specmon.yml"])
+    carried = {
+        label
+        for source in config.get("sources") or []
+        for label in source["prometheus"].get("instance_labels", ["instance"])
+    } - {"instance", "job"}  # specmon drops these two (docs/fleet.md)
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert bool(endpoint.get("honorLabels")) == bool(carried & SERVICEMONITOR_TARGET_LABELS)
+    if variant == "prometheus-mode":
+        assert carried == {"namespace", "pod"} and monitors
+
+
+def test_the_kustomize_prometheus_mode_honours_the_engines_labels() -> None:
+    from tests.deploy.test_kustomize import overlay
+
+    docs = overlay("prometheus-mode")
+    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap" and "specmon.yml" in d["data"]]
+    (source,) = yaml.safe_load(configmap["data"]["specmon.yml"])["sources"]
+    assert {"namespace", "pod"} <= set(source["prometheus"]["instance_labels"])
+
+
+def test_the_notes_ask_for_honor_labels_in_prometheus_mode(tmp_path: Path) -> None:
+    asked = "Set serviceMonitor.honorLabels=true"
+    assert asked in notes(
+        "prometheus-mode", tmp_path=tmp_path / "a", sets=("serviceMonitor.honorLabels=false",)
+    )
+    assert asked not in notes("prometheus-mode", tmp_path=tmp_path / "b")
+    assert asked not in notes(tmp_path=tmp_path / "c")
+
+
 def test_the_sidecar_toggle_leaves_the_podmonitor_out() -> None:
     assert _kinds([d for d in render("sidecar") if d["kind"] == "PodMonitor"])
     off = render("sidecar", sets=("podMonitor.enabled=false",))
@@ -467,13 +520,94 @@ def test_optional_objects_are_off_by_default_and_on_when_asked() -> None:
     assert policy["spec"]["podSelector"]["matchLabels"] == selector
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
-    # By default, kube-prometheus-stack's Prometheus pods in its namespace.
+    # By default, kube-prometheus-stack's Prometheus pods in its namespace, and the chart's
+    # `helm test` pod in the release's.
     assert rule["from"] == [
         {
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": STACK_NAMESPACE}},
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
-        }
+        },
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "specmon",
+                    "app.kubernetes.io/component": "test",
+                    "app.kubernetes.io/instance": RELEASE,
+                }
+            }
+        },
     ]
+
+
+def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels, matchExpressions) against labels; an empty
+    selector selects everything."""
+    selector = selector or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def _admits(policy: dict[str, Any], *, labels: dict[str, str], namespace: str, port: str) -> bool:
+    """Does this NetworkPolicy let a pod with ``labels`` in ``namespace`` reach ``port`` (a
+    named port)? Kubernetes' rules for ingress peers: a podSelector alone means the policy's
+    namespace; a namespaceSelector matches the namespace's labels, which include
+    kubernetes.io/metadata.name; both in one peer must both match."""
+    ns_labels = {"kubernetes.io/metadata.name": namespace}
+    home = policy["metadata"]["namespace"]
+    for rule in policy["spec"].get("ingress") or []:
+        ports = rule.get("ports")
+        if ports and not any(p.get("port") == port for p in ports):
+            continue
+        for peer in rule.get("from") or []:
+            if "ipBlock" in peer:
+                continue
+            if "namespaceSelector" in peer:
+                ns_ok = _selects(peer["namespaceSelector"], ns_labels)
+            else:
+                ns_ok = namespace == home
+            if ns_ok and _selects(peer.get("podSelector"), labels):
+                return True
+    return False
+
+
+def test_the_secured_network_policy_admits_the_chart_test_pod_and_prometheus() -> None:
+    """The secured example (networkPolicy on, HTTPS): its NetworkPolicy's selectors, read
+    against the `helm test` pod's labels and namespace and the port it reaches through the
+    Service, admit it; Prometheus too; any other pod of the namespace not."""
+    docs = render("kube-prometheus-stack")
+    policy = _one(docs, "NetworkPolicy")
+    pod = _one(docs, "Pod")
+    workload = _one(docs, "Deployment")["spec"]["template"]
+    assert _selects(policy["spec"]["podSelector"], workload["metadata"]["labels"])
+    # The test pod asks the Service; its port leads to the container's named port.
+    (service_port,) = _one(docs, "Service")["spec"]["ports"]
+    (container_port,) = workload["spec"]["containers"][0]["ports"]
+    assert service_port["targetPort"] == container_port["name"] == "https"
+    assert f":{service_port['port']}/metrics" in pod["spec"]["containers"][0]["env"][0]["value"]
+    test = {"labels": pod["metadata"]["labels"], "namespace": pod["metadata"]["namespace"]}
+    assert _admits(policy, **test, port="https")
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    assert _admits(policy, labels=prometheus, namespace=STACK_NAMESPACE, port="https")
+    stranger = {"app.kubernetes.io/name": "curl"}
+    assert not _admits(policy, labels=stranger, namespace=NAMESPACE, port="https")
+    assert not _admits(policy, labels=prometheus, namespace="elsewhere", port="https")
+    # The same labels elsewhere are not the test pod: the rule keeps to the namespace.
+    assert not _admits(policy, labels=test["labels"], namespace="elsewhere", port="https")
+    # Without the test pod, no rule for it.
+    off = render("kube-prometheus-stack", sets=("test.enabled=false",))
+    assert not [d for d in off if d["kind"] == "Pod"]
+    assert not _admits(_one(off, "NetworkPolicy"), **test, port="https")
 
 
 # --------------------------------------------------------------------------- kube-prometheus-stack
@@ -569,6 +703,54 @@ def test_the_sidecar_notes_give_the_container_to_add(tmp_path: Path) -> None:
     readme_spec = yaml.safe_load(shown.split("```", 1)[0])
     assert readme_spec["containers"] == [container]
     assert readme_spec["volumes"] == [volume]
+
+
+def test_the_notes_say_how_to_build_and_load_the_default_image(tmp_path: Path) -> None:
+    """The default image is built, not pulled: NOTES gives the commands (the README's, which
+    tests/deploy/test_image.py runs), and says nothing of it for a registry's image."""
+    from tests.deploy.podman import documented_commands
+
+    readme = documented_commands((CHART / "README.md").read_text())
+    text = notes(tmp_path=tmp_path / "default")
+    printed = documented_commands(text)
+    assert printed == readme
+    assert "kind load image-archive specmon-image.tar" in text
+    assert "ErrImagePull" in text
+    pushed = notes("kube-prometheus-stack", tmp_path=tmp_path / "registry")
+    assert "podman build" not in pushed and "ErrImagePull" not in pushed
+
+
+def test_the_tap_example_prints_the_tap_container_and_scrapes_it(tmp_path: Path) -> None:
+    """sidecar-tap: NOTES print specmon's container and the tap's, which is the kustomize
+    sidecar-tap overlay's; the PodMonitor scrapes both; a tap outside sidecar mode, or a class
+    header without classes, is refused."""
+    from tests.deploy.test_kustomize import overlay
+
+    text = notes("sidecar-tap", tmp_path=tmp_path)
+    block = "      containers:\n" + text.split("      containers:\n", 1)[1].split("\n\n", 1)[0]
+    spec = yaml.safe_load(textwrap.dedent(block))
+    specmon, tap = spec["containers"]
+    assert specmon["name"] == "specmon"
+    (vllm,) = [d for d in overlay("sidecar-tap") if d["kind"] == "Deployment"]
+    (twin,) = [
+        c for c in vllm["spec"]["template"]["spec"]["containers"] if c["name"] == "specmon-tap"
+    ]
+    assert tap == twin
+    assert "tap: http://127.0.0.1:9410/metrics" in text
+    docs = render("sidecar-tap")
+    monitor = _one(docs, "PodMonitor")
+    endpoints = monitor["spec"]["podMetricsEndpoints"]
+    assert [(e["port"], e["scheme"]) for e in endpoints] == [
+        ("specmon-metrics", "http"),
+        ("tap", "http"),
+    ]
+    (target,) = _config(docs)["targets"]
+    assert target["tap"] == "http://127.0.0.1:9410/metrics"
+    failed = helm("template", RELEASE, str(CHART), "--set", "tap.enabled=true", check=False)
+    assert failed.returncode != 0 and "sidecar" in failed.stderr
+    bad = helm("template", RELEASE, str(CHART), "-f", str(EXAMPLES["sidecar"]), "--set",
+               "tap.enabled=true", "--set", "tap.classHeader=x-c", check=False)  # fmt: skip
+    assert bad.returncode != 0 and "classes" in bad.stderr
 
 
 def test_resources_follow_the_measurements() -> None:
@@ -701,6 +883,39 @@ def test_the_helm_test_hook_fetches_metrics_through_the_service() -> None:
 
 def _documents_text(text: str) -> list[str]:
     return [part for part in text.split("\n---\n") if "\nkind:" in part]
+
+
+def test_runbook_base_and_alert_labels_reach_every_alert() -> None:
+    """prometheusRule.runbookBaseURL and alertLabels give the mixin's result with the same
+    _config (tests/deploy/test_kustomize.py, routed()); the base alone keeps every other byte."""
+    from tests.deploy.test_kustomize import SHIPPED_RUNBOOK, routed
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["prometheusRule"]["runbookBaseURL"] == SHIPPED_RUNBOOK
+    base = "https://wiki.example.com/specmon/runbook"
+    labels = {"team": "ml-platform", "severity": "page"}
+    sets = (f"prometheusRule.runbookBaseURL={base}",
+            *(f"prometheusRule.alertLabels.{k}={v}" for k, v in labels.items()))  # fmt: skip
+    alerts = 0
+    for path in RULES:
+        shipped = yaml.safe_load(path.read_text())
+        expected = routed(shipped, base=base, labels=labels)
+        name = f"specmon-{path.name.removesuffix('.rules.yml').removeprefix('specmon-')}"
+        (rule,) = [
+            d for d in render(sets=sets)
+            if d["kind"] == "PrometheusRule" and d["metadata"]["name"] == name
+        ]  # fmt: skip
+        assert rule["spec"] == expected, path.name
+        alerts += sum("alert" in r for g in expected["groups"] for r in g["rules"])
+        (moved,) = [
+            d for d in render(sets=sets[:1])
+            if d["kind"] == "PrometheusRule" and d["metadata"]["name"] == name
+        ]  # fmt: skip
+        assert moved["spec"] == routed(shipped, base=base, labels={}), path.name
+    assert alerts >= 10
+    refused = helm("template", RELEASE, str(CHART), "--set",
+                   "prometheusRule.runbookBaseURL=not a url", check=False)  # fmt: skip
+    assert refused.returncode != 0 and "runbookBaseURL" in refused.stderr
 
 
 def test_rendered_rules_are_the_shipped_files_byte_for_byte() -> None:
@@ -865,3 +1080,85 @@ def test_the_readmes_file_sd_snippet_renders_and_checks(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- issue 61
+
+
+def _render_fails(*values_yaml: str, tmp_path: Path) -> str:
+    """Render with a values file holding ``values_yaml``; the error Helm gave ("" if none)."""
+    path = tmp_path / f"values-{len(list(tmp_path.iterdir()))}.yaml"
+    path.write_text("\n".join(values_yaml) + "\n")
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version"]
+    result = helm(*args, KUBE_VERSION, "-f", str(path), check=False)
+    return "" if result.returncode == 0 else result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ('["--web.config.file=/dev/null"]', "would override the chart's own --web.config.file"),
+        ('["--web.config", "/dev/null"]', "would override the chart's own --web.config.file"),
+        ('["--config.file=/tmp/other.yml"]', "--config.file: set it through `config`"),
+        ('["--shard=0/1"]', "set `replicas`"),
+        ('["--log.format=console"]', "set `logFormat`"),
+        ('["--state.dir=/tmp"]', "set `persistence`"),
+        ('["--web.listen-address=:80"]', "the chart's port"),
+        ('["--log.level=debug"]', None),
+        ('["--web.enable-lifecycle"]', None),  # with webConfig's password: allowed
+    ],
+)
+def test_extra_args_cannot_override_the_charts_own_flags(
+    tmp_path: Path, args: str, says: str | None
+) -> None:
+    """Issue 61: `extraArgs: [--web.config.file=/dev/null]` rendered after the chart's own
+    flag turned TLS and basic auth off while webConfig.enabled was true (argparse takes the
+    last, and any unambiguous prefix)."""
+    error = _render_fails("webConfig: {enabled: true}", f"extraArgs: {args}", tmp_path=tmp_path)
+    if says is None:
+        assert error == ""
+    else:
+        assert "extraArgs:" in error and says in error, error
+
+
+def test_the_lifecycle_api_needs_the_web_configs_password(tmp_path: Path) -> None:
+    for flag in ("--web.enable-lifecycle", "--web.enable"):
+        error = _render_fails(f"extraArgs: [{flag}]", tmp_path=tmp_path)
+        assert "opens POST /-/reload and /-/mark" in error and "webConfig.enabled" in error
+
+
+@pytest.mark.parametrize(
+    "header", ["X-Api-Key", "x-auth-token", "Cookie", "X-Client-Secret", "Proxy-Authorization"]
+)
+@pytest.mark.parametrize("where", ["target", "source"])
+def test_secret_looking_headers_are_refused_in_the_configmap(
+    tmp_path: Path, header: str, where: str
+) -> None:
+    """Issue 61: a secret header other than Authorization (X-Api-Key) in
+    config.targets[].headers rendered into the ConfigMap."""
+    if where == "target":
+        config = ("config:", "  targets:", "    - {name: a, url: 'http://a:8000/metrics',",
+                  f"       headers: {{X-Scope: team-a, {header}: s3cr3t}}}}")  # fmt: skip
+        path = f"config.targets[0].headers.{header}"
+    else:
+        config = ("config:", "  sources:", "    - prometheus: {url: 'http://p:9090',",
+                  f"       headers: {{X-Scope-OrgID: team-a, {header}: s3cr3t}}}}")  # fmt: skip
+        path = f"config.sources[0].prometheus.headers.{header}"
+    error = _render_fails(*config, tmp_path=tmp_path)
+    assert f"{path} looks like a secret" in error and "existingConfigSecret" in error, error
+    assert "s3cr3t" not in error
+
+
+def test_plain_headers_render_and_a_config_secret_replaces_the_configmap(tmp_path: Path) -> None:
+    docs = render(sets=("config.targets[0].headers.X-Scope=team-a",))
+    assert _config(docs)["targets"][0]["headers"] == {"X-Scope": "team-a"}
+    docs = render(sets=("existingConfigSecret=specmon-config",
+                        "config.targets[0].headers.X-Api-Key=s3cr3t"))  # fmt: skip
+    assert not [d for d in docs if d["kind"] == "ConfigMap" and not _is_dashboard(d)]
+    assert "s3cr3t" not in yaml.safe_dump_all(docs)
+    volumes = _one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    (config,) = [v for v in volumes if v["name"] == "config"]
+    assert {"secret": {"name": "specmon-config",
+                       "items": [{"key": "specmon.yml", "path": "specmon.yml"}]}} in (
+        config["projected"]["sources"]
+    )  # fmt: skip

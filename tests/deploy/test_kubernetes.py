@@ -174,7 +174,7 @@ def test_specmon_container_is_locked_down(deployment: str, container: str) -> No
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert context["seccompProfile"]["type"] == "RuntimeDefault"
-    assert c["image"] == f"ghcr.io/specmon/specmon:{__version__}"
+    assert c["image"] == f"localhost/specmon:{__version__}"
     # The image's ENTRYPOINT is kept (specmon run); args name the image's config path.
     assert "command" not in c
     assert f"--config.file={_dockerfile_config_path()}" in c["args"]
@@ -436,11 +436,14 @@ def derived_resources() -> dict[str, dict[str, str]]:
     """Requests and limits from the measured figures, by the rules in resources.json."""
     data = json.loads(RESOURCES.read_text())
     runs = {run["targets"]: run for run in data["runs"]}
+    state = data["state"]  # the state directory's memory a target, measured at 1,000
+    per_target = (state["rss_mib_peak"] - state["rss_mib_peak_without"]) / state["targets"]
     out = {}
     for name, rule in data["derive"].items():
 
         def measured(kind: str, figure: str, rule: dict[str, Any] = rule) -> float:
-            return float(runs[rule[f"{kind}_from_targets"]][figure] * rule[f"{kind}_factor"])
+            value = runs[rule[f"{kind}_from_targets"]][figure] * rule[f"{kind}_factor"]
+            return float(value + per_target * rule.get(f"{kind}_state_targets", 0))
 
         # Memory in MiB rounded up to 8 (requests) and 32 (limits); CPU in millicores
         # rounded up to 10 (requests) and 100 (limits).

@@ -4,8 +4,10 @@ dashboards (grafana/dashboards/*.json). The tools: tests/deploy/tools.py."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 from functools import cache
@@ -21,7 +23,7 @@ from tests.deploy import tools
 
 REPO = tools.REPO
 K8S = REPO / "deploy" / "kubernetes"
-OVERLAYS = ("standalone", "sidecar", "sharded", "prometheus-mode")
+OVERLAYS = ("standalone", "sidecar", "sidecar-tap", "sharded", "prometheus-mode")
 EXAMPLE = K8S / "examples" / "kube-prometheus-stack"
 PROM_DIR = REPO / "deploy" / "prometheus"
 ALERTS_FILE = PROM_DIR / "specmon-alerts.rules.yml"
@@ -35,6 +37,7 @@ ANNOTATION_LIMIT = 256 * 1024
 NAMESPACES = {
     "standalone": "monitoring",
     "sidecar": "inference",
+    "sidecar-tap": "inference",
     "sharded": "monitoring",
     "prometheus-mode": "monitoring",
 }
@@ -104,6 +107,12 @@ def test_every_overlay_renders_its_workload_with_the_shared_pieces() -> None:
             ("Service", "vllm"),
             ("PodMonitor", "vllm-specmon"),
         },
+        "sidecar-tap": {
+            ("ConfigMap", "specmon-sidecar"),
+            ("Deployment", "vllm"),
+            ("Service", "vllm"),
+            ("PodMonitor", "vllm-specmon"),
+        },
         "sharded": {
             ("ConfigMap", "specmon-shard"),
             ("StatefulSet", "specmon-shard"),
@@ -124,6 +133,46 @@ def test_every_overlay_renders_its_workload_with_the_shared_pieces() -> None:
         assert len(kinds) == len(set(kinds)), f"{name}: an object twice"
         assert set(kinds) == shared | own[name], name
         assert {d["metadata"]["namespace"] for d in docs} == {NAMESPACES[name]}, name
+
+
+def test_the_tap_overlay_puts_the_tap_on_the_request_path(tmp_path: Path) -> None:
+    """sidecar-tap: the Service reaches the tap, the tap reaches vLLM on the pod's loopback,
+    vLLM gives its per-request figures, specmon reads the tap, the PodMonitor scrapes both."""
+    docs = overlay("sidecar-tap")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    assert set(containers) == {"vllm", "specmon", "specmon-tap"}
+    tap = containers["specmon-tap"]
+    assert tap["command"] == ["specmon", "tap"]
+    assert "--upstream=http://127.0.0.1:8000" in tap["args"]
+    assert tap["ports"] == [{"name": "tap", "containerPort": 9410, "protocol": "TCP"}]
+    assert tap["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "tap"}
+    assert "cpu" not in tap["resources"]["limits"]
+    assert "--per-request-spec-decode-metrics=summary" in containers["vllm"]["args"]
+    assert containers["specmon"] == next(
+        c
+        for c in next(d for d in overlay("sidecar") if d["kind"] == "Deployment")["spec"][
+            "template"
+        ]["spec"]["containers"]
+        if c["name"] == "specmon"
+    )
+    service = next(d for d in docs if d["kind"] == "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "tap"
+    monitor = next(d for d in docs if d["kind"] == "PodMonitor")
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["specmon-metrics", "tap"]
+    config = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "specmon-sidecar"
+    )
+    path = tmp_path / "specmon.yml"
+    path.write_text(config["data"]["specmon.yml"])
+    (target,) = yaml.safe_load(path.read_text())["targets"]
+    assert target["tap"] == "http://127.0.0.1:9410/metrics"
+    from specmon.cli.main import main as cli_main
+
+    assert cli_main(["check-config", str(path)]) == 0
+    classes = next(a for a in tap["args"] if a.startswith("--classes="))
+    assert cli_main(["tap", "--upstream=http://127.0.0.1:8000", "--class-header=x-request-class",
+                     classes, "--check-config"]) == 0  # fmt: skip
 
 
 def test_standalone_holds_one_labelled_configmap_per_dashboard() -> None:
@@ -267,7 +316,7 @@ def test_the_docs_show_what_the_tests_render() -> None:
 # --------------------------------------------------------------------------- mixin
 
 
-def evaluate(config: dict[str, str] | None = None) -> dict[str, Any]:
+def evaluate(config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The mixin's three fields, with ``config`` merged into its _config."""
     overrides = json.dumps(config or {})
     code = (
@@ -307,6 +356,7 @@ def test_mixin_with_the_default_config_is_the_shipped_rules_and_dashboards() -> 
 
 SPECMON = 'job="specmon"'
 ENGINE = 'namespace="inference"'
+TAP = 'job="specmon-tap"'
 
 
 def _expressions(mixin: dict[str, Any]) -> list[tuple[str, str]]:
@@ -324,23 +374,23 @@ def _expressions(mixin: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def test_mixin_selectors_reach_every_series_selector() -> None:
-    """With both selectors set, every selector of a scraped series in every expression and
-    dashboard query carries its matcher; nothing else changes."""
+    """With the three selectors set, every selector of a scraped series in every expression
+    and dashboard query carries its matcher; nothing else changes."""
     gen = _generator()
     recorded = gen.recorded_series()
-    selected = evaluate({"specmonSelector": SPECMON, "engineSelector": ENGINE})
+    selected = evaluate({"specmonSelector": SPECMON, "engineSelector": ENGINE, "tapSelector": TAP})
     expressions = _expressions(selected)
     shipped = _expressions(_default())
     assert [where for where, _ in expressions] == [where for where, _ in shipped]
     assert len(expressions) > 150
-    counts = {"specmon": 0, "engine": 0}
+    counts = {"specmon": 0, "engine": 0, "tap": 0}
     for (where, expr), (_, original) in zip(expressions, shipped, strict=True):
         found = gen.selectors(expr, recorded)
         assert len(found) == len(gen.selectors(original, recorded)), where
         for selector in found:
             if selector.kind is None:
                 continue
-            wanted = SPECMON if selector.kind == "specmon" else ENGINE
+            wanted = {"specmon": SPECMON, "engine": ENGINE, "tap": TAP}[selector.kind]
             assert selector.matchers is not None and wanted in selector.matchers, (where, expr)
             counts[selector.kind] += 1
         # Removing the matchers gives back the shipped expression.
@@ -349,11 +399,62 @@ def test_mixin_selectors_reach_every_series_selector() -> None:
             .replace("{" + SPECMON + "}", "")
             .replace("," + ENGINE, "")
             .replace("{" + ENGINE + "}", "")
+            .replace("," + TAP, "")
+            .replace("{" + TAP + "}", "")
         )
         assert stripped == original, where
-    assert counts["specmon"] > 150 and counts["engine"] >= 40
+    assert counts["specmon"] > 150 and counts["engine"] >= 40 and counts["tap"] >= 6
     # The dashboards' data source variable is left alone, and so is everything but queries.
     assert selected["dashboards"].keys() == _default()["dashboards"].keys()
+
+
+#: The runbook base every shipped runbook_url starts with: the mixin's and the chart's default.
+SHIPPED_RUNBOOK = "https://github.com/specmon/specmon/blob/main/docs/runbook.md"
+
+
+def routed(rules: dict[str, Any], *, base: str, labels: dict[str, str]) -> dict[str, Any]:
+    """The shipped rules as they should come out with a runbook base and alert labels: every
+    alert's runbook_url on ``base`` (the anchor kept), ``labels`` added where the alert has
+    no label of that name; recording rules untouched."""
+    out = copy.deepcopy(rules)
+    for group in out["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            rule["labels"] = {**labels, **rule.get("labels", {})}
+            url = rule["annotations"]["runbook_url"]
+            assert url.startswith(SHIPPED_RUNBOOK + "#"), url
+            rule["annotations"]["runbook_url"] = base + url[len(SHIPPED_RUNBOOK) :]
+    return out
+
+
+def test_mixin_runbook_base_and_alert_labels() -> None:
+    """The defaults point at the repository's runbook (every shipped alert has its section
+    there); _config moves every link and adds routing labels to alerts alone, an alert's own
+    severity kept."""
+    base = "https://wiki.example.com/specmon/runbook"
+    labels = {"team": "ml-platform", "severity": "page"}
+    config = {"runbookURLBase": base, "alertLabels": labels}
+    mixin = evaluate(config)
+    shipped = yaml.safe_load(ALERTS_FILE.read_text())
+    expected = routed(shipped, base=base, labels=labels)
+    assert mixin["alerts"] == expected
+    assert mixin["alerts"] != shipped
+    severities = {r["labels"]["severity"] for g in mixin["alerts"]["groups"] for r in g["rules"]
+                  if "alert" in r}  # fmt: skip
+    assert severities <= {"warning", "critical", "info"}
+    assert mixin["rules"] == _default()["rules"]
+    defaults = subprocess.run(
+        [tools.jsonnet(), "-e", f"(import '{MIXIN.parent / 'config.libsonnet'}')._config"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert json.loads(defaults.stdout)["runbookURLBase"] == SHIPPED_RUNBOOK
+    # ... where every alert has its section (GitHub's anchor of each "## Name" heading).
+    anchors = {
+        url.split("#")[1] for url in re.findall(r"runbook_url: (\S+)", ALERTS_FILE.read_text())
+    }
+    headings = re.findall(r"^## (\S+)$", (REPO / "docs" / "runbook.md").read_text(), re.M)
+    assert anchors and anchors <= {heading.lower() for heading in headings}
 
 
 def test_mixin_datasource_regex_sets_the_picker_only() -> None:
@@ -373,10 +474,10 @@ def test_promtool_runs_the_rule_tests_on_the_mixin_with_selectors(tmp_path: Path
     PromQL and changes no result; with selectors no test series matches, they fail."""
     from tests.rules.common import run_tool
 
-    def run(specmon: str, engine: str) -> subprocess.CompletedProcess[str]:
+    def run(specmon: str, engine: str, tap: str) -> subprocess.CompletedProcess[str]:
         directory = tmp_path / f"{len(list(tmp_path.iterdir()))}"
         shutil.copytree(PROM_DIR / "tests", directory / "tests")
-        mixin = evaluate({"specmonSelector": specmon, "engineSelector": engine})
+        mixin = evaluate({"specmonSelector": specmon, "engineSelector": engine, "tapSelector": tap})
         (directory / ALERTS_FILE.name).write_text(yaml.safe_dump(mixin["alerts"]))
         (directory / RECORDING_FILE.name).write_text(yaml.safe_dump(mixin["rules"]))
         assert run_tool(["promtool", "check", "rules", ALERTS_FILE.name], cwd=directory)
@@ -390,8 +491,8 @@ def test_promtool_runs_the_rule_tests_on_the_mixin_with_selectors(tmp_path: Path
             cwd=directory / "tests",
         )
 
-    neutral = run('job!="not-specmon"', 'namespace!="elsewhere"')
+    neutral = run('job!="not-specmon"', 'namespace!="elsewhere"', 'job!="not-a-tap"')
     assert neutral.returncode == 0, neutral.stdout[-3000:] + neutral.stderr[-3000:]
     assert "SUCCESS" in neutral.stdout
-    narrowed = run('job="nowhere"', 'namespace="nowhere"')
+    narrowed = run('job="nowhere"', 'namespace="nowhere"', 'job="nowhere"')
     assert narrowed.returncode != 0

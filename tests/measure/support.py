@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ class Seen:
     in_flight: int = 0
     max_in_flight: int = 0
     authorization: list[str | None] = field(default_factory=list)
+    #: Chat requests: when each arrived (time.monotonic) and its body.
+    arrivals: list[float] = field(default_factory=list)
+    bodies: list[Any] = field(default_factory=list)
 
 
 def sim_target(
@@ -75,6 +79,8 @@ class SimPair:
             if self._require_key is not None and auth != f"Bearer {self._require_key}":
                 return web.json_response({"error": "missing or wrong API key"}, status=401)
             if request.path.endswith("/chat/completions"):
+                seen.arrivals.append(time.monotonic())
+                seen.bodies.append(await request.json())
                 seen.chat_requests += 1
                 if self._echo_key_every and seen.chat_requests % self._echo_key_every == 0:
                     # A careless server that echoes the request's headers in an error.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specmon.answer import profile_crossover
 from specmon.cli.main import main
 from specmon.load import DEFAULT_SCHEME, PROFILE_FORMAT, profile_from_json
 from specmon.sim.engine import SimSettings
@@ -52,7 +53,7 @@ def test_profile_finds_the_crossover_within_one_bucket(
         code = main(
             ["measure", "--baseline", pair.api("baseline"), "--speculative",
              pair.api("speculative"), "--model", "tiny-llama", "--warmup", "0",
-             "--concurrency", "1,4,8,16", "--repeats", "8", "--max-tokens", "48",
+             "--concurrency", "1,4,8,16", "--repeats", "auto", "--max-tokens", "64",
              "--workloads", "copy", "--profile-out", str(profile_path)]
         )  # fmt: skip
     out = capsys.readouterr().out
@@ -67,7 +68,7 @@ def test_profile_finds_the_crossover_within_one_bucket(
     # The counters give the model's step times: at concurrency 1 (always one sequence) the
     # baseline step is T(1, 0) = 9 ms and the speculative one T(1, 4) = 11.4 ms; vLLM's
     # counters give them exactly, llama.cpp's window formula counts each request's first token
-    # as a step (47 decode steps' time over 48 tokens: docs/load-signals.md).
+    # as a step (63 decode steps' time over 64 tokens: docs/load-signals.md).
     first = profile.levels[0]
     base_step, spec_step = DEMO_LOAD_MODEL.step_seconds(1, 0), DEMO_LOAD_MODEL.step_seconds(1, 4)
     if kind is PageKind.VLLM:
@@ -75,14 +76,14 @@ def test_profile_finds_the_crossover_within_one_bucket(
         assert first.speculative.step_seconds == pytest.approx(spec_step)
         assert first.draft_cost == pytest.approx(DEMO_LOAD_MODEL.draft_cost(1, 4))
     else:
-        assert first.baseline.step_seconds == pytest.approx(base_step * 47 / 48)
+        assert first.baseline.step_seconds == pytest.approx(base_step * 63 / 64)
         assert first.speculative.step_seconds == pytest.approx(spec_step, rel=0.1)
         assert first.draft_cost == pytest.approx(DEMO_LOAD_MODEL.draft_cost(1, 4), abs=0.03)
     assert first.draft_cost_source == "step times"
 
     truth = DEMO_LOAD_MODEL.crossover(4, 1 + sum(SURVIVAL))
     assert truth is not None
-    found = profile.crossover()
+    found = profile_crossover(profile)
     assert found is not None, profile.costs()
     true_bucket = DEFAULT_SCHEME.bucket_of(truth).index
     found_bucket = DEFAULT_SCHEME.bucket_of(found.concurrency).index

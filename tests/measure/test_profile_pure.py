@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from specmon.answer import profile_crossover
 from specmon.engines.model import SpecCounters
 from specmon.load import LoadInterval, profile_from_json, profile_to_json
 from specmon.measure.analysis import analyse
 from specmon.measure.endpoints import ServerInfo, endpoint
+from specmon.measure.levels import LoadLevel
 from specmon.measure.profile import build_profile, crossover_line, report_crossover
 from specmon.measure.render import render_text
 from specmon.measure.results import (
@@ -45,13 +47,20 @@ def raw(levels: list[tuple[int, float, float, bool]]) -> RawMeasurement:
                         concurrency=tuple(n for n, *_ in levels), workloads=("a",))  # fmt: skip
     runs = []
     for n, base_s, spec_s, counted in levels:
-        outcomes = tuple(Outcome("a", i, 0, 0.1, _answer(f"t{i}", 8)) for i in range(10))
+        # Ten requests each lasting n tenths of the run: n in flight on average (the
+        # client's measure of the level, used where a server's counters are missing).
+        def outcomes_of(seconds: float, n: int = n) -> tuple[Outcome, ...]:
+            return tuple(
+                Outcome("a", i, 0, n * seconds / 10, _answer(f"t{i}", 8)) for i in range(10)
+            )
+
         # The speculative step time that gives the realized speed-up base_s / spec_s:
         # TPOT(spec) = step / 3.4 = 0.010 * spec_s / base_s.
         spec_step = 0.010 * spec_s / base_s * 3.4
         runs.append(
             WorkloadRun(
-                "a", n, 10, SideRun(outcomes, base_s), SideRun(outcomes, spec_s),
+                "a", LoadLevel(concurrency=n), 10, SideRun(outcomes_of(base_s), base_s),
+                SideRun(outcomes_of(spec_s), spec_s),
                 MetricsDelta(COUNTERS, engine="llamacpp"),
                 baseline_load=load(0.010, concurrency=n, spec=False) if counted else None,
                 speculative_load=load(spec_step, concurrency=n * 0.9, spec=True)
@@ -86,14 +95,17 @@ def test_crossover_line_from_counters_by_engine_concurrency() -> None:
     report = analyse(raw([(1, 1.0, 0.5, True), (4, 1.0, 0.8, True), (8, 1.0, 1.25, True)]))
     found = report_crossover(report)
     assert found is not None
-    # Points at the speculative engine's concurrency (0.9 n): (3.6, 1.25) and (7.2, 0.8).
-    assert found.concurrency == pytest.approx(3.6 + 0.25 * 3.6 / 0.45)
-    assert found.costs_from == pytest.approx(7.2)
-    assert found.cost_percent == pytest.approx(20.0)
+    # The profile's cost curve (the daemon's function, on this measurement): points at the
+    # speculative engine's concurrency (0.9 n), realized (3.6, 1.25) and (7.2, 0.8): it stops
+    # paying between them, with a range.
+    assert found == profile_crossover(build_profile(report))
+    assert found.pays_up_to == pytest.approx(3.6) and found.costs_from == pytest.approx(7.2)
+    assert 3.6 < found.concurrency < 7.2 and found.low is not None and found.high is not None
     line = crossover_line(report)
     assert line == (
-        "speculation pays up to concurrency 5.6, costs 20 % from 7.2 (realized speed-up from "
-        "the servers' counters, by engine concurrency)"
+        f"speculation pays up to concurrency {found.concurrency:.1f}, costs "
+        f"{found.cost_percent:.0f} % from 7.2 (the cost curve of both servers' step times, by "
+        "engine concurrency)"
     )
     assert "Crossover: " + line in " ".join(render_text(report).split("\n"))
 

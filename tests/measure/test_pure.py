@@ -37,6 +37,7 @@ from specmon.measure.endpoints import (
     parse_chat_response,
 )
 from specmon.measure.labbook import labbook_records
+from specmon.measure.levels import LoadLevel
 from specmon.measure.prompts import (
     BUILTIN_WORKLOADS,
     PromptsError,
@@ -394,7 +395,8 @@ def _raw(diverge: bool = False, fail_all: bool = False, usage: bool = True) -> R
             else SpecCounters(drafts=4, draft_tokens=12, accepted_tokens=6,
                               accepted_per_position=(3, 2, 1))
         )  # fmt: skip
-        runs.append(WorkloadRun(name, 1, 2, SideRun(base, 1.0), SideRun(spec, 0.5),
+        runs.append(WorkloadRun(name, LoadLevel(concurrency=1), 2, SideRun(base, 1.0),
+                                SideRun(spec, 0.5),
                                 MetricsDelta(counters, engine="llamacpp")))  # fmt: skip
     return RawMeasurement(
         settings=settings,
@@ -426,7 +428,10 @@ def test_analyse_builds_the_lessons_table() -> None:
     for header in ("workload", "baseline tok/s", "with draft tok/s", "ratio", "acceptance",
                    "completions identical"):  # fmt: skip
         assert header in text
-    assert "  a                   16.0              32.0  2.00x  0.500 (counters)  yes 2/2" in text
+    assert (
+        "  a              -        8            16.0              32.0  2.00x  0.500 (counters)  yes 2/2"
+        in text
+    )
     assert "Result: completions identical (exit 0)" in text
 
 

@@ -549,7 +549,7 @@ def test_sources_in_the_daemon_config_and_check_config(tmp_path: Path) -> None:
 
 def test_an_override_baseline_makes_an_instance_compare_with_its_twin() -> None:
     """``baseline`` in an override applies to the matched instance as to a configured target:
-    exported as specmon_baseline_info, and its load figures are against that twin."""
+    exported as specmon_baseline_info, and its answers are against that twin."""
     plain = moving()
     vllm = [i for i in plain.instances if plain.series[i][0][0]["__name__"].startswith("vllm:")]
     spec, twin = vllm[0], vllm[1]
@@ -560,8 +560,8 @@ def test_an_override_baseline_makes_an_instance_compare_with_its_twin() -> None:
     assert m.value("specmon_baseline_info", target=spec, baseline=twin) == 1
     assert not m.series("specmon_baseline_info", target=twin)
     (view,) = [v for v in h.fleet.views() if v.name == spec]
-    loads = [w.load for model in view.models for w in model.windows if w.load is not None]
-    assert loads and all(load.baseline == twin for load in loads)
+    answers = [w.answer for model in view.models for w in model.windows if w.answer is not None]
+    assert answers and all(a.against == twin for a in answers)
 
 
 def test_instances_keep_their_epochs_in_the_state_dir(tmp_path: Path) -> None:

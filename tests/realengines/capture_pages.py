@@ -296,12 +296,31 @@ def capture_llamacpp(cap: Capture) -> None:
         print(f"captured llamacpp-501.txt: {resp.status_line}", flush=True)
 
 
+def capture_llamacpp_stream(cap: Capture) -> None:
+    """A streamed chat completion (``stream: true``, ``stream_options.include_usage``) as
+    ``specmon measure`` asks for it: its server-sent events as sent, for
+    specmon/measure/stream.py's tests and the simulator's streamed answers."""
+    with servers.llama_spec_server() as srv:
+        cap.note("llamacpp-chat-stream.command", srv.argv)
+        body = json.loads(chat_body("tiny-llama", 24))
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        data = json.dumps(body).encode()
+        cap.save(
+            "llamacpp-chat-stream.sse",
+            raw_request(srv.port, "/v1/chat/completions", method="POST", body=data),
+            request=body,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.realengines.capture_pages")
-    parser.add_argument("--only", choices=["vllm", "vllm-multi", "llamacpp"], action="append")
+    parser.add_argument(
+        "--only", choices=["vllm", "vllm-multi", "llamacpp", "llamacpp-stream"], action="append"
+    )
     parser.add_argument("--out", type=Path, default=PAGES)
     args = parser.parse_args(argv)
-    only = set(args.only or ["vllm", "vllm-multi", "llamacpp"])
+    only = set(args.only or ["vllm", "vllm-multi", "llamacpp", "llamacpp-stream"])
     cap = Capture(args.out)
     versions = cap.record.setdefault("versions", {})
     try:
@@ -310,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
                 provision.ensure_llama_server()
             )
             capture_llamacpp(cap)
+        if "llamacpp-stream" in only:
+            versions["llama-server"] = provision.llama_server_version(
+                provision.ensure_llama_server()
+            )
+            capture_llamacpp_stream(cap)
         if only & {"vllm", "vllm-multi"}:
             versions["vllm"] = provision.vllm_version(provision.ensure_vllm())
         if "vllm" in only:

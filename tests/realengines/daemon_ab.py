@@ -25,6 +25,7 @@ import pytest
 
 from specmon.cli.main import main
 from specmon.load import DEFAULT_SCHEME, ProfileLevel, profile_from_json
+from specmon.measure.analysis import EXIT_NOT_HELD
 from tests.support.daemon import Daemon, Exported
 
 #: The issue's tolerance for the realized speed-up against an independent A/B measurement.
@@ -55,12 +56,22 @@ def hand_crossover(points: Sequence[tuple[float, float]]) -> tuple[float, bool] 
     return None
 
 
-def run_measure_level(argv: list[str], profile_out: Path) -> ProfileLevel:
-    """``specmon measure`` (in-process) at one level; its profile's level."""
-    assert main([*argv, "--no-progress", "--profile-out", str(profile_out)]) == 0
+def run_measure_level(
+    argv: list[str], profile_out: Path, *, not_held: bool = False
+) -> ProfileLevel | None:
+    """``specmon measure`` (in-process) at one level; its profile's level. A level measure
+    flags as not held (its engines' concurrency below 80 % of it: docs/measure.md) has no
+    profile: None when ``not_held`` allows it, else the test fails saying so."""
+    code = main([*argv, "--no-progress", "--profile-out", str(profile_out)])
+    if code == EXIT_NOT_HELD:
+        if not_held:
+            return None
+        pytest.fail(f"measure did not hold the level ({argv}): see its output above")
+    assert code == 0
     profile = profile_from_json(json.loads(profile_out.read_text()))
     assert len(profile.levels) == 1
-    return profile.levels[0]
+    level: ProfileLevel = profile.levels[0]
+    return level
 
 
 def scraped_after(d: Daemon, targets: Sequence[str], wall: float) -> Exported | None:
@@ -83,12 +94,12 @@ def bucket_reason(
     if concurrency is None:
         return "measure gave no concurrency"
     model = d.targets()[target]["models"][0]
-    load = next(w for w in model["windows"] if w["window"] == window)["load"]
-    if load is None:
-        return "no load figures"
+    answer = next(w for w in model["windows"] if w["window"] == window)["verdict"]
+    if answer is None or not answer.get("per_load"):
+        return "no figures per load"
     label = DEFAULT_SCHEME.bucket_of(concurrency).label
-    bucket = next((b for b in load["buckets"] if b["label"] == label), None)
-    return f"no bucket {label}" if bucket is None else bucket["reason"]
+    bucket = next((b for b in answer["per_load"] if b["label"] == label), None)
+    return f"no bucket {label}" if bucket is None else bucket.get("reason")
 
 
 def run_level_until_bucket(
@@ -101,14 +112,18 @@ def run_level_until_bucket(
     window: str,
     top_ups: int,
     say: Callable[[str], None] = print,
-) -> ProfileLevel:
+    not_held: bool = False,
+) -> ProfileLevel | None:
     """``specmon measure`` at one level, then again (without warm-up, at most ``top_ups``
     times) while the daemon's bucket at that level says why it has no figures: a bucket asks
     for intervals and engine steps on each side, and how many a fixed number of requests gives
     depends on how fast the machine decodes. The bucket then holds every run; the level
     returned is the last run's (the same level on the same servers). Each extra run is told
     to ``say`` with the bucket's reason."""
-    level = run_measure_level(argv, profile_out)
+    level = run_measure_level(argv, profile_out, not_held=not_held)
+    if level is None:  # not held, and allowed: nothing to compare
+        say(f"\nlevel not held, no profile: {' '.join(argv)}")
+        return None
     for _ in range(top_ups):
         why = bucket_reason(
             d, level, target=target, baseline=baseline, window=window, after=time.time()
@@ -119,6 +134,7 @@ def run_level_until_bucket(
         again = list(argv)
         again[again.index("--warmup") + 1] = "0"
         level = run_measure_level(again, profile_out)
+        assert level is not None  # held before: a failure otherwise
     return level
 
 
@@ -214,9 +230,9 @@ def check_levels(
     inside its own 95 % range."""
     model = api[target]["models"][0]
     found = next(w for w in model["windows"] if w["window"] == window)
-    load, report = found["load"], found["report"]
-    assert load is not None and load["baseline"] == baseline, load
-    buckets = {b["label"]: b for b in load["buckets"]}
+    answer, report = found["verdict"], found["report"]
+    assert answer is not None and answer["against"] == baseline, answer
+    buckets = {b["label"]: b for b in answer["per_load"]}
     labels = {"target": target, "window": window, "baseline": baseline}
     rows = []
     for level in levels:
@@ -224,10 +240,10 @@ def check_levels(
         assert concurrency is not None, level
         label = DEFAULT_SCHEME.bucket_of(concurrency).label
         bucket = buckets.get(label)
-        assert bucket is not None and bucket["reason"] is None, (
+        assert bucket is not None and bucket.get("reason") is None, (
             level.concurrency, buckets, scrape_story(metrics, (target, baseline))
         )  # fmt: skip
-        realized, cost = bucket["realized_speedup"], bucket["draft_cost"]
+        realized, cost = bucket["speedup"], bucket["draft_cost"]
         assert metrics.value(
             "specmon_bucket_realized_speedup_ratio", concurrency=label, **labels
         ) == pytest.approx(realized, rel=1e-9)
@@ -267,7 +283,7 @@ def check_levels(
     )
     expected = hand_crossover(points)
     exported = metrics.value("specmon_crossover_concurrency", **labels)
-    crossing = load["crossover"]
+    crossing = answer["crossover"]
     # The crossover is read off the cost curve (both sides' step times fitted with the cost
     # model's shape, specmon.load.curve), not the straight line between the buckets' speed-ups
     # written out above: it must lie between the same two measured buckets (or be the lowest
@@ -332,7 +348,7 @@ def report_table(outcome: Outcome, write: Callable[[str], object] = print) -> No
         lv, b = row.level, row.bucket
         write(
             f"{lv.concurrency:>5}  {row.label:>6}  {b['concurrency']:>12.2f}  "
-            f"{b['realized_speedup']:>15.3f}  {lv.speed_ratio:>19.3f}  "
+            f"{b['speedup']:>15.3f}  {lv.speed_ratio:>19.3f}  "
             f"{_num(lv.realized_speedup):>16}  {b['draft_cost']:>8.3f}  "
             f"{lv.draft_cost_from_steps:>17.3f}  {lv.draft_cost_from_speed:>11.3f}"
         )
@@ -344,9 +360,9 @@ def report_table(outcome: Outcome, write: Callable[[str], object] = print) -> No
         )
     for b in outcome.buckets:
         figures = (
-            f"concurrency {_num(b['concurrency'])}, realized {_num(b['realized_speedup'])}, "
-            f"c {_num(b['draft_cost'])}"
-            if b["reason"] is None
+            f"concurrency {_num(b.get('concurrency'))}, realized {_num(b.get('speedup'))}, "
+            f"c {_num(b.get('draft_cost'))}"
+            if b.get("reason") is None
             else b["reason"]
         )
         write(f"  daemon bucket {b['label']}: {figures}")

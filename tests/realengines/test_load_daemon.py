@@ -159,7 +159,15 @@ def run_levels(
             base, spec, prompts_file=prompts, level=n, repeats=repeats,
             max_tokens=MAX_TOKENS, warmup=not index,
         )  # fmt: skip
-        levels.append(run_level_until_bucket(
-            d, argv, tmp_path / f"profile-{n}.json", target=SPEC, baseline=BASE,
-            window="10m", top_ups=TOP_UPS, say=say,
-        ))  # fmt: skip
+        level = run_level_until_bucket(
+            d,
+            argv,
+            tmp_path / f"profile-{n}.json",
+            target=SPEC,
+            baseline=BASE,
+            window="10m",
+            top_ups=TOP_UPS,
+            say=say,
+        )
+        assert level is not None  # measure held every level here
+        levels.append(level)  # fmt: skip

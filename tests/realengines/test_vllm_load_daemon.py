@@ -128,7 +128,7 @@ def write_prompts(directory: Path) -> Path:
 def test_daemon_buckets_agree_with_measure_on_vllm(
     vllm_single: servers.VllmServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    levels: list[ProfileLevel] = []
+    levels: list[ProfileLevel | None] = []
     spec = vllm_single
     began = time.monotonic()
     # The twin: conftest's server without the speculative config (vllm_server's defaults;
@@ -162,14 +162,18 @@ def test_daemon_buckets_agree_with_measure_on_vllm(
                 levels.append(run_level_until_bucket(
                     d, argv, tmp_path / f"profile-{n}.json", target=SPEC, baseline=BASE,
                     window="10m", top_ups=0 if index else TOP_UPS, say=uncaptured(capsys),
+                    # Level 4 is printed only: 16 requests on this vLLM may not hold it.
+                    not_held=bool(index),
                 ))  # fmt: skip
             capsys.readouterr()
             end = time.time()
             m: Exported = d.wait_for(lambda: scraped_after(d, (BASE, SPEC), end), timeout=20)
             api = d.targets()
 
+    first = levels[0]
+    assert first is not None
     outcome = check_levels(
-        levels[:1], api=api, metrics=m, target=SPEC, baseline=BASE, window="10m",
+        [first], api=api, metrics=m, target=SPEC, baseline=BASE, window="10m",
         step_ratio_agreement=STEP_RATIO_AGREEMENT, every_step_drafts=False,
         speedup_agreement=SPEEDUP_AGREEMENT_VLLM,
     )  # fmt: skip

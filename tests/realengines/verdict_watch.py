@@ -2,7 +2,7 @@
 (issue 54: "the verdict at concurrency 1 and 4 is within 15 % of ``specmon measure`` on the
 same pair, its interval recorded beside it").
 
-The verdict is for the bucket of the latest interval (specmon/daemon/load_view.py), so it is
+The verdict is for the bucket of the latest interval (specmon/answer/reads.py), so it is
 read *during* each level: :class:`VerdictWatch` polls ``/api/v1/targets`` from a thread once a
 second (the daemon scrapes every few seconds) and keeps what changed; :func:`level_verdict`
 takes, among the reads made while a level ran (or right after it, before the next), the last
@@ -95,16 +95,16 @@ def _read(api: dict[str, Any], target: str, window: str) -> VerdictRead | None:
     found = next((w for w in entry["models"][0]["windows"] if w["window"] == window), None)
     if found is None or found.get("verdict") is None:
         return None
-    verdict, load = found["verdict"], found.get("load") or {}
+    verdict = found["verdict"]
     interval = verdict.get("speedup_interval")
     return VerdictRead(
         wall=time.time(),
-        bucket=load.get("bucket"),
-        read_concurrency=load.get("read_concurrency"),
+        bucket=verdict.get("bucket"),
+        read_concurrency=verdict.get("concurrency"),
         basis=verdict["basis"],
         speedup=verdict.get("speedup"),
         interval=(interval[0], interval[1]) if interval else None,
-        read=verdict.get("read"),
+        read=verdict.get("state"),
     )
 
 

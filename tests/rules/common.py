@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 
 from specmon.daemon import metrics
+from specmon.tap.metrics import SAMPLE_NAMES
+
+#: A specmon tap's samples (specmon/tap/metrics.py): the per-request alarm reads them.
+TAP_SAMPLES = frozenset(SAMPLE_NAMES)
 
 __all__ = [
     "DASHBOARD_DIR",
@@ -38,8 +42,8 @@ DOCS_DIR = REPO / "docs"
 def contract_metric_names() -> frozenset[str]:
     """Every sample name of the metric contract: specmon's metric table (which
     docs/metrics.md is generated from, and which tests/daemon/test_metrics_contract.py holds
-    the served page to)."""
-    return frozenset(name for d in metrics.FAMILIES for name in d.sample_names)
+    the served page to), and a specmon tap's samples."""
+    return frozenset(name for d in metrics.FAMILIES for name in d.sample_names) | TAP_SAMPLES
 
 
 def github_anchor(heading: str) -> str:

@@ -12,25 +12,34 @@ returns nothing fails). The fleet:
   no draft tokens: the contract says the family is absent, :data:`ABSENT`);
 - ``down1``: never reachable (``specmon_up`` 0, no derived series).
 
-``gpu1`` and ``cpu1`` (the engines with decode timing) have the load families and a baseline
-twin (``gpu1-twin``, ``cpu1-twin``: ``specmon_baseline_info`` and every figure against it, with
-buckets at 4 and 16 requests per step); ``trt1`` and ``tgi1`` have neither, as their engines
-cannot (:data:`ABSENT`). The twins themselves are not in the fleet.
+``gpu1`` also has a tap beside it: the ``specmon_class_*`` families for the classes ``code``,
+``chat`` (below break-even) and ``other``, and the tap's own series (``job="specmon-tap"``):
+``chat`` with a share of requests near 0 acceptance, ``code`` with long requests near 1.
+
+``gpu1``, ``cpu1`` and ``tgi1`` (the engines with decode timing) have the load families and a
+baseline twin (``gpu1-twin``, ...: ``specmon_baseline_info`` and every figure against it, with
+buckets at 4 and 16 requests per step); ``trt1`` has neither, as its engine cannot
+(:data:`ABSENT`). The twins themselves are not in the fleet. The verdict is ``measured``
+against the twin, ``modelled`` on the engine's c for ``trt1``; ``tgi1``'s ``1m`` window
+measures a new load (:data:`MEASURING`): no figure of the answer there, only
+``specmon_verdict_info{state="measuring"}``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.dashboards.coverage import ABSENT, LOAD
+from tests.dashboards.coverage import ABSENT, LOAD, MEASURING
 
 __all__ = [
     "ABSENT",
     "BASELINES",
     "ENGINES",
     "FLEET_METRICS",
+    "MEASURING_WINDOWS",
     "SAMPLES",
     "STEP",
+    "TAPPED",
     "fleet_series",
 ]
 
@@ -63,6 +72,10 @@ ENGINES = {t.name: t.engine for t in _TARGETS}
 #: Target -> whether it is compared with a baseline twin.
 BASELINES = {t.name: not (LOAD & ABSENT.get(t.engine, frozenset())) for t in _TARGETS}
 _DOWN = "down1"
+#: Target -> the window that measures a new load.
+MEASURING_WINDOWS = {"tgi1": "1m"}
+#: The targets with a tap beside them (the specmon_class_* families).
+TAPPED = frozenset({"gpu1"})
 
 
 def _labels(**labels: str) -> str:
@@ -82,6 +95,10 @@ def fleet_series() -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
 
     def add(name: str, labels: dict[str, str], values: str) -> None:
+        # The answer has no figure while its window measures a new load.
+        window = labels.get("window")
+        if name in MEASURING and window == MEASURING_WINDOWS.get(labels.get("target", ""), ""):
+            return
         out.append({"series": name + _labels(**labels), "values": values})
 
     for instance in ("specmon-a:10920", "specmon-b:10920"):
@@ -101,6 +118,10 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_web_config_last_reload_success_timestamp_seconds", own, _const(1000))
         add("specmon_web_rejections_total", {**own, "reason": "unauthorized"}, _counter(0))
         add("specmon_shard_info", {**own, "shard": "0", "shards": "1"}, _const(1))
+        # The state file, written every 30 s: its success time follows the clock.
+        state_file = {**own, "file": "/var/lib/specmon/specmon-state.json"}
+        add("specmon_state_last_write_successful", state_file, _const(1))
+        add("specmon_state_last_write_success_timestamp_seconds", state_file, _counter(15))
         # The event loop: 150 wake-ups a scrape, one in 1,000 later than 0.1 s, none past 1 s.
         for le, step in (("0.1", 149.85), ("1.0", 150), ("+Inf", 150)):
             add("specmon_event_loop_lag_seconds_bucket", {**own, "le": le}, _counter(step))
@@ -122,6 +143,7 @@ def fleet_series() -> list[dict[str, str]]:
         add("specmon_scrape_timeouts_excused_total", own, _const(0))
         add("specmon_scrapes_in_flight_limit", own, _const(256))
         add("specmon_scrapes_deferred_total", own, _const(0))
+        add("specmon_event_loop_busy_ratio", own, _const(0.3))
         # A Prometheus source (fleet mode) beside the direct targets.
         source = {**own, "source": "prometheus:9090"}
         add("specmon_source_up", source, _const(1))
@@ -208,7 +230,10 @@ def fleet_series() -> list[dict[str, str]]:
                 basis = (
                     "twin" if twin else ("engine" if t.engine_cost is not None else "configured")
                 )
-                add("specmon_verdict_info", {**w, "basis": basis}, _const(1))
+                state = {"engine": "modelled", "configured": "guess"}.get(basis, "measured")
+                if MEASURING_WINDOWS.get(t.name) == window:
+                    state = "measuring"
+                add("specmon_verdict_info", {**w, "basis": basis, "state": state}, _const(1))
                 add("specmon_verdict_speedup_ratio", w, _const(1.8 if twin else 1.6))
                 add("specmon_verdict_speedup_lower_ratio", w, _const(1.7 if twin else 1.55))
                 add("specmon_verdict_speedup_upper_ratio", w, _const(1.9 if twin else 1.65))
@@ -234,6 +259,53 @@ def fleet_series() -> list[dict[str, str]]:
                     add("specmon_bucket_draft_cost_ratio", bc, _const(0.1 if speedup > 1 else 0.6))
                     add("specmon_bucket_best_chain_length", bc, _const(t.k if speedup > 1 else 1))
                     add("specmon_bucket_best_speedup_ratio", bc, _const(max(speedup, 1.05)))
+    # gpu1 has a tap beside it: two classes and the rest, per window.
+    (tapped,) = (t for t in _TARGETS if t.name in TAPPED)
+    for instance in tapped.instances:
+        base = {"job": "specmon", "instance": instance, "target": tapped.name}
+        add("specmon_class_source_up", {**base, "source": "tap"}, _const(1))
+        for window in WINDOWS:
+            add("specmon_class_coverage_ratio", {**base, "window": window}, _const(0.9))
+            for name, ratio, alpha, margin in (
+                ("code", 0.6, 0.7, 0.41),
+                ("chat", 0.2, 0.25, -0.04),
+                ("other", 0.3, 0.4, 0.11),
+            ):
+                c = {**base, "class": name, "window": window}
+                add("specmon_class_requests", c, _const(40))
+                add("specmon_class_draft_tokens", c, _const(3000))
+                add("specmon_class_accepted_tokens", c, _const(3000 * ratio))
+                add("specmon_class_draft_acceptance_ratio", c, _const(ratio))
+                add("specmon_class_mean_acceptance_length", c, _const(1 + 4 * ratio))
+                add("specmon_class_alpha_ratio", c, _const(alpha))
+                add("specmon_class_alpha_margin_ratio", c, _const(margin))
+    # gpu1's tap: its own series (job specmon-tap), the class histograms included.
+    tap = {"job": "specmon-tap", "instance": "gpu1-tap:9410"}
+    for name, near_zero, loop in (("code", 0, 3), ("chat", 12, 0), ("other", 1, 0)):
+        c = {**tap, "class": name}
+        add("specmon_tap_requests_total", c, _counter(2))
+        add("specmon_tap_draft_tokens_total", c, _counter(300))
+        add("specmon_tap_accepted_tokens_total", c, _counter(120))
+        add("specmon_tap_spec_steps_total", c, _counter(100))
+        for family, low, high in (
+            ("specmon_tap_request_acceptance_ratio", near_zero / 20, 2.0),
+            ("specmon_tap_long_request_acceptance_ratio", 0.0, 1.0),
+        ):
+            for le in ("0.05", "0.5", "0.95", "1.0", "+Inf"):
+                if le == "0.05":
+                    step = low
+                elif le == "0.95" and family.startswith("specmon_tap_long"):
+                    step = high - loop / 20
+                else:
+                    step = high if le in ("1.0", "+Inf", "0.95") else high / 2
+                add(f"{family}_bucket", {**c, "le": le}, _counter(step))
+            add(f"{family}_count", c, _counter(high))
+            add(f"{family}_sum", c, _counter(high / 2))
+    add("specmon_tap_unparsed_responses_total", {**tap, "reason": "no_fields"}, _counter(0.1))
+    add("specmon_tap_upstream_errors_total", {**tap, "kind": "connect"}, _const(0))
+    add("specmon_tap_client_disconnects_total", tap, _counter(0.01))
+    add("specmon_tap_requests_in_flight", tap, _const(3))
+    add("specmon_tap_info", {**tap, "engine": "vllm", "version": "0.1.0"}, _const(1))
     # The twins: up, without speculation, their load and speed only.
     for t in _TARGETS:
         if not BASELINES[t.name]:

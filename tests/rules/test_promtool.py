@@ -24,7 +24,7 @@ from tests.rules.alert_rules import (
 )
 from tests.rules.common import DASHBOARD_DIR, PROM_DIR, run_tool
 from tests.rules.engine_rules import load_engine_rules, with_window
-from tests.rules.fleet import BASELINES, ENGINES, STEP, fleet_series
+from tests.rules.fleet import BASELINES, ENGINES, MEASURING_WINDOWS, STEP, TAPPED, fleet_series
 
 pytestmark = pytest.mark.prometheus
 
@@ -467,15 +467,6 @@ MUTATIONS = [
         "readings rejected fires after 30 minutes",
         id="rejections-sparse-windows",
     ),
-    # specmon_draft_cost_ratio has a configured and an engine-measured source.
-    pytest.param(
-        r',source=\\"configured\\"\}',
-        "}",
-        # SpecmonSlowerThanBaseline quotes the configured c; whichever series comes first
-        # decides whether it fails.
-        "slower than baseline fires after 30 minutes",
-        id="draft-cost-any-source",
-    ),
     # SpecmonBelowBreakEven on the best evidence, both tiers, and its basis in the text.
     pytest.param(
         r'specmon_verdict_speedup_ratio\{window="5m"\} < 1\)',
@@ -534,6 +525,89 @@ MUTATIONS = [
         "specmon_crossover_concurrency{target",
         "above crossover quotes the crossover's range",
         id="crossover-range-not-quoted",
+    ),
+    # The page carries the load (issue 62): where the verdict was read, the crossover with its
+    # range, the chain length per load in numeric order, and a chain length per load rather
+    # than "turn it off" where speculation pays at lower load.
+    pytest.param(
+        r'(?s)\{\{- with printf "specmon_concurrency\{target=%q,model=%q,window=%q\}".*?'
+        r'(?=\{\{- with printf "specmon_crossover_concurrency)',
+        "",
+        "the page names the load",
+        id="page-without-load",
+    ),
+    pytest.param(
+        r'(?s)\{\{- with printf "specmon_crossover_concurrency\{target=%q,model=%q,window=%q\}".*?'
+        r'(?=\{\{- with printf "label_replace)',
+        "",
+        "the page names the load",
+        id="page-without-crossover",
+    ),
+    pytest.param(
+        r'(?s)\{\{- with printf "label_replace\(.*?\(0: speculation off there\)\.\{\{ end \}\}',
+        "",
+        "the page names the load",
+        id="page-without-chain-per-load",
+    ),
+    pytest.param(
+        r'sortByLabel "order"',
+        'sortByLabel "concurrency"',
+        "the page names the load",
+        id="chain-per-load-sorted-as-text",
+    ),
+    pytest.param(
+        r"\{\{- if or \(",
+        "{{- if and false (",
+        "the page names the load",
+        id="page-turns-it-off-where-it-pays",
+    ),
+    pytest.param(
+        r' \(printf "specmon_crossover_lower_concurrency\{target=%q,model=%q,window=%q\} < '
+        r'specmon_crossover_upper_concurrency\{target=%q,model=%q,window=%q\}"[^)]*\| query\)',
+        " false",
+        "the page names the load",
+        id="page-forgets-the-curve",
+    ),
+    pytest.param(
+        r'\} < specmon_crossover_upper_concurrency\{target=%q,model=%q,window=%q\}"',
+        '} <= specmon_crossover_upper_concurrency{target=%q,model=%q,window=%q}"',
+        "the page names the load",
+        id="page-range-where-it-paid-nowhere",
+    ),
+    # A window measuring a new load has no verdict: a firing page holds for keep_firing_for,
+    # and a loss at the new load holds for `for:` by itself (no bridging of the gap).
+    pytest.param(
+        r"keep_firing_for: 10m",
+        "keep_firing_for: 0s",
+        "a few scrapes measuring a new load",
+        id="measuring-resolves-the-page",
+    ),
+    pytest.param(
+        r'\(specmon_verdict_speedup_ratio\{window="5m"\} < 0\.75\)',
+        '(last_over_time(specmon_verdict_speedup_ratio{window="5m"}[2m]) < 0.75)',
+        "a few scrapes measuring a new load",
+        id="page-bridges-measuring",
+    ),
+    # One c per answer: the chain's gain against the verdict at its own c (issue 62).
+    pytest.param(
+        r'1\.05 \* specmon_verdict_speedup_ratio\{window="15m"\}',
+        '1.05 * specmon_expected_speedup_ratio{window="15m"}',
+        "chain too long names the better chain length",
+        id="chain-gain-at-the-configured-c",
+    ),
+    # A chain that still speculates: k' = 0 is SpecmonBelowBreakEven's (on its interval).
+    pytest.param(
+        r'\(specmon_best_chain_length\{window="15m"\} > 0\)',
+        'specmon_best_chain_length{window="15m"}',
+        "chain too long names the better chain length",
+        id="chain-too-long-says-off",
+    ),
+    # SpecmonAboveCrossover reads the low end of the crossover's range (issue 63).
+    pytest.param(
+        r'specmon_crossover_lower_concurrency\{window="15m"\}\n\s+or\n\s+',
+        "",
+        "above crossover quotes the crossover's range",
+        id="crossover-point-not-low-end",
     ),
     # The load alerts (group specmon-load).
     pytest.param(
@@ -610,7 +684,7 @@ MUTATIONS = [
 #: Mutations whose effect depends on the order of a query's results: promtool loads the input
 #: series in random order (a Go map), so the wrong series comes first in about two runs of
 #: three. Such a mutation must be caught within this many runs (a false pass: about 1e-5).
-ORDER_DEPENDENT = {"draft-cost-any-source": 10}
+ORDER_DEPENDENT: dict[str, int] = {}
 
 
 @pytest.mark.parametrize(("pattern", "replacement", "failing_test"), MUTATIONS)
@@ -766,12 +840,17 @@ _FLEET = ["gpu1", "cpu1", "trt1", "tgi1", "down1"]
 Variables = dict[str, str | list[str]]
 
 
-def _overview(engine: str | list[str]) -> Variables:
-    return {"engine": engine, "target": _FLEET, "window": "5m"}
+def _overview(engine: str | list[str], window: str = "5m") -> Variables:
+    return {"engine": engine, "target": _FLEET, "window": window}
 
 
-#: "All" engines (Grafana's allValue), then each engine alone.
-_OVERVIEW = [_overview(".+"), *(_overview([engine]) for engine in ENGINES.values())]
+#: "All" engines (Grafana's allValue), then each engine alone; TGI alone also in the window
+#: its target measures a new load in (fleet.MEASURING_WINDOWS).
+_OVERVIEW = [
+    _overview(".+"),
+    *(_overview([engine]) for engine in ENGINES.values()),
+    _overview(["tgi"], "1m"),
+]
 DASHBOARD_VARIABLES: dict[str, list[Variables]] = {
     "specmon-overview.json": _OVERVIEW,
     "specmon-target.json": [
@@ -801,23 +880,33 @@ def test_every_dashboard_query_returns_data(tmp_path: Path, name: str) -> None:
         selected = _selected(variables)
         engines = [ENGINES[t] for t in selected]
         baselines = [BASELINES[t] for t in selected]
+        measuring = [MEASURING_WINDOWS.get(t) == variables["window"] for t in selected]
+        taps = [t in TAPPED for t in selected]
         for q in panel_queries(board, variables, rate_interval="1m", interval="15s"):
             # A family the contract says the selected engines lack (TGI: no draft tokens;
-            # TensorRT-LLM: no load figures), or a figure against a baseline that none
-            # of the selected targets has.
-            if may_be_empty(q.expr, engines, baselines=baselines):
+            # TensorRT-LLM: no load figures), a figure against a baseline that none of the
+            # selected targets has, a figure of the answer where every selected window
+            # measures a new load (a panel that shows the answer now says "measuring"), or a
+            # class figure of a target without classes.
+            if may_be_empty(q.expr, engines, baselines=baselines, measuring=measuring, taps=taps):
                 allowed_empty.append(f"{','.join(selected)}: {q.panel_title} [{q.ref_id}]")
                 continue
             queries.append(q)
     assert queries
     if name == "specmon-target.json":
-        # The 12 queries of figures against a baseline (realized speed-up, speed-up by
-        # concurrency (2), the crossover and its 95 % range (3), the baseline's time per output
-        # token, the buckets' draft cost, and the best chain length per load level (4)) for
-        # trt1 and tgi1, which have no baseline twin; for trt1 also its concurrency and time
-        # per output token (TensorRT-LLM has no load figures) and the 3 queries of the last
-        # change (no step timing); for tgi1 also its draft tokens per second (TGI counts none).
-        per_target = {"trt1": 12 + 2 + 3, "tgi1": 12 + 1}
+        # trt1, which has no baseline twin: the 10 queries of figures against a baseline
+        # (realized speed-up, the crossover and its 95 % range (3), the baseline's time per
+        # output token, the buckets' draft cost, and the best chain length per load level
+        # (4)), its concurrency (2) and time per output token (TensorRT-LLM has no load
+        # figures) and the 3 queries of the last change (no step timing). tgi1, whose 1m
+        # window measures a new load: its draft tokens per second (TGI counts none) and the
+        # 12 chart queries of the answer's figures, which keep the gap (the verdict over time
+        # (3), against the best k' (2), chain length and draft cost (2), realized with the
+        # verdict's interval (3), alpha against the verdict's break-even (2)); every panel
+        # that shows the answer now says "measuring" there. And for every target but gpu1 (the
+        # one with a tap) the 7 queries of its classes (the class table's 5, the margin per
+        # class and the coverage).
+        per_target = {"trt1": 10 + 3 + 3 + 7, "tgi1": 1 + 12 + 7, "cpu1": 7}
         for target, count in per_target.items():
             found = [e for e in allowed_empty if e.startswith(f"{target}:")]
             assert len(found) == count, (target, found)

@@ -14,6 +14,7 @@ from specmon.sim.pages import PageKind, load_template
 from specmon.state.epochs import (
     K_SCRAPES,
     MAX_EPOCHS,
+    MIN_EPOCH_SECONDS,
     OFF_SCRAPES,
     VANISH_SCRAPES,
     EpochBook,
@@ -23,6 +24,8 @@ from tests.support.captured import DRAFTLESS, PAGES
 
 INTERVAL = 5.0
 START = 1_780_000_000.0
+#: Scrapes an epoch lasts before the next change (a briefer one is a flap).
+LASTING = int(MIN_EPOCH_SECONDS / INTERVAL) + K_SCRAPES + 1
 
 
 class Watched:
@@ -115,6 +118,7 @@ def test_vanished_series_end_speculation_and_their_return_starts_it() -> None:
     w.configure(speculation=False)  # vLLM drops the families
     assert w.scrapes_until_new_epoch() == VANISH_SCRAPES
     assert w.epochs()[-1] == (2, False, None, "series_vanished")
+    w.scrape(LASTING)  # the epoch lasts (a briefer one is a flap: folded back)
     w.configure(speculation=True)
     assert w.scrapes_until_new_epoch() == 1
     assert w.epochs()[-1] == (3, True, 4, "speculation_on")
@@ -212,12 +216,12 @@ def test_eviction_keeps_the_newest_epoch_of_each_configuration() -> None:
     w = Watched(PageKind.VLLM, K4)
     w.scrape(3)
     w.configure(speculation=False)
-    w.scrape(VANISH_SCRAPES + 2)
+    w.scrape(LASTING)
     w.configure(speculation=True)
-    w.scrape(2)
+    w.scrape(LASTING)
     for i in range(3 * MAX_EPOCHS):
         w.configure(survival=(0.9, 0.7) if i % 2 == 0 else (0.9, 0.7, 0.5))
-        w.scrape(K_SCRAPES + 1)
+        w.scrape(LASTING)
     (view,) = w.book.view()
     assert len(view.epochs) == MAX_EPOCHS
     assert any(not e.speculation for e in view.epochs)
@@ -338,3 +342,151 @@ def test_tgi_settles_its_first_epoch_either_way(kind: PageKind) -> None:
     off = Watched(kind, replace(K4, speculation=False, drafts_per_request=5))
     off.scrape(OFF_SCRAPES + 3)
     assert off.epochs() == [(1, False, None, "first_seen")]
+
+
+# --------------------------------------------------------------------------- hostile pages
+# Issue 61: what an epoch counts obeys the laws a restored one must (a target whose counters
+# alternated, or whose positions did, was counted anyway, written, and its record then
+# refused the whole state file at the next start).
+
+MOST = 2**53 - 1
+
+
+def _vllm(drafts: int, tokens: int, accepted: int, positions: list[int], gen: int = 0) -> str:
+    m = 'engine="0",model_name="m"'
+    lines = [
+        f"vllm:spec_decode_num_drafts_total{{{m}}} {drafts}",
+        f"vllm:spec_decode_num_draft_tokens_total{{{m}}} {tokens}",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{m}}} {accepted}",
+        *(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{m},position="{i}"}} {v}'
+            for i, v in enumerate(positions)
+        ),
+        f"vllm:generation_tokens_total{{{m}}} {gen}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _feed(book: EpochBook, pages: list[str]) -> None:
+    for i, page in enumerate(pages):
+        reading = read_page(page)
+        assert reading.models, reading.rejected  # each page is valid alone
+        book.observe(reading, START + INTERVAL * (i + 1))
+
+
+def _within_bounds(book: EpochBook) -> None:
+    """Every epoch within the laws, and its saved form restored without a refusal."""
+    (view,) = book.view()
+    for e in view.epochs:
+        assert max(e.drafts, e.draft_tokens, e.accepted_tokens, e.generated_tokens) <= 2**53
+        if e.drafts:
+            assert 1 + e.accepted_tokens / e.drafts <= (e.chain_length or 64) + 1 + 1e-9
+    EpochBook().restore(book.to_json(), now=START + 10**6)
+
+
+def test_counters_alternating_between_0_and_2_53_stay_within_every_bound() -> None:
+    big = _vllm(MOST // 4, MOST, MOST // 2, [MOST // 4, MOST // 8], gen=MOST)
+    zero = _vllm(0, 0, 0, [0, 0], gen=0)
+    book = EpochBook()
+    _feed(book, [big, zero] * 50)
+    _within_bounds(book)
+
+
+def test_positions_alternating_between_2_and_4_keep_the_epoch_within_k_plus_1() -> None:
+    pages = []
+    for i in range(1, 101):
+        d = 1000 * i  # 3.5 tokens accepted a draft: a k = 4 server's, not a k = 2 one's
+        positions = [d, d, d, d // 2] if i % 2 else [d, d]
+        pages.append(_vllm(d, 4 * d, 7 * d // 2, positions, gen=10 * d))
+    book = EpochBook()
+    _feed(book, pages)
+    (view,) = book.view()
+    assert view.current.chain_length == 4 and len(view.epochs) == 1  # first seen with 4
+    _within_bounds(book)
+    two_first = EpochBook()
+    _feed(two_first, pages[1:])  # first seen with 2: the k = 4 intervals do not fit k = 2
+    (view,) = two_first.view()
+    assert view.current.chain_length == 2 and view.current.drafts == 0
+    assert view.current.generated_tokens == 10 * 1000 * (100 - 2)  # the rest counted
+    _within_bounds(two_first)
+
+
+def test_a_counter_falling_while_the_drafts_do_not_is_no_rise() -> None:
+    """A broken page (accepted tokens down to 0, drafts rising) is neither counted nor the
+    baseline, as the windows refuse it: the rise back is not taken whole."""
+    pages = [_vllm(100 * i, 400 * i, 200 * i, [100 * i, 60 * i], gen=1000 * i) for i in (1, 2)]
+    pages.append(_vllm(300, 1200, 0, [0, 0], gen=3000))  # the broken page
+    pages += [_vllm(100 * i, 400 * i, 200 * i, [100 * i, 60 * i], gen=1000 * i) for i in (4, 5)]
+    book = EpochBook()
+    _feed(book, pages)
+    (view,) = book.view()
+    assert view.current.accepted_tokens == 200 * 5 - 200  # from the first page: no more
+    assert view.current.drafts == 100 * 5 - 100
+    (event,) = view.events if view.events else (None,)
+    assert event is None  # not a restart either
+
+
+def test_an_epoch_not_yet_known_to_speculate_counts_no_drafts() -> None:
+    """Drafted tokens rising while the drafts counter stays at 0: the epoch is not known to
+    speculate (the drafts are its evidence) and must not count them (the saved form is
+    refused with them)."""
+    pages = [_vllm(0, 40 * i, 0, [0, 0], gen=100 * i) for i in range(1, 4)]
+    book = EpochBook()
+    _feed(book, pages)
+    (view,) = book.view()
+    assert view.current.speculation is None and view.current.draft_tokens == 0
+    assert view.current.generated_tokens == 200
+    _within_bounds(book)
+
+
+def test_speculation_flapping_every_2_scrapes_makes_no_new_epoch_numbers() -> None:
+    """Issue 61: the `epoch` label of specmon_config_epoch_info took a new value every few
+    seconds. A change that ends an epoch younger than MIN_EPOCH_SECONDS folds it back (or
+    takes its place): the numbers stay those of the epochs that lasted."""
+    w = Watched(PageKind.VLLM, K4)
+    w.scrape(LASTING)
+    numbers: set[int] = set()
+    for i in range(60):
+        w.configure(speculation=i % 2 == 1)
+        w.scrape(VANISH_SCRAPES)
+        numbers.update(e.number for e in w.book.view()[0].epochs)
+    assert numbers <= {1, 2}, numbers
+    (view,) = w.book.view()
+    assert any("flapping" in text for _, text in view.events)
+    names = {name for _, name, _ in w.events}
+    assert names <= {"config_epoch_started", "config_epoch_folded", "config_epoch_replaced"}
+    _within_bounds(w.book)
+    # A configuration that then holds is a new epoch as before.
+    w.configure(survival=(0.9, 0.7))
+    w.scrape(LASTING)
+    assert w.epochs()[-1][1:] == (True, 2, "chain_length")
+
+
+def test_a_page_from_another_engine_now_and_then_clears_no_epoch() -> None:
+    """Issue 61: a page alternating between vLLM and llama.cpp cleared the epochs (and the
+    curves) at every scrape. Another engine must hold ENGINE_SCRAPES pages in a row."""
+    w = Watched(PageKind.VLLM, K4)
+    other = load_template(PageKind.LLAMACPP)
+    w.scrape(5)
+    (before,) = w.book.view()
+    for _ in range(20):
+        w.scrape(2)
+        w.book.observe(read_page(other.render(w.engine, model="m")), START + w.now + 1)
+    (after,) = w.book.view()
+    assert w.book.engine == "vllm"
+    assert after.epochs[0].start == before.epochs[0].start
+    assert after.current.scrapes > before.current.scrapes
+    for i in range(3):  # three llama.cpp pages in a row: another engine
+        w.book.observe(read_page(other.render(w.engine, model="m")), START + w.now + 2 + i)
+    assert w.book.engine == "llamacpp"
+
+
+def test_a_wall_clock_stepping_back_keeps_the_epochs_in_order() -> None:
+    w = Watched(PageKind.VLLM, K4)
+    w.scrape(LASTING)
+    w.now -= 3600.0  # the wall clock stepped back an hour
+    w.configure(survival=(0.9, 0.7))
+    w.scrape(LASTING)
+    (view,) = w.book.view()
+    assert view.current.start >= view.epochs[0].start
+    EpochBook().restore(w.book.to_json(), now=START + w.now)

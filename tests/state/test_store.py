@@ -135,7 +135,7 @@ def _good(tmp_path: Path) -> bytes:
     [
         (lambda d: d[: len(d) // 2], "truncated"),
         (lambda d: d[:-1] + (b"]" if d[-1:] != b"]" else b"}"), "corrupted"),
-        (lambda d: d.replace(b'"version":2', b'"version":1', 1), "version 1"),  # an old file
+        (lambda d: d.replace(b'"version":3', b'"version":1', 1), "version 1"),  # an old file
         (lambda d: b"\x00" * 100, "no header line"),
         (lambda d: b'{"format":"other"}\n{}', "not a specmon state file"),
         (lambda d: b"", "no header line"),
@@ -151,12 +151,24 @@ def test_a_damaged_file_is_refused_with_one_line_and_a_fresh_start(
     assert [line["event"] for line in logs] == ["state_refused"]
 
 
-def test_a_restored_value_out_of_bounds_refuses_the_file(tmp_path: Path) -> None:
-    good = decode(_good(tmp_path))
-    good["targets"][0]["models"]["m"]["epochs"][0]["k"] = 1000
-    logs = _refused(tmp_path, encode(good))
-    assert [line["event"] for line in logs] == ["state_refused"]
-    assert "chain length" in logs[0]["reason"]
+def test_a_restored_value_out_of_bounds_costs_that_target_only(tmp_path: Path) -> None:
+    """A k of 1,000 in one target's record refused the whole file (issue 61: every target's
+    history gone for one bad record): now that target alone, one line naming it."""
+    states = [_state(f"t{i}") for i in range(3)]
+    good = decode(_written(tmp_path / "good", states).path.read_bytes())
+    good["targets"][1]["models"]["m"]["epochs"][0]["k"] = 1000
+    keeper = _keeper(tmp_path)
+    keeper.path.write_bytes(encode(good))
+    with structlog.testing.capture_logs() as logs:
+        assert keeper.open()
+    assert [line["event"] for line in logs] == ["state_target_refused", "state_read"]
+    assert logs[0]["target"] == "t1" and "chain length" in logs[0]["reason"]
+    assert (logs[1]["targets"], logs[1]["refused"]) == (2, 1)
+    fresh = [_state(f"t{i}") for i in range(3)]
+    for s in fresh:
+        keeper.restore(s)
+    assert [bool(s.epochs.view()) for s in fresh] == [True, False, True]
+    assert fresh[0].epochs.view() == states[0].epochs.view()
 
 
 def test_a_1_gb_sparse_file_is_refused_from_its_size(tmp_path: Path) -> None:
@@ -247,7 +259,7 @@ def test_a_write_replaces_the_file_whole(tmp_path: Path) -> None:
     path = tmp_path / "f"
     write_atomic(path, encode({"a": 1}))
     write_atomic(path, encode({"a": 2}))
-    assert read_state(path) == {"a": 2}
+    assert read_state(path) == {"a": 2, "targets": []}
     assert [p.name for p in tmp_path.iterdir()] == ["f"]  # no temporary left
 
 
@@ -363,3 +375,156 @@ def test_a_target_removed_while_running_keeps_its_epochs_and_gets_them_back(
     back = _state("t")  # configured again, same URL
     keeper.restore(back)
     assert [e.note for e in back.epochs.view()[0].epochs] == ["", "draft 1B"]
+
+
+# --------------------------------------------------------------------------- issue 61
+
+
+def test_a_clock_behind_the_writer_keeps_every_target(tmp_path: Path) -> None:
+    """A clock 1.5 days behind the last writer refused the whole file (1,000 targets): now
+    every target is kept, its later times taken as now (in order), with one line."""
+    from specmon.state.epochs import EpochBook
+
+    one = _state("t")
+    _feed(one)
+    ahead = START + 1.5 * 86400
+    one.mark(wall=ahead - 600.0, note="marked on the writer's clock")
+    model = one.epochs.to_json()
+    states = []
+    for i in range(1000):
+        s = _state(f"target-{i:04d}")
+        s.epochs = EpochBook()
+        s.epochs.engine = "vllm"
+        s.epochs.restore(model, now=ahead)
+        states.append(s)
+    writer = _keeper(tmp_path, clock=lambda: ahead)
+    assert writer.open()
+    _save(writer, states)
+    writer.close()
+    behind = START + 100.0
+    reader = _keeper(tmp_path, clock=lambda: behind)
+    with structlog.testing.capture_logs() as logs:
+        assert reader.open()
+    events = [line["event"] for line in logs]
+    assert events == ["state_clock_behind", "state_read"], events
+    assert logs[1]["targets"] == 1000 and logs[1]["refused"] == 0
+    fresh = _state("target-0999")
+    reader.restore(fresh)
+    (view,) = fresh.epochs.view()
+    assert [e.note for e in view.epochs] == ["", "marked on the writer's clock"]
+    assert view.current.start == behind  # after this clock's now: taken as now
+    assert view.epochs[0].start == START + 5.0  # before it: as written
+
+
+def test_a_lock_file_linked_to_another_file_leaves_that_file_alone(tmp_path: Path) -> None:
+    """A lock file hard-linked to another file: that file was truncated and overwritten with
+    the pid. Now the lock file is refused (the state off, one line) and the file untouched."""
+    victim = tmp_path / "victim.conf"
+    victim.write_text("precious\n")
+    keeper = _keeper(tmp_path / "state")
+    keeper.directory.mkdir(mode=0o700)
+    os.link(victim, keeper.lock.path)
+    with structlog.testing.capture_logs() as logs:
+        assert not keeper.open()
+        assert not keeper.open()  # tried again each interval, logged once
+    assert victim.read_text() == "precious\n"
+    assert [line["event"] for line in logs] == ["state_dir_unusable"]
+    assert "2 links" in logs[0]["error"]
+    assert not keeper.lock.held
+
+
+def test_a_temporary_planted_as_a_link_is_replaced_not_written_through(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.conf"
+    victim.write_text("precious\n")
+    keeper = _keeper(tmp_path / "state")
+    assert keeper.open()
+    os.link(victim, keeper.path.with_name(f".{keeper.path.name}.{os.getpid()}.tmp"))
+    state = _state("t")
+    _feed(state)
+    _save(keeper, [state])
+    assert keeper.writes == 1 and victim.read_text() == "precious\n"
+    assert read_state(keeper.path) is not None
+
+
+def _group_writable(directory: Path) -> None:
+    directory.chmod(0o770)
+    os.chown(directory, os.geteuid(), 54321)
+
+
+def _world_writable(directory: Path) -> None:
+    directory.chmod(0o777)
+
+
+_WORLD_WRITABLE = _world_writable
+
+
+@pytest.mark.parametrize(
+    ("setup", "says"),
+    [
+        (_world_writable, "writable by every user"),
+        (lambda d: os.chown(d, 12345, 12345), "owned by uid 12345"),
+        (_group_writable, "writable by group"),
+    ],
+)
+def test_a_directory_others_can_write_in_is_not_used(tmp_path: Path, setup: Any, says: str) -> None:
+    """A state directory writable by others or owned by another user was used without a
+    word: anyone there could plant a FIFO, hold the lock or forge a history."""
+    if os.geteuid() != 0 and setup is not _WORLD_WRITABLE:
+        pytest.skip("chown to another user or group needs root")
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700)
+    _written(directory, [_state("t")])
+    setup(directory)
+    keeper = _keeper(directory)
+    with structlog.testing.capture_logs() as logs:
+        assert not keeper.open()
+    assert [line["event"] for line in logs] == ["state_dir_unusable"]
+    assert says in logs[0]["error"]
+    state = _state("t")
+    keeper.restore(state)
+    assert state.epochs.view() == ()  # nothing read
+    _save(keeper, [state])
+    assert keeper.writes == 0 and keeper.last_ok is False
+
+
+def test_mark_notes_lose_control_and_invisible_characters(tmp_path: Path) -> None:
+    """Notes kept newlines and terminal escapes, and the API returned them raw."""
+    from specmon.daemon.status_page import views_json
+
+    state = _state("t")
+    _feed(state)
+    note = "draft\n1B\x1b[2J\u202eevil\r\x00"
+    status, _ = mark_targets({"target": "t", "note": note}, [state], log=get_logger())
+    assert status == 200
+    (doc,) = views_json([state.view])
+    api = doc["epochs"][0]["epochs"][-1]["note"]
+    assert api == "draft 1B [2J evil"
+    assert (
+        mark_targets({"target": "t", "note": "\n\x1b\u200b"}, [state], log=get_logger())[0] == 400
+    )
+    # A note written raw by an older specmon is cleaned when read back.
+    keeper = _keeper(tmp_path)
+    assert keeper.open()
+    _save(keeper, [state])
+    keeper.close()
+    body = read_state(keeper.path)
+    assert body is not None
+    body["targets"][0]["models"]["m"]["epochs"][-1]["note"] = "old\nnote\x1b[0m"
+    write_atomic(keeper.path, encode(body))
+    again = _keeper(tmp_path)
+    assert again.open()
+    fresh = _state("t")
+    again.restore(fresh)
+    assert fresh.epochs.view()[0].epochs[-1].note == "old note [0m"
+
+
+def test_the_lifecycle_flag_names_both_endpoints_it_allows() -> None:
+    import argparse
+
+    from specmon.cli import web as web_cli
+
+    parser = argparse.ArgumentParser()
+    web_cli.add_run_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    flag = text[text.rindex("--web.enable-lifecycle") :][:200]
+    assert "/-/reload" in flag and "/-/mark" in flag

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["CASES", "SECRET_HEADER", "SECRET_TOKEN", "HostileServer"]
+__all__ = ["CASES", "EPOCH_CASES", "SECRET_HEADER", "SECRET_TOKEN", "HostileServer"]
 
 SECRET_TOKEN = "hostile-token-3e7d1c"
 SECRET_HEADER = "tenant-secret-8b2f4a"
@@ -116,8 +116,41 @@ CASES: dict[str, Callable[[int], str]] = {
 }
 
 
+_MOST = 2**53 - 1
+
+
+def _alternating(n: int) -> str:
+    """Counters alternating between 0 (two positions) and the largest a page may show (four
+    positions), each page valid alone (issue 61: counted into the epoch anyway, written,
+    and the next start refused the whole state file)."""
+    if n % 2 == 0:
+        return _vllm_positions("m", 0, 0, 0, [0, 0])
+    d = _MOST // 8
+    return _vllm_positions("m", d, _MOST, 7 * d, [d, d, d, d // 2])
+
+
+def _vllm_positions(m: str, d: int, t: int, a: int, positions: list[int]) -> str:
+    labels = f'engine="0",model_name="{m}"'
+    return "".join(
+        [
+            f"vllm:spec_decode_num_drafts_total{{{labels}}} {d}\n",
+            f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {t}\n",
+            f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {a}\n",
+            *(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} '
+                f"{v}\n"
+                for i, v in enumerate(positions)
+            ),
+        ]
+    )
+
+
+#: Path -> page: hostile to the configuration epochs and the state file (not in CASES).
+EPOCH_CASES: dict[str, Callable[[int], str]] = {"/alternating": _alternating}
+
+
 class HostileServer:
-    """Serves :data:`CASES`, plus ``/echo`` (an error echoing the request headers),
+    """Serves :data:`CASES` and :data:`EPOCH_CASES`, plus ``/echo`` (an error echoing the request headers),
     ``/redirect`` (a redirect to ``redirect_to``) and ``/hang`` (never answers)."""
 
     def __init__(self, *, redirect_to: str = "") -> None:
@@ -142,7 +175,7 @@ class HostileServer:
         if path == "/hang":
             await self._stopping.wait()
             return web.Response(status=503)
-        page = CASES.get(path)
+        page = CASES.get(path) or EPOCH_CASES.get(path)
         if page is None:
             raise web.HTTPNotFound()
         return web.Response(text=page(n), content_type="text/plain")

@@ -18,6 +18,7 @@ from specmon.engines import (
     SpecCounters,
     SpecGauges,
 )
+from specmon.engines.classes import ClassCounts, ClassReading
 from specmon.load import PROFILE_FORMAT, PROFILE_VERSION, Profile, profile_from_json
 from specmon.load.matched import MatchedBucket
 from specmon.sources import ScrapeResult
@@ -37,8 +38,25 @@ def counters(
     )
 
 
-def page(engine: Engine | None, *models: ModelReading, malformed: int = 0) -> PageReading:
-    return PageReading(engine=engine, models=models, malformed=malformed)
+def page(
+    engine: Engine | None,
+    *models: ModelReading,
+    malformed: int = 0,
+    classes: ClassReading | None = None,
+) -> PageReading:
+    return PageReading(engine=engine, models=models, malformed=malformed, classes=classes)
+
+
+def tapped(**classes: tuple[int, int, int, int]) -> ClassReading:
+    """A tap's page: per class (requests, accepted, drafted, steps)."""
+    return ClassReading(
+        source="tap",
+        classes=tuple(
+            (name, ClassCounts(requests=r, accepted_tokens=a, draft_tokens=d, steps=s))
+            for name, (r, a, d, s) in sorted(classes.items())
+        ),
+        engine="vllm",
+    )
 
 
 def state(name: str, *, fleet: Twins | None = None, **config: object) -> TargetState:
@@ -144,7 +162,7 @@ def feed_one(target: TargetState, reading: PageReading, i: int, *, step: float =
 
 
 def fleet() -> list[TargetState]:
-    """Every kind of target: two vLLM models, llama.cpp with constant labels and a configured
+    """Every kind of target: two vLLM models (with a tap's classes beside them), llama.cpp with constant labels and a configured
     chain length, a target whose window has no drafts, SGLang gauges, vLLM V0 lifetime gauges,
     a page without speculation, a down target and one never scraped."""
     vllm = feed(
@@ -158,6 +176,7 @@ def fleet() -> list[TargetState]:
                     context=Context(requests_running=3.0, generation_tokens=5000),
                 ),
                 ModelReading("llama", counters(10, 40, (9, 8, 6, 2))),
+                classes=tapped(code=(10, 400, 1200, 400), chat=(20, 200, 1500, 500)),
             ),
             page(
                 Engine.VLLM,
@@ -167,6 +186,7 @@ def fleet() -> list[TargetState]:
                     context=Context(requests_running=5.0, generation_tokens=8000),
                 ),
                 ModelReading("llama", counters(30, 120, (25, 20, 14, 5))),
+                classes=tapped(code=(20, 700, 2100, 700), chat=(35, 420, 2400, 800)),
             ),
             page(
                 Engine.VLLM,
@@ -177,6 +197,7 @@ def fleet() -> list[TargetState]:
                 ),
                 ModelReading("llama", counters(70, 280, (60, 41, 30, 12))),
                 malformed=2,
+                classes=tapped(code=(25, 900, 2700, 900), chat=(40, 480, 2900, 960)),
             ),
         ],
     )

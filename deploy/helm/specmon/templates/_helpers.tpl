@@ -54,6 +54,13 @@ app.kubernetes.io/component: {{ include "specmon.component" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The `helm test` pod's labels that the NetworkPolicy admits (a subset of its labels). */}}
+{{- define "specmon.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "specmon.name" . }}
+app.kubernetes.io/component: test
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
 {{/* The release label kube-prometheus-stack's Prometheus selects on (values: releaseLabel). */}}
 {{- define "specmon.releaseLabel" -}}
 {{- with .Values.releaseLabel -}}
@@ -108,9 +115,65 @@ release: {{ . | quote }}
 {{- if eq .Values.mode "sidecar" }}specmon-config{{ else }}config{{ end }}
 {{- end }}
 
+{{/* extraArgs may not set a flag the chart sets or owns (argparse takes the last one given,
+and any unambiguous prefix of a flag's name: `--web.config=/dev/null` would turn TLS and
+basic auth off under webConfig.enabled), nor open the lifecycle API (POST /-/reload,
+/-/mark) without webConfig's password. Renders nothing; fails with the reason. */}}
+{{- define "specmon.checkExtraArgs" -}}
+{{- $own := dict
+  "--config.file" "set it through `config` (or existingConfigSecret)"
+  "--shard" "set `replicas` (the chart gives each replica its shard)"
+  "--web.config.file" "set `webConfig`"
+  "--log.format" "set `logFormat`"
+  "--state.dir" "set `persistence` (the chart mounts the volume and passes --state.dir)"
+  "--web.listen-address" "the chart's port, probes and Service use :10920" }}
+{{- range .Values.extraArgs }}
+{{- $arg := toString . }}
+{{- $name := first (splitList "=" $arg) }}
+{{- if and (hasPrefix "--" $name) (gt (len $name) 2) }}
+{{- range $flag, $instead := $own }}
+{{- if hasPrefix $name $flag }}
+{{- fail (printf "extraArgs: %q would override the chart's own %s: %s" $arg $flag $instead) }}
+{{- end }}
+{{- end }}
+{{- if and (hasPrefix $name "--web.enable-lifecycle") (not $.Values.webConfig.enabled) }}
+{{- fail (printf "extraArgs: %q opens POST /-/reload and /-/mark to anyone who reaches the port: set webConfig.enabled (basic auth) first" $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Headers in `config` that look secret are refused as Authorization is (specmon's own
+check sends that to the bearer_token and basic_auth keys): the ConfigMap is readable by whoever can
+read ConfigMaps, and Helm keeps the values in its release record. Such a config goes in a
+Secret of your own: existingConfigSecret. Renders nothing; fails naming the header. */}}
+{{- define "specmon.checkHeaders" -}}
+{{- if not .Values.existingConfigSecret }}
+{{- $clients := list }}
+{{- range $i, $t := (.Values.config.targets | default list) }}
+{{- if kindIs "map" $t }}{{ $clients = append $clients (list (printf "config.targets[%d]" $i) $t) }}{{ end }}
+{{- end }}
+{{- range $i, $s := (.Values.config.sources | default list) }}
+{{- if and (kindIs "map" $s) (kindIs "map" $s.prometheus) }}{{ $clients = append $clients (list (printf "config.sources[%d].prometheus" $i) $s.prometheus) }}{{ end }}
+{{- end }}
+{{- range $clients }}
+{{- $where := index . 0 }}
+{{- $headers := (index . 1).headers }}
+{{- if kindIs "map" $headers }}
+{{- range $header, $_ := $headers }}
+{{- if regexMatch "(?i)(key|token|secret|passw|auth|cookie|credential|session)" $header }}
+{{- fail (printf "%s.headers.%s looks like a secret: the chart would write it into a ConfigMap. Use bearer_token_file or basic_auth where the engine takes them, or put the whole config in a Secret of your own (existingConfigSecret)" $where $header) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The specmon container: the workload's, and the one to copy into an engine pod
 (sidecar mode, printed by NOTES.txt). */}}
 {{- define "specmon.container" -}}
+{{- include "specmon.checkExtraArgs" . }}
 - name: specmon
   image: {{ include "specmon.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -193,8 +256,16 @@ release: {{ . | quote }}
   projected:
     defaultMode: 0444
     sources:
+      {{- if .Values.existingConfigSecret }}
+      - secret:
+          name: {{ .Values.existingConfigSecret }}
+          items:
+            - key: specmon.yml
+              path: specmon.yml
+      {{- else }}
       - configMap:
           name: {{ include "specmon.fullname" . }}
+      {{- end }}
       {{- if .Values.webConfig.enabled }}
       - secret:
           name: {{ include "specmon.webSecretName" . }}
@@ -217,5 +288,55 @@ release: {{ . | quote }}
 {{- if and .Values.webConfig.enabled (not .Values.webConfig.existingSecret) }}
 {{- $web = toYaml .Values.webConfig.config }}
 {{- end }}
-{{- printf "%s\n---\n%s" (toYaml .Values.config) $web | sha256sum }}
+{{- $config := toYaml .Values.config }}
+{{- with .Values.existingConfigSecret }}{{ $config = printf "secret %s" . }}{{ end }}
+{{- printf "%s\n---\n%s" $config $web | sha256sum }}
+{{- end }}
+
+{{/* The tap container (sidecar mode with tap.enabled, printed by NOTES.txt): a reverse proxy
+in front of the engine on the pod's loopback (docs/tap.md). */}}
+{{- define "specmon.tapContainer" -}}
+- name: specmon-tap
+  image: {{ include "specmon.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: [specmon, tap]
+  args:
+    - --upstream={{ .Values.tap.upstream }}
+    - --listen=:{{ .Values.tap.port }}
+    {{- if .Values.tap.classHeader }}
+    - --class-header={{ .Values.tap.classHeader }}
+    - --classes={{ join "," .Values.tap.classes }}
+    {{- end }}
+    - --log.format={{ .Values.logFormat }}
+    {{- with .Values.tap.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: {{ .Values.tap.portName }}
+      containerPort: {{ .Values.tap.port }}
+      protocol: TCP
+  # On the request path: the pod is Ready when the tap answers (clients reach the engine
+  # through it).
+  readinessProbe:
+    httpGet:
+      path: /healthz
+      port: {{ .Values.tap.portName }}
+    periodSeconds: 5
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: {{ .Values.tap.portName }}
+    {{- toYaml .Values.livenessProbe | nindent 4 }}
+  {{- with .Values.tap.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- $securityContext := deepCopy .Values.securityContext }}
+  {{- if .Values.podSecurityContext.seccompProfile }}
+  {{- $_ := set $securityContext "seccompProfile" .Values.podSecurityContext.seccompProfile }}
+  {{- end }}
+  {{- with $securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}

@@ -1,0 +1,270 @@
+"""A window read against a baseline at the load it runs at now: the one place that decides
+whether the speed-up there is measured, read off the cost curve, or not known yet. Pure.
+
+The baseline's speed per concurrency bucket comes as a :class:`~specmon.load.LoadWindow` (a
+twin's window, or a past configuration epoch's sums laid out the same way: its buckets and
+its cost-curve accumulator) or a :class:`~specmon.load.Profile`. The window's buckets are
+compared with it bucket by bucket (:mod:`specmon.load.compare`: like with like), the cost
+curve is fitted to both sides (:mod:`specmon.load.curve`), and at the load the answer is read
+at (:func:`read_concurrency`):
+
+- ``measured``: the window's own bucket there has enough data on both sides: its realized
+  speed-up, with the 95 % interval of both sides' spread;
+- ``interpolated``: it has not, but the cost curve's last hour measured that bucket on both
+  sides: the curve's speed-up at that load, with the curve's interval;
+- ``measuring``: neither: a load no evidence has measured. No number, and never a figure
+  from another load or a guessed cost in its place: a curve that has never seen a load can
+  be wrong there by far more than its interval says (the demo's first visits to 16 and 32
+  requests read 2.43x and 0.36x for a truth near 0.7x). The bucket's progress is said.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specmon.answer.crossover import Crossover, crossover_at_acceptance, curve_crossover
+from specmon.answer.model import PerLoad
+from specmon.bounds import chain_bound, draft_cost_refusal, speedup_refusal
+from specmon.engines import SpecCounters
+from specmon.load import (
+    DEFAULT_SCHEME,
+    BucketVerdict,
+    CompareMemo,
+    LoadWindow,
+    Profile,
+    compare_with_profile,
+    compare_with_twin,
+    measured_costs,
+)
+from specmon.load import curve as cost_curve
+from specmon.load.compare import BucketComparison
+from specmon.records import record
+from specmon.report import best_chain
+
+__all__ = ["CurveReading", "Read", "read_comparison", "read_concurrency", "read_curve"]
+
+#: No spread known yet (fewer than 2 intervals retained): 5 %, not certainty.
+_UNKNOWN_SPREAD = 0.05
+
+
+def read_concurrency(*, latest: float | None, window: float | None) -> float | None:
+    """ "At this load": the concurrency every basis reads its answer at. The latest
+    interval's (the window's mean can fall between the loads the window saw), else, when that
+    interval decoded nothing (the server idle) or its engine counts no steps, the window's."""
+    return latest if latest is not None else window
+
+
+@record
+class Read:
+    """A window against its baseline at the load it runs at now."""
+
+    #: "measured", "interpolated" or "measuring" (:class:`~specmon.answer.ReadState`'s values).
+    state: str
+    at: float | None
+    bucket: str | None
+    speedup: float | None = None
+    interval: tuple[float, float] | None = None
+    #: The draft cost measured there (None: none usable: no drafted tokens, or below 0 / not
+    #: finite, :mod:`specmon.bounds`); ``raw_cost``: as measured, for the note on a c below 0.
+    draft_cost: float | None = None
+    time_per_output_token_seconds: float | None = None
+    crossover: Crossover | None = None
+    per_load: tuple[PerLoad, ...] = ()
+    #: While measuring: what the bucket still lacks, or why nothing can be read.
+    progress: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def read_comparison(
+    window: LoadWindow,
+    *,
+    base: LoadWindow | Profile,
+    acceptance: SpecCounters,
+    survival: tuple[float, ...],
+    drafted_per_draft: float | None,
+    chain_length: int | None,
+    at: float | None,
+    memo: CompareMemo | None = None,
+) -> Read:
+    """The window compared with ``base`` bucket by bucket, and read at ``at``.
+
+    ``acceptance``: the window's speculative counters; ``survival``: its per-position
+    survival (empty: no best chain length per load); ``drafted_per_draft``: its drafted
+    tokens per draft (None: the chain length); ``memo``: the window's comparison memo (each
+    bucket compared once per change of its sums)."""
+    if isinstance(base, Profile):
+        verdicts = compare_with_profile(window.buckets, base, chain_length=chain_length, memo=memo)
+    else:
+        verdicts = compare_with_twin(
+            window.buckets, base.buckets, chain_length=chain_length, memo=memo
+        )
+    curve = _curve(window, base)
+    current = DEFAULT_SCHEME.bucket_of(at) if at is not None else None
+    draft_length = drafted_per_draft if drafted_per_draft is not None else float(chain_length or 1)
+    totals = window.totals
+    per_step = totals.tokens_per_step if totals is not None else None
+    sd = cost_curve.acceptance_log_sd(acceptance, tokens_per_draft=draft_length)
+    crossing = None
+    if curve is not None and per_step is not None:
+        crossing = curve_crossover(
+            curve, tokens_per_step=per_step, acceptance_sd=sd or 0.0, chain_length=chain_length
+        )
+    elif curve is None:
+        crossing = crossover_at_acceptance(measured_costs(verdicts), acceptance)
+    per_load = tuple(_per_load(v, survival, chain_length, drafted_per_draft) for v in verdicts)
+    mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
+    label = current.label if current is not None else None
+    comparison = mine.comparison if mine is not None else None
+    if comparison is not None:
+        cost = comparison.draft_cost
+        return Read(
+            "measured", at, comparison.bucket.label, comparison.realized_speedup,
+            _measured_interval(comparison, window, base, draft_length, sd),
+            cost if cost is not None and cost >= 0 else None,
+            comparison.target_time_per_output_token_seconds, crossing, per_load,
+            notes=comparison.notes,
+        )  # fmt: skip
+    short = mine.reason if mine is not None else "no data at this load in the window yet"
+    if at is None:
+        return Read("measuring", None, None, crossover=crossing, per_load=per_load,
+                    progress="no load figures yet")  # fmt: skip
+    if curve is not None and per_step is not None:
+        read = read_curve(curve, at, tokens_per_step=per_step, acceptance_sd=sd or 0.0,
+                          chain_length=chain_length,
+                          drafted_per_step=_assumed_drafted(window, chain_length))  # fmt: skip
+        if read is not None:
+            cost = read.draft_cost
+            return Read(
+                "interpolated", at, label, read.speedup, read.interval,
+                cost if cost is not None and cost >= 0 else None,
+                curve.tpot_at(at, per_step), crossing, per_load,
+                progress=f"this window's bucket {label}: {short}",
+            )  # fmt: skip
+    return Read("measuring", at, label, crossover=crossing, per_load=per_load,
+                progress=short)  # fmt: skip
+
+
+def _curve(window: LoadWindow, base: LoadWindow | Profile) -> cost_curve.Curve | None:
+    """The window's cost curve against the baseline's (None: not enough yet)."""
+    if window.curve is None:
+        return None
+    if isinstance(base, Profile):
+        return cost_curve.profile_curve(window.curve, base)
+    if base.curve is None:
+        return None
+    return cost_curve.twin_curve(window.curve, base.curve)
+
+
+@record
+class CurveReading:
+    """The cost curve at one load: the speed-up, its 95 % interval and the draft cost there."""
+
+    speedup: float
+    interval: tuple[float, float] | None
+    draft_cost: float | None
+
+
+def read_curve(
+    curve: cost_curve.Curve,
+    at: float,
+    *,
+    tokens_per_step: float,
+    acceptance_sd: float,
+    chain_length: int | None = None,
+    drafted_per_step: float | None = None,
+) -> CurveReading | None:
+    """The curve's speed-up, interval and draft cost at ``at``, only in a bucket both sides'
+    retained hour measured (None elsewhere: the shape is not believed where nothing was
+    measured, between buckets or past them; nor where the speed-up breaks a bound).
+    ``drafted_per_step``: the drafted tokens per step to charge where the curve counted none
+    (an engine that counts no drafted tokens: TGI)."""
+    index = curve.scheme.index_of(at)
+    if not any(p.bucket == index for p in curve.measured) or not any(
+        p.bucket == index for p in curve.base_points
+    ):
+        return None
+    speedup = curve.speedup_at(at, tokens_per_step)
+    if speedup is None:
+        return None
+    k = chain_bound(configured=chain_length)
+    if speedup_refusal(speedup, chain_length=k, measured=True) is not None:
+        return None
+    interval = cost_curve.speedup_interval(
+        speedup, curve.log_sd(at, acceptance_sd), chain_length=chain_length
+    )
+    cost = None
+    drafted = curve.drafted_per_step or drafted_per_step
+    if drafted:
+        cost = (curve.spec.at(at) / curve.base.at(at) - 1.0) / drafted
+        if draft_cost_refusal(cost) is not None:
+            cost = None
+    return CurveReading(speedup, interval, cost)
+
+
+def _assumed_drafted(window: LoadWindow, chain_length: int | None) -> float | None:
+    """Drafted tokens per step where the engine counts none (TGI: its drafts are steps, each
+    drafting k, its speculate), from the window's own steps; None elsewhere."""
+    totals = window.totals
+    if totals is None or not chain_length or totals.draft_tokens or totals.drafts <= 0:
+        return None
+    return chain_length * totals.drafts / totals.request_steps if totals.request_steps > 0 else None
+
+
+def _measured_interval(
+    comparison: BucketComparison,
+    window: LoadWindow,
+    base: LoadWindow | Profile,
+    draft_length: float,
+    acceptance_sd: float | None,
+) -> tuple[float, float] | None:
+    """The 95 % interval of a speed-up measured in this window's bucket: the bucket's
+    acceptance (from its draft counts), and each side's spread of step times per interval
+    (read off its cost-curve accumulator) over the window's intervals there."""
+    index = comparison.bucket.index
+    sd = cost_curve.acceptance_log_sd(comparison.counters, tokens_per_draft=draft_length)
+    variance = (sd or 0.0) ** 2
+    sides: list[tuple[LoadWindow, bool]] = [(window, True)]
+    if isinstance(base, LoadWindow):
+        sides.append((base, False))
+    else:
+        variance += 0.01**2  # a profile states no spread: 1 %, as its curve points do
+    for side, speculative in sides:
+        here = next((b.totals.intervals for b in side.buckets if b.bucket.index == index), 1)
+        spread = cost_curve.interval_spread(side.curve, index, here) if side.curve else None
+        variance += (spread if spread is not None else _UNKNOWN_SPREAD) ** 2
+        if speculative and sd is None and side.curve is not None:
+            tokens = cost_curve.interval_spread(side.curve, index, here, tokens=True)
+            variance += (tokens if tokens is not None else _UNKNOWN_SPREAD) ** 2
+    return cost_curve.speedup_interval(
+        comparison.realized_speedup, math.sqrt(variance), chain_length=comparison.chain_length
+    )
+
+
+def _per_load(
+    verdict: BucketVerdict,
+    survival: tuple[float, ...],
+    chain_length: int | None,
+    drafted_per_draft: float | None,
+) -> PerLoad:
+    """A bucket's figures at its own measured c: the best chain length from the window's
+    per-position survival (none without it), a chain of k' drafting k' x (drafted / k)
+    tokens (as ``specmon recommend`` does)."""
+    c = verdict.comparison
+    best_k = best_speed = None
+    if c is not None and c.draft_cost is not None and survival:
+        best = best_chain(draft_cost=c.draft_cost, chain_length=chain_length,
+                          survival=survival, drafted_per_draft=drafted_per_draft)  # fmt: skip
+        if best is not None:
+            best_k, best_speed = best.chain_length, best.speedup
+    cost = c.draft_cost if c is not None else None
+    return PerLoad(
+        label=verdict.bucket.label,
+        low=verdict.bucket.low,
+        high=verdict.bucket.high,
+        concurrency=c.concurrency if c is not None else None,
+        speedup=c.realized_speedup if c is not None else None,
+        draft_cost=cost if cost is not None and cost >= 0 else None,
+        best_chain_length=best_k,
+        best_speedup=best_speed,
+        reason=verdict.reason,
+    )

@@ -1,0 +1,270 @@
+"""The reverse proxy: every request passed to the engine and every response passed back,
+unchanged and unbuffered; the per-request fields read from what was kept, afterwards.
+
+- Requests: method, path, query, headers and body as the client sent them (a body of known
+  length up to 64 KiB passed on with the request's head, which it arrived with; a longer or
+  chunked one streamed, never read whole), less the hop-by-hop headers; the tap adds none of its own (no
+  ``Accept-Encoding``, no ``User-Agent``) so the engine answers as it would answer the client.
+- Responses: status, headers (less hop-by-hop) and every chunk written to the client as it
+  arrives (``iter_any``: no waiting for a buffer to fill), then kept in a bounded
+  :class:`~specmon.tap.body.Keeper`. Only after the last chunk has gone out are the fields read
+  (:mod:`specmon.tap.fields`); a response is never altered, delayed or failed because its
+  fields could not be read: it is counted in ``specmon_tap_unparsed_responses_total``.
+- Failures: an engine that cannot be reached answers 502, one silent past the idle timeout
+  before its headers 504; an engine that drops or stalls mid-response gets its client's
+  connection cut too (the client sees a cut response, as it would from the engine); a client
+  that goes away closes the engine's request (the engine stops generating).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, MultiMapping
+
+from specmon.logs import Logger
+from specmon.tap import classify
+from specmon.tap.body import Keeper, documents
+from specmon.tap.config import TapConfig
+from specmon.tap.fields import Unparsed, figures_from
+from specmon.tap.metrics import TapCounts
+
+__all__ = ["GENERATION_PATHS", "HOP_BY_HOP", "Proxy", "is_generation"]
+
+#: Headers that describe one connection, not the message (RFC 9110 7.6.1), and Host (the
+#: client library sets the upstream's).
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+#: Headers the client library would otherwise add to the upstream request by itself.
+_NO_AUTO_HEADERS: Final = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
+#: A request body of known length up to this many bytes is passed on in one write with the
+#: request's head (it arrived with it); longer or chunked bodies are streamed as they come.
+SMALL_BODY = 64 * 1024
+#: Paths (their ends) whose POST responses carry a generation's fields.
+GENERATION_PATHS: Final = (
+    "/chat/completions",
+    "/completions",
+    "/completion",
+    "/generate",
+    "/infill",
+    "/responses",
+    "/messages",
+)
+
+
+def is_generation(method: str, path: str) -> bool:
+    return method == "POST" and path.rstrip("/").endswith(GENERATION_PATHS)
+
+
+def _forwarded(headers: MultiMapping[str]) -> CIMultiDict[str]:
+    """The end-to-end headers of a message: hop-by-hop ones and those its Connection header
+    names left out, repeated headers kept in order."""
+    items = list(headers.items())
+    named = {
+        token.strip().lower()
+        for key, value in items
+        if key.lower() == "connection"
+        for token in value.split(",")
+    }
+    out: CIMultiDict[str] = CIMultiDict()
+    for key, value in items:
+        lower = key.lower()
+        if lower not in HOP_BY_HOP and lower not in named:
+            out.add(key, value)
+    return out
+
+
+class Proxy:
+    """One handler for every proxied request."""
+
+    def __init__(
+        self,
+        *,
+        config: Callable[[], TapConfig],
+        counts: TapCounts,
+        session: Callable[[], aiohttp.ClientSession],
+        log: Logger,
+    ) -> None:
+        self._config = config
+        self._counts = counts
+        self._session = session
+        self._log = log
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        config = self._config()
+        counts = self._counts
+        counts.in_flight += 1
+        try:
+            return await self._pass(request, config)
+        finally:
+            counts.in_flight -= 1
+
+    async def _pass(self, request: web.Request, config: TapConfig) -> web.StreamResponse:
+        counts = self._counts
+        url = config.upstream + request.raw_path
+        generation = is_generation(request.method, request.path)
+        decided = classify.from_headers(config.classes, request.headers) if generation else None
+        data: bytes | aiohttp.StreamReader | None = None
+        try:
+            if request.body_exists:
+                length = request.content_length
+                small = length is not None and length <= SMALL_BODY
+                data = await request.read() if small else request.content
+            upstream = await self._session().request(
+                request.method,
+                url,
+                headers=_forwarded(request.headers),
+                data=data,
+                allow_redirects=False,
+                skip_auto_headers=_NO_AUTO_HEADERS,
+                timeout=_timeout(config),
+            )
+        except asyncio.CancelledError:
+            counts.client_disconnects += 1
+            raise
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            counts.upstream_errors["timeout"] += 1
+            return _error(504, "the engine did not answer within the tap's idle timeout")
+        except aiohttp.ClientConnectorError:
+            counts.upstream_errors["connect"] += 1
+            return _error(502, "the tap cannot reach the engine")
+        except aiohttp.ServerDisconnectedError:
+            counts.upstream_errors["reset"] += 1
+            return _error(502, "the engine closed the connection before answering")
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            counts.upstream_errors["http"] += 1
+            self._log.warning("tap_upstream_request_failed", error=type(exc).__name__)
+            return _error(502, "the tap could not pass the request on")
+        async with upstream:
+            return await self._relay(request, upstream, config, generation, decided)
+
+    async def _relay(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        config: TapConfig,
+        generation: bool,
+        decided: str | None,
+    ) -> web.StreamResponse:
+        counts = self._counts
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        response.headers.extend(_forwarded(upstream.headers))
+        content_type = upstream.headers.get("Content-Type", "").lower()
+        stream = content_type.startswith("text/event-stream")
+        read = generation and upstream.status == 200 and (stream or "json" in content_type)
+        encoded = upstream.headers.get("Content-Encoding", "identity").lower() != "identity"
+        keeper = Keeper(limit=config.max_parse_bytes, stream=stream) if read else None
+        if keeper is not None and encoded:
+            counts.unparsed[Unparsed.ENCODED] += 1
+            keeper = None
+        try:
+            await response.prepare(request)
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            counts.client_disconnects += 1
+            return response
+        try:
+            async for chunk in upstream.content.iter_any():
+                try:
+                    await response.write(chunk)
+                except (ConnectionError, aiohttp.ClientConnectionResetError):
+                    counts.client_disconnects += 1
+                    upstream.close()  # the engine stops generating for nobody
+                    return self._incomplete(keeper, response)
+                if keeper is not None:
+                    keeper.feed(chunk)
+        except asyncio.CancelledError:
+            counts.client_disconnects += 1
+            upstream.close()
+            self._incomplete(keeper, response)
+            raise
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            counts.upstream_errors["timeout"] += 1
+            return self._cut(request, keeper, response)
+        except (aiohttp.ClientError, OSError):
+            counts.upstream_errors["reset"] += 1
+            return self._cut(request, keeper, response)
+        try:
+            await response.write_eof()
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            counts.client_disconnects += 1
+        if keeper is not None:
+            self._read(keeper, stream=stream, decided=decided, config=config)
+        return response
+
+    def _incomplete(
+        self, keeper: Keeper | None, response: web.StreamResponse
+    ) -> web.StreamResponse:
+        if keeper is not None:
+            self._counts.unparsed[Unparsed.INCOMPLETE] += 1
+        return response
+
+    def _cut(
+        self, request: web.Request, keeper: Keeper | None, response: web.StreamResponse
+    ) -> web.StreamResponse:
+        """The engine's response broke off: the client's is cut the same way (its connection
+        closed without the response's end), never completed by the tap."""
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        with contextlib.suppress(Exception):
+            response.force_close()
+        return self._incomplete(keeper, response)
+
+    def _read(
+        self, keeper: Keeper, *, stream: bool, decided: str | None, config: TapConfig
+    ) -> None:
+        """The fields of a response that went out whole, counted under its class."""
+        counts = self._counts
+        try:
+            found = documents(keeper, stream=stream)
+            result = found if isinstance(found, Unparsed) else figures_from(found)
+        except Exception:  # a bug must cost the figures of one response, never the response
+            self._log.exception("tap_read_failed")
+            result = Unparsed.MALFORMED
+        if isinstance(result, Unparsed):
+            counts.unparsed[result] += 1
+            return
+        name = decided if decided is not None else classify.from_figures(config.classes, result)
+        if name not in counts.classes():
+            name = _fallback(counts)
+        counts.record(name, result)
+
+
+@functools.lru_cache(maxsize=8)
+def _timeout(config: TapConfig) -> aiohttp.ClientTimeout:
+    """The upstream request's timeouts: connecting, and the longest silence (headers included)."""
+    return aiohttp.ClientTimeout(
+        total=None,
+        connect=config.connect_timeout,
+        sock_connect=config.connect_timeout,
+        sock_read=config.idle_timeout,
+    )
+
+
+def _fallback(counts: TapCounts) -> str:
+    """A class the counts know (a reload changed the rule while the request ran)."""
+    known = counts.classes()
+    return "other" if "other" in known else known[0]
+
+
+def _error(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=f"specmon tap: {text}\n")
