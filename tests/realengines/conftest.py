@@ -200,7 +200,9 @@ def expected_window(delta: Counters, k: int, c: float) -> dict[str, Any]:
     mean_accepted = delta.accepted / d
     alpha = hand_alpha(mean_accepted, k)
     breakeven = hand_breakeven(k, c)
-    best_k, best_s = hand_best_chain(survival[:k], c)
+    # A chain of k' drafts k' x drafted / k tokens (llama.cpp's draft stops early at low
+    # probability): the cost per position is c x drafted / k, as specmon.report.best_chain.
+    best_k, best_s = hand_best_chain(survival[:k], c * (delta.draft_tokens / d) / k)
     return {
         "drafts": d,
         "draft_acceptance_ratio": delta.accepted / delta.draft_tokens,

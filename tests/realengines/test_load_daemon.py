@@ -168,6 +168,13 @@ def run_levels(
             window="10m",
             top_ups=TOP_UPS,
             say=say,
+            # 16 in flight is the client's to hold: on a busy machine (CI's three lanes on
+            # two cores) the fast baseline's measured concurrency fell to 11.25, and measure
+            # rightly leaves such a level out; 16 is not a verdict level, so the test then
+            # compares the levels held (1 and 4 must be).
+            not_held=n not in VERDICT_LEVELS,
         )
-        assert level is not None  # measure held every level here
+        if level is None:
+            assert index == len(LEVELS) - 1, "only the last level may go unheld"
+            continue
         levels.append(level)  # fmt: skip
