@@ -176,8 +176,8 @@ def test_the_readme_commands_build_and_save_the_chart_default_image(
     assert built.tag == default, "the README builds the image the chart installs by default"
     # ... and every kustomize layout (the sidecar's other container is vLLM's).
     images = {
-        (path.parent.name, found)
-        for path in OVERLAYS.glob("*/*.yaml")
+        (path.relative_to(OVERLAYS).parts[0], found)
+        for path in OVERLAYS.rglob("*.yaml")  # with an overlay's patches/
         for found in re.findall(r"^\s*image:\s*(\S+)", path.read_text(), re.MULTILINE)
         if "vllm" not in found
     }

@@ -77,7 +77,7 @@ import yaml
 
 from specmon.load import PROFILE_FORMAT, PROFILE_VERSION, profile_from_json
 from specmon.sim.load_model import load_model_from
-from tests.dashboards.coverage import CHANGE, ON_FIRST_EVENT, may_be_empty
+from tests.dashboards.coverage import CHANGE, CLASSES, ON_FIRST_EVENT, may_be_empty
 from tests.dashboards.queries import (
     duration_seconds,
     load_dashboard,
@@ -1288,6 +1288,8 @@ def test_every_dashboard_panel_returns_data(
     #: Empty only because the target selected did not change its configuration (CHANGE in
     #: coverage.py): every target but the changed one.
     unchanged: list[str] = []
+    #: Empty only because no target here has classes (CLASSES in coverage.py).
+    classless: list[str] = []
     on_event: dict[str, bool] = {}
     checked = 0
     for combo in combos:
@@ -1307,6 +1309,10 @@ def test_every_dashboard_panel_returns_data(
             ):
                 # Only the changed target changed its speculative configuration.
                 unchanged.append(f"{key} {combo}")
+            elif not has_data and promql_metric_names(q.raw_expr) & CLASSES:
+                # Per request class: no target of this stack has a tap or SGLang's class
+                # labels (the row's figures against real engines: tests/realengines/test_tap).
+                classless.append(f"{key} {combo}")
             elif not has_data and may_be_empty(
                 q.expr,
                 [engines[t] for t in _selected(engines, combo)],
@@ -1342,6 +1348,9 @@ def test_every_dashboard_panel_returns_data(
         assert unchanged, "no panel reads the change's speed-up"
         assert all("Did the change help" in e for e in unchanged), unchanged
         assert not [e for e in unchanged if f"'target': '{CHANGED}'" in e], unchanged
+        # The per-class row is on the page, asked for every speculating target and window.
+        assert {e.split(" [", 1)[0] for e in classless} == {"Per request class"}, classless
+        assert all(any(f"'target': '{t}'" in e for e in classless) for t in per_target)
 
     # The alert annotation shows the degraded target's firing alert, and nothing for the others.
     annotations = {
