@@ -32,6 +32,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specmon.recommend",),
     ("specmon.sources", "specmon.web"),
     ("specmon.daemon", "specmon.measure", "specmon.sim", "specmon.tap"),
+    # The pages render the daemon's views and the daemon's app serves them: the surfaces sit
+    # between the daemon's state (below) and its lifecycle (above).
+    ("specmon.surfaces",),
+    ("specmon.daemon.app",),
     ("specmon.cli",),
     ("specmon.__main__",),
 )
@@ -103,7 +107,7 @@ def test_the_check_catches_upward_and_sibling_imports(tmp_path: Path) -> None:
     (root / "arithmetic.py").write_text("import specmon.cli.main\n")
     assert violations(root) == [
         "specmon/arithmetic.py:1: specmon.arithmetic imports specmon.cli.main "
-        "(layer 0 importing layer 8)",
+        "(layer 0 importing layer 10)",
         "specmon/sim/probe.py:1: specmon.sim.probe imports specmon.daemon.config "
         "(specmon.sim and specmon.daemon are siblings)",
     ]
