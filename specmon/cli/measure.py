@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon import jsontext
-from specmon.cli._args import command, int_at_least, positive_float
+from specmon.cli._args import command, int_at_least, numbers, positive_float
 from specmon.load import Profile, profile_to_json
 from specmon.load.profile import physics
 from specmon.measure.analysis import (
@@ -77,13 +77,7 @@ _seconds = positive_float
 
 
 def _levels(text: str) -> list[int]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    try:
-        values = [int(item) for item in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers"
-        ) from None
+    values = numbers(text, int, "integers")
     if not values:
         raise argparse.ArgumentTypeError("give at least one concurrency level")
     if any(not 1 <= v <= MAX_CONCURRENCY for v in values):
@@ -98,13 +92,7 @@ MAX_INPUT_TOKENS = 1_000_000
 
 
 def _rates(text: str) -> list[float]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    try:
-        values = [float(item) for item in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of rates"
-        ) from None
+    values = numbers(text, float, "rates")
     if not values:
         raise argparse.ArgumentTypeError("give at least one rate")
     if any(not (math.isfinite(v) and 0 < v <= MAX_RATE) for v in values):
@@ -121,13 +109,7 @@ def _repeats(text: str) -> int | None:
 
 
 def _token_lengths(text: str) -> list[int]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    try:
-        values = [int(item) for item in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers"
-        ) from None
+    values = numbers(text, int, "integers")
     if not values or any(not 1 <= v <= MAX_INPUT_TOKENS for v in values):
         raise argparse.ArgumentTypeError(f"give token lengths between 1 and {MAX_INPUT_TOKENS}")
     return list(dict.fromkeys(values))
