@@ -24,10 +24,10 @@ from collections.abc import Callable
 from bench.loadcost import simulated_pages
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.history import SLOTS, SPAN, STEP, History
-from specmon.daemon.status_page import StatusCache, render_status
 from specmon.daemon.target import TargetState, TargetView
-from specmon.daemon.target_page import render_target
 from specmon.engines import read_page
+from specmon.surfaces.status import StatusCache, render_status
+from specmon.surfaces.target import render_target
 
 WINDOWS = (60.0, 300.0)
 

@@ -220,8 +220,8 @@ def test_sglang_with_the_timer_off_has_no_step_time() -> None:
 
 
 def test_the_target_page_and_the_api_show_the_classes() -> None:
-    from specmon.daemon.api_json import views_json
-    from specmon.daemon.target_page import render_target
+    from specmon.surfaces.api import views_json
+    from specmon.surfaces.target import render_target
     from tests.support.views import fleet_views
 
     view = next(v for v in fleet_views() if v.name == "vllm-a")

@@ -94,7 +94,7 @@ def test_the_anchor_rule_matches_github() -> None:
 
 def test_architecture_names_every_module_of_the_core_packages() -> None:
     """A newcomer finds any module of the pipeline from docs/architecture.md in one step: each
-    module of the top level, load/, state/, daemon/ and sources/ is named there in backticks
+    module of the top level, load/, state/, daemon/, sources/ and surfaces/ is named there in backticks
     (as `name`, `name.py` or a path ending in it)."""
     text = re.sub(r"(?ms)^```.*?^```", "", (REPO / "docs" / "architecture.md").read_text())
     quoted = set()
@@ -106,7 +106,7 @@ def test_architecture_names_every_module_of_the_core_packages() -> None:
         *package.glob("*.py"),
         *(
             p
-            for sub in ("load", "state", "daemon", "sources")
+            for sub in ("load", "state", "daemon", "sources", "surfaces")
             for p in (package / sub).rglob("*.py")
         ),
     ]

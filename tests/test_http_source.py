@@ -13,13 +13,13 @@ import pytest
 from aiohttp import web
 
 from specmon.daemon.config import parse_config
-from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState
 from specmon.secrets import Secret
 from specmon.sources import ScrapeResult
 from specmon.sources.client_config import ClientConfig
 from specmon.sources.http import FetchError, fetch_page, open_session
 from specmon.sources.page import HttpPageSource
+from specmon.surfaces.status import render_status, views_json
 
 TOKEN = "tok-8c1f2e9a7b"
 TENANT = "tenant-key-55aa99"

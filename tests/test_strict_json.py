@@ -15,9 +15,9 @@ import structlog
 
 from specmon import jsontext
 from specmon.cli.main import main
-from specmon.daemon.status_page import StatusCache, views_json
 from specmon.logs import RateLimit, configure_logging, get_logger
 from specmon.measure.labbook import append_labbook
+from specmon.surfaces.status import StatusCache, views_json
 from tests.support.strict_json import strict_loads
 from tests.support.views import fleet_views
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "chain_length",
@@ -14,21 +14,29 @@ __all__ = [
     "int_at_least",
     "int_list",
     "integer",
+    "numbers",
     "positive_float",
     "unit_ratio",
 ]
 
+N = TypeVar("N", int, float)
 
-def _number_list(text: str, kind: type[int] | type[float]) -> list[float] | list[int]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
+
+def numbers(text: str, kind: Callable[[str], N], noun: str) -> list[N]:
+    """A comma-separated list (empty items skipped), each item converted by ``kind``; the
+    argparse error names the list as one of ``noun`` when an item is not one."""
     try:
-        return [kind(item) for item in items]
+        return [kind(item.strip()) for item in text.split(",") if item.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of {kind.__name__}s"
+            f"{text!r} is not a comma-separated list of {noun}"
         ) from None
+
+
+def _number_list(text: str, kind: type[int] | type[float]) -> list[float] | list[int]:
+    if not any(item.strip() for item in text.split(",")):
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return numbers(text, kind, f"{kind.__name__}s")
 
 
 def int_list(text: str) -> list[int]:

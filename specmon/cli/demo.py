@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.answer import Answer, ReadState, words
-from specmon.cli._args import positive_float
+from specmon.cli._args import command, positive_float
 from specmon.config_values import parse_listen_address
 from specmon.daemon.app import Daemon
 from specmon.daemon.target import TargetView
@@ -36,6 +36,9 @@ from specmon.sim.scenario import Phase, Scenario
 from specmon.sim.server import SimServer, VirtualTarget, make_target
 
 __all__ = ["add_parser", "demo_fleet", "render_rows"]
+
+HELP = "watch a simulated fleet live: no engine or GPU needed"
+DESCRIPTION = __doc__
 
 DEMO_WINDOWS = ("10s", "30s", "2m")
 DEMO_PRIMARY = "30s"
@@ -50,11 +53,7 @@ _SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "demo",
-        help="watch a simulated fleet live: no engine or GPU needed",
-        description=__doc__,
-    )
+    p = command(sub, "demo", help=HELP, description=DESCRIPTION)
     p.add_argument(
         "--duration",
         type=float,

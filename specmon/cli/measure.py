@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon import jsontext
-from specmon.cli._args import int_at_least, positive_float
+from specmon.cli._args import command, int_at_least, numbers, positive_float
 from specmon.load import Profile, profile_to_json
 from specmon.load.profile import physics
 from specmon.measure.analysis import (
@@ -51,6 +51,22 @@ from specmon.measure.synthetic import SYNTHETIC_PROMPTS, synthetic_name
 
 __all__ = ["DEFAULT_API_KEY_ENV", "add_parser", "run"]
 
+HELP = "measure speculation: a server without a draft against its twin with one"
+DESCRIPTION = (
+    "Send the same prompts at temperature 0 through a server without speculation "
+    "(--baseline) and its twin with it (--speculative), at each concurrency level and "
+    "request rate, and report per workload: tokens/s on both (from the servers' "
+    "usage), the ratio, streamed time to first token and inter-token latency, the "
+    "acceptance during the run (the speculative server's /metrics counters, or "
+    "llama.cpp's per-response timings), whether the completions are byte-for-byte "
+    "identical, and the measured break-even reading. Exit status: 0 ok, 1 completions "
+    f"differ (unless --allow-divergence), {EXIT_USAGE} bad arguments (a concurrency "
+    "level above the requests a workload sends is one), "
+    f"{EXIT_NOTHING_COMPLETED} a server unreachable or a workload with no completed "
+    f"request on one side, {EXIT_NOT_HELD} --profile-out asked and no concurrency level "
+    "held its load."
+)
+
 DEFAULT_API_KEY_ENV = "SPECMON_API_KEY"
 MAX_CONCURRENCY = 256
 
@@ -61,13 +77,7 @@ _seconds = positive_float
 
 
 def _levels(text: str) -> list[int]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    try:
-        values = [int(item) for item in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers"
-        ) from None
+    values = numbers(text, int, "integers")
     if not values:
         raise argparse.ArgumentTypeError("give at least one concurrency level")
     if any(not 1 <= v <= MAX_CONCURRENCY for v in values):
@@ -82,13 +92,7 @@ MAX_INPUT_TOKENS = 1_000_000
 
 
 def _rates(text: str) -> list[float]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    try:
-        values = [float(item) for item in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of rates"
-        ) from None
+    values = numbers(text, float, "rates")
     if not values:
         raise argparse.ArgumentTypeError("give at least one rate")
     if any(not (math.isfinite(v) and 0 < v <= MAX_RATE) for v in values):
@@ -105,13 +109,7 @@ def _repeats(text: str) -> int | None:
 
 
 def _token_lengths(text: str) -> list[int]:
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    try:
-        values = [int(item) for item in items]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a comma-separated list of integers"
-        ) from None
+    values = numbers(text, int, "integers")
     if not values or any(not 1 <= v <= MAX_INPUT_TOKENS for v in values):
         raise argparse.ArgumentTypeError(f"give token lengths between 1 and {MAX_INPUT_TOKENS}")
     return list(dict.fromkeys(values))
@@ -125,24 +123,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "measure",
-        help="measure speculation: a server without a draft against its twin with one",
-        description=(
-            "Send the same prompts at temperature 0 through a server without speculation "
-            "(--baseline) and its twin with it (--speculative), at each concurrency level and "
-            "request rate, and report per workload: tokens/s on both (from the servers' "
-            "usage), the ratio, streamed time to first token and inter-token latency, the "
-            "acceptance during the run (the speculative server's /metrics counters, or "
-            "llama.cpp's per-response timings), whether the completions are byte-for-byte "
-            "identical, and the measured break-even reading. Exit status: 0 ok, 1 completions "
-            f"differ (unless --allow-divergence), {EXIT_USAGE} bad arguments (a concurrency "
-            "level above the requests a workload sends is one), "
-            f"{EXIT_NOTHING_COMPLETED} a server unreachable or a workload with no completed "
-            f"request on one side, {EXIT_NOT_HELD} --profile-out asked and no concurrency level "
-            "held its load."
-        ),
-    )
+    p = command(sub, "measure", help=HELP, description=DESCRIPTION)
     p.add_argument(
         "--baseline",
         required=True,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
+from specmon.cli._args import command
 from specmon.config_values import ConfigError, format_duration, parse_listen_address
 from specmon.daemon.app import Daemon
 from specmon.daemon.config import curve_memory_warning, load_config
@@ -24,20 +25,19 @@ from specmon.state.store import state_dir_problem
 
 __all__ = ["add_parsers"]
 
+HELP_RUN = "run the daemon: scrape engines, compute rolling windows, serve /metrics"
+DESCRIPTION_RUN = (
+    "Scrape vLLM, llama.cpp, SGLang, TensorRT-LLM and TGI metrics endpoints (directly or "
+    "through Prometheus), compute acceptance figures "
+    "over rolling windows and serve them on /metrics, with a status page on /. Without "
+    "--config.file it watches http://127.0.0.1:8000/metrics and "
+    "http://127.0.0.1:8080/metrics. SIGHUP reloads the config (POST /-/reload too, "
+    "with --web.enable-lifecycle). --web.config.file adds TLS and basic auth."
+)
+
 
 def add_parsers(sub: Any) -> None:
-    run: argparse.ArgumentParser = sub.add_parser(
-        "run",
-        help="run the daemon: scrape engines, compute rolling windows, serve /metrics",
-        description=(
-            "Scrape vLLM, llama.cpp, SGLang, TensorRT-LLM and TGI metrics endpoints (directly or "
-            "through Prometheus), compute acceptance figures "
-            "over rolling windows and serve them on /metrics, with a status page on /. Without "
-            "--config.file it watches http://127.0.0.1:8000/metrics and "
-            "http://127.0.0.1:8080/metrics. SIGHUP reloads the config (POST /-/reload too, "
-            "with --web.enable-lifecycle). --web.config.file adds TLS and basic auth."
-        ),
-    )
+    run = command(sub, "run", help=HELP_RUN, description=DESCRIPTION_RUN)
     run.add_argument("--config.file", dest="config_file", type=Path, default=None, metavar="FILE")
     run.add_argument(
         "--web.listen-address",

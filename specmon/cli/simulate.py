@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specmon.cli._args import chain_length, unit_ratio
+from specmon.cli._args import chain_length, command, unit_ratio
 from specmon.config_values import ConfigError, parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import load_model_from
@@ -18,6 +18,15 @@ from specmon.sim.scenario import Scenario, load_scenario
 from specmon.sim.server import SimServer, VirtualTarget, make_target
 
 __all__ = ["add_parser"]
+
+HELP = "serve simulated vLLM / llama.cpp / SGLang / TensorRT-LLM / TGI metrics and OpenAI endpoints"
+DESCRIPTION = (
+    "Serve engines whose speculative acceptance you control: their /metrics pages are "
+    "rendered from pages captured from real servers (vLLM, llama.cpp) or written from "
+    "the engines' source (SGLang, sgl-router, TensorRT-LLM, TGI: see "
+    "specmon/sim/templates/README.md), their counters advance from a stochastic model, "
+    "and /v1/chat/completions answers in the OpenAI shape."
+)
 
 ENGINES = {
     "vllm": PageKind.VLLM,
@@ -45,18 +54,7 @@ def _survival(text: str) -> tuple[float, ...]:
 
 
 def add_parser(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "simulate",
-        help="serve simulated vLLM / llama.cpp / SGLang / TensorRT-LLM / TGI metrics and "
-        "OpenAI endpoints",
-        description=(
-            "Serve engines whose speculative acceptance you control: their /metrics pages are "
-            "rendered from pages captured from real servers (vLLM, llama.cpp) or written from "
-            "the engines' source (SGLang, sgl-router, TensorRT-LLM, TGI: see "
-            "specmon/sim/templates/README.md), their counters advance from a stochastic model, "
-            "and /v1/chat/completions answers in the OpenAI shape."
-        ),
-    )
+    p = command(sub, "simulate", help=HELP, description=DESCRIPTION)
     p.add_argument("--engine", choices=sorted(ENGINES), default="vllm")
     p.add_argument(
         "--listen",

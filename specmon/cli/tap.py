@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from specmon.cli import web as web_cli  # security: --web.* flags (specmon/web)
+from specmon.cli._args import command
 from specmon.config_values import ConfigError, parse_listen_address
 from specmon.logs import LEVELS, configure_logging, get_logger
 from specmon.tap.app import Tap
@@ -17,23 +18,22 @@ from specmon.tap.config import read_tap_config
 
 __all__ = ["add_parser"]
 
+HELP = "a reverse proxy for one engine that counts acceptance per request class"
+DESCRIPTION = (
+    "Pass every request to the engine at --upstream and every response back, "
+    "unchanged and unbuffered (server-sent events chunk by chunk); read each "
+    "generation response's per-request speculation fields (vLLM "
+    "metrics.speculative_decoding, llama.cpp timings.draft_n, TensorRT-LLM "
+    "speculative_decoding, SGLang meta_info) and count them per class on the tap's "
+    "own /metrics. The class comes from a request header against an allowlist "
+    "(--class-header, --classes), or (--config.file) from the model name or a "
+    "prompt-length bucket. SIGHUP reloads --config.file and --web.config.file. "
+    "docs/tap.md"
+)
+
 
 def add_parser(sub: Any) -> None:
-    tap: argparse.ArgumentParser = sub.add_parser(
-        "tap",
-        help="a reverse proxy for one engine that counts acceptance per request class",
-        description=(
-            "Pass every request to the engine at --upstream and every response back, "
-            "unchanged and unbuffered (server-sent events chunk by chunk); read each "
-            "generation response's per-request speculation fields (vLLM "
-            "metrics.speculative_decoding, llama.cpp timings.draft_n, TensorRT-LLM "
-            "speculative_decoding, SGLang meta_info) and count them per class on the tap's "
-            "own /metrics. The class comes from a request header against an allowlist "
-            "(--class-header, --classes), or (--config.file) from the model name or a "
-            "prompt-length bucket. SIGHUP reloads --config.file and --web.config.file. "
-            "docs/tap.md"
-        ),
-    )
+    tap = command(sub, "tap", help=HELP, description=DESCRIPTION)
     tap.add_argument("--upstream", default=None, metavar="URL", help="the engine, e.g. "
                      "http://127.0.0.1:8000 (or upstream: in --config.file)")  # fmt: skip
     tap.add_argument(

@@ -8,12 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specmon.cli._args import integer
+from specmon.cli._args import command, integer
 from specmon.config_values import parse_duration
 from specmon.web.config import WebConfigError
 from specmon.web.server import WebOptions, load_web_settings
 
 __all__ = ["add_parser", "add_run_arguments", "web_options"]
+
+HELP = "validate a --web.config.file (and the certificates it names); exit 0 or 1"
+DESCRIPTION = (
+    "Validate a web configuration file (exporter-toolkit format: tls_server_config, "
+    "http_server_config, basic_auth_users) and load the certificate, key and client "
+    "CAs it names. Exit 0 if specmon would serve with it, 1 with every problem."
+)
 
 
 def _duration(text: str) -> float:
@@ -78,15 +85,7 @@ def web_options(args: argparse.Namespace) -> WebOptions:
 
 
 def add_parser(sub: Any) -> None:
-    check: argparse.ArgumentParser = sub.add_parser(
-        "check-web-config",
-        help="validate a --web.config.file (and the certificates it names); exit 0 or 1",
-        description=(
-            "Validate a web configuration file (exporter-toolkit format: tls_server_config, "
-            "http_server_config, basic_auth_users) and load the certificate, key and client "
-            "CAs it names. Exit 0 if specmon would serve with it, 1 with every problem."
-        ),
-    )
+    check = command(sub, "check-web-config", help=HELP, description=DESCRIPTION)
     check.add_argument("file", type=Path)
     check.set_defaults(func=_check)
 

@@ -46,15 +46,7 @@ from specmon.daemon.metrics import MetricDef
 from specmon.daemon.persist import StateKeeper, StateMetrics, mark_targets
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper, gate
-from specmon.daemon.status_page import (
-    MAX_PER_PAGE,
-    StatusCache,
-    parse_targets_query,
-    render_status,
-    targets_document,
-)
 from specmon.daemon.target import TargetState, TargetView, Twins
-from specmon.daemon.target_page import render_missing, render_target
 from specmon.logs import LIMIT, get_logger
 from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
 from specmon.process.memory import CollectorSchedule, collector_paused
@@ -64,6 +56,14 @@ from specmon.sources import Source
 from specmon.sources.http import open_session
 from specmon.sources.page import HttpPageSource
 from specmon.sources.tap import with_tap
+from specmon.surfaces.status import (
+    MAX_PER_PAGE,
+    StatusCache,
+    parse_targets_query,
+    render_status,
+    targets_document,
+)
+from specmon.surfaces.target import render_missing, render_target
 from specmon.web.server import WebMetrics, WebOptions, WebServer
 
 __all__ = ["Daemon"]
@@ -481,7 +481,7 @@ class Daemon:
         app.router.add_put("/-/reload", self._reload_http)  # as Prometheus
         app.router.add_post("/-/mark", self._mark_http)  # a configuration change, by hand
         app.router.add_get("/api/v1/targets", self._targets_json)
-        # One target's page: the name percent-encoded whole (status_page.target_href); a
+        # One target's page: the name percent-encoded whole (surfaces.status.target_href); a
         # name of dots only comes as ?name=.
         app.router.add_get("/target", self._target_page)
         app.router.add_get("/target/{name:.+}", self._target_page)
@@ -579,7 +579,7 @@ class Daemon:
     async def _targets_json(self, request: web.Request) -> web.Response:
         """Every target's document (each made once per change of its view); ``?target=NAME``
         for one; ``q``, ``problems``, ``page`` and ``per_page`` as on the status page
-        (status_page.parse_targets_query); 400 naming every bad parameter."""
+        (surfaces.status.parse_targets_query); 400 naming every bad parameter."""
         asked = parse_targets_query(request.query)
         if isinstance(asked, list):
             return web.json_response({"error": "; ".join(asked)}, status=400, dumps=jsontext.dumps)

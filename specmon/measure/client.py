@@ -106,6 +106,16 @@ class Client:
     def _safe(self, text: str) -> str:
         return redact(text, [self._key] if self._key else [])
 
+    def _failed(self, exc: Exception, timeout: float) -> RequestError:
+        """A request's failure in words (the key redacted): a fetch refused, no complete answer
+        in time, no connection, or another client or socket error."""
+        if isinstance(exc, FetchError):
+            return RequestError(str(exc))
+        if isinstance(exc, TimeoutError):
+            return RequestError(f"no complete answer within {timeout:g} s")
+        connect = isinstance(exc, aiohttp.ClientConnectorError)
+        return RequestError(self._safe(describe_error(exc)), connect=connect)
+
     async def _request(
         self, method: str, url: str, *, timeout: float, body: Mapping[str, Any] | None = None
     ) -> tuple[int, bytes]:
@@ -129,14 +139,8 @@ class Client:
                             raise
                         self.resent += 1
             raise AssertionError("unreachable")  # pragma: no cover
-        except FetchError as exc:
-            raise RequestError(str(exc)) from None
-        except TimeoutError:
-            raise RequestError(f"no complete answer within {timeout:g} s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise RequestError(self._safe(describe_error(exc)), connect=True) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise RequestError(self._safe(describe_error(exc))) from None
+        except (FetchError, aiohttp.ClientError, OSError) as exc:
+            raise self._failed(exc, timeout) from None
 
     async def chat(
         self, endpoint: Endpoint, payload: Mapping[str, Any], *, timeout: float
@@ -178,14 +182,8 @@ class Client:
             raise RequestError(self._safe(str(exc))) from None
         except ValueError as exc:  # parse_chat_response: no usable answer
             raise RequestError(self._safe(str(exc))) from None
-        except FetchError as exc:
-            raise RequestError(str(exc)) from None
-        except TimeoutError:
-            raise RequestError(f"no complete answer within {timeout:g} s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise RequestError(self._safe(describe_error(exc)), connect=True) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise RequestError(self._safe(describe_error(exc))) from None
+        except (FetchError, aiohttp.ClientError, OSError) as exc:
+            raise self._failed(exc, timeout) from None
 
     async def _stream_once(
         self, endpoint: Endpoint, payload: Mapping[str, Any], started: float

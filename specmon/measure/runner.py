@@ -318,6 +318,21 @@ def _generated(read: MetricsRead, model: str) -> int | None:
     return None if context is None else context.generation_tokens
 
 
+#: What a side's run takes besides its client, endpoint and name: the workload, the plan, the
+#: level, the repeats and the progress line (:func:`_run_side`'s arguments, in order).
+_Side = tuple[Workload, Plan, LoadLevel, int, _Progress]
+
+
+async def _measured_side(
+    client: Client, endpoint: Endpoint, side: _Side, what: str, *, model: str
+) -> tuple[MetricsRead, SideRun, MetricsRead]:
+    """One side's run of a workload at a level between two reads of its page, the second once
+    its counters show what the answers carried (:func:`_settled_after`)."""
+    before = await client.metrics(endpoint.metrics_url, model=model)
+    run = await _run_side(client, endpoint, *side, what)
+    return before, run, await _settled_after(client, endpoint.metrics_url, model, before, run)
+
+
 async def _settled_after(
     client: Client, url: str, model: str, before: MetricsRead, run: SideRun
 ) -> MetricsRead:
@@ -462,23 +477,17 @@ async def measure(plan: Plan, *, progress: ProgressFn | None = None) -> RawMeasu
                 workloads[i] = await _synthetic(client, plan, workload)
         runs: list[WorkloadRun] = []
         model = settings.model
-        base_url, spec_url = plan.baseline.metrics_url, plan.speculative.metrics_url
         for level in levels:
             for workload in workloads:
                 what = f"{level.short()} {workload.name}"
                 repeats = repeats_at(level, prompts=workload.size, repeats=settings.repeats)
-                base_before = await client.metrics(base_url, model=model)
-                baseline = await _run_side(
-                    client, plan.baseline, workload, plan, level, repeats, ticker,
-                    what + " baseline",
-                )  # fmt: skip
-                base_after = await _settled_after(client, base_url, model, base_before, baseline)
-                before = await client.metrics(spec_url, model=model)
-                speculative = await _run_side(
-                    client, plan.speculative, workload, plan, level, repeats, ticker,
-                    what + " with draft",
-                )  # fmt: skip
-                after = await _settled_after(client, spec_url, model, before, speculative)
+                side: _Side = (workload, plan, level, repeats, ticker)
+                base_before, baseline, base_after = await _measured_side(
+                    client, plan.baseline, side, what + " baseline", model=model
+                )
+                before, speculative, after = await _measured_side(
+                    client, plan.speculative, side, what + " with draft", model=model
+                )
                 runs.append(
                     WorkloadRun(
                         workload=workload.name,

@@ -12,7 +12,7 @@ the daemon reads them too.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -124,6 +124,17 @@ class TapCounts:
         self._classes = {name: self._classes.get(name) or _Class() for name in wanted}
 
 
+def _counter(
+    name: str, text: str, label: str, counts: Mapping[str, int] | None = None
+) -> CounterMetricFamily:
+    """The counter family of samples ``name`` (``..._total``) by ``label``, with ``counts``
+    (label value -> count) when given."""
+    family = CounterMetricFamily(name.removesuffix("_total"), text, labels=[label])
+    for value, n in (counts or {}).items():
+        family.add_metric([value], n)
+    return family
+
+
 class TapCollector(Collector):
     """Writes :class:`TapCounts` out at each scrape."""
 
@@ -133,30 +144,30 @@ class TapCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         c = self._counts
-        requests = CounterMetricFamily(
-            names.REQUESTS.removesuffix("_total"),
+        requests = _counter(
+            names.REQUESTS,
             "Generation responses whose per-request speculation fields the tap read, per class.",
-            labels=["class"],
+            "class",
         )
-        draft = CounterMetricFamily(
-            names.DRAFT_TOKENS.removesuffix("_total"),
+        draft = _counter(
+            names.DRAFT_TOKENS,
             "Draft tokens of the responses read, summed per class (vLLM num_draft_tokens, "
             "llama.cpp timings.draft_n, TensorRT-LLM total_draft_tokens, SGLang "
             "spec_num_proposed_drafts).",
-            labels=["class"],
+            "class",
         )
-        accepted = CounterMetricFamily(
-            names.ACCEPTED.removesuffix("_total"),
+        accepted = _counter(
+            names.ACCEPTED,
             "Accepted draft tokens of the responses read, summed per class (llama.cpp: "
             "draft_n_accepted clamped to predicted_n).",
-            labels=["class"],
+            "class",
         )
-        steps = CounterMetricFamily(
-            names.STEPS.removesuffix("_total"),
+        steps = _counter(
+            names.STEPS,
             "Verification steps of the responses read, summed per class, where the engine "
             "gives them (vLLM num_spec_steps, TensorRT-LLM num_spec_steps, SGLang "
             "spec_verify_ct; llama.cpp gives none: 0).",
-            labels=["class"],
+            "class",
         )
         acceptance = HistogramMetricFamily(
             names.ACCEPTANCE,
@@ -180,26 +191,22 @@ class TapCollector(Collector):
             acceptance.add_metric(label, entry.acceptance.cumulative(), entry.acceptance.sum)
             long.add_metric(label, entry.long.cumulative(), entry.long.sum)
         yield from (requests, draft, accepted, steps, acceptance, long)
-        unparsed = CounterMetricFamily(
-            names.UNPARSED.removesuffix("_total"),
+        yield _counter(
+            names.UNPARSED,
             "Generation responses passed on without figures, by reason: no_fields (the "
             "engine gave none), malformed, incomplete (ended early), too_large (beyond "
             "max_parse_bytes), encoded (compressed).",
-            labels=["reason"],
+            "reason",
+            {reason.value: n for reason, n in c.unparsed.items()},
         )
-        for reason, n in c.unparsed.items():
-            unparsed.add_metric([reason.value], n)
-        yield unparsed
-        errors = CounterMetricFamily(
-            names.UPSTREAM_ERRORS.removesuffix("_total"),
+        yield _counter(
+            names.UPSTREAM_ERRORS,
             "Requests the upstream failed: connect (answered 502), timeout (504, or the "
             "stream cut), reset (the connection dropped mid-response: passed on as a cut "
             "response), http (the client's request could not be sent).",
-            labels=["kind"],
+            "kind",
+            c.upstream_errors,
         )
-        for kind, n in c.upstream_errors.items():
-            errors.add_metric([kind], n)
-        yield errors
         yield CounterMetricFamily(
             names.CLIENT_DISCONNECTS.removesuffix("_total"),
             "Clients that went away before their response ended (the upstream request is "

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specmon.daemon.target_page import render_target
+from specmon.surfaces.target import render_target
 from tests.browser.test_status_page import ARGS, CHROMIUM
 from tests.support.demo_fleet import DemoFleet
 

@@ -16,15 +16,15 @@ import pytest
 
 from specmon.answer import Evidence, ReadState, read_concurrency, words
 from specmon.cli.demo import FAST_LOAD_MODEL, render_rows
-from specmon.daemon.api_json import views_json
 from specmon.daemon.collector import target_samples
 from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.persist import StateKeeper
-from specmon.daemon.status_page import target_rows
 from specmon.daemon.target import TargetState
-from specmon.daemon.target_page import render_target
 from specmon.logs import get_logger
 from specmon.sharding import Shard
+from specmon.surfaces.api import views_json
+from specmon.surfaces.status import target_rows
+from specmon.surfaces.target import render_target
 from tests.support.demo_fleet import DemoFleet
 
 NAME = "vllm-switched"

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from specmon.daemon.api_json import views_json
 from specmon.daemon.collector import target_samples
 from specmon.daemon.target import TargetState
-from specmon.daemon.target_page import render_target
 from specmon.engines import read_page
 from specmon.state.epochs import OFF_SCRAPES
+from specmon.surfaces.api import views_json
+from specmon.surfaces.target import render_target
 from tests.support.captured import DRAFTLESS, PAGES
 from tests.support.views import feed_one, state
 

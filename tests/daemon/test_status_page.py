@@ -10,7 +10,7 @@ from html import unescape
 from typing import Any
 
 from specmon.answer import Evidence, ReadState, words
-from specmon.daemon.status_page import (
+from specmon.surfaces.status import (
     MAX_PER_PAGE,
     StatusCache,
     TargetsQuery,
@@ -19,7 +19,7 @@ from specmon.daemon.status_page import (
     targets_document,
     views_json,
 )
-from specmon.daemon.target_page import render_target
+from specmon.surfaces.target import render_target
 from tests.support.answers import make_answer
 from tests.support.strict_json import strict_loads
 from tests.support.views import fleet_views

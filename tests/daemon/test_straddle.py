@@ -11,9 +11,9 @@ from dataclasses import replace
 from specmon.answer import Evidence, words
 from specmon.cli.demo import FAST_LOAD_MODEL, render_rows
 from specmon.daemon.collector import target_samples
-from specmon.daemon.status_page import render_status
 from specmon.daemon.target import TargetState, WindowView
-from specmon.daemon.target_page import render_target
+from specmon.surfaces.status import render_status
+from specmon.surfaces.target import render_target
 from tests.support.demo_fleet import DemoFleet
 
 NAME = "vllm-switched"

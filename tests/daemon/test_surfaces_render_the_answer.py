@@ -19,11 +19,11 @@ from specmon.answer import (
     words,
 )
 from specmon.cli.demo import render_rows
-from specmon.daemon.api_json import views_json
 from specmon.daemon.collector import target_samples
-from specmon.daemon.status_page import render_status
 from specmon.daemon.target import TargetView
-from specmon.daemon.target_page import render_target
+from specmon.surfaces.api import views_json
+from specmon.surfaces.status import render_status
+from specmon.surfaces.target import render_target
 from tests.support.views import fleet_views
 
 #: A crossover at 7.89 (6.54-9.87) and two loads with their own odd figures.

@@ -8,9 +8,9 @@ import pytest
 from prometheus_client.core import Metric
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
+from specmon.surfaces.status import render_status, views_json
 from tests.support.reference import TargetCollector
 
 

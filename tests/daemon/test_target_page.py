@@ -16,8 +16,8 @@ import yarl
 from specmon.answer import Evidence
 from specmon.daemon.app import Daemon
 from specmon.daemon.history import Sample
-from specmon.daemon.status_page import target_href
-from specmon.daemon.target_page import chart, render_missing, render_target
+from specmon.surfaces.status import target_href
+from specmon.surfaces.target import chart, render_missing, render_target
 from tests.support.answers import make_answer
 from tests.support.views import fleet_views
 
@@ -137,7 +137,7 @@ def test_the_target_page_holds_every_window_the_load_table_and_the_charts() -> N
 
 
 def test_engine_notes_are_on_the_target_page_not_in_the_table() -> None:
-    from specmon.daemon.status_page import render_status
+    from specmon.surfaces.status import render_status
 
     base = next(v for v in fleet_views() if v.name == "sglang-c")
     note = "drafts = spec_verify_calls_total (verification steps); accepted derived as <x>"
@@ -153,7 +153,7 @@ def test_engine_notes_are_on_the_target_page_not_in_the_table() -> None:
 def test_a_slower_target_never_shows_a_green_headline() -> None:
     """The configured-cost figures say 2x, the verdict (here the engine's c) says 0.93x: the
     row is marked SLOWER and its first figure is red, on the table and on the target page."""
-    from specmon.daemon.status_page import render_status
+    from specmon.surfaces.status import render_status
 
     healthy = next(v for v in fleet_views() if v.name == "llama-b")
     losing = make_answer(0.93, basis=Evidence.ENGINE, cost=0.4, breakeven=0.8, margin=0.01)

@@ -12,7 +12,6 @@ import pytest
 from specmon.daemon import metrics
 from specmon.daemon.collector import target_samples
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.status_page import views_json
 from specmon.daemon.target import Event, ModelView, TargetState
 from specmon.engines import (
     Engine,
@@ -23,6 +22,7 @@ from specmon.engines import (
     read_page,
 )
 from specmon.sources import ScrapeResult
+from specmon.surfaces.status import views_json
 from tests.support.views import small_profile
 
 

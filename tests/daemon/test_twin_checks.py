@@ -14,9 +14,9 @@ from specmon.config_values import ConfigError
 from specmon.daemon import metrics
 from specmon.daemon.collector import target_samples
 from specmon.daemon.config import parse_config
-from specmon.daemon.status_page import views_json
 from specmon.daemon.target import TargetState, Twins
 from specmon.engines import Context, Engine, ModelReading, PageReading
+from specmon.surfaces.status import views_json
 from tests.support.views import counters, feed_one, load_pair, state
 
 PHASES = ((12, 4.0, 0.010, 0.0125),)

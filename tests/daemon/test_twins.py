@@ -8,10 +8,10 @@ import dataclasses
 import re
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.status_page import render_status, views_json
 from specmon.daemon.target import TargetState, Twins
-from specmon.daemon.target_page import render_target
 from specmon.engines import read_page
+from specmon.surfaces.status import render_status, views_json
+from specmon.surfaces.target import render_target
 from tests.support.demo_fleet import DemoFleet
 
 

@@ -342,8 +342,8 @@ def test_a_failed_write_is_logged_and_the_old_file_kept(tmp_path: Path) -> None:
 
 
 def test_the_target_page_and_the_api_list_the_epochs() -> None:
-    from specmon.daemon.status_page import views_json
-    from specmon.daemon.target_page import render_target
+    from specmon.surfaces.status import views_json
+    from specmon.surfaces.target import render_target
 
     state = _state("t")
     _feed(state, scrapes=4, k=4)
@@ -489,7 +489,7 @@ def test_a_directory_others_can_write_in_is_not_used(tmp_path: Path, setup: Any,
 
 def test_mark_notes_lose_control_and_invisible_characters(tmp_path: Path) -> None:
     """Notes kept newlines and terminal escapes, and the API returned them raw."""
-    from specmon.daemon.status_page import views_json
+    from specmon.surfaces.status import views_json
 
     state = _state("t")
     _feed(state)

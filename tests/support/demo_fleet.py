@@ -13,10 +13,10 @@ from typing import Any
 
 from specmon.cli.demo import LOAD_CYCLE, LOAD_PHASE, _config_yaml, demo_fleet
 from specmon.daemon.config import Config, parse_config
-from specmon.daemon.status_page import views_json
 from specmon.daemon.target import Event, TargetState, TargetView, Twins
 from specmon.engines import read_page
 from specmon.sim.server import VirtualTarget
+from specmon.surfaces.status import views_json
 
 __all__ = ["DemoFleet"]
 

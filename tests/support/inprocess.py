@@ -10,9 +10,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.status_page import views_json
 from specmon.daemon.target import TargetState
 from specmon.engines import read_page
+from specmon.surfaces.status import views_json
 from tests.support.daemon import Exported
 from tests.support.reference import TargetCollector
 

@@ -14,11 +14,13 @@ from urllib.parse import quote
 
 from specmon import __version__
 from specmon.answer import Answer, ReadState, words
-from specmon.daemon.class_page import classes_html
-from specmon.daemon.epochs_view import changes_html, epochs_html
 from specmon.daemon.history import SPAN, Event, Sample, Series
 from specmon.daemon.severity import pick_window, target_severity, window_severity
-from specmon.daemon.status_page import (
+from specmon.daemon.target import ModelView, TargetView, WindowView
+from specmon.daemon.views import LoadFigures
+from specmon.surfaces.classes import classes_html
+from specmon.surfaces.epochs import changes_html, epochs_html
+from specmon.surfaces.status import (
     BASE_CSS,
     bars,
     baseline_for_html,
@@ -28,8 +30,6 @@ from specmon.daemon.status_page import (
     marker,
     verdict_html,
 )
-from specmon.daemon.target import ModelView, TargetView, WindowView
-from specmon.daemon.views import LoadFigures
 
 __all__ = ["chart", "render_missing", "render_target"]
 
@@ -179,7 +179,7 @@ def render_target(
         parts.append(_model_section(model, primary_window))
     if not models:
         parts.append('<p class="muted">no models read yet</p>')
-    parts.append(classes_html(view.classes))  # per request class: daemon/class_page.py
+    parts.append(classes_html(view.classes))  # per request class: surfaces/classes.py
     parts.append('<h2 id="epochs">Configuration epochs</h2>' + epochs_html(view.epochs))
     parts.append('<h2 id="change">Did the change help?</h2>' + changes_html(view.changes))
     parts.append('<h2 id="notes">How the figures are derived</h2>')

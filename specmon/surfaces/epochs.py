@@ -68,7 +68,7 @@ def epochs_html(models: Sequence[ModelEpochs]) -> str:
                 f"<td>{escape(e.describe())}</td><td>{escape(e.reason.value)}</td>"
                 f'<td class="num">{e.generated_tokens}</td><td class="num">{acceptance}</td></tr>'
             )
-        # The target page's table layout (specmon.daemon.target_page): the table scrolls in
+        # The target page's table layout (specmon.surfaces.target): the table scrolls in
         # its box on a phone, headers and numbers never break inside.
         parts.append(
             f'<p class="sub">model {escape(m.model)}</p><div class="scroll"><table><thead><tr>'

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from specmon.answer import Answer, Evidence, words
-from specmon.daemon.class_page import classes_json
-from specmon.daemon.epochs_view import epochs_api
 from specmon.daemon.views import TargetView, WindowView
+from specmon.surfaces.classes import classes_json
+from specmon.surfaces.epochs import epochs_api
 
 __all__ = ["answer_json", "views_json"]
 
@@ -108,7 +108,7 @@ def views_json(views: Iterable[TargetView]) -> list[dict[str, Any]]:
                     for m in view.models
                 ],
                 **epochs_api(view),
-                "classes": classes_json(view.classes),  # per request class (class_page.py)
+                "classes": classes_json(view.classes),  # per request class (surfaces/classes.py)
             }
         )
     return out

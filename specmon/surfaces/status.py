@@ -2,7 +2,7 @@
 
 Problems first: targets in severity order (specmon.daemon.severity), each marked by a word and
 an icon, not only a colour; one verdict per row as its first figure; the engines' derivation
-notes on the target's own page (specmon.daemon.target_page), a badge here. On a narrow screen
+notes on the target's own page (specmon.surfaces.target), a badge here. On a narrow screen
 each target is a card. Everything a target provides (names, model names, error messages,
 notes) is escaped. The page has no scripts and no external resources; it refreshes itself
 every few seconds.
@@ -17,12 +17,12 @@ from urllib.parse import quote, urlencode
 
 from specmon import __version__, jsontext
 from specmon.answer import Answer, Crossover, ReadState, words
-from specmon.daemon.api_json import views_json
 from specmon.daemon.severity import Severity, pick_window, target_severity, window_severity
 from specmon.daemon.target import ModelView, TargetView, WindowView
 from specmon.daemon.views import LoadFigures
 from specmon.daemon.window_rules import Straddle
 from specmon.formatting import number
+from specmon.surfaces.api import views_json
 
 __all__ = [
     "BASE_CSS",
