@@ -1,0 +1,153 @@
+"""Issue 63's scenario generator: a speculating server and its baseline (a twin, or this
+server's own past) with a known truth, breaking the verdict's assumptions the way real
+servers do, read through specmon's own code (LoadHistory, the cost curve, the answer's read).
+
+Each side is an engine scraped every ``scrape`` seconds at a concurrency n, its step time
+T(n) = fixed + slope max(knee, n) (the cost model's shape, docs/background.md) times
+(1 + drift), drift an AR(1) process per side (independent sides); with speculation the step
+costs (1 + k c) times the baseline's, and each request-step drafts k tokens accepted as a chain
+(position i survives with alpha^i) with alpha the request's class's: requests of several
+classes turn over slowly, so acceptance per interval is overdispersed against a binomial. The
+truth: tokens per step with speculation at the class mix's mean over 1 + k c, which is what a
+long run at drift 0 would read (the load does not enter: both sides' step time have the same
+shape). Seeded, in-process, numpy for the draws."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specmon.engines import SpecCounters
+from specmon.load import LoadHistory
+from specmon.load.counters import LoadCounters
+
+__all__ = ["Engine", "Scenario", "Side", "truth"]
+
+K = 4
+COST = 0.05
+FIXED, SLOPE, KNEE = 0.010, 0.0008, 4.0
+
+
+def step_seconds(n: float) -> float:
+    return FIXED + SLOPE * max(KNEE, n)
+
+
+def expected_accepted(alpha: float) -> float:
+    return sum(alpha**i for i in range(1, K + 1))
+
+
+def truth(classes: tuple[float, ...]) -> float:
+    """The speed-up a long run at drift 0 reads: mean tokens per step over the step's cost."""
+    tokens = 1.0 + sum(expected_accepted(a) for a in classes) / len(classes)
+    return tokens / (1.0 + K * COST)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    #: Stationary sd of each side's relative step-time drift, and its lag-1 correlation per
+    #: scrape interval (0: independent noise per interval, the method's assumption).
+    drift_sd: float = 0.0
+    drift_rho: float = 0.0
+    #: Independent per-interval step-time noise (relative sd) on top of the drift.
+    noise_sd: float = 0.01
+    #: The request classes' alpha, equally likely (one: a single class).
+    classes: tuple[float, ...] = (0.75,)
+    #: The target's concurrency; the twin's (None: the same); +- jitter per interval.
+    load: float = 8.0
+    twin_load: float | None = None
+    jitter: float = 0.0
+    #: Loads visited before the steady phase (the curve's hour sees them), each for a share.
+    warmup_loads: tuple[float, ...] = (3.0, 16.0)
+
+
+@dataclass
+class Side:
+    """One engine: cumulative counters, a drift state, its request classes."""
+
+    speculative: bool
+    rng: np.random.Generator
+    scenario: Scenario
+    drift: float = 0.0
+    counters: list[float] = field(default_factory=lambda: [0.0] * 8)
+    positions: list[int] = field(default_factory=lambda: [0] * K)
+    #: The alpha of each request slot (at most 64).
+    slots: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        s = self.scenario
+        self.drift = float(self.rng.normal(0.0, s.drift_sd)) if s.drift_sd else 0.0
+        self.slots = [float(self.rng.choice(s.classes)) for _ in range(64)]
+
+    def step(self, seconds: float, n: float, *, classes: tuple[float, ...] | None = None) -> None:
+        """One scrape interval at concurrency ``n`` (``classes``: switch the classes)."""
+        s, rng = self.scenario, self.rng
+        if s.drift_sd:
+            innovation = s.drift_sd * math.sqrt(1 - s.drift_rho**2)
+            self.drift = s.drift_rho * self.drift + float(rng.normal(0.0, innovation))
+        noise = float(rng.normal(0.0, s.noise_sd)) if s.noise_sd else 0.0
+        factor = max(1.0 + self.drift + noise, 0.2)
+        t = step_seconds(n) * factor * ((1 + K * COST) if self.speculative else 1.0)
+        engine = seconds / t
+        request = n * engine
+        accepted = 0
+        if self.speculative:
+            pool = classes or s.classes
+            # Requests turn over slowly (about 30 s each): a slot's class persists.
+            for i in range(len(self.slots)):
+                if classes is not None or rng.random() < min(seconds / 30.0, 1.0):
+                    self.slots[i] = float(rng.choice(pool))
+            live = self.slots[: max(1, round(n))]
+            drafts = int(request)
+            per = np.full(len(live), drafts // len(live))
+            per[: drafts - int(per.sum())] += 1
+            for alpha, d in zip(live, per, strict=True):
+                survivors = int(d)
+                for i in range(K):
+                    survivors = int(rng.binomial(survivors, alpha))
+                    self.positions[i] += survivors
+                    accepted += survivors
+            self.counters[5] += drafts
+            self.counters[6] += K * drafts
+            self.counters[7] += accepted
+        c = self.counters
+        c[0] += request
+        c[1] += request * t
+        c[2] += request + accepted
+        c[3] += engine
+        c[4] += request
+
+    def reading(self, n: float) -> LoadCounters:
+        c = self.counters
+        return LoadCounters(
+            request_steps=c[0], decode_seconds=c[1], decode_tokens=c[2], engine_steps=c[3],
+            slot_steps=c[4], drafts=int(c[5]), draft_tokens=int(c[6]), accepted_tokens=int(c[7]),
+            accepted_per_position=tuple(self.positions) if self.speculative else (),
+            requests_running=n, source="inter_token_latency",
+        )  # fmt: skip
+
+    def spec_counters(self) -> SpecCounters:
+        c = self.counters
+        return SpecCounters(int(c[5]), int(c[6]), int(c[7]), tuple(self.positions))
+
+
+@dataclass
+class Engine:
+    """A side and the history specmon keeps of it, scraped together."""
+
+    side: Side
+    history: LoadHistory
+    now: float = 0.0
+
+    @staticmethod
+    def make(speculative: bool, scenario: Scenario, rng: np.random.Generator) -> Engine:
+        engine = Engine(Side(speculative, rng, scenario), LoadHistory(retention=3600.0))
+        engine.history.add(0.0, engine.side.reading(scenario.load))
+        return engine
+
+    def scrape(self, seconds: float, n: float, *, classes: tuple[float, ...] | None = None) -> None:
+        self.side.step(seconds, n, classes=classes)
+        self.now += seconds
+        self.history.add(self.now, self.side.reading(n))
