@@ -23,7 +23,18 @@ from specmon.engines import SpecCounters
 from specmon.load import LoadHistory
 from specmon.load.counters import LoadCounters
 
-__all__ = ["Engine", "Scenario", "Side", "truth"]
+__all__ = [
+    "SCENARIOS",
+    "WINDOWS",
+    "Engine",
+    "Scenario",
+    "Side",
+    "Tally",
+    "measure",
+    "replicate",
+    "table",
+    "truth",
+]
 
 K = 4
 COST = 0.05
@@ -74,12 +85,12 @@ class Side:
     counters: list[float] = field(default_factory=lambda: [0.0] * 8)
     positions: list[int] = field(default_factory=lambda: [0] * K)
     #: The alpha of each request slot (at most 64).
-    slots: list[float] = field(default_factory=list)
+    slots: np.ndarray = field(default_factory=lambda: np.zeros(64))
 
     def __post_init__(self) -> None:
         s = self.scenario
         self.drift = float(self.rng.normal(0.0, s.drift_sd)) if s.drift_sd else 0.0
-        self.slots = [float(self.rng.choice(s.classes)) for _ in range(64)]
+        self.slots = self.rng.choice(np.asarray(s.classes), size=64)
 
     def step(self, seconds: float, n: float, *, classes: tuple[float, ...] | None = None) -> None:
         """One scrape interval at concurrency ``n`` (``classes``: switch the classes)."""
@@ -94,17 +105,18 @@ class Side:
         request = n * engine
         accepted = 0
         if self.speculative:
-            pool = classes or s.classes
+            pool = np.asarray(classes or s.classes)
             # Requests turn over slowly (about 30 s each): a slot's class persists.
-            for i in range(len(self.slots)):
-                if classes is not None or rng.random() < min(seconds / 30.0, 1.0):
-                    self.slots[i] = float(rng.choice(pool))
+            turn = (
+                np.ones(len(self.slots), dtype=bool)
+                if classes is not None
+                else rng.random(len(self.slots)) < min(seconds / 30.0, 1.0)
+            )
+            self.slots[turn] = rng.choice(pool, size=int(turn.sum()))
             live = self.slots[: max(1, round(n))]
             drafts = int(request)
-            per = np.full(len(live), drafts // len(live))
-            per[: drafts - int(per.sum())] += 1
-            for alpha, d in zip(live, per, strict=True):
-                survivors = int(d)
+            for alpha in np.unique(live):
+                survivors = round(drafts * float(np.mean(live == alpha)))
                 for i in range(K):
                     survivors = int(rng.binomial(survivors, alpha))
                     self.positions[i] += survivors
@@ -151,3 +163,134 @@ class Engine:
         self.side.step(seconds, n, classes=classes)
         self.now += seconds
         self.history.add(self.now, self.side.reading(n))
+
+
+# -- the harness ------------------------------------------------------------------------------
+
+WINDOWS = (60.0, 300.0, 900.0)
+
+SCENARIOS = (
+    Scenario("own assumptions"),
+    Scenario("drift sd 5 % strong persistence", drift_sd=0.05, drift_rho=0.98),
+    Scenario("drift sd 3 %", drift_sd=0.03, drift_rho=0.95),
+    Scenario("request classes 0.9 / 0.5", classes=(0.9, 0.5)),
+    Scenario("twin at 9, target at 7", load=7.0, twin_load=9.0),
+    Scenario("load on a bucket edge (6 +- 0.4)", load=6.0, jitter=0.4),
+    Scenario(
+        "drift, classes and twin",
+        drift_sd=0.05,
+        drift_rho=0.98,
+        classes=(0.9, 0.5),
+        load=7.0,
+        twin_load=9.0,
+    ),
+)
+
+
+@dataclass
+class Tally:
+    """One scenario's reads in one window: truth inside, withheld (and why), the biases."""
+
+    inside: int = 0
+    reads: int = 0
+    withheld: dict[str, int] = field(default_factory=dict)
+    biases: list[float] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float | None:
+        return self.inside / self.reads if self.reads else None
+
+    @property
+    def bias(self) -> float | None:
+        return float(np.median(self.biases)) if self.biases else None
+
+
+def _window_counters(snaps: list[tuple[float, SpecCounters]], seconds: float) -> SpecCounters:
+    now, last = snaps[-1]
+    first = next(c for t, c in reversed(snaps) if t <= now - seconds + 1e-9)
+    return SpecCounters(
+        last.drafts - first.drafts, last.draft_tokens - first.draft_tokens,
+        last.accepted_tokens - first.accepted_tokens,
+        tuple(a - b for a, b in zip(last.accepted_per_position, first.accepted_per_position,
+                                    strict=True)),
+    )  # fmt: skip
+
+
+def replicate(
+    scenario: Scenario, seed: int, *, scrape: float = 15.0
+) -> dict[float, tuple[float | None, tuple[float, float] | None, str | None]]:
+    """One replication against a twin: 10 minutes at each warm-up load (both sides), then 20
+    at the scenario's loads; each window's (speed-up, interval, why withheld) at the end."""
+    from specmon.answer import read_comparison
+
+    rng = np.random.default_rng(seed)
+    spec, twin = Engine.make(True, scenario, rng), Engine.make(False, scenario, rng)
+    snaps = [(0.0, spec.side.spec_counters())]
+    phases = [(w, w, 600.0) for w in scenario.warmup_loads]
+    phases.append((scenario.load, scenario.twin_load or scenario.load, 1200.0))
+    n = scenario.load
+    for mine, theirs, span in phases:
+        for _ in range(round(span / scrape)):
+            jitter = scenario.jitter
+            n = mine + (float(rng.uniform(-jitter, jitter)) if jitter else 0.0)
+            m = theirs + (float(rng.uniform(-jitter, jitter)) if jitter else 0.0)
+            spec.scrape(scrape, n)
+            twin.scrape(scrape, m)
+            snaps.append((spec.now, spec.side.spec_counters()))
+    out: dict[float, tuple[float | None, tuple[float, float] | None, str | None]] = {}
+    for seconds in WINDOWS:
+        window = spec.history.window(seconds)
+        at = window.latest.concurrency if window.latest is not None else n
+        read = read_comparison(
+            window, base=twin.history.window(seconds),
+            acceptance=_window_counters(snaps, seconds), survival=(),
+            drafted_per_draft=float(K), chain_length=K, at=at,
+            memo=spec.history.memo(seconds),
+        )  # fmt: skip
+        if read.speedup is None:
+            out[seconds] = (None, None, read.progress or read.state)
+        else:
+            out[seconds] = (read.speedup, read.interval, None)
+    return out
+
+
+def measure(scenario: Scenario, *, replications: int, seed: int = 0) -> dict[float, Tally]:
+    """Coverage and bias of one scenario per window over ``replications`` seeded runs."""
+    expected = truth(scenario.classes)
+    tallies = {w: Tally() for w in WINDOWS}
+    for r in range(replications):
+        for seconds, (speedup, interval, why) in replicate(scenario, seed * 10_000 + r).items():
+            tally = tallies[seconds]
+            if speedup is None:
+                key = why or "withheld"
+                tally.withheld[key] = tally.withheld.get(key, 0) + 1
+                continue
+            tally.reads += 1
+            tally.biases.append(speedup / expected - 1)
+            if interval is not None and interval[0] <= expected <= interval[1]:
+                tally.inside += 1
+    return tallies
+
+
+def table(replications: int) -> str:
+    """The coverage table, one row per scenario (``python -m tests.support.calibration``)."""
+    lines = ["| scenario | 1m | 5m | 15m | median bias (1m/5m/15m) | withheld |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for scenario in SCENARIOS:
+        tallies = measure(scenario, replications=replications)
+        cells = []
+        for w in WINDOWS:
+            c = tallies[w].coverage
+            cells.append(f"{100 * c:.0f} %" if c is not None else "-")
+        biases = "/".join(
+            f"{100 * b:+.1f} %" if (b := tallies[w].bias) is not None else "-" for w in WINDOWS
+        )
+        withheld = sum(sum(t.withheld.values()) for t in tallies.values())
+        lines.append(f"| {scenario.name} | {' | '.join(cells)} | {biases} | {withheld} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(table(int(sys.argv[1]) if len(sys.argv) > 1 else 40))
