@@ -35,6 +35,7 @@ slot older than the bucket's newest (the clock went back).
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from array import array
@@ -67,8 +68,9 @@ _Made = TypeVar("_Made")
 
 # fmt: off
 __all__ = [
-    "COLUMNS", "SLOTS_PER_RETENTION", "SLOT_BYTES", "BucketSums", "CurveAccumulator",
-    "CurveState", "SlotSums", "retention_bytes", "slot_seconds_for", "state_from_dict",
+    "COLUMNS", "MIN_DRIFT_SLOTS", "SLOTS_PER_RETENTION", "SLOT_BYTES", "BucketSums",
+    "CurveAccumulator", "CurveState", "SlotDrift", "SlotSums", "ar1_mean_factor",
+    "retention_bytes", "slot_seconds_for", "state_from_dict",
     "state_to_dict",
 ]
 # fmt: on
@@ -211,8 +213,8 @@ class CurveAccumulator:
     """One model's intervals summed per time slot and concurrency bucket, kept for
     ``retention`` seconds (see the module's API)."""
 
-    __slots__ = ("_buckets", "_last", "_measured", "_memo", "_prefix", "_retention", "_scheme",
-                 "_slot", "_slots", "_sums", "version")  # fmt: skip
+    __slots__ = ("_buckets", "_drift", "_last", "_measured", "_memo", "_prefix", "_retention",
+                 "_scheme", "_slot", "_slots", "_sums", "version")  # fmt: skip
 
     def __init__(
         self,
@@ -243,6 +245,8 @@ class CurveAccumulator:
         self._sums: dict[int, BucketSums] = {}
         self._buckets: tuple[BucketSums, ...] | None = None
         self._memo: tuple[object, Any] | None = None
+        #: Per bucket, its slot drift (:meth:`slot_drift`) and the version it was made at.
+        self._drift: dict[int, tuple[int, SlotDrift | None]] = {}
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
@@ -398,6 +402,25 @@ class CurveAccumulator:
             found = self._sums[index] = BucketSums(index, label, tuple(summed))
         return found
 
+    def slot_drift(self, index: int) -> SlotDrift | None:
+        """The spread of bucket ``index``'s time per output token between its time slots and
+        its lag-1 autocorrelation (:class:`SlotDrift`; None: fewer than
+        :data:`MIN_DRIFT_SLOTS` slots with decoded tokens, or an epoch's single slot). Made
+        once per change of the sums: O(the slots retained), at most one read per window."""
+        made = self._drift.get(index)
+        if made is not None and made[0] == self.version:
+            return made[1]
+        found: SlotDrift | None = None
+        if self._slot < EPOCH_SPAN:
+            series = sorted(
+                (key[0], math.log(values[_DS] / values[_DT]))
+                for key, values in self._slots.items()
+                if key[1] == index and values[_DT] > 0 and values[_DS] > 0
+            )
+            found = _drift(series, self._slot)
+        self._drift[index] = (self.version, found)
+        return found
+
     def _sum_before(self, index: int, last: tuple[int, int]) -> list[float] | None:
         """The sum of bucket ``index``'s slots before ``last``, in order (None: none)."""
         summed: list[float] | None = None
@@ -450,6 +473,70 @@ class CurveAccumulator:
         out._last = {key[1]: key for key in out._slots}
         out._changed(None)
         return out
+
+
+#: A slot drift needs at least this many slots with decoded tokens in the bucket.
+MIN_DRIFT_SLOTS = 6
+#: The largest lag-1 autocorrelation believed between slots (past it a window's mean is as
+#: uncertain as one slot: the series is a random walk within the retention).
+_MAX_RHO = 0.97
+
+
+@record
+class SlotDrift:
+    """How a bucket's time per output token moves between time slots: the variance of one
+    slot's log TPOT about the retention's mean (corrected for that mean's own uncertainty
+    under an AR(1)), its lag-1 autocorrelation between adjacent slots, how many slots, and
+    the slot's length (seconds). What a window's mean there can be off by: :meth:`window_log_var`."""
+
+    variance: float
+    rho: float
+    slots: int
+    slot_seconds: float
+
+    def window_log_var(self, seconds: float) -> float:
+        """The variance of log(mean TPOT) over a window of ``seconds`` in the bucket: an
+        AR(1) of the slots' means, at least one slot's variance for a window of one slot or
+        less (batch means: a slot is a batch of the intervals it holds)."""
+        return self.variance * ar1_mean_factor(seconds / self.slot_seconds, self.rho)
+
+
+def ar1_mean_factor(length: float, rho: float) -> float:
+    """Var(mean of ``length`` steps of an AR(1) with lag-1 correlation ``rho``) over the
+    variance of one step: 1 at ``length`` <= 1, 1 / length for rho = 0."""
+    if length <= 1.0:
+        return 1.0
+    if rho <= 0.0:
+        return 1.0 / length
+    q = 1.0 - rho
+    decay: float = rho**length
+    factor = (1.0 + rho) / q / length - 2.0 * rho * (1.0 - decay) / (q * q * length * length)
+    return min(factor, 1.0)
+
+
+def _drift(series: Sequence[tuple[int, float]], slot: float) -> SlotDrift | None:
+    """:class:`SlotDrift` of (slot index, log TPOT) pairs in time order."""
+    m = len(series)
+    if m < MIN_DRIFT_SLOTS:
+        return None
+    mean = sum(x for _, x in series) / m
+    dev = [(i, x - mean) for i, x in series]
+    total = sum(d * d for _, d in dev)
+    if total <= 0:
+        return SlotDrift(0.0, 0.0, m, slot)
+    pairs = [(a[1], b[1]) for a, b in itertools.pairwise(dev) if b[0] == a[0] + 1]
+    rho = 0.0
+    if len(pairs) >= MIN_DRIFT_SLOTS - 1:
+        rho = sum(a * b for a, b in pairs) / len(pairs) / (total / m)
+        # Its upper 95 % point (the estimate's standard error sqrt((1 - rho^2) / pairs)): a
+        # short series of a persistent drift reads its correlation low, and the window's
+        # variance with it.
+        rho = min(max(rho, 0.0), _MAX_RHO)
+        rho = min(rho + 1.96 * math.sqrt((1.0 - rho * rho) / len(pairs)), _MAX_RHO)
+    # The sample variance about the series' own mean misses that mean's variance: under an
+    # AR(1) its expectation is variance x (1 - ar1_mean_factor(m, rho)) x m / (m - 1).
+    shrink = max(1.0 - ar1_mean_factor(float(m), rho), 0.2)
+    return SlotDrift(total / m / shrink, rho, m, slot)
 
 
 def _add_into(into: list[float], values: Sequence[float]) -> None:

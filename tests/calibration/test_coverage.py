@@ -11,23 +11,32 @@ import pytest
 
 from tests.support.calibration import SCENARIOS, WINDOWS, Scenario, measure
 
-#: Replications per scenario here (the table in docs/load-signals.md took 200).
+#: Replications per scenario here (the table in docs/load-signals.md took 200); more where
+#: the median bias sits near the bar (its standard error at 40 is about 1 %: "drift, classes
+#: and twin" reads -2.7 % at 5m over 40, -1.6 % over 120, -1.5 % over 200).
 REPLICATIONS = 40
+MORE = {"drift, classes and twin": 120}
 #: The scenarios whose every window meets issue 63's bar (coverage >= 90 %, |median bias| <=
-#: 2 %, or withheld with a reason).
-ACHIEVED = {"own assumptions", "load on a bucket edge (6 +- 0.4)"}
+#: 2 %, or withheld with a reason): all of them since the drift, overdispersion and bridge
+#: terms (specmon.answer.reads); one kept out would have to be named here.
+ACHIEVED = {s.name for s in SCENARIOS}
+#: The scenario whose reads are withheld, and why.
+WITHHELD = {"twin at 9, target at 7, no other load": "more than its cost curve can bridge"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_coverage_and_bias(scenario: Scenario) -> None:
-    tallies = measure(scenario, replications=REPLICATIONS)
+    replications = MORE.get(scenario.name, REPLICATIONS)
+    tallies = measure(scenario, replications=replications)
     failures = []
     for seconds in WINDOWS:
         tally = tallies[seconds]
         withheld = sum(tally.withheld.values())
-        assert tally.reads + withheld == REPLICATIONS
-        if tally.reads < REPLICATIONS // 4:
-            continue  # withheld, each with its reason
+        assert tally.reads + withheld == replications
+        if scenario.name in WITHHELD:
+            assert tally.reads == 0 and all(WITHHELD[scenario.name] in why
+                                            for why in tally.withheld), tally.withheld  # fmt: skip
+            continue
         coverage, bias = tally.coverage, tally.bias
         assert coverage is not None and bias is not None
         if coverage < 0.90 or abs(bias) > 0.02:

@@ -175,6 +175,7 @@ SCENARIOS = (
     Scenario("drift sd 3 %", drift_sd=0.03, drift_rho=0.95),
     Scenario("request classes 0.9 / 0.5", classes=(0.9, 0.5)),
     Scenario("twin at 9, target at 7", load=7.0, twin_load=9.0),
+    Scenario("twin at 9, target at 7, no other load", load=7.0, twin_load=9.0, warmup_loads=()),
     Scenario("load on a bucket edge (6 +- 0.4)", load=6.0, jitter=0.4),
     Scenario(
         "drift, classes and twin",
@@ -195,10 +196,18 @@ class Tally:
     reads: int = 0
     withheld: dict[str, int] = field(default_factory=dict)
     biases: list[float] = field(default_factory=list)
+    #: Per read, the interval's half-width in log over the actual error's |log|.
+    widths: list[float] = field(default_factory=list)
 
     @property
     def coverage(self) -> float | None:
         return self.inside / self.reads if self.reads else None
+
+    @property
+    def width(self) -> float | None:
+        """The median half-width over the actual error (about 2 for a calibrated interval:
+        the 95 % point over the median |error|, 1.96 / 0.67 = 2.9; far above: too wide)."""
+        return float(np.median(self.widths)) if self.widths else None
 
     @property
     def bias(self) -> float | None:
@@ -269,13 +278,17 @@ def measure(scenario: Scenario, *, replications: int, seed: int = 0) -> dict[flo
             tally.biases.append(speedup / expected - 1)
             if interval is not None and interval[0] <= expected <= interval[1]:
                 tally.inside += 1
+            if interval is not None:
+                error = abs(math.log(speedup / expected))
+                half = math.log(interval[1] / interval[0]) / 2
+                tally.widths.append(half / max(error, 1e-6))
     return tallies
 
 
 def table(replications: int) -> str:
     """The coverage table, one row per scenario (``python -m tests.support.calibration``)."""
-    lines = ["| scenario | 1m | 5m | 15m | median bias (1m/5m/15m) | withheld |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| scenario | 1m | 5m | 15m | median bias (1m/5m/15m) | width/error | withheld |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for scenario in SCENARIOS:
         tallies = measure(scenario, replications=replications)
         cells = []
@@ -285,8 +298,13 @@ def table(replications: int) -> str:
         biases = "/".join(
             f"{100 * b:+.1f} %" if (b := tallies[w].bias) is not None else "-" for w in WINDOWS
         )
+        widths = "/".join(
+            f"{x:.1f}" if (x := tallies[w].width) is not None else "-" for w in WINDOWS
+        )
         withheld = sum(sum(t.withheld.values()) for t in tallies.values())
-        lines.append(f"| {scenario.name} | {' | '.join(cells)} | {biases} | {withheld} |")
+        lines.append(
+            f"| {scenario.name} | {' | '.join(cells)} | {biases} | {widths} | {withheld} |"
+        )
     return "\n".join(lines)
 
 
