@@ -411,12 +411,16 @@ class CurveAccumulator:
         if made is not None and made[0] == self.version:
             return made[1]
         found: SlotDrift | None = None
-        if self._slot < EPOCH_SPAN:
-            series = sorted(
-                (key[0], math.log(values[_DS] / values[_DT]))
-                for key, values in self._slots.items()
-                if key[1] == index and values[_DT] > 0 and values[_DS] > 0
-            )
+        last = self._last.get(index)
+        if self._slot < EPOCH_SPAN and last is not None and self._slots:
+            # The bucket's slots, oldest first: a look-up per slot of the retention (60 at an
+            # hour of minutes), not a pass over every bucket's.
+            first = next(iter(self._slots))[0]
+            series = []
+            for slot in range(min(first, last[0]), last[0] + 1):
+                values = self._slots.get((slot, index))
+                if values is not None and values[_DT] > 0 and values[_DS] > 0:
+                    series.append((slot, math.log(values[_DS] / values[_DT])))
             found = _drift(series, self._slot)
         self._drift[index] = (self.version, found)
         return found
