@@ -72,6 +72,8 @@ class Scenario:
     jitter: float = 0.0
     #: Loads visited before the steady phase (the curve's hour sees them), each for a share.
     warmup_loads: tuple[float, ...] = (3.0, 16.0)
+    #: The step time's factor on the speculating side (1.1: a change that costs 10 %).
+    slowdown: float = 1.0
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Side:
             self.drift = s.drift_rho * self.drift + float(rng.normal(0.0, innovation))
         noise = float(rng.normal(0.0, s.noise_sd)) if s.noise_sd else 0.0
         factor = max(1.0 + self.drift + noise, 0.2)
-        t = step_seconds(n) * factor * ((1 + K * COST) if self.speculative else 1.0)
+        t = step_seconds(n) * factor * ((1 + K * COST) * s.slowdown if self.speculative else 1.0)
         engine = seconds / t
         request = n * engine
         accepted = 0
