@@ -296,6 +296,11 @@ def _measured_interval(
       times that wander for minutes, and acceptance that moves with the requests running
       (overdispersed against a binomial per draft).
 
+    A past epoch's side (the ``history`` basis: one slot a bucket, no drift of its own to
+    read) takes the server's drift as the window's side measures it: the variance of one
+    slot about the retention's mean (the past epoch's mean and the window's differ by the
+    drift between them, at most that).
+
     ``bridge_sd``: the uncertainty of reading the baseline at the target's concurrency off
     its curve (:func:`_bridge`)."""
     index = comparison.bucket.index
@@ -306,6 +311,7 @@ def _measured_interval(
         sides.append((base, False))
     else:
         variance += 0.01**2  # a profile states no spread: 1 %, as its curve points do
+    now = window.curve.slot_drift(index) if window.curve is not None else None
     for side, speculative in sides:
         mine = next((b.totals for b in side.buckets if b.bucket.index == index), None)
         here = mine.intervals if mine is not None else 1
@@ -320,6 +326,16 @@ def _measured_interval(
         drift = side.curve.slot_drift(index) if side.curve is not None else None
         seconds = mine.seconds if mine is not None else None
         wandering = drift.window_log_var(seconds) if drift is not None and seconds else 0.0
+        if (
+            not speculative
+            and now is not None
+            and side.curve is not None
+            and (side.curve.whole_life)
+        ):
+            # A past epoch of this server (the history basis): its whole-life mean against a
+            # window now differs by the server's own drift in between, at most its stationary
+            # variance, measured by the window's side (issue 63: "the past, honestly").
+            wandering = now.variance
         variance += max(independent, wandering)
     return cost_curve.speedup_interval(
         comparison.realized_speedup * factor, math.sqrt(variance),

@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.calibration import SCENARIOS, WINDOWS, Scenario, measure
+from tests.support.calibration import HISTORY_SCENARIOS, SCENARIOS, WINDOWS, Scenario, measure
 
 #: Replications per scenario here (the table in docs/load-signals.md took 200); more where
 #: the median bias sits near the bar (its standard error at 40 is about 1 %: "drift, classes
-#: and twin" reads -2.7 % at 5m over 40, -1.6 % over 120, -1.5 % over 200).
+#: and twin" reads -2.7 % at 5m over 40, -1.6 % over 120, -1.5 % over 200; "history: classes"
+#: -2.0 % at 1m over 40, +0.3 % over 200).
 REPLICATIONS = 40
-MORE = {"drift, classes and twin": 120}
+MORE = {"drift, classes and twin": 120, "history: classes 0.9 / 0.5": 120}
 #: The scenarios whose every window meets issue 63's bar (coverage >= 90 %, |median bias| <=
-#: 2 %, or withheld with a reason): all of them since the drift, overdispersion and bridge
-#: terms (specmon.answer.reads); one kept out would have to be named here.
-ACHIEVED = {s.name for s in SCENARIOS}
+#: 2 %, or withheld with a reason): all but the history basis under a slow drift (AR(1) sd
+#: 3 %, 0.995 per 15 s: 86-88 % over 200; the window side's 30 minutes of slots read a drift
+#: of about 50 minutes' memory short).
+ACHIEVED = {s.name for s in (*SCENARIOS, *HISTORY_SCENARIOS)} - {"history: drift sd 3 %"}
 #: The scenario whose reads are withheld, and why.
 WITHHELD = {"twin at 9, target at 7, no other load": "more than its cost curve can bridge"}
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", [*SCENARIOS, *HISTORY_SCENARIOS], ids=lambda s: s.name)
 def test_coverage_and_bias(scenario: Scenario) -> None:
     replications = MORE.get(scenario.name, REPLICATIONS)
     tallies = measure(scenario, replications=replications)

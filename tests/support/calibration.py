@@ -24,6 +24,7 @@ from specmon.load import LoadHistory
 from specmon.load.counters import LoadCounters
 
 __all__ = [
+    "HISTORY_SCENARIOS",
     "SCENARIOS",
     "WINDOWS",
     "Engine",
@@ -265,12 +266,66 @@ def replicate(
     return out
 
 
+def replicate_history(
+    scenario: Scenario, seed: int, *, scrape: float = 15.0
+) -> dict[float, tuple[float | None, tuple[float, float] | None, str | None]]:
+    """One replication on the ``history`` basis: an hour of this server without speculation
+    (its epoch's sums laid out as specmon.daemon.epoch_curves.EpochCurves.past lays them),
+    then 30 minutes with it, the drift of its step time carrying on across the change; each
+    window's read at the end."""
+    from specmon.answer import read_comparison
+    from specmon.load import DEFAULT_SCHEME, BucketTotals, LoadWindow
+    from specmon.load.curve import CurveAccumulator
+
+    rng = np.random.default_rng(seed)
+    engine = Engine.make(False, scenario, rng)
+    epoch = CurveAccumulator.for_epoch()
+    for _ in range(round(3600 / scrape)):
+        engine.scrape(scrape, scenario.load)
+        assert engine.history.whole_row is not None
+        epoch.add_row(engine.history.whole_row)
+    buckets = tuple(
+        BucketTotals(DEFAULT_SCHEME.buckets[b.bucket], b.totals) for b in epoch.buckets()
+    )
+    past = LoadWindow(None, buckets, None, None, epoch)
+    # The same server, speculating from now: its drift carries on, its history starts again.
+    side = engine.side
+    side.speculative = True
+    spec = Engine(side, LoadHistory(retention=3600.0), engine.now)
+    spec.history.add(spec.now, side.reading(scenario.load))
+    snaps = [(spec.now, side.spec_counters())]
+    for _ in range(round(1800 / scrape)):
+        spec.scrape(scrape, scenario.load)
+        snaps.append((spec.now, side.spec_counters()))
+    out: dict[float, tuple[float | None, tuple[float, float] | None, str | None]] = {}
+    for seconds in WINDOWS:
+        read = read_comparison(
+            spec.history.window(seconds), base=past,
+            acceptance=_window_counters(snaps, seconds), survival=(),
+            drafted_per_draft=float(K), chain_length=K, at=scenario.load,
+        )  # fmt: skip
+        if read.speedup is None:
+            out[seconds] = (None, None, read.progress or read.state)
+        else:
+            out[seconds] = (read.speedup, read.interval, None)
+    return out
+
+
+HISTORY_SCENARIOS = (
+    Scenario("history: own assumptions", warmup_loads=()),
+    Scenario("history: drift sd 3 %", drift_sd=0.03, drift_rho=0.995, warmup_loads=()),
+    Scenario("history: drift sd 5 %", drift_sd=0.05, drift_rho=0.98, warmup_loads=()),
+    Scenario("history: classes 0.9 / 0.5", classes=(0.9, 0.5), warmup_loads=()),
+)
+
+
 def measure(scenario: Scenario, *, replications: int, seed: int = 0) -> dict[float, Tally]:
     """Coverage and bias of one scenario per window over ``replications`` seeded runs."""
     expected = truth(scenario.classes)
     tallies = {w: Tally() for w in WINDOWS}
     for r in range(replications):
-        for seconds, (speedup, interval, why) in replicate(scenario, seed * 10_000 + r).items():
+        run = replicate_history if scenario.name.startswith("history") else replicate
+        for seconds, (speedup, interval, why) in run(scenario, seed * 10_000 + r).items():
             tally = tallies[seconds]
             if speedup is None:
                 key = why or "withheld"
@@ -291,7 +346,7 @@ def table(replications: int) -> str:
     """The coverage table, one row per scenario (``python -m tests.support.calibration``)."""
     lines = ["| scenario | 1m | 5m | 15m | median bias (1m/5m/15m) | width/error | withheld |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for scenario in SCENARIOS:
+    for scenario in (*SCENARIOS, *HISTORY_SCENARIOS):
         tallies = measure(scenario, replications=replications)
         cells = []
         for w in WINDOWS:
