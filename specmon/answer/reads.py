@@ -159,9 +159,12 @@ def read_comparison(
                 progress=short)  # fmt: skip
 
 
-#: Loads this close (relative) need no bridge: the baseline's step time moves less than this
-#: between them (it grows at most in proportion to the load).
+#: How far past the curve's measured loads a bridge may reach (relative).
 _SAME_LOAD = 0.02
+#: Loads this close (relative, in log) are read as they are where no curve bridges them, the
+#: gap added as a standard deviation: the baseline's step time moves less than that between
+#: them (it grows at most in proportion to the load).
+_UNBRIDGED = 0.05
 
 
 def _bridge(
@@ -173,8 +176,9 @@ def _bridge(
     deviation of its log, off the baseline's side of the cost curve (its shape between the
     loads, doubted by a quarter of the step it bridges, or by the shape's disagreement with
     straight lines between the measured buckets, whichever is larger); or why the read is
-    withheld: loads more than 2 % apart that the curve cannot bridge (it has fewer than 2
-    baseline buckets, or one of the loads lies outside the ones it measured)."""
+    withheld: loads more than 5 % apart that the curve cannot bridge (it has fewer than 2
+    baseline buckets, or one of the loads lies outside the ones it measured; closer, they
+    are read as they are, the gap their standard deviation)."""
     target, twin = comparison.concurrency, comparison.baseline.concurrency
     if target <= 0 or twin <= 0:
         return 1.0, 0.0
@@ -191,7 +195,7 @@ def _bridge(
                 lines = curve.base.lines(target), curve.base.lines(twin)
                 disagree = abs(math.log(lines[0] / lines[1]) - step) if min(lines) > 0 else 0.0
                 return math.exp(step), max(0.25 * abs(step), disagree)
-    if apart <= _SAME_LOAD:
+    if apart <= _UNBRIDGED:
         return 1.0, apart
     return (
         f"the baseline ran at {twin:.1f} requests in bucket {comparison.bucket.label}, this "

@@ -179,6 +179,7 @@ SCENARIOS = (
     Scenario("request classes 0.9 / 0.5", classes=(0.9, 0.5)),
     Scenario("twin at 9, target at 7", load=7.0, twin_load=9.0),
     Scenario("twin at 9, target at 7, no other load", load=7.0, twin_load=9.0, warmup_loads=()),
+    Scenario("twin at 8.3, target at 8, no other load", load=8.0, twin_load=8.3, warmup_loads=()),
     Scenario("load on a bucket edge (6 +- 0.4)", load=6.0, jitter=0.4),
     Scenario(
         "drift, classes and twin",
