@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from specmon.load.curve import CurveAccumulator, state_from_dict, state_to_dict
 from specmon.load.curve_sums import CurveState
 from tests.test_curve import interval
@@ -128,3 +130,17 @@ def test_a_weeks_retention_keeps_every_interval_in_a_days_slots() -> None:
     (bucket,) = acc.buckets()
     assert bucket.totals.intervals >= minutes - 7  # the oldest slot may have gone
     assert retention_bytes(week) < 600_000  # 1,441 slots of 400 bytes
+
+
+def test_the_ar1_factor_of_a_mean_and_the_slot_drift() -> None:
+    """Issue 63's drift term: Var(mean of w AR(1) steps) / Var(one step), and a bucket's
+    spread between minute slots (none on an epoch's single slot)."""
+    from specmon.load.curve_sums import ar1_mean_factor
+
+    assert ar1_mean_factor(1.0, 0.9) == 1.0 and ar1_mean_factor(0.5, 0.0) == 1.0
+    assert ar1_mean_factor(10.0, 0.0) == pytest.approx(0.1)
+    # rho 0.5 over 4 steps: (1/4)(1 + 2 (3/4 0.5 + 2/4 0.25 + 1/4 0.125)) = 0.515625.
+    assert ar1_mean_factor(4.0, 0.5) == pytest.approx(0.515625)
+    assert ar1_mean_factor(100.0, 0.9) > 10 * ar1_mean_factor(100.0, 0.0)
+    epoch = CurveAccumulator.for_epoch()
+    assert epoch.slot_drift(3) is None

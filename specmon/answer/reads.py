@@ -115,14 +115,29 @@ def read_comparison(
     mine = next((v for v in verdicts if current is not None and v.bucket == current), None)
     label = current.label if current is not None else None
     comparison = mine.comparison if mine is not None else None
+    bridged = _bridge(comparison, curve) if comparison is not None and not isinstance(
+        base, Profile) else (1.0, 0.0)  # fmt: skip
+    if comparison is not None and isinstance(bridged, str):
+        return Read("measuring", at, comparison.bucket.label, crossover=crossing,
+                    per_load=per_load, progress=bridged)  # fmt: skip
     if comparison is not None:
+        assert not isinstance(bridged, str)
+        factor, bridge_sd = bridged
         cost = comparison.draft_cost
+        notes = comparison.notes
+        if factor != 1.0:
+            # c = (T_spec / T_base - 1) / k̄ with T_base read at the target's load too.
+            drafted = comparison.drafted_per_step
+            cost = None if cost is None or drafted <= 0 else (
+                (1 + cost * drafted) / factor - 1) / drafted  # fmt: skip
+            notes = (*notes, _bridged_note(comparison))
         return Read(
-            "measured", at, comparison.bucket.label, comparison.realized_speedup,
-            _measured_interval(comparison, window, base, draft_length, sd),
+            "measured", at, comparison.bucket.label, comparison.realized_speedup * factor,
+            _measured_interval(comparison, window, base, draft_length, sd, bridge_sd,
+                               factor),
             cost if cost is not None and cost >= 0 else None,
             comparison.target_time_per_output_token_seconds, crossing, per_load,
-            notes=comparison.notes,
+            notes=notes,
         )  # fmt: skip
     short = mine.reason if mine is not None else "no data at this load in the window yet"
     if at is None:
@@ -142,6 +157,59 @@ def read_comparison(
             )  # fmt: skip
     return Read("measuring", at, label, crossover=crossing, per_load=per_load,
                 progress=short)  # fmt: skip
+
+
+#: How far past the curve's measured loads a bridge may reach (relative).
+_SAME_LOAD = 0.02
+#: Loads this close (relative, in log) are read as they are where no curve bridges them, the
+#: gap added as a standard deviation: the baseline's step time moves less than that between
+#: them (it grows at most in proportion to the load).
+_UNBRIDGED = 0.05
+
+
+def _bridge(
+    comparison: BucketComparison, curve: cost_curve.Curve | None
+) -> tuple[float, float] | str:
+    """The baseline's time per output token read at the target's concurrency, not at its own
+    in the same bucket (a bucket spans 2x: a twin behind a balancer at 9 requests against a
+    target at 7 read +10 %): the factor to multiply the bucket's speed-up by and the standard
+    deviation of its log, off the baseline's side of the cost curve (its shape between the
+    loads, doubted by a quarter of the step it bridges, or by the shape's disagreement with
+    straight lines between the measured buckets, whichever is larger); or why the read is
+    withheld: loads more than 5 % apart that the curve cannot bridge (it has fewer than 2
+    baseline buckets, or one of the loads lies outside the ones it measured; closer, they
+    are read as they are, the gap their standard deviation)."""
+    target, twin = comparison.concurrency, comparison.baseline.concurrency
+    if target <= 0 or twin <= 0:
+        return 1.0, 0.0
+    apart = abs(math.log(target / twin))
+    points = curve.base_points if curve is not None else ()
+    if curve is not None and len(points) >= 2:
+        lo, hi = points[0].concurrency, points[-1].concurrency
+        if lo * (1 - _SAME_LOAD) <= min(target, twin) and max(target, twin) <= hi * (
+            1 + _SAME_LOAD
+        ):
+            there, here = curve.base.at(target), curve.base.at(twin)
+            if there > 0 and here > 0:
+                step = math.log(there / here)
+                lines = curve.base.lines(target), curve.base.lines(twin)
+                disagree = abs(math.log(lines[0] / lines[1]) - step) if min(lines) > 0 else 0.0
+                return math.exp(step), max(0.25 * abs(step), disagree)
+    if apart <= _UNBRIDGED:
+        return 1.0, apart
+    return (
+        f"the baseline ran at {twin:.1f} requests in bucket {comparison.bucket.label}, this "
+        f"target at {target:.1f} ({100 * (math.exp(apart) - 1):.0f} % apart): more than its "
+        "cost curve can bridge yet (it needs 2 measured baseline loads around both)"
+    )
+
+
+def _bridged_note(comparison: BucketComparison) -> str:
+    return (
+        f"the baseline ran at {comparison.baseline.concurrency:.1f} requests in this bucket, "
+        f"this target at {comparison.concurrency:.1f}: its time per output token is read at "
+        "the target's load off its cost curve"
+    )
 
 
 def _curve(window: LoadWindow, base: LoadWindow | Profile) -> cost_curve.Curve | None:
@@ -216,28 +284,67 @@ def _measured_interval(
     base: LoadWindow | Profile,
     draft_length: float,
     acceptance_sd: float | None,
+    bridge_sd: float = 0.0,
+    factor: float = 1.0,
 ) -> tuple[float, float] | None:
-    """The 95 % interval of a speed-up measured in this window's bucket: the bucket's
-    acceptance (from its draft counts), and each side's spread of step times per interval
-    (read off its cost-curve accumulator) over the window's intervals there."""
+    """The 95 % interval of a speed-up measured in this window's bucket (docs/load-signals.md,
+    "The verdict's interval"). Per side, the larger of two variances of log(its time per
+    output token over the window):
+
+    - independent intervals: the bucket's acceptance (from its draft counts) and the spread
+      of step times per interval (read off the side's cost-curve accumulator) over the
+      window's intervals there;
+    - drift (batch means with an AR(1) between them): the spread of the bucket's time per
+      output token between the accumulator's minute slots and its lag-1 autocorrelation,
+      for a mean over the window's seconds there (:meth:`CurveAccumulator.slot_drift`): step
+      times that wander for minutes, and acceptance that moves with the requests running
+      (overdispersed against a binomial per draft).
+
+    A past epoch's side (the ``history`` basis: one slot a bucket, no drift of its own to
+    read) takes the server's drift as the window's side measures it: the variance of one
+    slot about the retention's mean (the past epoch's mean and the window's differ by the
+    drift between them, at most that).
+
+    ``bridge_sd``: the uncertainty of reading the baseline at the target's concurrency off
+    its curve (:func:`_bridge`)."""
     index = comparison.bucket.index
     sd = cost_curve.acceptance_log_sd(comparison.counters, tokens_per_draft=draft_length)
-    variance = (sd or 0.0) ** 2
+    variance = bridge_sd**2
     sides: list[tuple[LoadWindow, bool]] = [(window, True)]
     if isinstance(base, LoadWindow):
         sides.append((base, False))
     else:
         variance += 0.01**2  # a profile states no spread: 1 %, as its curve points do
+    now = window.curve.slot_drift(index) if window.curve is not None else None
     for side, speculative in sides:
-        here = next((b.totals.intervals for b in side.buckets if b.bucket.index == index), 1)
+        mine = next((b.totals for b in side.buckets if b.bucket.index == index), None)
+        here = mine.intervals if mine is not None else 1
         spread = cost_curve.interval_spread(side.curve, index, here) if side.curve else None
-        variance += (spread if spread is not None else _UNKNOWN_SPREAD) ** 2
-        if speculative and sd is None and side.curve is not None:
-            tokens = cost_curve.interval_spread(side.curve, index, here, tokens=True)
-            variance += (tokens if tokens is not None else _UNKNOWN_SPREAD) ** 2
+        independent = (spread if spread is not None else _UNKNOWN_SPREAD) ** 2
+        if speculative:
+            if sd is not None:
+                independent += sd**2
+            elif side.curve is not None:
+                tokens = cost_curve.interval_spread(side.curve, index, here, tokens=True)
+                independent += (tokens if tokens is not None else _UNKNOWN_SPREAD) ** 2
+        drift = side.curve.slot_drift(index) if side.curve is not None else None
+        seconds = mine.seconds if mine is not None else None
+        wandering = drift.window_log_var(seconds) if drift is not None and seconds else 0.0
+        if (
+            not speculative
+            and now is not None
+            and side.curve is not None
+            and (side.curve.whole_life)
+        ):
+            # A past epoch of this server (the history basis): its whole-life mean against a
+            # window now differs by the server's own drift in between, at most its stationary
+            # variance, measured by the window's side (issue 63: "the past, honestly").
+            wandering = now.variance
+        variance += max(independent, wandering)
     return cost_curve.speedup_interval(
-        comparison.realized_speedup, math.sqrt(variance), chain_length=comparison.chain_length
-    )
+        comparison.realized_speedup * factor, math.sqrt(variance),
+        chain_length=comparison.chain_length,
+    )  # fmt: skip
 
 
 def _per_load(

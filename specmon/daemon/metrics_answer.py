@@ -143,8 +143,10 @@ VERDICT_SPEEDUP = _g(
 )
 _BOUND = (
     "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin, profile, history: "
-    "the acceptance's binomial uncertainty, the step times' spread and (off the cost curve) "
-    "its fit; on engine, configured or default, the acceptance alone. " + _VERDICT
+    "the acceptance's uncertainty (a chain per draft) and the step times' spread, or where "
+    "larger their drift between the cost curve's minute slots, a baseline read at the "
+    "target's load off its curve, and (off the cost curve) its fit; on engine, configured or "
+    "default, the acceptance alone. " + _VERDICT
 )
 VERDICT_SPEEDUP_LOWER = _g("specmon_verdict_speedup_lower_ratio", "Lower " + _BOUND, _W,
                            Scope.WINDOW)  # fmt: skip

@@ -80,7 +80,8 @@ CHANGE_SPEEDUP_UPPER = MetricDef(
     "specmon_change_speedup_upper_ratio", Kind.GAUGE, "Upper " + _BOUND,
     (*_M, "concurrency"), Scope.MODEL,
     "upper bound of the 95 % interval of `specmon_change_speedup_ratio`: below 1, the change "
-    "made the server slower there with certainty (`SpecmonChangeRegressed`). " + _ABSENT,
+    "made the server slower there with certainty; below 0.95 for 30 minutes, "
+    "`SpecmonChangeRegressed`. " + _ABSENT,
 )  # fmt: skip
 #: In the order the metric table lists them.
 EPOCH_FAMILIES = (

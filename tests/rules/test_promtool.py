@@ -635,10 +635,16 @@ MUTATIONS = [
         id="slower-no-keep-firing",
     ),
     pytest.param(
-        r"specmon_change_speedup_upper_ratio < 1\n",
+        r"specmon_change_speedup_upper_ratio < 0.95\n",
         "specmon_change_speedup_upper_ratio < 1.05\n",
         "a change that made the server slower with certainty",
         id="change-uncertain-fires",
+    ),
+    pytest.param(
+        r"specmon_change_speedup_upper_ratio < 0.95\n",
+        "specmon_change_speedup_upper_ratio < 1\n",
+        "a change that made the server slower with certainty",
+        id="change-no-practical-margin",
     ),
     pytest.param(
         r"(alert: SpecmonChangeRegressed\n(?:.*\n)*?\s+for:) 30m",
