@@ -43,7 +43,7 @@ from specmon.daemon.governor import Governor, Period
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.persist import StateKeeper, StateMetrics, mark_targets
+from specmon.daemon.persist import StateKeeper, StateMetrics, carry_past, mark_targets
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper, gate
 from specmon.daemon.target import TargetState, TargetView, Twins
@@ -341,12 +341,15 @@ class Daemon:
                     target, windows=glob_cfg.windows, retention=config.retention
                 )
                 continue
-            if running is not None:
-                self._stop_target(name)
+            past = None
+            if running is not None:  # the same name: its past carried over (persist.carry_past)
+                past = running.state
+                self._stop_target(name, retire=False)
                 self.log.info(
-                    "target_restarted", target=name, reason="url, engine or model changed"
-                )
-            self._start_target(target, config)
+                    "target_restarted", target=name, reason="url, engine or model changed",
+                    address_changed=past.config.url != target.url,
+                )  # fmt: skip
+            self._start_target(target, config, past=past)
             if initial:
                 self._pending_first.add(name)
         self._count_targets()
@@ -386,7 +389,9 @@ class Daemon:
     def states(self) -> list[TargetState]:
         return [r.state for r in self._running.values()] + self.fleet.states()
 
-    def _start_target(self, target: TargetConfig, config: Config) -> None:
+    def _start_target(
+        self, target: TargetConfig, config: Config, *, past: TargetState | None = None
+    ) -> None:
         state = TargetState(
             target,
             windows=config.global_.windows,
@@ -395,7 +400,10 @@ class Daemon:
             on_view=self._view_changed,
             twins=self.twins,
         )
-        self._restore(state)
+        if past is not None:
+            carry_past(state, past, wall=time.time())
+        else:
+            self._restore(state)
         self.twins.put(state)
         scraper = TargetScraper(
             state,
@@ -408,9 +416,9 @@ class Daemon:
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
 
-    def _stop_target(self, name: str) -> None:
+    def _stop_target(self, name: str, *, retire: bool = True) -> None:
         running = self._running.pop(name)
-        if self.keeper is not None:
+        if self.keeper is not None and retire:
             self.keeper.retire(running.state)  # its epochs stay in the state file
         self.twins.drop(running.state)
         running.task.cancel()

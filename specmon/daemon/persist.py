@@ -5,9 +5,13 @@ With ``state_dir`` set (``global.state_dir`` or ``--state.dir``), each target's 
 epochs are restored when its state is made, and written every ``WRITE_INTERVAL`` seconds and at
 a clean stop: the snapshot is taken on the event loop (small records), the encoding, the write
 and the fsyncs run in a thread. A SIGKILL loses at most one interval. State is keyed by the
-target's name, a hash of its URL (never the URL itself: it may carry a token), its configured
-engine and model: a changed URL starts afresh, as the windows do. Under ``--shard`` a daemon
-keeps its own file and only its shard's targets.
+target's name (issue 64): a server that answers at another address under the same name (its
+URL changed in the config, then a reload or a restart) keeps its epochs and curves, the move an
+event in its epochs (each record keeps a hash of the URL it was written under, never the URL
+itself: it may carry a token). A file written by an older specmon, keyed by name and URL hash,
+is read the same way: a record is carried over to the target of its name (the newest when
+several share a name). Under ``--shard`` a daemon keeps its own file and only its shard's
+targets.
 
 Each target's record is read and checked alone (:func:`_record`): one out of bounds, or not
 even JSON, costs that target only (one ``state_target_refused`` line naming it), never the
@@ -54,7 +58,14 @@ from specmon.state.store import (
     write_atomic,
 )
 
-__all__ = ["WRITE_INTERVAL", "StateKeeper", "StateMetrics", "mark_targets", "state_key"]
+__all__ = [
+    "WRITE_INTERVAL",
+    "StateKeeper",
+    "StateMetrics",
+    "carry_past",
+    "mark_targets",
+    "state_key",
+]
 
 #: Seconds between two writes (the most a SIGKILL loses).
 WRITE_INTERVAL = 30.0
@@ -68,7 +79,12 @@ LOGGED_REFUSALS = 20
 #: (``state_clock_behind``): its later times are then taken as now.
 CLOCK_SLACK = 60.0
 
-Key = tuple[str, str, str, str]
+#: The event an address change leaves in a target's epochs (kept in the state file, which
+#: holds no URL: it may carry a token).
+MOVED = "address changed: the server answers at another URL under this name; its past kept"
+
+#: What a saved record belongs to: the target's name (its URL may change under it).
+Key = str
 
 
 def state_key(state: TargetState) -> Key:
@@ -76,9 +92,26 @@ def state_key(state: TargetState) -> Key:
 
 
 def config_key(cfg: TargetConfig) -> Key:
-    url = hashlib.sha256(cfg.url.encode()).hexdigest()[:32]
-    engine = cfg.engine.value if cfg.engine is not None else ""
-    return (cfg.name, url, engine, cfg.model or "")
+    return cfg.name
+
+
+def url_hash(url: str) -> str:
+    """What a record keeps of its target's URL (never the URL: it may carry a token)."""
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def _configured(cfg: TargetConfig) -> tuple[str, str]:
+    return (cfg.engine.value if cfg.engine is not None else "", cfg.model or "")
+
+
+def carry_past(state: TargetState, past: TargetState, *, wall: float) -> None:
+    """A target restarted under its name (its URL, engine or model changed at a reload): the
+    new state takes the old one's epochs and curves; an address change is an event in each
+    model's epochs (counting starts again at the next reading: another server's counters)."""
+    state.epochs, state.curves = past.epochs, past.curves
+    if past.config.url != state.config.url:  # the text is kept in the file: no URL in it
+        state.epochs.moved(wall=wall, text=MOVED)
+    state.view = replace(state.view, epochs=state.epochs.view())
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +139,10 @@ class _Saved:
     curves: EpochCurves | None = None
     #: The latest time the record may hold (the file's write time + MAX_AHEAD).
     ceiling: float = math.inf
+    #: The hash of the URL it was written under (:func:`url_hash`).
+    url: str = ""
+    #: The engine and model configured when it was written.
+    configured: tuple[str, str] = ("", "")
 
 
 class StateKeeper:
@@ -244,7 +281,8 @@ class StateKeeper:
             try:
                 key, entry = _record(raw, now=now, ceiling=ceiling)
                 if key not in (expected or ()):  # checked; kept as its bytes until it starts
-                    entry = _Saved(entry.engine, entry.seen, bytes(raw), ceiling=ceiling)
+                    entry = _Saved(entry.engine, entry.seen, bytes(raw), ceiling=ceiling,
+                                   url=entry.url)  # fmt: skip
             except ValueError as exc:
                 self.refused += 1
                 if self.refused <= LOGGED_REFUSALS:  # the rest are counted in state_read
@@ -254,7 +292,10 @@ class StateKeeper:
                         effect="this target starts afresh; every other target keeps its state",
                     )  # fmt: skip
                 continue
-            if self.shard.keeps(key[0]):
+            other = saved.get(key)
+            if other is not None and other.seen >= entry.seen:
+                continue  # an older file's records of one name at two URLs: the newest kept
+            if self.shard.keeps(key):
                 saved[key] = entry
         self.log.info("state_read", file=str(self.path), targets=len(saved),
                       refused=self.refused)  # fmt: skip
@@ -276,6 +317,8 @@ class StateKeeper:
                 return
             book, curves = made.book, made.curves
             assert book is not None and curves is not None
+        if saved.url and saved.url != url_hash(state.config.url):  # moved while specmon was off
+            book.moved(wall=self.clock(), text=MOVED + " (while specmon was stopped)")
         if state.epochs.view():  # seen live before the lock came: merged, checked again
             # (the epochs are numbered on: their saved curves are let go, not misfiled)
             try:
@@ -297,23 +340,24 @@ class StateKeeper:
         models = state.epochs.saved_form()
         if models:
             key, now = state_key(state), self.clock()
-            entry = _target_json(key, state.epochs.engine, models, seen=now,
+            entry = _target_json(state.config, state.epochs.engine, models, seen=now,
                                  curves=state.curves.saved_form())  # fmt: skip
             self._saved[key] = _Saved(state.epochs.engine, now, saved_json(entry),
-                                      ceiling=now + MAX_AHEAD)  # fmt: skip
+                                      ceiling=now + MAX_AHEAD,
+                                      url=url_hash(state.config.url))  # fmt: skip
 
     # -- writing ----------------------------------------------------------------------------
 
     def _entry(self, state: TargetState, now: float, seen: set[Key]) -> dict[str, Any] | None:
         key = state_key(state)
-        if key in seen or not self.shard.keeps(key[0]):
+        if key in seen or not self.shard.keeps(key):
             return None
         seen.add(key)
         state.epochs.expire(now=now, max_age=self.max_age)
         models = state.epochs.saved_form()
         if not models:
             return None
-        return _target_json(key, state.epochs.engine, models, seen=now,
+        return _target_json(state.config, state.epochs.engine, models, seen=now,
                             curves=state.curves.saved_form())  # fmt: skip
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
@@ -349,9 +393,7 @@ class StateKeeper:
                 targets.append(saved.raw)  # its record's bytes, as read
             else:
                 assert saved.book is not None and saved.curves is not None
-                targets.append(_target_json(key, saved.engine, saved.book.saved_form(),
-                                            seen=saved.seen,
-                                            curves=saved.curves.saved_form()))  # fmt: skip
+                targets.append(_saved_json(key, saved))
         return {"written": now, "shard": str(self.shard), "targets": targets[:MAX_TARGETS]}
 
     def write_now(self, body: dict[str, Any]) -> int:
@@ -400,15 +442,24 @@ class StateKeeper:
 
 
 def _target_json(
-    key: Key, engine: str | None, models: dict[str, Any], *, seen: float,
+    cfg: TargetConfig, engine: str | None, models: dict[str, Any], *, seen: float,
     curves: dict[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
     """One target's entry; ``seen``: when it was last running (a target no longer
     configured is kept until that is ``state_max_age`` ago)."""
-    name, url, configured_engine, model = key
-    return {"name": name, "url_sha256": url, "configured_engine": configured_engine,
-            "configured_model": model, "engine": engine, "seen": seen, "models": models,
-            "curves": curves}  # fmt: skip
+    configured_engine, model = _configured(cfg)
+    return {"name": cfg.name, "url_sha256": url_hash(cfg.url),
+            "configured_engine": configured_engine, "configured_model": model,
+            "engine": engine, "seen": seen, "models": models, "curves": curves}  # fmt: skip
+
+
+def _saved_json(key: Key, saved: _Saved) -> dict[str, Any]:
+    """A saved target kept made (configured at the read, never started): as read."""
+    assert saved.book is not None and saved.curves is not None
+    return {"name": key, "url_sha256": saved.url, "configured_engine": saved.configured[0],
+            "configured_model": saved.configured[1], "engine": saved.engine,
+            "seen": saved.seen, "models": saved.book.saved_form(),
+            "curves": saved.curves.saved_form()}  # fmt: skip
 
 
 def _is_time(value: object) -> bool:
@@ -455,9 +506,10 @@ def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved
         raise ValueError("curves: not an object")
     curves = EpochCurves()
     curves.restore(raw_curves, book)
-    key: Key = (fields[0], fields[1], fields[2], fields[3])  # type: ignore[assignment]
-    saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling)  # type: ignore[arg-type]
-    return key, saved
+    name, url, configured_engine, configured_model = (str(f) for f in fields)  # checked above
+    saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling,  # type: ignore[arg-type]
+                   url=url, configured=(configured_engine, configured_model))  # fmt: skip
+    return name, saved
 
 
 def mark_targets(

@@ -478,6 +478,14 @@ class EpochTracker:
         self._events.append((wall, f"marked by hand: {note}"))
         return self._current
 
+    def moved(self, *, wall: float, text: str) -> None:
+        """The server was replaced at another address (same name or group): an event, not
+        an epoch; counting starts again at the next reading (as after a restore: the new
+        server's counters are not the old one's)."""
+        self._last = None
+        self._partials = 0
+        self._events.append((wall, clean_text(text)[:MAX_NOTE]))
+
     # -- bounds -----------------------------------------------------------------------------
 
     def _prune(self, *, now: float | None = None, max_age: float | None = None) -> None:
@@ -729,6 +737,11 @@ class EpochBook:
                 if epoch is not None:
                     marked.append(epoch)
         return marked
+
+    def moved(self, *, wall: float, text: str) -> None:
+        """Every model's :meth:`EpochTracker.moved`: the server answers at another address."""
+        for tracker in self._trackers.values():
+            tracker.moved(wall=wall, text=text)
 
     def position(self, model: str) -> tuple[int, bool, tuple[int, ...], float] | None:
         """A model's :meth:`EpochTracker.position` (None: not followed)."""
