@@ -40,10 +40,12 @@ from prometheus_client import Gauge
 from specmon.daemon.config import TargetConfig
 from specmon.daemon.epoch_curves import EpochCurves
 from specmon.daemon.target import TargetState
+from specmon.engines import PageReading
 from specmon.logs import Logger
 from specmon.sharding import Shard
 from specmon.state.epoch_laws import clean_text
 from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook
+from specmon.state.groups import Groups
 from specmon.state.store import (
     MAX_FILE_BYTES,
     DirLock,
@@ -60,9 +62,11 @@ from specmon.state.store import (
 
 __all__ = [
     "WRITE_INTERVAL",
+    "GroupPasts",
     "StateKeeper",
     "StateMetrics",
     "carry_past",
+    "copy_past",
     "mark_targets",
     "state_key",
 ]
@@ -114,6 +118,77 @@ def carry_past(state: TargetState, past: TargetState, *, wall: float) -> None:
     state.view = replace(state.view, epochs=state.epochs.view())
 
 
+def copy_past(
+    state: TargetState, book: EpochBook, curves: EpochCurves, *, reading: PageReading,
+    wall: float, source: str,
+) -> bool:  # fmt: skip
+    """A new member of a group with no past of its own takes a copy of its group's
+    (specmon.state.groups): of ``book`` and ``curves`` (a live or departed member's, or a
+    saved record's), the models its first page (``reading``) names, when that page is from
+    the engine the past was seen on; the copy is an event in its epochs. False when nothing
+    is copied."""
+    engine = reading.engine.value if reading.engine is not None else None
+    served = {m.model for m in (*reading.models, *reading.plain_models)}
+    epochs = {m: v for m, v in book.to_json().items() if m in served}
+    if not epochs or book.engine not in (None, engine):
+        return False
+    try:
+        mine = EpochBook()
+        mine.restore(epochs, now=wall)
+        mine.engine = book.engine
+        theirs = EpochCurves()
+        theirs.restore({m: v for m, v in curves.to_json().items() if m in served}, mine)
+    except ValueError:  # checked as a restore is: not expected
+        return False
+    mine.moved(wall=wall, text=f"joined group {state.config.group}: its past taken from "
+               f"{source}")  # fmt: skip
+    state.epochs, state.curves = mine, theirs
+    state.view = replace(state.view, epochs=state.epochs.view())
+    return True
+
+
+class GroupPasts:
+    """The daemon's groups (specmon.state.groups): each group's members, and the members
+    that joined without a past of their own, waiting for their first page to take a copy of
+    their group's (:meth:`first_page`): a live member's, else the last departed member's,
+    else the newest saved record of the group's."""
+
+    def __init__(self) -> None:
+        self.groups: Groups[TargetState] = Groups()
+        self._waiting: set[str] = set()
+        #: The state file's keeper, when there is one (its saved records of departed members).
+        self.keeper: StateKeeper | None = None
+
+    def join(self, state: TargetState) -> None:
+        group, name = state.config.group, state.config.name
+        if not group:
+            self.leave(name)
+            return
+        if not state.epochs.models():
+            self._waiting.add(name)
+        self.groups.join(group, name, state)
+
+    def leave(self, name: str) -> None:
+        self._waiting.discard(name)
+        self.groups.leave(name)
+
+    def first_page(self, state: TargetState, reading: PageReading) -> None:
+        """Before ``state`` counts ``reading``: a waiting member's copy of the past."""
+        name = state.config.name
+        if name not in self._waiting:
+            return
+        self._waiting.discard(name)
+        if state.epochs.models():
+            return
+        wall = time.time()
+        donor = self.groups.donor(state.config.group, name=name)
+        if donor is not None and donor.epochs.models():
+            copy_past(state, donor.epochs, donor.curves, reading=reading, wall=wall,
+                      source=donor.config.name)  # fmt: skip
+        elif self.keeper is not None and self.keeper.lock.held:
+            self.keeper.restore_group(state, reading=reading)
+
+
 @dataclass(frozen=True, slots=True)
 class StateMetrics:
     """The state file's two gauges (labelled by the file): the last write's outcome and the
@@ -143,6 +218,8 @@ class _Saved:
     url: str = ""
     #: The engine and model configured when it was written.
     configured: tuple[str, str] = ("", "")
+    #: The group it was a member of ("": none; specmon.state.groups).
+    group: str = ""
 
 
 class StateKeeper:
@@ -282,7 +359,7 @@ class StateKeeper:
                 key, entry = _record(raw, now=now, ceiling=ceiling)
                 if key not in (expected or ()):  # checked; kept as its bytes until it starts
                     entry = _Saved(entry.engine, entry.seen, bytes(raw), ceiling=ceiling,
-                                   url=entry.url)  # fmt: skip
+                                   url=entry.url, group=entry.group)  # fmt: skip
             except ValueError as exc:
                 self.refused += 1
                 if self.refused <= LOGGED_REFUSALS:  # the rest are counted in state_read
@@ -333,6 +410,26 @@ class StateKeeper:
         state.epochs.engine = saved.engine or None
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
+    def restore_group(self, state: TargetState, *, reading: PageReading) -> bool:
+        """A new member of a group, with no record of its own: a copy of the newest saved
+        record of its group (kept for the others); False when there is none."""
+        group = state.config.group
+        found = [(s.seen, name) for name, s in self._saved.items() if group and s.group == group]
+        if not found:
+            return False
+        _, name = max(found)
+        saved = self._saved[name]
+        made = saved
+        if saved.book is None or saved.curves is None:
+            assert saved.raw is not None
+            try:
+                _, made = _record(memoryview(saved.raw), now=self.clock(), ceiling=saved.ceiling)
+            except ValueError:  # checked when read: not expected
+                return False
+        assert made.book is not None and made.curves is not None
+        return copy_past(state, made.book, made.curves, reading=reading, wall=self.clock(),
+                         source=name)  # fmt: skip
+
     def retire(self, state: TargetState) -> None:
         """A target leaves (removed from the config, or its URL changed): its epochs stay in
         the file under its key until they expire, and come back if it does (kept as their
@@ -343,8 +440,8 @@ class StateKeeper:
             entry = _target_json(state.config, state.epochs.engine, models, seen=now,
                                  curves=state.curves.saved_form())  # fmt: skip
             self._saved[key] = _Saved(state.epochs.engine, now, saved_json(entry),
-                                      ceiling=now + MAX_AHEAD,
-                                      url=url_hash(state.config.url))  # fmt: skip
+                                      ceiling=now + MAX_AHEAD, url=url_hash(state.config.url),
+                                      group=state.config.group)  # fmt: skip
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -362,31 +459,33 @@ class StateKeeper:
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """The body to write, taken at once (the epochs' saved forms, a few per target)."""
-        now = self.clock()
+        now, states = self.clock(), list(states)
         seen: set[Key] = set()
         entries = (self._entry(state, now, seen) for state in states)
-        return self._body([e for e in entries if e is not None], seen, now)
+        return self._body([e for e in entries if e is not None], seen, now, _groups(states))
 
     async def snapshot_sliced(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """:meth:`snapshot` on the event loop, letting it turn every SLICE targets (each
         target's entry is taken whole between two of its scrapes)."""
-        now = self.clock()
+        now, states = self.clock(), list(states)
         seen: set[Key] = set()
         targets: list[dict[str, Any] | bytes] = []
-        for index, state in enumerate(list(states)):
+        for index, state in enumerate(states):
             if index and index % SLICE == 0:
                 await asyncio.sleep(0)
             entry = self._entry(state, now, seen)
             if entry is not None:
                 targets.append(entry)
-        return self._body(targets, seen, now)
+        return self._body(targets, seen, now, _groups(states))
 
     def _body(
-        self, targets: list[dict[str, Any] | bytes], seen: set[Key], now: float
-    ) -> dict[str, Any]:
-        """With the saved targets not running now (kept until they expire)."""
+        self, targets: list[dict[str, Any] | bytes], seen: set[Key], now: float,
+        groups: set[str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """With the saved targets not running now (kept until they expire; a departed
+        member of a group with a running member is let go: that member carries the past)."""
         for key, saved in list(self._saved.items()):
-            if key in seen or saved.seen < now - self.max_age:
+            if key in seen or saved.seen < now - self.max_age or saved.group in (groups or ()):
                 del self._saved[key]  # a target that came back, or expired
                 continue
             if saved.raw is not None:
@@ -441,6 +540,11 @@ class StateKeeper:
         self.lock.release()
 
 
+def _groups(states: list[TargetState]) -> set[str]:
+    """The groups with a running member whose past is written."""
+    return {s.config.group for s in states if s.config.group and s.epochs.models()}
+
+
 def _target_json(
     cfg: TargetConfig, engine: str | None, models: dict[str, Any], *, seen: float,
     curves: dict[str, Any],
@@ -450,7 +554,8 @@ def _target_json(
     configured_engine, model = _configured(cfg)
     return {"name": cfg.name, "url_sha256": url_hash(cfg.url),
             "configured_engine": configured_engine, "configured_model": model,
-            "engine": engine, "seen": seen, "models": models, "curves": curves}  # fmt: skip
+            "engine": engine, "seen": seen, "models": models, "curves": curves,
+            "group": cfg.group}  # fmt: skip
 
 
 def _saved_json(key: Key, saved: _Saved) -> dict[str, Any]:
@@ -459,7 +564,7 @@ def _saved_json(key: Key, saved: _Saved) -> dict[str, Any]:
     return {"name": key, "url_sha256": saved.url, "configured_engine": saved.configured[0],
             "configured_model": saved.configured[1], "engine": saved.engine,
             "seen": saved.seen, "models": saved.book.saved_form(),
-            "curves": saved.curves.saved_form()}  # fmt: skip
+            "curves": saved.curves.saved_form(), "group": saved.group}  # fmt: skip
 
 
 def _is_time(value: object) -> bool:
@@ -501,6 +606,9 @@ def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved
         raise ValueError("seen: not a time up to a day after the file was written")
     book = EpochBook()
     book.restore(models, now=now, ceiling=ceiling)
+    group = item.get("group", "")  # written since issue 64
+    if not isinstance(group, str) or len(group) > 2048:
+        raise ValueError("group: not a string")
     raw_curves = item.get("curves", {})
     if not isinstance(raw_curves, dict):
         raise ValueError("curves: not an object")
@@ -508,7 +616,8 @@ def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved
     curves.restore(raw_curves, book)
     name, url, configured_engine, configured_model = (str(f) for f in fields)  # checked above
     saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling,  # type: ignore[arg-type]
-                   url=url, configured=(configured_engine, configured_model))  # fmt: skip
+                   url=url, configured=(configured_engine, configured_model),
+                   group=group)  # fmt: skip
     return name, saved
 
 

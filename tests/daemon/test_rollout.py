@@ -11,14 +11,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
+import pytest
 
 from specmon.answer import Evidence
 from specmon.daemon.app import Daemon
-from specmon.daemon.config import parse_config
-from specmon.daemon.persist import StateKeeper, carry_past, url_hash
+from specmon.daemon.config import ConfigError, FileSDConfig, GlobalConfig, parse_config
+from specmon.daemon.file_sd import load_file_sd
+from specmon.daemon.persist import GroupPasts, StateKeeper, carry_past, copy_past, url_hash
 from specmon.daemon.target import TargetState
+from specmon.engines import PageReading, read_page
 from specmon.logs import get_logger
 from specmon.sharding import Shard
+from specmon.sources.prometheus_config import check_sources
+from specmon.state.epochs import EpochBook
 from specmon.state.store import encode, read_state, write_atomic
 from tests.daemon.test_epoch_curves import AGE, NAME, _fleet, _truth, _verdict
 from tests.support.demo_fleet import DemoFleet
@@ -136,3 +141,139 @@ def test_the_daemon_carries_the_past_over_a_reload_that_changes_the_url() -> Non
         await asyncio.sleep(0)
 
     asyncio.run(run())
+
+
+GROUP = "namespace=llm,service=llama"
+
+
+def _pod(fleet: DemoFleet, name: str, state: TargetState | None = None) -> TargetState:
+    """A pod of the group under the fleet's engine: ``state`` (the old pod) given its group,
+    or a new state named ``name`` on a new engine process at a new address."""
+    config = fleet.config
+    assert config is not None
+    if state is not None:
+        state.config = replace(state.config, name=name, group=GROUP)
+        return state
+    fleet.targets[NAME].engine.restart(now=fleet.now, wall=fleet.now)
+    cfg = replace(fleet.states[NAME].config, name=name, url=NEW_URL, group=GROUP)
+    new = TargetState(cfg, windows=config.global_.windows, retention=config.retention)
+    fleet.states[NAME] = new
+    return new
+
+
+def _first_page(fleet: DemoFleet, state: TargetState, pasts: GroupPasts) -> PageReading:
+    """One scrape as the daemon's Ingest delivers it: the group's hook, then the state."""
+    fleet.now += 1
+    target = fleet.targets[NAME]
+    target.tick(fleet.now)
+    reading = read_page(target.page(), engine=state.config.engine, model=state.config.model)
+    pasts.first_page(state, reading)
+    state.observe(reading, mono=fleet.now, wall=fleet.now, duration=0.001)
+    return reading
+
+
+def test_a_pod_replaced_in_its_group_carries_the_past() -> None:
+    """A rollout: the old pod (no speculation, then speculating) goes, a new pod of the same
+    group (another name, another address) comes: it takes a copy of the group's past, and
+    its verdict reads the history basis within 5 % of the load model's truth."""
+    fleet = _fleet(240)
+    pasts = GroupPasts()
+    old = _pod(fleet, "llama-7d9f-abcde", fleet.states[NAME])
+    pasts.join(old)
+    before = [e.number for e in old.view.epochs[0].epochs]
+    pasts.leave("llama-7d9f-abcde")
+    new = _pod(fleet, "llama-55c4-vwxyz")
+    pasts.join(new)
+    assert not new.view.epochs  # its past is taken at its first page
+    reading = _first_page(fleet, new, pasts)
+    assert [e.number for e in new.view.epochs[0].epochs] == before
+    assert new.epochs is not old.epochs  # a copy: each member counts its own readings
+    fleet.advance(fleet.now + 40)
+    basis, speedup, _, detail = _verdict(new)
+    truth = _truth(fleet.targets[NAME].engine.settings.survival)
+    assert basis is Evidence.HISTORY, detail
+    assert abs(speedup / truth - 1) < 0.05, (speedup, truth)
+    joined = [t for e in new.view.epochs for _, t in e.events if "joined group" in t]
+    assert joined == [f"joined group {GROUP}: its past taken from llama-7d9f-abcde"]
+    # A member of another group starts afresh; a past of another model is not taken.
+    other = TargetState(replace(new.config, name="x", group="namespace=llm,service=other"),
+                        windows=(30.0,), retention=60.0)  # fmt: skip
+    pasts.join(other)
+    pasts.first_page(other, reading)
+    assert other.view.epochs == ()
+    foreign = EpochBook()
+    (saved,) = old.epochs.to_json().values()
+    foreign.restore({"another-model": saved}, now=fleet.now)
+    assert not copy_past(other, foreign, old.curves, reading=reading, wall=fleet.now,
+                         source="y")  # fmt: skip
+    assert other.view.epochs == ()
+
+
+def test_a_pod_replaced_while_specmon_was_stopped_takes_the_groups_saved_past(
+    tmp_path: Path,
+) -> None:
+    """specmon stops during a rollout; when it starts the old pod is gone and a new one is
+    there: the new pod takes a copy of the group's newest saved record, and the departed
+    pod's record is let go at the next write (the live member carries the past)."""
+    fleet = _fleet(240)
+    old = _pod(fleet, "llama-7d9f-abcde", fleet.states[NAME])
+    keeper = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    asyncio.run(keeper.save(lambda: [old]))
+    keeper.close()
+    (record,) = read_state(keeper.path)["targets"]  # type: ignore[index]
+    assert record["group"] == GROUP
+    again = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    new = _pod(fleet, "llama-55c4-vwxyz")
+    assert again.open([new.config])
+    again.restore(new)  # nothing under its own name
+    assert not new.view.epochs
+    pasts = GroupPasts()
+    pasts.keeper = again
+    pasts.join(new)
+    _first_page(fleet, new, pasts)
+    assert [e.number for e in new.view.epochs[0].epochs] == [1, 2]
+    assert new.curves.to_json() == old.curves.to_json()
+    fleet.advance(fleet.now + 40)
+    basis, speedup, _, detail = _verdict(new)
+    truth = _truth(fleet.targets[NAME].engine.settings.survival)
+    assert basis is Evidence.HISTORY and abs(speedup / truth - 1) < 0.05, (speedup, detail)
+    asyncio.run(again.save(lambda: [new]))
+    names = [t["name"] for t in read_state(again.path)["targets"]]  # type: ignore[index]
+    assert names == ["llama-55c4-vwxyz"]
+    again.close()
+
+
+def test_group_labels_in_file_sd_and_prometheus_sources(tmp_path: Path) -> None:
+    (tmp_path / "pods.yaml").write_text(
+        "- targets: ['10.0.0.7:8080']\n  labels: {namespace: llm, deployment: llama, zone: a}\n"
+    )
+    sd = FileSDConfig(files=(str(tmp_path / "*.yaml"),), group_labels=("namespace", "deployment"))
+    (target,), problems = load_file_sd(tmp_path / "pods.yaml", sd, GlobalConfig())
+    assert problems == [] and target.group == "namespace=llm,deployment=llama"
+    (target,), _ = load_file_sd(tmp_path / "pods.yaml", FileSDConfig(files=()), GlobalConfig())
+    assert target.group == "namespace=llm,deployment=llama"  # the default rule
+    config = parse_config(
+        f"file_sd_configs:\n  - files: ['{tmp_path}/*.yaml']\n    group_labels: [namespace]\n"
+    )
+    assert config.file_sd[0].group_labels == ("namespace",)
+    for bad, problem in (
+        ("[namespace, pod]", "names one pod"),
+        ("namespace", "must be a list"),
+    ):
+        with pytest.raises(ConfigError, match=problem):
+            parse_config(f"file_sd_configs:\n  - files: ['x']\n    group_labels: {bad}\n")
+    sources, problems = check_sources(
+        [{"prometheus": {"url": "http://p:9090", "instance_labels": ["namespace", "pod"],
+                         "group_labels": ["namespace", "service"]}}]
+    )  # fmt: skip
+    assert problems == [] and sources[0].group_labels == ("namespace", "service")
+    _, problems = check_sources(
+        [{"prometheus": {"url": "http://p:9090", "instance_labels": ["namespace", "pod"],
+                         "group_labels": ["namespace"]}}]
+    )  # fmt: skip
+    assert problems == []
+    _, problems = check_sources(
+        [{"prometheus": {"url": "http://p:9090", "instance_labels": ["job"],
+                         "group_labels": ["job"]}}]
+    )  # fmt: skip
+    assert len(problems) == 1 and "every one of instance_labels" in problems[0]
