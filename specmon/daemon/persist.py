@@ -38,13 +38,15 @@ from typing import Any
 from prometheus_client import Gauge
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.epoch_curves import EpochCurves
+from specmon.daemon.epoch_curves import ChangeView, EpochCurves
 from specmon.daemon.target import TargetState
 from specmon.engines import PageReading
+from specmon.load.matched import bucket_from_row, bucket_row
 from specmon.logs import Logger
 from specmon.sharding import Shard
+from specmon.state.changelog import MAX_CHANGES, ChangeLog
 from specmon.state.epoch_laws import clean_text
-from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook
+from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook, epoch_from, epoch_json
 from specmon.state.groups import Groups
 from specmon.state.store import (
     MAX_FILE_BYTES,
@@ -112,7 +114,7 @@ def carry_past(state: TargetState, past: TargetState, *, wall: float) -> None:
     """A target restarted under its name (its URL, engine or model changed at a reload): the
     new state takes the old one's epochs and curves; an address change is an event in each
     model's epochs (counting starts again at the next reading: another server's counters)."""
-    state.epochs, state.curves = past.epochs, past.curves
+    state.epochs, state.curves, state.changes = past.epochs, past.curves, past.changes
     if past.config.url != state.config.url:  # the text is kept in the file: no URL in it
         state.epochs.moved(wall=wall, text=MOVED)
     state.view = replace(state.view, epochs=state.epochs.view())
@@ -120,7 +122,7 @@ def carry_past(state: TargetState, past: TargetState, *, wall: float) -> None:
 
 def copy_past(
     state: TargetState, book: EpochBook, curves: EpochCurves, *, reading: PageReading,
-    wall: float, source: str,
+    wall: float, source: str, changes: ChangeLog[ChangeView] | None = None,
 ) -> bool:  # fmt: skip
     """A new member of a group with no past of its own takes a copy of its group's
     (specmon.state.groups): of ``book`` and ``curves`` (a live or departed member's, or a
@@ -143,6 +145,8 @@ def copy_past(
     mine.moved(wall=wall, text=f"joined group {state.config.group}: its past taken from "
                f"{source}")  # fmt: skip
     state.epochs, state.curves = mine, theirs
+    if changes is not None:  # the group's change log: its models' changes
+        state.changes = ChangeLog(kv for kv in changes.items() if kv[0][0] in served)
     state.view = replace(state.view, epochs=state.epochs.view())
     return True
 
@@ -184,7 +188,7 @@ class GroupPasts:
         donor = self.groups.donor(state.config.group, name=name)
         if donor is not None and donor.epochs.models():
             copy_past(state, donor.epochs, donor.curves, reading=reading, wall=wall,
-                      source=donor.config.name)  # fmt: skip
+                      source=donor.config.name, changes=donor.changes)  # fmt: skip
         elif self.keeper is not None and self.keeper.lock.held:
             self.keeper.restore_group(state, reading=reading)
 
@@ -220,6 +224,8 @@ class _Saved:
     configured: tuple[str, str] = ("", "")
     #: The group it was a member of ("": none; specmon.state.groups).
     group: str = ""
+    #: Its kept changes, each with its last answer (specmon.state.changelog).
+    changes: tuple[ChangeView, ...] = ()
 
 
 class StateKeeper:
@@ -383,7 +389,7 @@ class StateKeeper:
         saved = self._saved.pop(state_key(state), None)
         if saved is None:
             return
-        book, curves = saved.book, saved.curves
+        book, curves, changes = saved.book, saved.curves, saved.changes
         if book is None or curves is None:  # kept as bytes: made now (checked again)
             assert saved.raw is not None
             try:
@@ -392,8 +398,10 @@ class StateKeeper:
                 self.log.error("state_target_refused", target=state.config.name,
                                reason=str(exc))  # fmt: skip
                 return
-            book, curves = made.book, made.curves
+            book, curves, changes = made.book, made.curves, made.changes
             assert book is not None and curves is not None
+        if not len(state.changes):
+            state.changes = _change_log(changes)
         if saved.url and saved.url != url_hash(state.config.url):  # moved while specmon was off
             book.moved(wall=self.clock(), text=MOVED + " (while specmon was stopped)")
         if state.epochs.view():  # seen live before the lock came: merged, checked again
@@ -428,7 +436,7 @@ class StateKeeper:
                 return False
         assert made.book is not None and made.curves is not None
         return copy_past(state, made.book, made.curves, reading=reading, wall=self.clock(),
-                         source=name)  # fmt: skip
+                         source=name, changes=_change_log(made.changes))  # fmt: skip
 
     def retire(self, state: TargetState) -> None:
         """A target leaves (removed from the config, or its URL changed): its epochs stay in
@@ -438,7 +446,8 @@ class StateKeeper:
         if models:
             key, now = state_key(state), self.clock()
             entry = _target_json(state.config, state.epochs.engine, models, seen=now,
-                                 curves=state.curves.saved_form())  # fmt: skip
+                                 curves=state.curves.saved_form(),
+                                 changes=state.changes)  # fmt: skip
             self._saved[key] = _Saved(state.epochs.engine, now, saved_json(entry),
                                       ceiling=now + MAX_AHEAD, url=url_hash(state.config.url),
                                       group=state.config.group)  # fmt: skip
@@ -455,7 +464,7 @@ class StateKeeper:
         if not models:
             return None
         return _target_json(state.config, state.epochs.engine, models, seen=now,
-                            curves=state.curves.saved_form())  # fmt: skip
+                            curves=state.curves.saved_form(), changes=state.changes)  # fmt: skip
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """The body to write, taken at once (the epochs' saved forms, a few per target)."""
@@ -500,9 +509,11 @@ class StateKeeper:
         parts = encode_parts(body)
         size = sum(len(part) for part in parts)
         if size > self.max_bytes:
-            # The epochs first: without the curves' sums (the history basis starts again).
+            # The epochs first: without the curves' sums (the history basis starts again) and
+            # the kept changes' answers.
             targets = [parse_record(t) if isinstance(t, bytes) else t for t in body["targets"]]
-            parts = encode_parts({**body, "targets": [{**t, "curves": {}} for t in targets]})
+            lean_targets = [{**t, "curves": {}, "changes": []} for t in targets]
+            parts = encode_parts({**body, "targets": lean_targets})
             lean = sum(len(part) for part in parts)
             if lean <= self.max_bytes:
                 self.log.warning("state_curves_dropped", bytes=size, max_bytes=self.max_bytes)
@@ -540,6 +551,40 @@ class StateKeeper:
         self.lock.release()
 
 
+def _change_json(c: ChangeView) -> dict[str, Any]:
+    """A kept change as the state file keeps it: its epochs and its last answer."""
+    return {"model": c.model, "before": epoch_json(c.before), "after": epoch_json(c.after),
+            "buckets": [bucket_row(b) for b in c.buckets],
+            "loads_before": list(c.loads_before), "loads_after": list(c.loads_after)}  # fmt: skip
+
+
+def _change_from(raw: object, *, limit: float) -> ChangeView:
+    """:func:`_change_json` read back within the bounds a live one obeys (ValueError)."""
+    if not isinstance(raw, dict):
+        raise ValueError("changes: a change is not an object")
+    model, buckets = raw.get("model"), raw.get("buckets")
+    if not isinstance(model, str) or len(model) > 1024:
+        raise ValueError("changes: a change's model is not a name")
+    before, after = (epoch_from(raw.get(k), limit=limit) for k in ("before", "after"))
+    if not before.number < after.number:
+        raise ValueError("changes: a change's epochs out of order")
+    loads = [raw.get(k) for k in ("loads_before", "loads_after")]
+    if not isinstance(buckets, list) or len(buckets) > 64 or not all(
+        isinstance(x, list) and len(x) <= 64 and all(isinstance(v, str) and len(v) <= 32
+                                                    for v in x) for x in loads
+    ):  # fmt: skip
+        raise ValueError("changes: a change's buckets or loads are not lists")
+    return ChangeView(
+        model, before, after,
+        tuple(bucket_from_row(b, chain_length=after.chain_length) for b in buckets),
+        tuple(loads[0]), tuple(loads[1]),  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _change_log(changes: tuple[ChangeView, ...]) -> ChangeLog[ChangeView]:
+    return ChangeLog(((c.model, c.before.number, c.after.number), c) for c in changes)
+
+
 def _groups(states: list[TargetState]) -> set[str]:
     """The groups with a running member whose past is written."""
     return {s.config.group for s in states if s.config.group and s.epochs.models()}
@@ -547,7 +592,7 @@ def _groups(states: list[TargetState]) -> set[str]:
 
 def _target_json(
     cfg: TargetConfig, engine: str | None, models: dict[str, Any], *, seen: float,
-    curves: dict[str, Any],
+    curves: dict[str, Any], changes: ChangeLog[ChangeView],
 ) -> dict[str, Any]:  # fmt: skip
     """One target's entry; ``seen``: when it was last running (a target no longer
     configured is kept until that is ``state_max_age`` ago)."""
@@ -555,7 +600,7 @@ def _target_json(
     return {"name": cfg.name, "url_sha256": url_hash(cfg.url),
             "configured_engine": configured_engine, "configured_model": model,
             "engine": engine, "seen": seen, "models": models, "curves": curves,
-            "group": cfg.group}  # fmt: skip
+            "group": cfg.group, "changes": [_change_json(c) for _, c in changes.items()]}  # fmt: skip
 
 
 def _saved_json(key: Key, saved: _Saved) -> dict[str, Any]:
@@ -564,7 +609,8 @@ def _saved_json(key: Key, saved: _Saved) -> dict[str, Any]:
     return {"name": key, "url_sha256": saved.url, "configured_engine": saved.configured[0],
             "configured_model": saved.configured[1], "engine": saved.engine,
             "seen": saved.seen, "models": saved.book.saved_form(),
-            "curves": saved.curves.saved_form(), "group": saved.group}  # fmt: skip
+            "curves": saved.curves.saved_form(), "group": saved.group,
+            "changes": [_change_json(c) for c in saved.changes]}  # fmt: skip
 
 
 def _is_time(value: object) -> bool:
@@ -609,6 +655,10 @@ def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved
     group = item.get("group", "")  # written since issue 64
     if not isinstance(group, str) or len(group) > 2048:
         raise ValueError("group: not a string")
+    raw_changes = item.get("changes", [])  # written since issue 64
+    if not isinstance(raw_changes, list) or len(raw_changes) > MAX_CHANGES:
+        raise ValueError(f"changes: not a list of at most {MAX_CHANGES}")
+    changes = tuple(_change_from(c, limit=ceiling) for c in raw_changes)
     raw_curves = item.get("curves", {})
     if not isinstance(raw_curves, dict):
         raise ValueError("curves: not an object")
@@ -617,7 +667,7 @@ def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved
     name, url, configured_engine, configured_model = (str(f) for f in fields)  # checked above
     saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling,  # type: ignore[arg-type]
                    url=url, configured=(configured_engine, configured_model),
-                   group=group)  # fmt: skip
+                   group=group, changes=changes)  # fmt: skip
     return name, saved
 
 

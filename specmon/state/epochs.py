@@ -73,6 +73,8 @@ __all__ = [
     "ModelEpochs",
     "Reason",
     "Sighting",
+    "epoch_from",
+    "epoch_json",
     "sighting",
 ]
 
@@ -666,6 +668,16 @@ def _epoch_json(e: Epoch) -> dict[str, Any]:
     if e.speculation is None:  # a key of its own: a file without it reads as before
         out["unsure"] = True
     return out
+
+
+def epoch_json(e: Epoch) -> dict[str, Any]:
+    """An epoch as the state file keeps it (a kept change's, specmon.state.changelog)."""
+    return _epoch_json(e)
+
+
+def epoch_from(raw: object, *, limit: float) -> Epoch:
+    """:func:`epoch_json` read back within the laws a live epoch obeys (ValueError)."""
+    return _epoch_from(raw, limit=limit)
 
 
 def _epoch_from(raw: object, *, limit: float) -> Epoch:

@@ -15,6 +15,7 @@ import pytest
 
 from specmon.answer import Evidence
 from specmon.daemon.app import Daemon
+from specmon.daemon.collector import target_samples
 from specmon.daemon.config import ConfigError, FileSDConfig, GlobalConfig, parse_config
 from specmon.daemon.file_sd import load_file_sd
 from specmon.daemon.persist import GroupPasts, StateKeeper, carry_past, copy_past, url_hash
@@ -23,6 +24,7 @@ from specmon.engines import PageReading, read_page
 from specmon.logs import get_logger
 from specmon.sharding import Shard
 from specmon.sources.prometheus_config import check_sources
+from specmon.state.changelog import ChangeLog
 from specmon.state.epochs import EpochBook
 from specmon.state.store import encode, read_state, write_atomic
 from tests.daemon.test_epoch_curves import AGE, NAME, _fleet, _truth, _verdict
@@ -277,3 +279,67 @@ def test_group_labels_in_file_sd_and_prometheus_sources(tmp_path: Path) -> None:
                          "group_labels": ["job"]}}]
     )  # fmt: skip
     assert len(problems) == 1 and "every one of instance_labels" in problems[0]
+
+
+def test_a_mark_after_a_change_keeps_that_changes_answer_listed_and_exported() -> None:
+    """Speculation switched on (epoch 1 -> 2, measured), then ``specmon mark`` (a draft model
+    swap, 2 -> 3): the first change's answer stays in ``changes`` (API, page) and in
+    specmon_change_kept_speedup_ratio, frozen at its last answer; the newest-change families
+    hold the mark's change only."""
+    fleet = _fleet(240)
+    state = fleet.states[NAME]
+    (first,) = state.view.changes
+    truth = _truth(fleet.targets[NAME].engine.settings.survival)
+    assert abs(first.buckets[0].speedup / truth - 1) < 0.05
+    state.mark(wall=fleet.now, note="draft model swap")
+    fleet.advance(fleet.now + 60)
+    kept, newest = state.view.changes
+    assert (kept.before.number, kept.after.number) == (1, 2)
+    assert (newest.before.number, newest.after.number) == (2, 3)
+    assert kept.buckets == first.buckets  # frozen at its last answer
+    api = fleet.api(NAME)["targets"][0]["changes"]
+    assert [(c["epoch_before"], c["epoch_after"]) for c in api] == [(1, 2), (2, 3)]
+    assert api[0]["buckets"][0]["speedup_ratio"] == first.buckets[0].speedup
+    samples = [(s.family.name, s.values) for s in target_samples(state.view)]
+    kept_series = {v[3] for n, v in samples if n == "specmon_change_kept_speedup_ratio"}
+    assert "1->2" in kept_series
+    newest_series = [v for n, v in samples if n == "specmon_change_speedup_ratio"]
+    assert len(newest_series) == len({tuple(v) for v in newest_series})  # one per bucket
+    # Carried over a URL change, with the epochs.
+    moved = _replaced(fleet)
+    fleet.advance(fleet.now + 5)
+    assert next((c.before.number, c.after.number) for c in moved.view.changes) == (1, 2)
+
+
+def test_the_change_log_is_bounded_and_frozen() -> None:
+    log: ChangeLog[str] = ChangeLog(max_changes=3)
+    assert log.update([(("m", 1, 2), "a")]) == ("a",)
+    assert log.update([(("m", 1, 2), "a2")]) == ("a2",)  # the newest's answer replaced
+    assert log.update([(("m", 2, 3), "b")]) == ("a2", "b")  # the older one frozen
+    log.update([(("n", 1, 2), "c")])
+    assert log.update([(("m", 3, 4), "d")]) == ("b", "c", "d")  # the oldest let go
+    assert log.copy().items() == log.items()
+
+
+def test_kept_changes_survive_a_restart_of_specmon(tmp_path: Path) -> None:
+    fleet = _fleet(240)
+    state = fleet.states[NAME]
+    state.mark(wall=fleet.now, note="draft model swap")
+    fleet.advance(fleet.now + 60)
+    kept = state.view.changes
+    assert len(kept) == 2
+    keeper = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    asyncio.run(keeper.save(lambda: [state]))
+    keeper.close()
+    again = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    assert again.open([state.config])
+    fresh = TargetState(state.config, windows=(30.0,), retention=60.0)
+    again.restore(fresh)
+    restored = [c for _, c in fresh.changes.items()]
+    assert [(c.before.number, c.after.number) for c in restored] == [(1, 2), (2, 3)]
+    assert restored[0].buckets == kept[0].buckets  # each figure as it was answered
+    assert restored[0].before == kept[0].before and restored[0].after == kept[0].after
+    fleet.states[NAME] = fresh
+    fleet.advance(fleet.now + 5)
+    assert fresh.view.changes[0].buckets == kept[0].buckets
+    again.close()
