@@ -23,6 +23,7 @@ from specmon.daemon.target import TargetState
 from specmon.engines import PageReading, read_page
 from specmon.logs import get_logger
 from specmon.sharding import Shard
+from specmon.sources import Reading
 from specmon.sources.prometheus_config import check_sources
 from specmon.state.changelog import ChangeLog
 from specmon.state.epochs import EpochBook
@@ -343,3 +344,55 @@ def test_kept_changes_survive_a_restart_of_specmon(tmp_path: Path) -> None:
     fleet.advance(fleet.now + 5)
     assert fresh.view.changes[0].buckets == kept[0].buckets
     again.close()
+
+
+def test_the_daemon_carries_a_file_sd_pods_past_to_its_replacement(tmp_path: Path) -> None:
+    """file_sd, in-process through the daemon's own wiring: the old pod's address leaves the
+    file and a new one (another name: host:port) arrives with the same group label; the
+    daemon's Ingest hands the new member's first page to its group, which copies the past."""
+    fleet = _fleet(240)
+    past = fleet.states[NAME]
+    sd = tmp_path / "pods.yaml"
+
+    model = f", __specmon_model__: {past.config.model}" if past.config.model else ""
+
+    def pods(host: str) -> None:
+        sd.write_text(
+            f"- targets: ['{host}']\n  labels: {{namespace: llm, deployment: llama{model}}}\n"
+        )
+
+    config = parse_config(
+        f"file_sd_configs:\n  - files: ['{sd}']\n    group_labels: [namespace, deployment]\n"
+    )
+
+    async def run() -> None:
+        daemon = Daemon(config_path=None)
+        pods("10.0.0.1:8000")
+        daemon._file_sd.refresh(config)
+        daemon._sync_targets(config, initial=True)
+        old = daemon._running["10.0.0.1:8000"].state
+        assert old.config.group == "namespace=llm,deployment=llama"
+        old.epochs, old.curves = past.epochs, past.curves  # what its scrapes counted
+        pods("10.0.0.2:8000")
+        await asyncio.sleep(0.01)  # a new mtime for the file's stamp
+        daemon._file_sd.refresh(config)
+        daemon._sync_targets(config, initial=False)
+        assert list(daemon._running) == ["10.0.0.2:8000"]
+        new = daemon._running["10.0.0.2:8000"].state
+        assert not new.view.epochs  # its past comes with its first page
+        fleet.targets[NAME].engine.restart(now=fleet.now, wall=fleet.now)
+        fleet.now += 1
+        fleet.targets[NAME].tick(fleet.now)
+        page = read_page(fleet.targets[NAME].page(), engine=new.config.engine,
+                         model=new.config.model)  # fmt: skip
+        daemon.ingest.deliver(new, Reading(page, 1, 0.001), mono=fleet.now, wall=fleet.now,
+                              lag=0.001)  # fmt: skip
+        assert [e.number for e in new.view.epochs[0].epochs] == [1, 2]
+        assert new.epochs is not past.epochs
+        events = [t for e in new.view.epochs for _, t in e.events]
+        assert any("its past taken from 10.0.0.1:8000" in t for t in events), events
+        for name in list(daemon._running):
+            daemon._stop_target(name)
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
