@@ -151,6 +151,25 @@ def copy_past(
     return True
 
 
+@dataclass(slots=True)
+class _Past:
+    """A group member's past: a live member's state (read as it is now), or what a departed
+    member left (its epochs, curves and changes only: not its windows)."""
+
+    name: str
+    state: TargetState | None
+    kept: tuple[EpochBook, EpochCurves, ChangeLog[ChangeView]] | None = None
+
+    def parts(self) -> tuple[EpochBook, EpochCurves, ChangeLog[ChangeView]]:
+        if self.state is not None:
+            return self.state.epochs, self.state.curves, self.state.changes
+        assert self.kept is not None
+        return self.kept
+
+    def departed(self) -> _Past:
+        return _Past(self.name, None, self.parts())
+
+
 class GroupPasts:
     """The daemon's groups (specmon.state.groups): each group's members, and the members
     that joined without a past of their own, waiting for their first page to take a copy of
@@ -158,7 +177,7 @@ class GroupPasts:
     else the newest saved record of the group's."""
 
     def __init__(self) -> None:
-        self.groups: Groups[TargetState] = Groups()
+        self.groups: Groups[_Past] = Groups()
         self._waiting: set[str] = set()
         #: The state file's keeper, when there is one (its saved records of departed members).
         self.keeper: StateKeeper | None = None
@@ -170,11 +189,11 @@ class GroupPasts:
             return
         if not state.epochs.models():
             self._waiting.add(name)
-        self.groups.join(group, name, state)
+        self.groups.join(group, name, _Past(name, state))
 
     def leave(self, name: str) -> None:
         self._waiting.discard(name)
-        self.groups.leave(name)
+        self.groups.leave(name, keep=_Past.departed)
 
     def first_page(self, state: TargetState, reading: PageReading) -> None:
         """Before ``state`` counts ``reading``: a waiting member's copy of the past."""
@@ -186,9 +205,10 @@ class GroupPasts:
             return
         wall = time.time()
         donor = self.groups.donor(state.config.group, name=name)
-        if donor is not None and donor.epochs.models():
-            copy_past(state, donor.epochs, donor.curves, reading=reading, wall=wall,
-                      source=donor.config.name, changes=donor.changes)  # fmt: skip
+        epochs, curves, changes = donor.parts() if donor is not None else (None, None, None)
+        if donor is not None and epochs is not None and curves is not None and epochs.models():
+            copy_past(state, epochs, curves, reading=reading, wall=wall, source=donor.name,
+                      changes=changes)  # fmt: skip
         elif self.keeper is not None and self.keeper.lock.held:
             self.keeper.restore_group(state, reading=reading)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -46,8 +46,10 @@ ROLE_LABELS = (
 #: Labels that name one pod or one address: a group named by them would die with its pod.
 POD_LABELS = frozenset({"instance", "pod", "pod_name", "__address__", "pod_ip"})
 MAX_GROUP_LABELS = 8
-#: Groups whose members all left, each keeping its last member's past (the oldest let go).
-MAX_DEPARTED = 10_000
+#: Groups whose members all left, each keeping its last member's past (the oldest let go):
+#: a past is a target's epochs, curves and changes, tens of KB; with a state_dir the state
+#: file keeps them too, until state_max_age.
+MAX_DEPARTED = 1_000
 #: The longest group name kept (label values are capped by the config already).
 MAX_GROUP_NAME = 1024
 
@@ -143,16 +145,16 @@ class Groups(Generic[T]):
         self._member[name] = group
         self._departed.pop(group, None)
 
-    def leave(self, name: str) -> str | None:
+    def leave(self, name: str, *, keep: Callable[[T], T] | None = None) -> str | None:
         """``name`` stopped (removed, or its pod gone); its group, if it had one. The last
-        member to leave is kept as the group's past."""
+        member to leave is kept as the group's past (``keep(item)``: what of it is kept)."""
         group = self._member.pop(name, None)
         if group is None:
             return None
         found = self._groups[group]
         item = found.live.pop(name)
         if not found.live:
-            found.departed = item
+            found.departed = item if keep is None else keep(item)
             self._departed[group] = None
             self._departed.move_to_end(group)
             while len(self._departed) > self.max_departed:

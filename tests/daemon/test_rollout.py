@@ -380,6 +380,8 @@ def test_the_daemon_carries_a_file_sd_pods_past_to_its_replacement(tmp_path: Pat
         assert list(daemon._running) == ["10.0.0.2:8000"]
         new = daemon._running["10.0.0.2:8000"].state
         assert not new.view.epochs  # its past comes with its first page
+        gone = daemon.groups.groups.donor(old.config.group, name="10.0.0.2:8000")
+        assert gone is not None and gone.state is None  # its past kept, not its windows
         fleet.targets[NAME].engine.restart(now=fleet.now, wall=fleet.now)
         fleet.now += 1
         fleet.targets[NAME].tick(fleet.now)
