@@ -349,6 +349,7 @@ class Daemon:
                 running.state.reconfigure(
                     target, windows=glob_cfg.windows, retention=config.retention
                 )
+                self.groups.join(running.state)  # its labels, so its group, may have changed
                 continue
             past = None
             if running is not None:  # the same name: its past carried over (persist.carry_past)

@@ -6,6 +6,7 @@ sources:
       url: http://prometheus:9090        # any Prometheus-compatible query API (path prefix ok)
       selector: '{job=~"vllm.*"}'        # which series; default {} (all)
       instance_labels: [namespace, pod]  # what makes one target; default [instance]
+      group_labels: [namespace, service] # whose past a pod's is; default: specmon.state.groups
       bearer_token_file: /var/run/secrets/token   # or bearer_token_env; or basic_auth
       basic_auth: {username: u, password_file: /run/secrets/pw}   # or password_env
       tls: {ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false}
