@@ -398,3 +398,33 @@ def test_the_daemon_carries_a_file_sd_pods_past_to_its_replacement(tmp_path: Pat
         await asyncio.sleep(0)
 
     asyncio.run(run())
+
+
+def test_a_kept_change_out_of_bounds_refuses_its_record_only(tmp_path: Path) -> None:
+    """A kept change read back goes through the bounds a live answer obeys: a speed-up not
+    above 0, or epochs out of order, refuse that target's record (one line), not the file."""
+    fleet = _fleet(240)
+    state = fleet.states[NAME]
+    state.mark(wall=fleet.now, note="draft model swap")
+    fleet.advance(fleet.now + 60)
+    keeper = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+    body = keeper.snapshot([state])
+    (record,) = (orjson.loads(orjson.dumps(t)) for t in body["targets"])
+    assert len(record["changes"]) == 2
+    other = {**record, "name": "other"}
+    for harm in ("speedup", "order"):
+        bad = orjson.loads(orjson.dumps(record))
+        if harm == "speedup":
+            bad["changes"][0]["buckets"][0][4] = -1.0
+        else:
+            bad["changes"][0]["before"], bad["changes"][0]["after"] = (
+                bad["changes"][0]["after"], bad["changes"][0]["before"])  # fmt: skip
+        write_atomic(keeper.path, encode({**body, "targets": [bad, other]}))
+        again = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=AGE)
+        assert again.open([state.config])
+        assert again.refused == 1, harm
+        fresh = TargetState(replace(state.config, name="other"), windows=(30.0,),
+                            retention=60.0)  # fmt: skip
+        again.restore(fresh)
+        assert len(fresh.changes) == 2  # the other target keeps its changes
+        again.close()
