@@ -9,7 +9,7 @@ verdict. A group is named by its labels' values (``namespace=llm,service=llama``
 
 Unset, ``group_labels`` follows the labels Kubernetes' usual setups give a target: the
 ``namespace``, with the first of :data:`ROLE_LABELS` present (the kube-prometheus-stack's
-ServiceMonitor targets carry ``namespace``, ``service``, ``job``; a relabelled pod its
+ServiceMonitor targets carry ``namespace`` and ``service``; a relabelled pod its
 ``app_kubernetes_io_instance`` or ``app``). A target with none of them is in no group: its past
 is its name's. ``group_labels: []`` turns groups off.
 """
@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 #: The labels that name a server role, most specific first: the default group is the
-#: namespace with the first of these a target carries.
+#: namespace with the first of these a target carries. Not ``job``: outside Kubernetes one job
+#: often scrapes many different servers, and a PodMonitor's job covers every pod it selects.
 ROLE_LABELS = (
     "deployment",
     "statefulset",
@@ -41,7 +42,6 @@ ROLE_LABELS = (
     "app_kubernetes_io_name",
     "app",
     "service",
-    "job",
 )
 #: Labels that name one pod or one address: a group named by them would die with its pod.
 POD_LABELS = frozenset({"instance", "pod", "pod_name", "__address__", "pod_ip"})

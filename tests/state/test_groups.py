@@ -22,6 +22,8 @@ def test_the_default_names_the_namespace_and_the_role() -> None:
     )
     assert group_of({"app": "llama"}, None) == "app=llama"  # file_sd, no namespace
     assert group_of({"cluster": "eu"}, None) == ""  # no role label: the name's own past
+    # A job alone names no role: one job often scrapes many different servers.
+    assert group_of({"namespace": "llm", "job": "vllm"}, None) == ""
     assert group_of(KUBE, ()) == ""  # group_labels: [] turns groups off
 
 
