@@ -43,7 +43,13 @@ from specmon.daemon.governor import Governor, Period
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.metrics import MetricDef
-from specmon.daemon.persist import StateKeeper, StateMetrics, mark_targets
+from specmon.daemon.persist import (
+    GroupPasts,
+    StateKeeper,
+    StateMetrics,
+    carry_past,
+    mark_targets,
+)
 from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper, gate
 from specmon.daemon.target import TargetState, TargetView, Twins
@@ -196,11 +202,14 @@ class Daemon:
         self.shard = shard or Shard()
         #: Every target's state by name, where a target finds its baseline twin.
         self.twins = Twins()
+        #: Each group's members: where a new member finds its past (specmon.state.groups).
+        self.groups = GroupPasts()
         #: The one path from a read to a target, for scraped targets and fleet instances.
         self.ingest = Ingest(
             scrapes_total=self.metrics.scrapes_total,
             rejected_total=self.metrics.rejected_total,
             log=self.log,
+            before=self.groups.first_page,
         )
         self.fleet = Fleet(
             session=self._get_session,
@@ -340,13 +349,17 @@ class Daemon:
                 running.state.reconfigure(
                     target, windows=glob_cfg.windows, retention=config.retention
                 )
+                self.groups.join(running.state)  # its labels, so its group, may have changed
                 continue
-            if running is not None:
-                self._stop_target(name)
+            past = None
+            if running is not None:  # the same name: its past carried over (persist.carry_past)
+                past = running.state
+                self._stop_target(name, retire=False)
                 self.log.info(
-                    "target_restarted", target=name, reason="url, engine or model changed"
-                )
-            self._start_target(target, config)
+                    "target_restarted", target=name, reason="url, engine or model changed",
+                    address_changed=past.config.url != target.url,
+                )  # fmt: skip
+            self._start_target(target, config, past=past)
             if initial:
                 self._pending_first.add(name)
         self._count_targets()
@@ -380,13 +393,17 @@ class Daemon:
         self.metrics.targets.set(len(self._running) + self.fleet.count())
 
     def _restore(self, state: TargetState) -> None:
+        """A new target's past: its name's saved record, else its group's (state.groups)."""
         if self.keeper is not None and self.keeper.lock.held:
             self.keeper.restore(state)
+        self.groups.join(state)
 
     def states(self) -> list[TargetState]:
         return [r.state for r in self._running.values()] + self.fleet.states()
 
-    def _start_target(self, target: TargetConfig, config: Config) -> None:
+    def _start_target(
+        self, target: TargetConfig, config: Config, *, past: TargetState | None = None
+    ) -> None:
         state = TargetState(
             target,
             windows=config.global_.windows,
@@ -395,6 +412,8 @@ class Daemon:
             on_view=self._view_changed,
             twins=self.twins,
         )
+        if past is not None:
+            carry_past(state, past, wall=time.time())
         self._restore(state)
         self.twins.put(state)
         scraper = TargetScraper(
@@ -408,9 +427,10 @@ class Daemon:
         task = asyncio.create_task(scraper.run(), name=f"scrape:{target.name}")
         self._running[target.name] = _Running(state, scraper, task)
 
-    def _stop_target(self, name: str) -> None:
+    def _stop_target(self, name: str, *, retire: bool = True) -> None:
         running = self._running.pop(name)
-        if self.keeper is not None:
+        self.groups.leave(name)
+        if self.keeper is not None and retire:
             self.keeper.retire(running.state)  # its epochs stay in the state file
         self.twins.drop(running.state)
         running.task.cancel()
@@ -422,6 +442,7 @@ class Daemon:
         self.ingest.forget(name)
 
     def _fleet_instance_removed(self, name: str) -> None:
+        self.groups.leave(name)
         self.exposition.remove(name)
         self.history.forget(name)
         self._thaw()
@@ -612,6 +633,7 @@ class Daemon:
                 directory=state_dir, shard=self.shard, log=self.log,
                 max_age=config.global_.state_max_age, metrics=self.metrics.state,
             )  # fmt: skip
+            self.groups.keeper = self.keeper
             await asyncio.to_thread(self.keeper.open, config.targets)  # off the loop
             self._keeper_task = asyncio.create_task(self.keeper.run(self.states), name="state")
         self._apply(config)

@@ -20,6 +20,7 @@ from specmon.daemon import metrics_answer as a
 from specmon.daemon.class_view import emit_classes
 from specmon.daemon.metrics import MetricDef
 from specmon.daemon.metrics_epochs import (
+    CHANGE_KEPT_SPEEDUP,
     CHANGE_SPEEDUP,
     CHANGE_SPEEDUP_LOWER,
     CHANGE_SPEEDUP_UPPER,
@@ -142,9 +143,14 @@ def emit_target(view: TargetView, out: Sink) -> None:
             out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), spec, k), 1)
         if epochs.previous is not None:
             out.add(CONFIG_CHANGE_TIME, ml, epochs.current.start)
+    newest = {c.model: c for c in view.changes}  # kept oldest first: each model's last
     for change in view.changes:
+        numbers = f"{change.before.number}->{change.after.number}"
         for b in change.buckets:
             bl = (view.name, engine, change.model, b.label)
+            out.add(CHANGE_KEPT_SPEEDUP, (*bl[:3], numbers, b.label), b.speedup)
+            if newest[change.model] is not change:
+                continue
             out.add(CHANGE_SPEEDUP, bl, b.speedup)
             if b.interval is not None:
                 out.add(CHANGE_SPEEDUP_LOWER, bl, b.interval[0])

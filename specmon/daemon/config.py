@@ -40,6 +40,7 @@ from specmon.report import DEFAULT_DRAFT_COST
 from specmon.settings import SETTINGS, TargetSettings, settle
 from specmon.sources.client_config import CLIENT_KEYS, ClientConfig, FileChecker, check_client
 from specmon.sources.prometheus_config import PrometheusSourceConfig, check_sources
+from specmon.state.groups import check_group_labels
 
 __all__ = [
     "CURVE_MEMORY_BUDGET",
@@ -133,6 +134,8 @@ class TargetConfig:
     tap: str | None = None
     #: Where the target came from: "config" or a file_sd path.
     origin: str = field(default="config", metadata=_keys())
+    #: The group its past belongs to (specmon.state.groups; "": none, its name's own).
+    group: str = field(default="", metadata=_keys())
 
     @classmethod
     def settled(
@@ -160,6 +163,9 @@ class FileSDConfig:
     engine: Engine | None = None
     draft_cost: float | None = None
     chain_length: int | None = None
+    #: Which labels name the group a target's past belongs to (None: the default rule of
+    #: specmon.state.groups; (): no groups).
+    group_labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,6 +507,7 @@ def _check_file_sd(checker: FileChecker, raw: Any) -> list[FileSDConfig]:
                 engine=checker.get(data, "engine", path, check_engine, None),
                 draft_cost=checker.get(data, "draft_cost", path, check_unit_float, None),
                 chain_length=checker.get(data, "chain_length", path, check_chain_length, None),
+                group_labels=checker.get(data, "group_labels", path, check_group_labels, None),
             )
         )
     return out

@@ -37,6 +37,7 @@ from specmon.daemon.config import (
 from specmon.engines import check_engine
 from specmon.settings import settle
 from specmon.sources.client_config import FileChecker
+from specmon.state.groups import group_of
 
 __all__ = ["FileSD", "load_file_sd"]
 
@@ -95,6 +96,7 @@ def load_file_sd(
         special = {k: str(v) for k, v in raw_labels.items() if k in _SPECIAL}
         plain = {k: v for k, v in raw_labels.items() if not str(k).startswith("__")}
         labels = check_labels(checker, plain, join_path(gpath, "labels"))
+        group = group_of(labels, sd.group_labels)  # the past's owner (specmon.state.groups)
         scheme = special.get("__scheme__", "http")
         metrics_path = special.get("__metrics_path__", "/metrics")
         for ti, host in enumerate(hosts):
@@ -145,6 +147,7 @@ def load_file_sd(
                     scrape_interval=glob_cfg.scrape_interval,
                     scrape_timeout=glob_cfg.scrape_timeout,
                     origin=str(path),
+                    group=group,
                 )
             )
     if checker.problems:

@@ -12,11 +12,12 @@ targets of a fleet read, or the daemon.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from prometheus_client import Counter
 
 from specmon.daemon.target import Event, TargetState
-from specmon.engines import RejectReason
+from specmon.engines import PageReading, RejectReason
 from specmon.logs import Logger
 from specmon.sources import Failure, Outcome, ScrapeResult
 
@@ -26,7 +27,12 @@ __all__ = ["Ingest"]
 class Ingest:
     """Delivers outcomes to targets' states and keeps their scrape counters."""
 
-    def __init__(self, *, scrapes_total: Counter, rejected_total: Counter, log: Logger) -> None:
+    def __init__(
+        self, *, scrapes_total: Counter, rejected_total: Counter, log: Logger,
+        before: Callable[[TargetState, PageReading], None] | None = None,
+    ) -> None:  # fmt: skip
+        #: Called with each page before its target counts it (a new group member's past).
+        self._before = before
         self._scrapes_total = scrapes_total
         self._rejected_total = rejected_total
         self._log = log
@@ -46,6 +52,8 @@ class Ingest:
             return self.fail(state, outcome)
         name = state.config.name
         try:
+            if self._before is not None:
+                self._before(state, outcome.page)
             events = state.observe(
                 outcome.page, mono=mono, wall=wall, duration=outcome.duration, lag=lag
             )

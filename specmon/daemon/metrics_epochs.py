@@ -7,6 +7,7 @@ from __future__ import annotations
 from specmon.daemon.metric_def import Kind, MetricDef, Scope
 
 __all__ = [
+    "CHANGE_KEPT_SPEEDUP",
     "CHANGE_SPEEDUP",
     "CHANGE_SPEEDUP_LOWER",
     "CHANGE_SPEEDUP_UPPER",
@@ -83,10 +84,23 @@ CHANGE_SPEEDUP_UPPER = MetricDef(
     "made the server slower there with certainty; below 0.95 for 30 minutes, "
     "`SpecmonChangeRegressed`. " + _ABSENT,
 )  # fmt: skip
+CHANGE_KEPT_SPEEDUP = MetricDef(
+    "specmon_change_kept_speedup_ratio", Kind.GAUGE,
+    "Every kept configuration change's speed-up at matched load (the last 20 changes of a "
+    "target, each frozen at its last answer when a newer change or a mark came; change: its "
+    "epochs, before->after), by concurrency bucket both epochs measured; above 1 the change "
+    "made the server faster there.",
+    (*_M, "change", "concurrency"), Scope.MODEL,
+    "every kept change's speed-up at matched load, by `concurrency` bucket, `change` its "
+    "epochs (`1->2`): the newest change of each model as in `specmon_change_speedup_ratio`, "
+    "and up to 20 older ones a target keeps, each frozen at its last answer when a newer "
+    "change or a `specmon mark` came (kept in the state file; never erased by a mark) "
+    "([history](history.md#every-change-kept)). " + _ABSENT,
+)  # fmt: skip
 #: In the order the metric table lists them.
 EPOCH_FAMILIES = (
     CONFIG_EPOCH_INFO, CONFIG_CHANGE_TIME, CHANGE_SPEEDUP, CHANGE_SPEEDUP_LOWER,
-    CHANGE_SPEEDUP_UPPER,
+    CHANGE_SPEEDUP_UPPER, CHANGE_KEPT_SPEEDUP,
 )  # fmt: skip
 
 # The state directory's own (specmon/daemon/persist.py): only with a state_dir.

@@ -5,9 +5,13 @@ With ``state_dir`` set (``global.state_dir`` or ``--state.dir``), each target's 
 epochs are restored when its state is made, and written every ``WRITE_INTERVAL`` seconds and at
 a clean stop: the snapshot is taken on the event loop (small records), the encoding, the write
 and the fsyncs run in a thread. A SIGKILL loses at most one interval. State is keyed by the
-target's name, a hash of its URL (never the URL itself: it may carry a token), its configured
-engine and model: a changed URL starts afresh, as the windows do. Under ``--shard`` a daemon
-keeps its own file and only its shard's targets.
+target's name (issue 64): a server that answers at another address under the same name (its
+URL changed in the config, then a reload or a restart) keeps its epochs and curves, the move an
+event in its epochs (each record keeps a hash of the URL it was written under, never the URL
+itself: it may carry a token). A file written by an older specmon, keyed by name and URL hash,
+is read the same way: a record is carried over to the target of its name (the newest when
+several share a name). Under ``--shard`` a daemon keeps its own file and only its shard's
+targets.
 
 Each target's record is read and checked alone (:func:`_record`): one out of bounds, or not
 even JSON, costs that target only (one ``state_target_refused`` line naming it), never the
@@ -34,12 +38,16 @@ from typing import Any
 from prometheus_client import Gauge
 
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.epoch_curves import EpochCurves
+from specmon.daemon.epoch_curves import ChangeView, EpochCurves
 from specmon.daemon.target import TargetState
+from specmon.engines import PageReading
+from specmon.load.matched import bucket_from_row, bucket_row
 from specmon.logs import Logger
 from specmon.sharding import Shard
+from specmon.state.changelog import MAX_CHANGES, ChangeLog
 from specmon.state.epoch_laws import clean_text
-from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook
+from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook, epoch_from, epoch_json
+from specmon.state.groups import Groups
 from specmon.state.store import (
     MAX_FILE_BYTES,
     DirLock,
@@ -54,7 +62,16 @@ from specmon.state.store import (
     write_atomic,
 )
 
-__all__ = ["WRITE_INTERVAL", "StateKeeper", "StateMetrics", "mark_targets", "state_key"]
+__all__ = [
+    "WRITE_INTERVAL",
+    "GroupPasts",
+    "StateKeeper",
+    "StateMetrics",
+    "carry_past",
+    "copy_past",
+    "mark_targets",
+    "state_key",
+]
 
 #: Seconds between two writes (the most a SIGKILL loses).
 WRITE_INTERVAL = 30.0
@@ -68,7 +85,12 @@ LOGGED_REFUSALS = 20
 #: (``state_clock_behind``): its later times are then taken as now.
 CLOCK_SLACK = 60.0
 
-Key = tuple[str, str, str, str]
+#: The event an address change leaves in a target's epochs (kept in the state file, which
+#: holds no URL: it may carry a token).
+MOVED = "address changed: the server answers at another URL under this name; its past kept"
+
+#: What a saved record belongs to: the target's name (its URL may change under it).
+Key = str
 
 
 def state_key(state: TargetState) -> Key:
@@ -76,9 +98,119 @@ def state_key(state: TargetState) -> Key:
 
 
 def config_key(cfg: TargetConfig) -> Key:
-    url = hashlib.sha256(cfg.url.encode()).hexdigest()[:32]
-    engine = cfg.engine.value if cfg.engine is not None else ""
-    return (cfg.name, url, engine, cfg.model or "")
+    return cfg.name
+
+
+def url_hash(url: str) -> str:
+    """What a record keeps of its target's URL (never the URL: it may carry a token)."""
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def _configured(cfg: TargetConfig) -> tuple[str, str]:
+    return (cfg.engine.value if cfg.engine is not None else "", cfg.model or "")
+
+
+def carry_past(state: TargetState, past: TargetState, *, wall: float) -> None:
+    """A target restarted under its name (its URL, engine or model changed at a reload): the
+    new state takes the old one's epochs and curves; an address change is an event in each
+    model's epochs (counting starts again at the next reading: another server's counters)."""
+    state.epochs, state.curves, state.changes = past.epochs, past.curves, past.changes
+    if past.config.url != state.config.url:  # the text is kept in the file: no URL in it
+        state.epochs.moved(wall=wall, text=MOVED)
+    state.view = replace(state.view, epochs=state.epochs.view())
+
+
+def copy_past(
+    state: TargetState, book: EpochBook, curves: EpochCurves, *, reading: PageReading,
+    wall: float, source: str, changes: ChangeLog[ChangeView] | None = None,
+) -> bool:  # fmt: skip
+    """A new member of a group with no past of its own takes a copy of its group's
+    (specmon.state.groups): of ``book`` and ``curves`` (a live or departed member's, or a
+    saved record's), the models its first page (``reading``) names, when that page is from
+    the engine the past was seen on; the copy is an event in its epochs. False when nothing
+    is copied."""
+    engine = reading.engine.value if reading.engine is not None else None
+    served = {m.model for m in (*reading.models, *reading.plain_models)}
+    epochs = {m: v for m, v in book.to_json().items() if m in served}
+    if not epochs or book.engine not in (None, engine):
+        return False
+    try:
+        mine = EpochBook()
+        mine.restore(epochs, now=wall)
+        mine.engine = book.engine
+        theirs = EpochCurves()
+        theirs.restore({m: v for m, v in curves.to_json().items() if m in served}, mine)
+    except ValueError:  # checked as a restore is: not expected
+        return False
+    mine.moved(wall=wall, text=f"joined group {state.config.group}: its past taken from "
+               f"{source}")  # fmt: skip
+    state.epochs, state.curves = mine, theirs
+    if changes is not None:  # the group's change log: its models' changes
+        state.changes = ChangeLog(kv for kv in changes.items() if kv[0][0] in served)
+    state.view = replace(state.view, epochs=state.epochs.view())
+    return True
+
+
+@dataclass(slots=True)
+class _Past:
+    """A group member's past: a live member's state (read as it is now), or what a departed
+    member left (its epochs, curves and changes only: not its windows)."""
+
+    name: str
+    state: TargetState | None
+    kept: tuple[EpochBook, EpochCurves, ChangeLog[ChangeView]] | None = None
+
+    def parts(self) -> tuple[EpochBook, EpochCurves, ChangeLog[ChangeView]]:
+        if self.state is not None:
+            return self.state.epochs, self.state.curves, self.state.changes
+        assert self.kept is not None
+        return self.kept
+
+    def departed(self) -> _Past:
+        return _Past(self.name, None, self.parts())
+
+
+class GroupPasts:
+    """The daemon's groups (specmon.state.groups): each group's members, and the members
+    that joined without a past of their own, waiting for their first page to take a copy of
+    their group's (:meth:`first_page`): a live member's, else the last departed member's,
+    else the newest saved record of the group's."""
+
+    def __init__(self) -> None:
+        self.groups: Groups[_Past] = Groups()
+        self._waiting: set[str] = set()
+        #: The state file's keeper, when there is one (its saved records of departed members).
+        self.keeper: StateKeeper | None = None
+
+    def join(self, state: TargetState) -> None:
+        group, name = state.config.group, state.config.name
+        if not group:
+            self.leave(name)
+            return
+        if not state.epochs.models():
+            self._waiting.add(name)
+        self.groups.join(group, name, _Past(name, state))
+
+    def leave(self, name: str) -> None:
+        self._waiting.discard(name)
+        self.groups.leave(name, keep=_Past.departed)
+
+    def first_page(self, state: TargetState, reading: PageReading) -> None:
+        """Before ``state`` counts ``reading``: a waiting member's copy of the past."""
+        name = state.config.name
+        if name not in self._waiting:
+            return
+        self._waiting.discard(name)
+        if state.epochs.models():
+            return
+        wall = time.time()
+        donor = self.groups.donor(state.config.group, name=name)
+        epochs, curves, changes = donor.parts() if donor is not None else (None, None, None)
+        if donor is not None and epochs is not None and curves is not None and epochs.models():
+            copy_past(state, epochs, curves, reading=reading, wall=wall, source=donor.name,
+                      changes=changes)  # fmt: skip
+        elif self.keeper is not None and self.keeper.lock.held:
+            self.keeper.restore_group(state, reading=reading)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +238,14 @@ class _Saved:
     curves: EpochCurves | None = None
     #: The latest time the record may hold (the file's write time + MAX_AHEAD).
     ceiling: float = math.inf
+    #: The hash of the URL it was written under (:func:`url_hash`).
+    url: str = ""
+    #: The engine and model configured when it was written.
+    configured: tuple[str, str] = ("", "")
+    #: The group it was a member of ("": none; specmon.state.groups).
+    group: str = ""
+    #: Its kept changes, each with its last answer (specmon.state.changelog).
+    changes: tuple[ChangeView, ...] = ()
 
 
 class StateKeeper:
@@ -244,7 +384,8 @@ class StateKeeper:
             try:
                 key, entry = _record(raw, now=now, ceiling=ceiling)
                 if key not in (expected or ()):  # checked; kept as its bytes until it starts
-                    entry = _Saved(entry.engine, entry.seen, bytes(raw), ceiling=ceiling)
+                    entry = _Saved(entry.engine, entry.seen, bytes(raw), ceiling=ceiling,
+                                   url=entry.url, group=entry.group)  # fmt: skip
             except ValueError as exc:
                 self.refused += 1
                 if self.refused <= LOGGED_REFUSALS:  # the rest are counted in state_read
@@ -254,7 +395,10 @@ class StateKeeper:
                         effect="this target starts afresh; every other target keeps its state",
                     )  # fmt: skip
                 continue
-            if self.shard.keeps(key[0]):
+            other = saved.get(key)
+            if other is not None and other.seen >= entry.seen:
+                continue  # an older file's records of one name at two URLs: the newest kept
+            if self.shard.keeps(key):
                 saved[key] = entry
         self.log.info("state_read", file=str(self.path), targets=len(saved),
                       refused=self.refused)  # fmt: skip
@@ -265,7 +409,7 @@ class StateKeeper:
         saved = self._saved.pop(state_key(state), None)
         if saved is None:
             return
-        book, curves = saved.book, saved.curves
+        book, curves, changes = saved.book, saved.curves, saved.changes
         if book is None or curves is None:  # kept as bytes: made now (checked again)
             assert saved.raw is not None
             try:
@@ -274,8 +418,12 @@ class StateKeeper:
                 self.log.error("state_target_refused", target=state.config.name,
                                reason=str(exc))  # fmt: skip
                 return
-            book, curves = made.book, made.curves
+            book, curves, changes = made.book, made.curves, made.changes
             assert book is not None and curves is not None
+        if not len(state.changes):
+            state.changes = _change_log(changes)
+        if saved.url and saved.url != url_hash(state.config.url):  # moved while specmon was off
+            book.moved(wall=self.clock(), text=MOVED + " (while specmon was stopped)")
         if state.epochs.view():  # seen live before the lock came: merged, checked again
             # (the epochs are numbered on: their saved curves are let go, not misfiled)
             try:
@@ -290,6 +438,26 @@ class StateKeeper:
         state.epochs.engine = saved.engine or None
         state.view = replace(state.view, epochs=state.epochs.view())  # listed before a scrape
 
+    def restore_group(self, state: TargetState, *, reading: PageReading) -> bool:
+        """A new member of a group, with no record of its own: a copy of the newest saved
+        record of its group (kept for the others); False when there is none."""
+        group = state.config.group
+        found = [(s.seen, name) for name, s in self._saved.items() if group and s.group == group]
+        if not found:
+            return False
+        _, name = max(found)
+        saved = self._saved[name]
+        made = saved
+        if saved.book is None or saved.curves is None:
+            assert saved.raw is not None
+            try:
+                _, made = _record(memoryview(saved.raw), now=self.clock(), ceiling=saved.ceiling)
+            except ValueError:  # checked when read: not expected
+                return False
+        assert made.book is not None and made.curves is not None
+        return copy_past(state, made.book, made.curves, reading=reading, wall=self.clock(),
+                         source=name, changes=_change_log(made.changes))  # fmt: skip
+
     def retire(self, state: TargetState) -> None:
         """A target leaves (removed from the config, or its URL changed): its epochs stay in
         the file under its key until they expire, and come back if it does (kept as their
@@ -297,61 +465,63 @@ class StateKeeper:
         models = state.epochs.saved_form()
         if models:
             key, now = state_key(state), self.clock()
-            entry = _target_json(key, state.epochs.engine, models, seen=now,
-                                 curves=state.curves.saved_form())  # fmt: skip
+            entry = _target_json(state.config, state.epochs.engine, models, seen=now,
+                                 curves=state.curves.saved_form(),
+                                 changes=state.changes)  # fmt: skip
             self._saved[key] = _Saved(state.epochs.engine, now, saved_json(entry),
-                                      ceiling=now + MAX_AHEAD)  # fmt: skip
+                                      ceiling=now + MAX_AHEAD, url=url_hash(state.config.url),
+                                      group=state.config.group)  # fmt: skip
 
     # -- writing ----------------------------------------------------------------------------
 
     def _entry(self, state: TargetState, now: float, seen: set[Key]) -> dict[str, Any] | None:
         key = state_key(state)
-        if key in seen or not self.shard.keeps(key[0]):
+        if key in seen or not self.shard.keeps(key):
             return None
         seen.add(key)
         state.epochs.expire(now=now, max_age=self.max_age)
         models = state.epochs.saved_form()
         if not models:
             return None
-        return _target_json(key, state.epochs.engine, models, seen=now,
-                            curves=state.curves.saved_form())  # fmt: skip
+        return _target_json(state.config, state.epochs.engine, models, seen=now,
+                            curves=state.curves.saved_form(), changes=state.changes)  # fmt: skip
 
     def snapshot(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """The body to write, taken at once (the epochs' saved forms, a few per target)."""
-        now = self.clock()
+        now, states = self.clock(), list(states)
         seen: set[Key] = set()
         entries = (self._entry(state, now, seen) for state in states)
-        return self._body([e for e in entries if e is not None], seen, now)
+        return self._body([e for e in entries if e is not None], seen, now, _groups(states))
 
     async def snapshot_sliced(self, states: Iterable[TargetState]) -> dict[str, Any]:
         """:meth:`snapshot` on the event loop, letting it turn every SLICE targets (each
         target's entry is taken whole between two of its scrapes)."""
-        now = self.clock()
+        now, states = self.clock(), list(states)
         seen: set[Key] = set()
         targets: list[dict[str, Any] | bytes] = []
-        for index, state in enumerate(list(states)):
+        for index, state in enumerate(states):
             if index and index % SLICE == 0:
                 await asyncio.sleep(0)
             entry = self._entry(state, now, seen)
             if entry is not None:
                 targets.append(entry)
-        return self._body(targets, seen, now)
+        return self._body(targets, seen, now, _groups(states))
 
     def _body(
-        self, targets: list[dict[str, Any] | bytes], seen: set[Key], now: float
-    ) -> dict[str, Any]:
-        """With the saved targets not running now (kept until they expire)."""
+        self, targets: list[dict[str, Any] | bytes], seen: set[Key], now: float,
+        groups: set[str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """With the saved targets not running now (kept until they expire; a departed
+        member of a group with a running member is let go: that member carries the past)."""
         for key, saved in list(self._saved.items()):
-            if key in seen or saved.seen < now - self.max_age:
+            if key in seen or saved.seen < now - self.max_age or saved.group in (groups or ()):
                 del self._saved[key]  # a target that came back, or expired
                 continue
             if saved.raw is not None:
                 targets.append(saved.raw)  # its record's bytes, as read
             else:
                 assert saved.book is not None and saved.curves is not None
-                targets.append(_target_json(key, saved.engine, saved.book.saved_form(),
-                                            seen=saved.seen,
-                                            curves=saved.curves.saved_form()))  # fmt: skip
+                targets.append(_saved_json(key, saved))
         return {"written": now, "shard": str(self.shard), "targets": targets[:MAX_TARGETS]}
 
     def write_now(self, body: dict[str, Any]) -> int:
@@ -359,9 +529,11 @@ class StateKeeper:
         parts = encode_parts(body)
         size = sum(len(part) for part in parts)
         if size > self.max_bytes:
-            # The epochs first: without the curves' sums (the history basis starts again).
+            # The epochs first: without the curves' sums (the history basis starts again) and
+            # the kept changes' answers.
             targets = [parse_record(t) if isinstance(t, bytes) else t for t in body["targets"]]
-            parts = encode_parts({**body, "targets": [{**t, "curves": {}} for t in targets]})
+            lean_targets = [{**t, "curves": {}, "changes": []} for t in targets]
+            parts = encode_parts({**body, "targets": lean_targets})
             lean = sum(len(part) for part in parts)
             if lean <= self.max_bytes:
                 self.log.warning("state_curves_dropped", bytes=size, max_bytes=self.max_bytes)
@@ -399,16 +571,66 @@ class StateKeeper:
         self.lock.release()
 
 
+def _change_json(c: ChangeView) -> dict[str, Any]:
+    """A kept change as the state file keeps it: its epochs and its last answer."""
+    return {"model": c.model, "before": epoch_json(c.before), "after": epoch_json(c.after),
+            "buckets": [bucket_row(b) for b in c.buckets],
+            "loads_before": list(c.loads_before), "loads_after": list(c.loads_after)}  # fmt: skip
+
+
+def _change_from(raw: object, *, limit: float) -> ChangeView:
+    """:func:`_change_json` read back within the bounds a live one obeys (ValueError)."""
+    if not isinstance(raw, dict):
+        raise ValueError("changes: a change is not an object")
+    model, buckets = raw.get("model"), raw.get("buckets")
+    if not isinstance(model, str) or len(model) > 1024:
+        raise ValueError("changes: a change's model is not a name")
+    before, after = (epoch_from(raw.get(k), limit=limit) for k in ("before", "after"))
+    if not before.number < after.number:
+        raise ValueError("changes: a change's epochs out of order")
+    loads = [raw.get(k) for k in ("loads_before", "loads_after")]
+    if not isinstance(buckets, list) or len(buckets) > 64 or not all(
+        isinstance(x, list) and len(x) <= 64 and all(isinstance(v, str) and len(v) <= 32
+                                                    for v in x) for x in loads
+    ):  # fmt: skip
+        raise ValueError("changes: a change's buckets or loads are not lists")
+    return ChangeView(
+        model, before, after,
+        tuple(bucket_from_row(b, chain_length=after.chain_length) for b in buckets),
+        tuple(loads[0]), tuple(loads[1]),  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _change_log(changes: tuple[ChangeView, ...]) -> ChangeLog[ChangeView]:
+    return ChangeLog(((c.model, c.before.number, c.after.number), c) for c in changes)
+
+
+def _groups(states: list[TargetState]) -> set[str]:
+    """The groups with a running member whose past is written."""
+    return {s.config.group for s in states if s.config.group and s.epochs.models()}
+
+
 def _target_json(
-    key: Key, engine: str | None, models: dict[str, Any], *, seen: float,
-    curves: dict[str, Any],
+    cfg: TargetConfig, engine: str | None, models: dict[str, Any], *, seen: float,
+    curves: dict[str, Any], changes: ChangeLog[ChangeView],
 ) -> dict[str, Any]:  # fmt: skip
     """One target's entry; ``seen``: when it was last running (a target no longer
     configured is kept until that is ``state_max_age`` ago)."""
-    name, url, configured_engine, model = key
-    return {"name": name, "url_sha256": url, "configured_engine": configured_engine,
-            "configured_model": model, "engine": engine, "seen": seen, "models": models,
-            "curves": curves}  # fmt: skip
+    configured_engine, model = _configured(cfg)
+    return {"name": cfg.name, "url_sha256": url_hash(cfg.url),
+            "configured_engine": configured_engine, "configured_model": model,
+            "engine": engine, "seen": seen, "models": models, "curves": curves,
+            "group": cfg.group, "changes": [_change_json(c) for _, c in changes.items()]}  # fmt: skip
+
+
+def _saved_json(key: Key, saved: _Saved) -> dict[str, Any]:
+    """A saved target kept made (configured at the read, never started): as read."""
+    assert saved.book is not None and saved.curves is not None
+    return {"name": key, "url_sha256": saved.url, "configured_engine": saved.configured[0],
+            "configured_model": saved.configured[1], "engine": saved.engine,
+            "seen": saved.seen, "models": saved.book.saved_form(),
+            "curves": saved.curves.saved_form(), "group": saved.group,
+            "changes": [_change_json(c) for c in saved.changes]}  # fmt: skip
 
 
 def _is_time(value: object) -> bool:
@@ -450,14 +672,23 @@ def _record(raw: memoryview, *, now: float, ceiling: float) -> tuple[Key, _Saved
         raise ValueError("seen: not a time up to a day after the file was written")
     book = EpochBook()
     book.restore(models, now=now, ceiling=ceiling)
+    group = item.get("group", "")  # written since issue 64
+    if not isinstance(group, str) or len(group) > 2048:
+        raise ValueError("group: not a string")
+    raw_changes = item.get("changes", [])  # written since issue 64
+    if not isinstance(raw_changes, list) or len(raw_changes) > MAX_CHANGES:
+        raise ValueError(f"changes: not a list of at most {MAX_CHANGES}")
+    changes = tuple(_change_from(c, limit=ceiling) for c in raw_changes)
     raw_curves = item.get("curves", {})
     if not isinstance(raw_curves, dict):
         raise ValueError("curves: not an object")
     curves = EpochCurves()
     curves.restore(raw_curves, book)
-    key: Key = (fields[0], fields[1], fields[2], fields[3])  # type: ignore[assignment]
-    saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling)  # type: ignore[arg-type]
-    return key, saved
+    name, url, configured_engine, configured_model = (str(f) for f in fields)  # checked above
+    saved = _Saved(engine, min(float(seen), now), None, book, curves, ceiling,  # type: ignore[arg-type]
+                   url=url, configured=(configured_engine, configured_model),
+                   group=group, changes=changes)  # fmt: skip
+    return name, saved
 
 
 def mark_targets(

@@ -63,6 +63,7 @@ from specmon.sources.prometheus import (
     read_failure,
 )
 from specmon.sources.prometheus_config import PrometheusSourceConfig
+from specmon.state.groups import group_of
 
 __all__ = ["Fleet", "FleetCollector", "SourceRunner", "constant_labels"]
 
@@ -144,6 +145,7 @@ class SourceRunner:
             scrape_interval=self.config.interval,
             scrape_timeout=self.config.timeout,
             origin=f"{self.config.origin} ({self.name})",
+            group=group_of({**common, **labels}, self.config.group_labels),
         )
 
     def reconfigure(self, config: PrometheusSourceConfig) -> None:

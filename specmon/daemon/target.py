@@ -19,7 +19,7 @@ from specmon.config_values import format_duration
 from specmon.daemon.answers import Sources, WindowAnswers, live_figures
 from specmon.daemon.class_view import observe_classes
 from specmon.daemon.config import TargetConfig
-from specmon.daemon.epoch_curves import EpochCurves
+from specmon.daemon.epoch_curves import ChangeView, EpochCurves
 from specmon.daemon.reads import ReadTimes
 from specmon.daemon.twins import Twins
 from specmon.daemon.views import Event, LoadFigures, ModelView, TargetView, WindowView
@@ -52,6 +52,7 @@ from specmon.report import (
     report_from_gauges,
 )
 from specmon.sources import ScrapeResult
+from specmon.state.changelog import ChangeLog
 from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
 from specmon.windows import CounterHistory, GaugeHistory
 
@@ -102,6 +103,8 @@ class TargetState:
         self.epochs = EpochBook()
         #: Each epoch's cost-curve accumulator (the history basis, "did the change help?").
         self.curves = EpochCurves()
+        #: Every change kept with its last answer, not only the newest (specmon.state.changelog).
+        self.changes: ChangeLog[ChangeView] = ChangeLog()
         #: When the last few readings were taken: the interval achieved.
         self._reads = ReadTimes()
         #: Per model, the reading no window reaches before (its configuration's change).
@@ -345,7 +348,10 @@ class TargetState:
             baseline_check=self._answers.twin_check,
             baseline_for=baseline_for,
             epochs=self._epochs_view,
-            changes=self.curves.changes(self._epochs_view),
+            changes=self.changes.update(
+                ((c.model, c.before.number, c.after.number), c)
+                for c in self.curves.changes(self._epochs_view)
+            ),
             classes=classes,
         )
         return events

@@ -33,6 +33,8 @@ from specmon.records import record
 
 __all__ = [
     "MatchedBucket",
+    "bucket_from_row",
+    "bucket_row",
     "loads_seen",
     "matched_buckets",
 ]
@@ -174,3 +176,54 @@ def matched_buckets(
                           change, change_interval)
         )  # fmt: skip
     return tuple(out)
+
+
+def bucket_row(b: MatchedBucket) -> list[object]:
+    """A bucket's answer as one JSON array (a kept change's, in the state file)."""
+    return [b.bucket, b.label, b.concurrency[0], b.concurrency[1], b.speedup, _row(b.interval),
+            b.acceptance[0], b.acceptance[1], b.acceptance_change,
+            _row(b.acceptance_interval)]  # fmt: skip
+
+
+def _row(pair: tuple[float, float] | None) -> list[float] | None:
+    return None if pair is None else [pair[0], pair[1]]
+
+
+def bucket_from_row(raw: object, *, chain_length: int | None) -> MatchedBucket:
+    """:func:`bucket_row` read back within the bounds a live answer obeys (ValueError)."""
+    if not isinstance(raw, list) or len(raw) != 10:
+        raise ValueError("a kept change's bucket is not a list of 10")
+    bucket, label, c0, c1, speedup, interval, a0, a1, change, a_interval = raw
+    if isinstance(bucket, bool) or not isinstance(bucket, int) or not 0 <= bucket < 64:
+        raise ValueError("a kept change's bucket: not a bucket index")
+    if not isinstance(label, str) or len(label) > 32:
+        raise ValueError("a kept change's bucket: its label is not a short string")
+    c0, c1, speedup = (_number(v) for v in (c0, c1, speedup))
+    problem = speedup_refusal(speedup, chain_length=chain_length, measured=True)
+    if problem is not None:
+        raise ValueError(f"a kept change's bucket: {problem}")
+    return MatchedBucket(
+        bucket, label, (c0, c1), speedup, _pair_from(interval),
+        (_maybe(a0), _maybe(a1)), _maybe(change), _pair_from(a_interval),
+    )  # fmt: skip
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError("a kept change's bucket: a figure is not a finite number")
+    return float(value)
+
+
+def _maybe(value: object) -> float | None:
+    return None if value is None else _number(value)
+
+
+def _pair_from(value: object) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError("a kept change's bucket: an interval is not a pair")
+    low, high = _number(value[0]), _number(value[1])
+    if low > high:
+        raise ValueError("a kept change's bucket: an interval's ends out of order")
+    return (low, high)

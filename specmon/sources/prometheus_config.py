@@ -6,6 +6,7 @@ sources:
       url: http://prometheus:9090        # any Prometheus-compatible query API (path prefix ok)
       selector: '{job=~"vllm.*"}'        # which series; default {} (all)
       instance_labels: [namespace, pod]  # what makes one target; default [instance]
+      group_labels: [namespace, service] # whose past a pod's is; default: specmon.state.groups
       bearer_token_file: /var/run/secrets/token   # or bearer_token_env; or basic_auth
       basic_auth: {username: u, password_file: /run/secrets/pw}   # or password_env
       tls: {ca_file: ca.pem, cert_file: c.pem, key_file: k.pem, insecure_skip_verify: false}
@@ -70,6 +71,7 @@ from specmon.sources.selectors import (
     parse_selector,
     quote,
 )
+from specmon.state.groups import check_group_labels
 
 __all__ = [
     "MatchOp",
@@ -126,6 +128,9 @@ class PrometheusSourceConfig:
     url: str
     selector: Selector = field(default_factory=Selector)
     instance_labels: tuple[str, ...] = ("instance",)
+    #: Which labels name the group an instance's past belongs to (None: the default rule of
+    #: specmon.state.groups; (): no groups).
+    group_labels: tuple[str, ...] | None = None
     name_prefix: str = ""
     engine: Engine | None = None  # None = detect per instance
     #: None: not set here or globally (DEFAULT_DRAFT_COST, a guess, applies).
@@ -290,6 +295,7 @@ _PROMETHEUS_KEYS = (
     "url",
     "selector",
     "instance_labels",
+    "group_labels",
     "name_prefix",
     "engine",
     "draft_cost",
@@ -386,11 +392,20 @@ def _check_prometheus(
                 override = _check_override(checker, item, join_path(where, index))
                 if override is not None:
                     overrides.append(override)
+    selector = get(data, "selector", path, _selector, Selector())  # problems in key order
+    instance_labels = _check_instance_labels(
+        checker, data.get("instance_labels"), join_path(path, "instance_labels")
+    )
     config = PrometheusSourceConfig(
         url=url,
-        selector=get(data, "selector", path, _selector, Selector()),
-        instance_labels=_check_instance_labels(
-            checker, data.get("instance_labels"), join_path(path, "instance_labels")
+        selector=selector,
+        instance_labels=instance_labels,
+        group_labels=get(
+            data,
+            "group_labels",
+            path,
+            lambda v: check_group_labels(v, instance_labels=instance_labels),
+            None,
         ),
         name_prefix=get(data, "name_prefix", path, _name_prefix, ""),
         engine=get(data, "engine", path, check_engine, None),

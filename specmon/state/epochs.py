@@ -73,6 +73,8 @@ __all__ = [
     "ModelEpochs",
     "Reason",
     "Sighting",
+    "epoch_from",
+    "epoch_json",
     "sighting",
 ]
 
@@ -478,6 +480,14 @@ class EpochTracker:
         self._events.append((wall, f"marked by hand: {note}"))
         return self._current
 
+    def moved(self, *, wall: float, text: str) -> None:
+        """The server was replaced at another address (same name or group): an event, not
+        an epoch; counting starts again at the next reading (as after a restore: the new
+        server's counters are not the old one's)."""
+        self._last = None
+        self._partials = 0
+        self._events.append((wall, clean_text(text)[:MAX_NOTE]))
+
     # -- bounds -----------------------------------------------------------------------------
 
     def _prune(self, *, now: float | None = None, max_age: float | None = None) -> None:
@@ -660,6 +670,16 @@ def _epoch_json(e: Epoch) -> dict[str, Any]:
     return out
 
 
+def epoch_json(e: Epoch) -> dict[str, Any]:
+    """An epoch as the state file keeps it (a kept change's, specmon.state.changelog)."""
+    return _epoch_json(e)
+
+
+def epoch_from(raw: object, *, limit: float) -> Epoch:
+    """:func:`epoch_json` read back within the laws a live epoch obeys (ValueError)."""
+    return _epoch_from(raw, limit=limit)
+
+
 def _epoch_from(raw: object, *, limit: float) -> Epoch:
     """A saved epoch within the same laws as a live one (specmon.state.epoch_laws; raises
     ValueError)."""
@@ -729,6 +749,11 @@ class EpochBook:
                 if epoch is not None:
                     marked.append(epoch)
         return marked
+
+    def moved(self, *, wall: float, text: str) -> None:
+        """Every model's :meth:`EpochTracker.moved`: the server answers at another address."""
+        for tracker in self._trackers.values():
+            tracker.moved(wall=wall, text=text)
 
     def position(self, model: str) -> tuple[int, bool, tuple[int, ...], float] | None:
         """A model's :meth:`EpochTracker.position` (None: not followed)."""

@@ -257,6 +257,7 @@ def test_configmap_holds_a_valid_config(deployment: str, configmap: str) -> None
         assert not config.targets and not config.file_sd
         assert source.url.startswith("http://prometheus-operated.monitoring.svc:")
         assert source.instance_labels == ("namespace", "pod")
+        assert source.group_labels == ("namespace", "service")  # a rollout keeps the past
         assert 2 * source.interval <= min(config.global_.windows)
         assert source.settings_for({"namespace": "inference", "pod": "llama-server-0"}).model
     else:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import socket
 import threading
 import time
@@ -441,3 +442,83 @@ def report(
     answer = window.get("verdict") or {}
     print(f"verdict's basis now: {answer.get('basis')} ({answer.get('state')}); "
           f"{answer.get('against_detail')}; {answer.get('detail')}")  # fmt: skip
+
+
+def test_history_basis_survives_a_port_change_and_a_reload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 64's direct-target "Done when": the server without a draft on port P, watched
+    under a name; replaced by one **on another port** with its draft (k = 4); the config's URL
+    changed under the same name and reloaded (SIGHUP, no restart of specmon, no state_dir):
+    the past is the name's, so the verdict's basis is ``history``, within 15 % of measure
+    against the draft-less server at concurrency 1 and 4, as above."""
+    target = models.ensure_shaped_gguf(models.LOAD_TARGET)
+    draft = models.ensure_shaped_gguf(models.LOAD_DRAFT)
+    port = servers.free_port()
+
+    def configure(at: int) -> Path:
+        return write_config(
+            tmp_path / "specmon.yml",
+            [(TARGET, f"http://{servers.HOST}:{at}/metrics", {"model": servers.TINY_GGUF_NAME})],
+            windows=[WINDOW], interval=f"{INTERVAL:g}s", timeout="2s",
+        )  # fmt: skip
+
+    config = configure(port)
+    base = servers.llama_server(target, n_parallel=N_PARALLEL)
+    with base, daemon(config, tmp_path) as d:
+        driven: dict[int, Driven] = {}
+        plain = servers.llama_server(target, n_parallel=N_PARALLEL, port=port)
+        with plain:
+            wait_target_up(d, TARGET)
+            with VerdictWatch(d, target=TARGET, window=WINDOW):
+                for n in LEVELS:
+                    time.sleep(INTERVAL + 0.5)
+                    driven[n] = drive_for(plain, concurrency=n)
+                after_scrape(d)
+            before = epochs_of(d)
+        assert [(e["epoch"], e["speculation"]) for e in before] == [(1, False)], before
+        moved = servers.free_port()
+        assert moved != port
+        levels: list[ProfileLevel] = []
+        spans: list[float] = []
+        spec = servers.llama_server(
+            target, draft=draft, n_max=len(RATES), synth_rates=RATES, n_parallel=N_PARALLEL,
+            port=moved,
+        )  # fmt: skip
+        with spec:
+            configure(moved)
+            d.signal(signal.SIGHUP)
+            d.wait_for(lambda: d.targets()[TARGET]["url"].endswith(f":{moved}/metrics"),
+                       timeout=30)  # fmt: skip
+            wait_target_up(d, TARGET)
+            carried = epochs_of(d)
+            assert [e["epoch"] for e in carried] == [e["epoch"] for e in before], carried
+            prompts = write_prompts(tmp_path)
+            watch = VerdictWatch(d, target=TARGET, window=WINDOW)
+            with watch:
+                run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
+                time.sleep(INTERVAL + 0.5)
+                spans.append(time.time())
+            capsys.readouterr()
+            after = epochs_of(d)
+            api = d.targets()
+            events = [e["text"] for m in api[TARGET]["epochs"] for e in m["events"]]
+
+    reads = watch.reads()
+    rows = [
+        HistoryRow(
+            level,
+            level_verdict(reads, level=level, start=spans[i], end=spans[i + 1], bases=HISTORY),
+            tuple(r for r in reads if spans[i] <= r.wall < spans[i + 1]),
+            driven[level.concurrency].tpot,
+        )
+        for i, level in enumerate(levels)
+    ]
+    with capsys.disabled():
+        print(f"\nport {port} -> {moved}, reloaded; events: {events}")
+        report(driven, levels, after, api)
+        report_rows(rows)
+    assert any("address changed" in text for text in events), events
+    assert [e["epoch"] for e in after][:1] == [1], after
+    assert after[-1]["speculation"] and after[-1]["reason"] == "speculation_on", after
+    check_rows(rows)

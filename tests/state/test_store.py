@@ -93,13 +93,15 @@ def test_a_round_trip_restores_every_epoch(tmp_path: Path) -> None:
     assert all(s.epochs.view() for s in fresh)
 
 
-def test_a_changed_url_starts_afresh(tmp_path: Path) -> None:
+def test_a_changed_url_keeps_the_past_under_the_name(tmp_path: Path) -> None:
+    """Issue 64: the state is keyed by the target's name; the move is an event."""
     _written(tmp_path, [_state("t")])
     again = _keeper(tmp_path)
     again.open()
     moved = _state("t", url="http://127.0.0.1:2/other")
     again.restore(moved)
-    assert moved.epochs.view() == ()
+    (model,) = moved.epochs.view()
+    assert model.epochs and any("address changed" in text for _, text in model.events)
 
 
 def test_the_file_holds_no_url_or_secret(tmp_path: Path) -> None:
