@@ -208,6 +208,8 @@ def fleet_series() -> list[dict[str, str]]:
                 add("specmon_change_speedup_ratio", b, _const(ratio))
                 add("specmon_change_speedup_lower_ratio", b, _const(ratio - 0.05))
                 add("specmon_change_speedup_upper_ratio", b, _const(ratio + 0.03))
+                kept = {**b, "change": "1->2"}
+                add("specmon_change_kept_speedup_ratio", kept, _const(ratio))
             for window in WINDOWS:
                 w = {**model, "window": window}
                 add("specmon_window_drafts", w, _const(1200))
