@@ -379,6 +379,21 @@ def test_the_stack_fires_below_break_even_into_alertmanager(tmp_path: Path) -> N
                 _started(name, [sys.executable, "-m", "specmon", "simulate", *args], logs, procs)
             )
 
+        # The tap in front of vllm-eagle, as the tap service runs it (Prometheus scrapes it and
+        # specmon reads it beside the engine); the traffic service is left out.
+        tap_args = []
+        for a in model["tap"]["command"]:
+            if a.startswith("--listen="):
+                tap_port = a.rsplit(":", 1)[1]
+                a = f"--listen=127.0.0.1:{ports['tap']}"
+            for container, host in addresses.items():
+                a = a.replace(f"//{container}", f"//{host}")
+            tap_args.append(a)
+        stack.enter_context(
+            _started("tap", [sys.executable, "-m", "specmon", "tap", *tap_args], logs, procs)
+        )
+        addresses[f"tap:{tap_port}"] = f"127.0.0.1:{ports['tap']}"
+
         specmon_config = (COMPOSE_DIR / "specmon.yml").read_text()
         for container, host in addresses.items():
             specmon_config = specmon_config.replace(f"http://{container}/", f"http://{host}/")
@@ -462,9 +477,9 @@ def test_the_stack_fires_below_break_even_into_alertmanager(tmp_path: Path) -> N
         def targets_up() -> bool:
             code, body = _get(prom_base + "/api/v1/targets")
             active = json.loads(body)["data"]["activeTargets"] if code == 200 else []
-            return len(active) == 4 and all(t["health"] == "up" for t in active)
+            return len(active) == 5 and all(t["health"] == "up" for t in active)
 
-        _wait("all four scrape targets up", targets_up, procs, logs, 60)
+        _wait("all five scrape targets up", targets_up, procs, logs, 60)
 
         am_base = f"http://127.0.0.1:{ports['alertmanager']}"
 

@@ -1362,6 +1362,7 @@ def test_every_dashboard_panel_returns_data(
         # The per-class row is on the page, asked for every speculating target and window.
         assert {e.split(" [", 1)[0] for e in classless} == {
             "Per request class",
+            "Margin per class, and the coverage",
             "Per-request acceptance outliers (every tap)",
         }, classless
         assert all(any(f"'target': '{t}'" in e for e in classless) for t in per_target)
