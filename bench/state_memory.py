@@ -107,7 +107,7 @@ def _target(name: str, url: str, models: dict[str, Any], curves: dict[str, Any])
 
 def _legit(index: int) -> bytes:
     from bench.state import _curves, _model
-    from specmon.state.epochs import EpochBook
+    from specmon.state.epoch_book import EpochBook
 
     model = _model(12)
     book = EpochBook()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import platform
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -18,16 +17,12 @@ from prometheus_client import (
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
     disable_created_metrics,
 )
 from prometheus_client.exposition import choose_encoder
 
 from specmon import __version__, jsontext
 from specmon.config_values import format_duration, parse_listen_address
-from specmon.daemon import metrics as m
 from specmon.daemon.config import (
     Config,
     ConfigError,
@@ -42,11 +37,10 @@ from specmon.daemon.file_sd import FileSD
 from specmon.daemon.governor import Governor, Period
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
-from specmon.daemon.metrics import MetricDef
+from specmon.daemon.own_metrics import OwnMetrics
 from specmon.daemon.persist import (
     GroupPasts,
     StateKeeper,
-    StateMetrics,
     carry_past,
     mark_targets,
 )
@@ -54,7 +48,7 @@ from specmon.daemon.prometheus_sources import Fleet, FleetCollector
 from specmon.daemon.scraper import TargetScraper, gate
 from specmon.daemon.target import TargetState, TargetView, Twins
 from specmon.logs import LIMIT, get_logger
-from specmon.process.loopwatch import GC_BUCKETS, LAG_BUCKETS, LoopWatch
+from specmon.process.loopwatch import LoopWatch
 from specmon.process.memory import CollectorSchedule, collector_paused
 from specmon.process.nofile import files_short
 from specmon.sharding import Shard
@@ -70,7 +64,7 @@ from specmon.surfaces.status import (
     targets_document,
 )
 from specmon.surfaces.target import render_missing, render_target
-from specmon.web.server import WebMetrics, WebOptions, WebServer
+from specmon.web.server import WebOptions, WebServer
 
 __all__ = ["Daemon"]
 
@@ -80,49 +74,6 @@ class _Running:
     state: TargetState
     scraper: TargetScraper
     task: asyncio.Task[None]
-
-
-class _OwnMetrics:
-    """specmon's own instruments: ordinary prometheus_client metrics in the daemon's registry,
-    declared in :mod:`specmon.daemon.metrics` like every other family."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        def counter(d: MetricDef) -> Counter:
-            return Counter(d.name, d.help, list(d.labels), registry=registry)
-
-        def gauge(d: MetricDef) -> Gauge:
-            return Gauge(d.name, d.help, list(d.labels), registry=registry)
-
-        def histogram(d: MetricDef, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(d.name, d.help, list(d.labels), registry=registry, buckets=buckets)
-
-        self.scrapes_total = counter(m.SCRAPES)
-        self.rejected_total = counter(m.REJECTED)
-        build = gauge(m.BUILD_INFO)
-        build.labels(version=__version__, python=platform.python_version()).set(1)
-        self.reload_ok = gauge(m.RELOAD_OK)
-        self.reload_time = gauge(m.RELOAD_TIME)
-        self.targets = gauge(m.TARGETS)
-        self.state = StateMetrics(ok=gauge(m.STATE_WRITE_OK), time=gauge(m.STATE_WRITE_TIME))
-        self.file_sd_errors = counter(m.FILE_SD_ERRORS)
-        self.log_lines_dropped = counter(m.LOG_LINES_DROPPED)
-        self.loop_lag = histogram(m.LOOP_LAG, LAG_BUCKETS)
-        self.gc_pause = histogram(m.GC_PAUSE, GC_BUCKETS)
-        for generation in range(3):  # every generation's series from the start, at 0
-            self.gc_pause.labels(generation=str(generation))
-        self.scrape_stretch = gauge(m.SCRAPE_STRETCH)
-        self.scrape_stretch.set(1)
-        self.scrape_delay = gauge(m.SCRAPE_DELAY)
-        self.scrape_interval = gauge(m.SCRAPE_INTERVAL_ACHIEVED)
-        self.scrape_excused = counter(m.SCRAPE_EXCUSED)
-        self.scrape_deferred = counter(m.SCRAPE_DEFERRED)
-        self.scrape_limit = gauge(m.SCRAPE_LIMIT)
-        self.loop_busy = gauge(m.LOOP_BUSY)
-        self.web = WebMetrics(
-            reload_ok=gauge(m.WEB_RELOAD_OK),
-            reload_time=gauge(m.WEB_RELOAD_TIME),
-            rejections=counter(m.WEB_REJECTIONS),
-        )
 
 
 #: Seconds a stop waits for the daemon's tasks and servers before it abandons what is left
@@ -168,7 +119,7 @@ class Daemon:
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             with contextlib.suppress(ValueError):
                 self.registry.register(collector)
-        self.metrics = _OwnMetrics(self.registry)
+        self.metrics = OwnMetrics(self.registry)
         #: The overload governor: every direct target's interval is stretched by one factor
         #: when the process cannot scrape on time (specmon/daemon/governor.py).
         self.governor = Governor(

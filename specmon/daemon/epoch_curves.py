@@ -36,7 +36,8 @@ from specmon.load.curve_sums import EPOCH_SPAN
 from specmon.load.matched import MatchedBucket, loads_seen, matched_buckets
 from specmon.load.rows import ACCEPTED, DECODE_SECONDS, DECODE_TOKENS, DRAFT_TOKENS, DRAFTS
 from specmon.records import record
-from specmon.state.epochs import MAX_EPOCHS, MAX_MODELS, Epoch, EpochBook, ModelEpochs
+from specmon.state.epoch_book import EpochBook
+from specmon.state.epochs import MAX_EPOCHS, MAX_MODELS, Epoch, ModelEpochs
 from specmon.state.store import saved_json
 
 __all__ = ["ChangeView", "EpochCurves", "Past", "describe_epoch"]

@@ -45,8 +45,9 @@ from specmon.load.matched import bucket_from_row, bucket_row
 from specmon.logs import Logger
 from specmon.sharding import Shard
 from specmon.state.changelog import MAX_CHANGES, ChangeLog
+from specmon.state.epoch_book import EpochBook
 from specmon.state.epoch_laws import clean_text
-from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, EpochBook, epoch_from, epoch_json
+from specmon.state.epochs import MAX_AHEAD, MAX_NOTE, epoch_from, epoch_json
 from specmon.state.groups import Groups
 from specmon.state.store import (
     MAX_FILE_BYTES,

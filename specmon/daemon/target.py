@@ -53,7 +53,8 @@ from specmon.report import (
 )
 from specmon.sources import ScrapeResult
 from specmon.state.changelog import ChangeLog
-from specmon.state.epochs import Epoch, EpochBook, ModelEpochs
+from specmon.state.epoch_book import EpochBook
+from specmon.state.epochs import Epoch, ModelEpochs
 from specmon.windows import CounterHistory, GaugeHistory
 
 __all__ = ["Event", "ModelView", "TargetState", "TargetView", "Twins", "WindowView", "display_url"]

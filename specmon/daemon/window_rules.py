@@ -29,7 +29,8 @@ from specmon.engines import Rejection, RejectReason
 from specmon.load.buckets import DEFAULT_THRESHOLDS
 from specmon.records import record
 from specmon.report import AcceptanceReport, figure_out_of_range
-from specmon.state.epochs import EpochBook, Reason
+from specmon.state.epoch_book import EpochBook
+from specmon.state.epochs import Reason
 from specmon.windows import MAX_WINDOW_ERROR, WindowDelta
 
 __all__ = [

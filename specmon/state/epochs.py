@@ -40,7 +40,6 @@ from typing import Any
 import orjson
 
 from specmon.bounds import ADAPTER_MAX_CHAIN
-from specmon.engines import PageReading
 from specmon.records import record
 from specmon.state.epoch_laws import (
     PARTIAL_DECREASE_LIMIT,
@@ -68,7 +67,6 @@ __all__ = [
     "OFF_TOKENS",
     "VANISH_SCRAPES",
     "Epoch",
-    "EpochBook",
     "EpochTracker",
     "ModelEpochs",
     "Reason",
@@ -460,7 +458,7 @@ class EpochTracker:
             scrapes=self._current.scrapes + counts.scrapes,
         )
         self._past.append(old)
-        self._past_json = (*self._past_json, saved_json(_epoch_json(old)))
+        self._past_json = (*self._past_json, saved_json(epoch_json(old)))
         self._prune()
         return old
 
@@ -519,7 +517,7 @@ class EpochTracker:
             )
             del past[drop]
         if len(past) != before:
-            self._past_json = tuple(saved_json(_epoch_json(e)) for e in past)
+            self._past_json = tuple(saved_json(epoch_json(e)) for e in past)
 
     def expire(self, *, now: float, max_age: float) -> None:
         self._prune(now=now, max_age=max_age)
@@ -595,7 +593,7 @@ class EpochTracker:
     def to_json(self) -> dict[str, Any]:
         """The saved form, as plain JSON values."""
         current = self._current
-        live = () if current is None else (_epoch_json(self._live(current)),)
+        live = () if current is None else (epoch_json(self._live(current)),)
         return {
             "epochs": [*(orjson.loads(e) for e in self._past_json), *live],
             "events": [[t, text] for t, text in self._events],
@@ -605,7 +603,7 @@ class EpochTracker:
         """:meth:`to_json` for the state file: the past epochs' JSON made once each (never
         changed after), kept as bytes (a fifth of a dict's memory) and written as they are."""
         current = self._current
-        live = () if current is None else (_epoch_json(self._live(current)),)
+        live = () if current is None else (epoch_json(self._live(current)),)
         return {
             "epochs": [*map(orjson.Fragment, self._past_json), *live],
             "events": [[t, text] for t, text in self._events],
@@ -620,7 +618,7 @@ class EpochTracker:
         limit = now + MAX_AHEAD if ceiling is None else ceiling
         epochs, events_raw = (saved_list(data.get(k), k, most=4 * MAX_EPOCHS)
                               for k in ("epochs", "events"))  # fmt: skip
-        saved = [_epoch_from(e, limit=limit) for e in epochs]
+        saved = [epoch_from(e, limit=limit) for e in epochs]
         for before, after in pairwise(saved):
             if after.number <= before.number or after.start < before.start:
                 raise ValueError("epochs out of order")
@@ -637,7 +635,7 @@ class EpochTracker:
             self._past = saved[:-1]
             self._current = saved[-1] if saved[-1].end is None else replace(saved[-1], end=None)
             self._counts = Counts()
-            self._past_json = tuple(saved_json(_epoch_json(e)) for e in self._past)
+            self._past_json = tuple(saved_json(epoch_json(e)) for e in self._past)
         else:  # seen live before the state could be read (the lock came late)
             last = saved[-1] if saved[-1].end is not None else replace(saved[-1], end=latest)
             base = last.number
@@ -645,7 +643,7 @@ class EpochTracker:
                                                 for i, e in enumerate(self._past))]  # fmt: skip
             assert self._current is not None
             self._current = replace(self._current, number=base + len(live))
-            self._past_json = tuple(saved_json(_epoch_json(e)) for e in self._past)
+            self._past_json = tuple(saved_json(epoch_json(e)) for e in self._past)
         self._events.extendleft(reversed(events[-MAX_EVENTS:]))
         self._prune()
 
@@ -658,7 +656,8 @@ def _no_later(epoch: Epoch, latest: float) -> Epoch:
     return replace(epoch, start=min(epoch.start, latest), end=end)
 
 
-def _epoch_json(e: Epoch) -> dict[str, Any]:
+def epoch_json(e: Epoch) -> dict[str, Any]:
+    """An epoch as the state file keeps it (also a kept change's, specmon.state.changelog)."""
     out = {
         "n": e.number, "start": e.start, "end": e.end, "spec": bool(e.speculation),
         "k": e.chain_length, "reason": e.reason, "note": e.note, "drafts": e.drafts,
@@ -670,19 +669,9 @@ def _epoch_json(e: Epoch) -> dict[str, Any]:
     return out
 
 
-def epoch_json(e: Epoch) -> dict[str, Any]:
-    """An epoch as the state file keeps it (a kept change's, specmon.state.changelog)."""
-    return _epoch_json(e)
-
-
 def epoch_from(raw: object, *, limit: float) -> Epoch:
-    """:func:`epoch_json` read back within the laws a live epoch obeys (ValueError)."""
-    return _epoch_from(raw, limit=limit)
-
-
-def _epoch_from(raw: object, *, limit: float) -> Epoch:
-    """A saved epoch within the same laws as a live one (specmon.state.epoch_laws; raises
-    ValueError)."""
+    """:func:`epoch_json` read back within the same laws as a live epoch
+    (specmon.state.epoch_laws; raises ValueError)."""
     f = saved_epoch(raw, limit=limit, max_chain=MAX_CHAIN, max_note=MAX_NOTE)
     try:
         reason = Reason(f.reason)
@@ -690,119 +679,3 @@ def _epoch_from(raw: object, *, limit: float) -> Epoch:
         raise ValueError("reason: not one specmon writes") from None
     return Epoch(f.number, f.start, f.end, f.speculation, f.chain_length, reason, f.note,
                  *f.counts)  # fmt: skip
-
-
-class EpochBook:
-    """Every model's epochs for one target (at most MAX_MODELS models), for one engine: pages
-    from another engine on ENGINE_SCRAPES scrapes in a row start the book afresh (a page
-    alternating between two engines clears nothing; its pages from the other engine are not
-    counted)."""
-
-    __slots__ = ("_other", "_trackers", "engine")
-
-    def __init__(self) -> None:
-        self._trackers: dict[str, EpochTracker] = {}
-        #: The engine the epochs were seen on (its value), or None before the first page.
-        self.engine: str | None = None
-        #: Another engine seen on the last pages: its value and how many pages in a row.
-        self._other: tuple[str | None, int] | None = None
-
-    def clear(self) -> None:
-        self._trackers.clear()
-
-    def observe(self, reading: PageReading, wall: float) -> list[tuple[str, dict[str, Any]]]:
-        """Count one page: its speculating models, and those it names without speculation
-        (a model refused whole at this scrape tells nothing and is skipped)."""
-        refused = {r.model for r in reading.rejected if r.whole_model}
-        out: list[tuple[str, dict[str, Any]]] = []
-        engine = reading.engine.value if reading.engine is not None else None
-        if engine != self.engine:
-            if self.engine is not None:
-                other = self._other
-                seen = other[1] + 1 if other is not None and other[0] == engine else 1
-                self._other = (engine, seen)
-                if seen < ENGINE_SCRAPES:
-                    return out  # not yet another engine: this page is not counted
-                self._trackers.clear()
-                out.append(("config_engine_changed", {"before": self.engine, "after": engine}))
-            self.engine = engine
-        self._other = None
-        for speculating, models in ((True, reading.models), (False, reading.plain_models)):
-            for model in models:
-                if model.model in refused:
-                    continue
-                tracker = self._trackers.get(model.model)
-                if tracker is None:
-                    if len(self._trackers) >= MAX_MODELS:
-                        continue
-                    tracker = self._trackers[model.model] = EpochTracker()
-                for name, fields in tracker.observe(sighting(model, speculating=speculating), wall):
-                    out.append((name, {"model": model.model, **fields}))
-        return out
-
-    def mark(self, *, wall: float, note: str, model: str | None = None) -> list[Epoch]:
-        """Mark a change by hand for ``model`` (None: every model); the new epochs."""
-        marked = []
-        for name, tracker in self._trackers.items():
-            if model is None or name == model:
-                epoch = tracker.mark(wall=wall, note=note)
-                if epoch is not None:
-                    marked.append(epoch)
-        return marked
-
-    def moved(self, *, wall: float, text: str) -> None:
-        """Every model's :meth:`EpochTracker.moved`: the server answers at another address."""
-        for tracker in self._trackers.values():
-            tracker.moved(wall=wall, text=text)
-
-    def position(self, model: str) -> tuple[int, bool, tuple[int, ...], float] | None:
-        """A model's :meth:`EpochTracker.position` (None: not followed)."""
-        tracker = self._trackers.get(model)
-        return tracker.position() if tracker is not None else None
-
-    def opening(self, model: str) -> tuple[float, Reason, float | None] | None:
-        """A model's :meth:`EpochTracker.opening` (None: not followed)."""
-        tracker = self._trackers.get(model)
-        return tracker.opening() if tracker is not None else None
-
-    def models(self) -> tuple[str, ...]:
-        return tuple(self._trackers)
-
-    def current(self, model: str) -> Epoch | None:
-        """A model's current epoch, without its counts (None: not followed or not seen)."""
-        tracker = self._trackers.get(model)
-        return tracker.current if tracker is not None else None
-
-    def view(self) -> tuple[ModelEpochs, ...]:
-        views = (t.view(name) for name, t in self._trackers.items())
-        return tuple(v for v in views if v is not None)
-
-    def expire(self, *, now: float, max_age: float) -> None:
-        for tracker in self._trackers.values():
-            tracker.expire(now=now, max_age=max_age)
-
-    def to_json(self) -> dict[str, Any]:
-        return {name: t.to_json() for name, t in self._trackers.items()}
-
-    def saved_form(self) -> dict[str, Any]:
-        """:meth:`to_json` for the state file (:meth:`EpochTracker.saved_form`)."""
-        return {name: t.saved_form() for name, t in self._trackers.items()}
-
-    def restore(self, data: Mapping[str, Any], *, now: float, ceiling: float | None = None) -> None:
-        """Take saved models' epochs (raises ValueError on anything out of bounds, leaving
-        this book as it was; ``now``, ``ceiling``: :meth:`EpochTracker.restore`'s)."""
-        if len(data) > MAX_MODELS:
-            raise ValueError(f"more than {MAX_MODELS} models")
-        restored: dict[str, EpochTracker] = {}
-        for name, saved in data.items():
-            if not isinstance(name, str) or len(name) > 1024 or not isinstance(saved, dict):
-                raise ValueError("a model is not a name and an object")
-            tracker = EpochTracker()
-            tracker.restore(saved, now=now, ceiling=ceiling)  # validates first
-            restored[name] = tracker
-        for name, tracker in restored.items():
-            live = self._trackers.get(name)
-            if live is None:
-                self._trackers[name] = tracker
-            else:
-                live.restore(data[name], now=now, ceiling=ceiling)

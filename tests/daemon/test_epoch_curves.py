@@ -261,7 +261,7 @@ def test_an_interval_outside_the_bounds_is_counted_in_no_epochs_sums() -> None:
     from specmon.engines import read_page
     from specmon.load.counters import LoadCounters
     from specmon.load.rows import interval_row
-    from specmon.state.epochs import EpochBook
+    from specmon.state.epoch_book import EpochBook
     from tests.support.hostile import vllm
 
     book = EpochBook()

@@ -26,7 +26,7 @@ from specmon.sharding import Shard
 from specmon.sources import Reading
 from specmon.sources.prometheus_config import check_sources
 from specmon.state.changelog import ChangeLog
-from specmon.state.epochs import EpochBook
+from specmon.state.epoch_book import EpochBook
 from specmon.state.store import encode, read_state, write_atomic
 from tests.daemon.test_epoch_curves import AGE, NAME, _fleet, _truth, _verdict
 from tests.support.demo_fleet import DemoFleet

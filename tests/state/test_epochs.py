@@ -11,13 +11,13 @@ import pytest
 from specmon.engines import read_page
 from specmon.sim.engine import SimEngine, SimSettings
 from specmon.sim.pages import PageKind, load_template
+from specmon.state.epoch_book import EpochBook
 from specmon.state.epochs import (
     K_SCRAPES,
     MAX_EPOCHS,
     MIN_EPOCH_SECONDS,
     OFF_SCRAPES,
     VANISH_SCRAPES,
-    EpochBook,
     Reason,
 )
 from tests.support.captured import DRAFTLESS, PAGES

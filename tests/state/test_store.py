@@ -281,7 +281,8 @@ def test_mark_answers(tmp_path: Path) -> None:
 def test_size_per_target_at_1000_targets(tmp_path: Path) -> None:
     """The file's size at 1,000 targets, each with MAX_EPOCHS epochs (the most kept): the
     figure docs/deploying.md states (bounded by the per-target cap, not measured as time)."""
-    from specmon.state.epochs import MAX_EPOCHS, EpochBook
+    from specmon.state.epoch_book import EpochBook
+    from specmon.state.epochs import MAX_EPOCHS
 
     one = _state("t")
     _feed(one)
@@ -385,7 +386,7 @@ def test_a_target_removed_while_running_keeps_its_epochs_and_gets_them_back(
 def test_a_clock_behind_the_writer_keeps_every_target(tmp_path: Path) -> None:
     """A clock 1.5 days behind the last writer refused the whole file (1,000 targets): now
     every target is kept, its later times taken as now (in order), with one line."""
-    from specmon.state.epochs import EpochBook
+    from specmon.state.epoch_book import EpochBook
 
     one = _state("t")
     _feed(one)
