@@ -266,26 +266,12 @@ def test_history_basis_agrees_with_measure(
             wait_target_up(d2, TARGET)
             restored = epochs_of(d2)
             assert [e["epoch"] for e in restored] == [e["epoch"] for e in before], restored
-            prompts = write_prompts(tmp_path)
-            watch = VerdictWatch(d2, target=TARGET, window=WINDOW)
-            with watch:
-                run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
-                time.sleep(INTERVAL + 0.5)
-                spans.append(time.time())
+            watch = watched_levels(d2, base, spec, tmp_path, driven, levels, spans)
             capsys.readouterr()
             after = epochs_of(d2)
             api = d2.targets()
 
-    reads = watch.reads()
-    rows = [
-        HistoryRow(
-            level,
-            level_verdict(reads, level=level, start=spans[i], end=spans[i + 1], bases=HISTORY),
-            tuple(r for r in reads if spans[i] <= r.wall < spans[i + 1]),
-            driven[level.concurrency].tpot,
-        )
-        for i, level in enumerate(levels)
-    ]
+    rows = history_rows(watch, driven, levels, spans)
     with capsys.disabled():
         report(driven, levels, after, api)
         report_rows(rows)
@@ -294,6 +280,45 @@ def test_history_basis_agrees_with_measure(
     assert [e["epoch"] for e in after][: len(numbers)] == numbers, (before, after)
     assert after[-1]["speculation"] and after[-1]["reason"] == "speculation_on", after
     check_rows(rows)
+
+
+def watched_levels(
+    d: Daemon,
+    base: servers.LlamaServer,
+    spec: servers.LlamaServer,
+    tmp_path: Path,
+    driven: dict[int, Driven],
+    levels: list[ProfileLevel],
+    spans: list[float],
+) -> VerdictWatch:
+    """The levels run against the draft while the verdict is watched; ``spans`` gets each
+    level's start and, one interval after the last, the end."""
+    prompts = write_prompts(tmp_path)
+    watch = VerdictWatch(d, target=TARGET, window=WINDOW)
+    with watch:
+        run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
+        time.sleep(INTERVAL + 0.5)
+        spans.append(time.time())
+    return watch
+
+
+def history_rows(
+    watch: VerdictWatch,
+    driven: dict[int, Driven],
+    levels: list[ProfileLevel],
+    spans: list[float],
+) -> list[HistoryRow]:
+    """Per level: the last verdict on ``history`` read in its span, beside measure's."""
+    reads = watch.reads()
+    return [
+        HistoryRow(
+            level,
+            level_verdict(reads, level=level, start=spans[i], end=spans[i + 1], bases=HISTORY),
+            tuple(r for r in reads if spans[i] <= r.wall < spans[i + 1]),
+            driven[level.concurrency].tpot,
+        )
+        for i, level in enumerate(levels)
+    ]
 
 
 @dataclass(frozen=True)
@@ -493,27 +518,13 @@ def test_history_basis_survives_a_port_change_and_a_reload(
             wait_target_up(d, TARGET)
             carried = epochs_of(d)
             assert [e["epoch"] for e in carried] == [e["epoch"] for e in before], carried
-            prompts = write_prompts(tmp_path)
-            watch = VerdictWatch(d, target=TARGET, window=WINDOW)
-            with watch:
-                run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
-                time.sleep(INTERVAL + 0.5)
-                spans.append(time.time())
+            watch = watched_levels(d, base, spec, tmp_path, driven, levels, spans)
             capsys.readouterr()
             after = epochs_of(d)
             api = d.targets()
             events = [e["text"] for m in api[TARGET]["epochs"] for e in m["events"]]
 
-    reads = watch.reads()
-    rows = [
-        HistoryRow(
-            level,
-            level_verdict(reads, level=level, start=spans[i], end=spans[i + 1], bases=HISTORY),
-            tuple(r for r in reads if spans[i] <= r.wall < spans[i + 1]),
-            driven[level.concurrency].tpot,
-        )
-        for i, level in enumerate(levels)
-    ]
+    rows = history_rows(watch, driven, levels, spans)
     with capsys.disabled():
         print(f"\nport {port} -> {moved}, reloaded; events: {events}")
         report(driven, levels, after, api)
