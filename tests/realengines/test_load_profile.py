@@ -58,8 +58,13 @@ def test_profile_and_the_physics_of_the_draft_cost(capsys: pytest.CaptureFixture
         low_base, low_spec = best_runs(base, spec, concurrency=1)
         high_base, high_spec = best_runs(base, spec, concurrency=16)
 
-    assert [lv.concurrency for lv in profile.levels] == list(LEVELS)
-    for level, doc in zip(profile.levels, report["levels"], strict=True):
+    # measure leaves a level out of the profile when the servers did not hold it (its
+    # measured concurrency under 80 % of it): 16 on a busy machine (CI's lanes side by side);
+    # 1 and 4 must be held.
+    held = [doc for doc in report["levels"] if doc["held"] is None or doc["held"]["held"]]
+    assert [lv.concurrency for lv in profile.levels] == [doc["concurrency"] for doc in held]
+    assert [lv.concurrency for lv in profile.levels][:2] == [1, 4]
+    for level, doc in zip(profile.levels, held, strict=True):
         assert level.draft_cost_source == "step times", level
         assert level.speculative.concurrency is not None, doc["load"]
         assert level.baseline.concurrency is not None, doc["load"]
