@@ -8,6 +8,11 @@ both carry one: vLLM, SGLang, TensorRT-LLM; llama.cpp and TGI pages carry none, 
 configured ``model:`` values; else the check says "model not checked"). A twin refused is not
 compared with: the verdict falls to the next basis and its note says why, and
 ``specmon_baseline_usable{target, baseline, reason}`` is 0.
+
+The same checks pick a canary's baseline (:meth:`Twins.canary`): the members of its group
+(``group``, specmon.state.groups) that run without speculation, each checked as a twin,
+their windows pooled; which members, and whether a canary at all, is
+:func:`specmon.answer.canary`'s decision.
 """
 
 from __future__ import annotations
@@ -68,8 +73,9 @@ class Twins:
 
     def __init__(self) -> None:
         self._states: dict[str, TwinState] = {}
-        #: Group -> its live members' names (specmon.state.groups), and each name's group.
-        self._groups: dict[str, set[str]] = {}
+        #: Group -> its live members' names, sorted (specmon.state.groups: read at every
+        #: scrape of a speculating member), and each name's group.
+        self._groups: dict[str, tuple[str, ...]] = {}
         self._member_of: dict[str, str] = {}
         #: (group, model, seconds) -> the windows last pooled for a canary and their pool,
         #: kept while they stay the same objects (a member's window is, until its next page).
@@ -99,22 +105,21 @@ class Twins:
 
     def members(self, group: str) -> tuple[str, ...]:
         """The live members of ``group``, sorted ("": none: a target in no group)."""
-        return tuple(sorted(self._groups.get(group, ()))) if group else ()
+        return self._groups.get(group, ()) if group else ()
 
     def _group(self, name: str, group: str) -> None:
         before = self._member_of.get(name)
         if before == (group or None):
             return
         if before is not None:
-            rest = self._groups[before]
-            rest.discard(name)
+            rest = self._groups[before] = tuple(n for n in self._groups[before] if n != name)
             if not rest:
                 del self._groups[before]
                 for key in [k for k in self._pools if k[0] == before]:
                     del self._pools[key]
             del self._member_of[name]
         if group:
-            self._groups.setdefault(group, set()).add(name)
+            self._groups[group] = tuple(sorted({*self._groups.get(group, ()), name}))
             self._member_of[name] = group
 
     def canary(
@@ -135,7 +140,7 @@ class Twins:
         if group is None:
             return None
         members: list[Member] = []
-        for other in sorted(self._groups.get(group, ())):
+        for other in self._groups.get(group, ()):
             state = self._states.get(other)
             if state is None:
                 continue

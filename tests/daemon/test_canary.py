@@ -149,3 +149,23 @@ def test_the_canary_decision() -> None:
     refused = canary(k=4, members=[me, Member("b", 0, _window(), "other model")])
     assert isinstance(refused, Refusal) and refused.basis is Evidence.CANARY
     assert refused.reason == "other model"
+
+
+def test_the_twins_know_each_group_s_members() -> None:
+    """Kept current as members come, go and change group (a relabelled pod), sorted."""
+    twins = Twins()
+
+    def member(name: str, group: str) -> TargetState:
+        cfg = TargetConfig(name=name, url="http://127.0.0.1:1/metrics", group=group)
+        state = TargetState(cfg, windows=(30.0,), retention=60.0, twins=twins)
+        twins.put(state)
+        return state
+
+    b, a, c = member("b", GROUP), member("a", GROUP), member("c", "other")
+    assert twins.members(GROUP) == ("a", "b") and twins.members("other") == ("c",)
+    b.reconfigure(replace(b.config, group="other"), windows=(30.0,), retention=60.0)
+    assert twins.members(GROUP) == ("a",) and twins.members("other") == ("b", "c")
+    twins.drop(a)
+    assert twins.members(GROUP) == () and twins.members("") == ()
+    twins.drop(c)
+    assert twins.members("other") == ("b",)
