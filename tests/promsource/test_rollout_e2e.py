@@ -218,7 +218,7 @@ def test_a_rollout_reads_the_canary_basis_then_the_group_past(
         print(f"after the rollout: {verdict['speedup']:.3f}x {verdict['speedup_interval']} "
               f"truth {truth:.3f}: {verdict['detail']}")  # fmt: skip
         assert abs(verdict["speedup"] / truth - 1) < 0.05, (verdict["speedup"], truth)
-        assert set(d.targets()) == {f"llm/{p}" for p in new}
+        d.wait_for(lambda: set(d.targets()) == {f"llm/{p}" for p in new}, timeout=15)
         for pod in new:  # each holds the group's past: the configuration without speculation
             assert any(e["speculation"] is False for e in _epochs(d, pod)), _epochs(d, pod)
         assert "Task exception was never retrieved" not in d.log_text()
