@@ -160,6 +160,7 @@ class Twins:
                 note = check.detail if check is not None else None
                 members.append(Member(other, 0, window, None, note))
         if len(members) < 2:
+            self._pools.pop((group, model, seconds), None)
             return None
 
         def pool(windows: Sequence[LoadWindow]) -> LoadWindow:
@@ -175,7 +176,10 @@ class Twins:
             self._pools[key] = (tuple(windows), pooled)
             return pooled
 
-        return canary(k=k, members=members, pool=pool)
+        found = canary(k=k, members=members, pool=pool)
+        if not isinstance(found, Canary):
+            self._pools.pop((group, model, seconds), None)  # the rollout done: let it go
+        return found
 
     def baseline_for(self, name: str) -> tuple[str, ...]:
         """The targets that name ``name`` as their ``baseline:`` twin, sorted."""

@@ -112,6 +112,7 @@ def test_one_pod_on_k_4_is_compared_with_the_three_on_k_0_then_with_the_group_pa
     for name in old:  # each new pod's own past without speculation
         after = group.answer(name)
         assert after.basis is Evidence.HISTORY, words.detail(after)
+    assert not group.twins._pools  # the old pods' pool let go with the rollout done
 
 
 def test_an_explicit_baseline_twin_ranks_above_the_canary() -> None:
