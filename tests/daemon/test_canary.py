@@ -6,15 +6,20 @@ on k = 4) the basis becomes the group's past (``history``). In-process, on a vir
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from html import unescape
+from pathlib import Path
 
 from specmon.answer import Answer, Evidence, Member, Refusal, canary, words
 from specmon.cli.demo import FAST_LOAD_MODEL, STEP_NOISE
 from specmon.daemon.config import TargetConfig
+from specmon.daemon.persist import StateKeeper
 from specmon.daemon.target import TargetState, Twins
 from specmon.engines import read_page
 from specmon.load import LoadWindow
+from specmon.logs import get_logger
+from specmon.sharding import Shard
 from specmon.sim.engine import SimSettings
 from specmon.sim.pages import PageKind
 from specmon.sim.server import VirtualTarget, make_target
@@ -170,3 +175,43 @@ def test_the_twins_know_each_group_s_members() -> None:
     assert twins.members(GROUP) == () and twins.members("") == ()
     twins.drop(c)
     assert twins.members("other") == ("b",)
+
+
+def test_a_restart_of_specmon_during_the_rollout_keeps_the_canary_and_the_past(
+    tmp_path: Path,
+) -> None:
+    """specmon stopped and started again (a state_dir) while the canary runs: the canary's
+    verdict is back on the ``canary`` basis once its windows fill again, its epochs and its
+    change restored; after the rollout the restored past is its ``history`` basis."""
+    group = _Group()
+    canary_pod, *old = group.states
+    group.advance(70)
+    group.switch(canary_pod)
+    group.advance(160)
+    before = [e.number for e in group.states[canary_pod].view.epochs[0].epochs]
+    assert before == [1, 2], before
+    keeper = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=2e9)
+    asyncio.run(keeper.save(lambda: list(group.states.values())))
+    keeper.close()
+    again = StateKeeper(directory=tmp_path, shard=Shard(), log=get_logger(), max_age=2e9)
+    assert again.open([s.config for s in group.states.values()])
+    group.twins = Twins()
+    for name, state in list(group.states.items()):
+        fresh = TargetState(state.config, windows=(30.0,), retention=60.0, twins=group.twins)
+        again.restore(fresh)
+        group.twins.put(fresh)
+        group.states[name] = fresh
+    again.close()
+    restored = group.states[canary_pod]
+    assert [e.number for e in restored.view.epochs[0].epochs] == before
+    group.advance(group.now + 40)
+    answer = group.answer(canary_pod)
+    assert answer.basis is Evidence.CANARY, words.detail(answer)
+    assert answer.speedup is not None and abs(answer.speedup / _truth() - 1) < 0.05
+    assert [(c.before.number, c.after.number) for c in restored.view.changes] == [(1, 2)]
+    for name in old:
+        group.switch(name)
+    group.advance(group.now + 60)
+    answer = group.answer(canary_pod)
+    assert answer.basis is Evidence.HISTORY, words.detail(answer)
+    assert answer.speedup is not None and abs(answer.speedup / _truth() - 1) < 0.05
