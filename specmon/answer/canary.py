@@ -91,7 +91,8 @@ def canary(
         else:
             reason = f"no load data yet from the {len(old)} pods on k = 0"
         return Refusal(Evidence.CANARY, reason)
-    on_k = sum(1 for m in members if m.k is not None and m.k != 0 and m.k == (k or -1))
+    want = k or -1  # this member's configuration (-1: speculating, k unknown)
+    on_k = sum(1 for m in members if m.k == want)
     words = canary_words(on_k=max(on_k, 1), total=len(members), k=k, old=len(usable))
     notes = tuple(dict.fromkeys(m.note for m in usable if m.note))
     left = [m for m in old if m.refused is not None or m.window is None]
