@@ -94,7 +94,11 @@ def canary(
     want = k or -1  # this member's configuration (-1: speculating, k unknown)
     on_k = sum(1 for m in members if m.k == want)
     words = canary_words(on_k=max(on_k, 1), total=len(members), k=k, old=len(usable))
-    notes = tuple(dict.fromkeys(m.note for m in usable if m.note))
+    noted = [m.note for m in usable if m.note]
+    notes: tuple[str, ...] = ()
+    if noted:  # one note for the pool, not one per pod ("model not checked: ...")
+        more = f" (and {len(noted) - 1} more pods alike)" if len(noted) > 1 else ""
+        notes = (noted[0] + more,)
     left = [m for m in old if m.refused is not None or m.window is None]
     if left:
         notes += (

@@ -152,6 +152,14 @@ def test_the_canary_decision() -> None:
     assert found.words == "canary: 1 of 4 pods on k = 4, compared with the 2 on k = 0"
     assert any("d: the twin d speculates itself" in n for n in found.notes)
     assert canary(k=4, members=[me, Member("b", 4), Member("c", None)]) is None
+    noted = canary(k=None, members=[me, *(Member(n, 0, _window(), None, f"model not checked: {n}")
+                                         for n in "bcd")])  # fmt: skip
+    assert not isinstance(noted, Refusal) and noted is not None
+    assert noted.notes == ("model not checked: b (and 2 more pods alike)",)
+    assert (
+        noted.words
+        == "canary: 1 of 4 pods on speculation (k unknown), compared with the 3 on k = 0"
+    )
     refused = canary(k=4, members=[me, Member("b", 0, _window(), "other model")])
     assert isinstance(refused, Refusal) and refused.basis is Evidence.CANARY
     assert refused.reason == "other model"
