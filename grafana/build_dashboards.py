@@ -179,7 +179,7 @@ DRAFTS = f"sum by (target, model) (rate(specmon_drafts_total{{{TE}}}[$__rate_int
 #: measuring included.
 WITH_BASELINE = (
     f"on (target) (\n  specmon_baseline_info{{{T}}}\n"
-    f'  or specmon_verdict_info{{{TW}, basis=~"twin|profile|history"}}\n)'
+    f'  or specmon_verdict_info{{{TW}, basis=~"twin|canary|profile|history"}}\n)'
 )
 #: The crossover SpecmonAboveCrossover compares: the low end of its 95 % range, else the point.
 CROSSOVER_LOW = (

@@ -12,6 +12,8 @@ and the best chain length per load, the load it was read at, and the answer in w
 - :mod:`.crossover`: the one crossover function (the daemon, ``recommend``, ``measure``);
 - :mod:`.reads`: a window against its baseline at the load it runs at now: measured, off
   the cost curve, or measuring;
+- :mod:`.canary`: the ``canary`` basis: which members of a group on the old configuration
+  are a live twin for a member on the new one, pooled;
 - :mod:`.decide`: the ranking of the evidence, the answer, and a window's figures at one
   draft cost (every figure beside an answer is at the answer's own c);
 - :mod:`.words`: the answer in words.
@@ -24,6 +26,7 @@ and the alert rules' inputs only render answers.
 from __future__ import annotations
 
 from specmon.answer import words
+from specmon.answer.canary import Canary, Member, canary, canary_words
 from specmon.answer.crossover import (
     Crossover,
     crossover,
@@ -59,11 +62,13 @@ __all__ = [
     "MEASURED_C",
     "Answer",
     "AtCost",
+    "Canary",
     "Comparison",
     "Crossover",
     "CurveReading",
     "Earlier",
     "Evidence",
+    "Member",
     "PerLoad",
     "Read",
     "ReadState",
@@ -72,6 +77,8 @@ __all__ = [
     "Standing",
     "at_cost",
     "best_at_cost",
+    "canary",
+    "canary_words",
     "crossover",
     "crossover_at_acceptance",
     "curve_crossover",

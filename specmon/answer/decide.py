@@ -3,12 +3,13 @@ rests on, and every figure beside it. Pure: the window's figures in, an :class:`
 
 The evidence, best first (:class:`Evidence`):
 
-1. ``twin``, 2. ``profile``, 3. ``history``: the window compared with a baseline's step times
-   at the load it runs at now (:func:`specmon.answer.reads.read_comparison`): measured there,
-   read off the cost curve in a bucket it measured, or ``measuring`` (a new load: no number);
-4. ``engine``: the draft cost the engine measures (TensorRT-LLM), applied to the window's
+1. ``twin``, 2. ``canary`` (:mod:`specmon.answer.canary`), 3. ``profile``, 4. ``history``: the
+   window compared with a baseline's step times at the load it runs at now
+   (:func:`specmon.answer.reads.read_comparison`): measured there, read off the cost curve in
+   a bucket it measured, or ``measuring`` (a new load: no number);
+5. ``engine``: the draft cost the engine measures (TensorRT-LLM), applied to the window's
    acceptance by the cost model;
-5. ``configured`` and 6. ``default``: the configured (or specmon's default) draft cost: a
+6. ``configured`` and 7. ``default``: the configured (or specmon's default) draft cost: a
    guess, for a target where nothing was ever measured.
 
 A target that has measured evidence never falls back to a guessed cost: when its comparison
@@ -69,10 +70,10 @@ class Comparison:
     """The window against a baseline: which, and how it read at the current load."""
 
     basis: Evidence
-    #: The twin's name, "profile" or "history".
+    #: The twin's name, "canary", "profile" or "history".
     name: str
     read: Read
-    #: The compared epoch in words (``history``), or None.
+    #: The compared epoch in words (``history``), the canary in words (``canary``), or None.
     detail: str | None = None
     #: What the answer should say of the baseline (a twin whose model could not be checked).
     notes: tuple[str, ...] = ()

@@ -33,6 +33,9 @@ class Evidence(StrEnum):
     """What an answer rests on, best first: the ``basis`` label of ``specmon_verdict_info``.
 
     ``twin``: the speed-up realized against the baseline twin at the current load;
+    ``canary``: the same against the members of its group still on the old configuration
+    without speculation (a rollout in progress, a canary), their sums pooled: a live twin
+    that needs no ``baseline:`` (an explicit twin, configured on purpose, ranks above it);
     ``profile``: the same against a cost profile (``specmon measure --profile-out``);
     ``history``: against this server's own epoch without speculation at the same load;
     ``engine``: the draft cost the engine measures itself (TensorRT-LLM), applied to the
@@ -40,6 +43,7 @@ class Evidence(StrEnum):
     likewise; ``default``: no draft cost configured anywhere: a guess."""
 
     TWIN = "twin"
+    CANARY = "canary"
     PROFILE = "profile"
     HISTORY = "history"
     ENGINE = "engine"
@@ -48,7 +52,7 @@ class Evidence(StrEnum):
 
 
 #: The bases that compare step times with a baseline (a realized speed-up, a measured c).
-COMPARED = (Evidence.TWIN, Evidence.PROFILE, Evidence.HISTORY)
+COMPARED = (Evidence.TWIN, Evidence.CANARY, Evidence.PROFILE, Evidence.HISTORY)
 #: The bases whose draft cost was measured, not configured or guessed.
 MEASURED_C = (*COMPARED, Evidence.ENGINE)
 
@@ -147,9 +151,12 @@ class Answer:
     crossover: Crossover | None = None
     #: Per load bucket of the window, at each bucket's own c (the comparison bases only).
     per_load: tuple[PerLoad, ...] = ()
-    #: The baseline's name: the twin's, "profile" or "history" (None off the comparisons).
+    #: The baseline's name: the twin's, "canary", "profile" or "history" (None off the
+    #: comparisons).
     against: str | None = None
-    #: The compared epoch in words, for ``history`` ("this server without speculation, ...").
+    #: The compared epoch in words, for ``history`` ("this server without speculation, ...");
+    #: the group's members in words, for ``canary`` ("canary: 1 of 4 pods on k = 4, compared
+    #: with the 3 on k = 0").
     against_detail: str | None = None
     #: The load the answer was read at (the latest interval's concurrency), its bucket, and
     #: the time per output token there.
@@ -171,10 +178,12 @@ class Answer:
 
     @property
     def measured_cost(self) -> bool:
-        """Whether ``draft_cost`` was measured (twin, profile, history, the engine's)."""
+        """Whether ``draft_cost`` was measured (twin, canary, profile, history, the
+        engine's)."""
         return self.basis in MEASURED_C
 
     @property
     def compared(self) -> bool:
-        """Whether the answer compares step times with a baseline (twin, profile, history)."""
+        """Whether the answer compares step times with a baseline (twin, canary, profile,
+        history)."""
         return self.basis in COMPARED

@@ -21,6 +21,7 @@ __all__ = [
 #: How a basis reads under the answer's figure.
 _BASIS = {
     Evidence.TWIN: "vs its twin",
+    Evidence.CANARY: "vs its group's pods on k = 0",
     Evidence.PROFILE: "vs its profile",
     Evidence.HISTORY: "vs its own past",
     Evidence.ENGINE: "engine's c",
@@ -32,6 +33,8 @@ _BASIS = {
 def basis_words(answer: Answer) -> str:
     """What the figure rests on, short ("vs its twin, interpolated", "default c: a guess")."""
     text = _BASIS[answer.basis]
+    if answer.basis is Evidence.CANARY and answer.against_detail:
+        text = answer.against_detail  # "canary: 1 of 4 pods on k = 4, compared with the 3 ..."
     if answer.state is ReadState.INTERPOLATED:
         text += ", off the cost curve"
     elif answer.state is ReadState.MEASURING:
@@ -100,6 +103,7 @@ def detail(answer: Answer) -> str:
     if answer.compared:
         against = {
             Evidence.TWIN: f"the twin {answer.against}",
+            Evidence.CANARY: f"its group's pods without speculation ({answer.against_detail})",
             Evidence.PROFILE: "the cost profile",
             Evidence.HISTORY: answer.against_detail or "this server's own past",
         }[answer.basis]

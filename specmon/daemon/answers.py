@@ -150,7 +150,8 @@ class WindowAnswers:
         live: LoadFigures | None,
     ) -> tuple[Comparison | None, tuple[Refusal, ...]]:
         """The window against its baseline, best first: the twin (checked before it is
-        believed: specmon.daemon.twins), the cost profile, the server's own past without
+        believed: specmon.daemon.twins), the group's members without speculation (a canary:
+        specmon.answer.canary), the cost profile, the server's own past without
         speculation; and the better bases refused, with why."""
         cfg = sources.config
         refused: list[Refusal] = []
@@ -172,6 +173,17 @@ class WindowAnswers:
             else:
                 base = twin
                 notes = (check.detail,) if check is not None and check.detail else ()
+        if base is None and sources.twins is not None and cfg.group and acceptance.drafts > 0:
+            # The group's members still without speculation (a rollout, a canary): a live
+            # twin, pooled (specmon.answer.canary decides; an explicit baseline: ranks above).
+            found = sources.twins.canary(
+                cfg.name, model, seconds, k=k, engine=sources.engine, configured=cfg.model
+            )
+            if isinstance(found, Refusal):
+                refused.append(found)
+            elif found is not None:
+                base, basis, name, detail = found.window, Evidence.CANARY, "canary", found.words
+                notes = found.notes
         if base is None and cfg.cost_profile is not None:
             base, basis, name = cfg.cost_profile, Evidence.PROFILE, "profile"
         if base is None:

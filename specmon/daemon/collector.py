@@ -140,7 +140,7 @@ def emit_target(view: TargetView, out: Sink) -> None:
         for e in epochs.epochs[-2:]:  # the current and the previous epoch only
             k = str(e.chain_length) if e.chain_length else "none"
             spec = "unknown" if e.speculation is None else str(e.speculation).lower()
-            out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), spec, k), 1)
+            out.add(m.CONFIG_EPOCH_INFO, (*ml, str(e.number), spec, k, e.note), 1)
         if epochs.previous is not None:
             out.add(CONFIG_CHANGE_TIME, ml, epochs.current.start)
     newest = {c.model: c for c in view.changes}  # kept oldest first: each model's last

@@ -116,14 +116,17 @@ BUCKET_BEST_SPEEDUP = _g(
 _VERDICT = "On the best evidence: the basis is specmon_verdict_info's."
 VERDICT_INFO = _g(
     "specmon_verdict_info",
-    "1 for the basis the window's verdict rests on, best first: twin, profile, history, engine, "
+    "1 for the basis the window's verdict rests on, best first: twin, canary (its group's "
+    "pods without speculation, pooled), profile, history, engine, "
     "configured, default (no draft_cost configured: the default c, a guess); state: how it "
     "was read: measured, interpolated (off the cost curve), measuring (a new load: no figure "
     "yet), modelled (the engine's c), guess (configured or default c).",
     (*_W, "basis", "state"),
     Scope.WINDOW,
     "1 for what the window's `specmon_verdict_*` figures rest on, best first: `twin` "
-    "(realized against the baseline twin at the current load), `profile`, `history` (against "
+    "(realized against the baseline twin at the current load), `canary` (against the pods "
+    "of its group still without speculation, their sums pooled: a rollout or a canary), "
+    "`profile`, `history` (against "
     "this server's own epoch without speculation at the same load), `engine` (the "
     "engine's measured c: TensorRT-LLM), `configured`, `default` (no `draft_cost`: 0.1, a "
     "guess); `state`: how it was read: `measured` (this window's load bucket), "

@@ -26,14 +26,15 @@ CONFIG_EPOCH_INFO = MetricDef(
     Kind.GAUGE,
     "1 for the current and the previous configuration epoch of a target's model (speculation "
     "on, off or unknown before the first evidence, and the chain length, detected from its "
-    "pages or marked by hand with POST /-/mark); epoch numbers go on across specmon's "
-    "restarts with a state_dir.",
-    (*_M, "epoch", "speculation", "chain_length"),
+    "pages or marked by hand with POST /-/mark, and the mark's note); epoch numbers go on "
+    "across specmon's restarts with a state_dir.",
+    (*_M, "epoch", "speculation", "chain_length", "note"),
     Scope.MODEL,
     "1 for the current and the previous configuration epoch of the model (`epoch`: its "
     "number, going on across restarts with a `state_dir`; `speculation`: `true`, `false`, "
     "or `unknown` for a first epoch before its first draft or 400 tokens without one; "
-    "`chain_length`: the detected or published k, `none` when off or unknown). A new epoch "
+    "`chain_length`: the detected or published k, `none` when off or unknown; `note`: what "
+    "`specmon mark` said of it, at most 200 characters, empty otherwise). A new epoch "
     "starts when speculation stops (no drafts over 5 scrapes while 400 tokens are generated, "
     "or its series gone from 2 pages), starts, when k changes (3 scrapes), or by hand "
     "(`specmon mark`); an engine restart alone is no epoch "

@@ -421,6 +421,24 @@ class TargetState:
         found = self.load_model(model)
         return self._loads[found].window(seconds) if found is not None else None
 
+    def configuration(self, model: str) -> int | None:
+        """Its chain length for ``model`` (or its only model) now, for a canary of its group
+        (specmon.answer.canary): 0 without speculation, -1 speculating with k unknown, None
+        not known (no epoch yet, not yet known to speculate or not, or a change being
+        confirmed: neither the old configuration nor the new)."""
+        views = self._epochs_view
+        found = next((e for e in views if e.model == model), None)
+        if found is None and len(views) == 1:
+            found = views[0]
+        if found is None or found.pending is not None:
+            return None
+        current = found.current
+        if current.speculation is None:
+            return None
+        if not current.speculation:
+            return 0
+        return current.chain_length or -1
+
     def _straddle(self, model: str, seconds: float, drafts: int | None) -> Straddle | None:
         """Whether the model's window of ``seconds`` is cut at its configuration change, and
         held (specmon.daemon.window_rules: the one decision); ``drafts``: the cut window's

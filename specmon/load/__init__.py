@@ -38,6 +38,8 @@ The package, floors without circles (each module imports only those listed befor
 - :mod:`.matched`: two configuration epochs of one server compared at matched load (the
   ``history`` basis, "did the change help?");
 - :mod:`.history`: one model's rolling history for the daemon;
+- :mod:`.pool`: several servers' windows pooled (a group's members on the old configuration,
+  a canary's baseline);
 - :mod:`.profile`: profiles written by ``specmon measure --profile-out`` and their JSON.
 """
 

@@ -199,18 +199,18 @@ def wait_port_free(port: int, *, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def epochs_of(d: Daemon) -> list[dict[str, Any]]:
-    entry = d.targets()[TARGET]
+def epochs_of(d: Daemon, name: str = TARGET) -> list[dict[str, Any]]:
+    entry = d.targets()[name]
     found: list[dict[str, Any]] = entry["epochs"][0]["epochs"] if entry.get("epochs") else []
     return found
 
 
-def after_scrape(d: Daemon) -> None:
+def after_scrape(d: Daemon, name: str = TARGET) -> None:
     """Wait until the daemon scraped the target after the present moment, twice: the last
     loaded interval is counted."""
     for _ in range(2):
         now = time.time()
-        d.wait_for(lambda now=now: scraped_after(d, (TARGET,), now), timeout=4 * INTERVAL + 10)
+        d.wait_for(lambda now=now: scraped_after(d, (name,), now), timeout=4 * INTERVAL + 10)
 
 
 def test_history_basis_agrees_with_measure(
@@ -290,11 +290,12 @@ def watched_levels(
     driven: dict[int, Driven],
     levels: list[ProfileLevel],
     spans: list[float],
+    name: str = TARGET,
 ) -> VerdictWatch:
     """The levels run against the draft while the verdict is watched; ``spans`` gets each
     level's start and, one interval after the last, the end."""
     prompts = write_prompts(tmp_path)
-    watch = VerdictWatch(d, target=TARGET, window=WINDOW)
+    watch = VerdictWatch(d, target=name, window=WINDOW)
     with watch:
         run_levels(base, spec, prompts, tmp_path, driven, levels, spans)
         time.sleep(INTERVAL + 0.5)
@@ -434,6 +435,7 @@ def report(
     levels: Sequence[ProfileLevel],
     epochs: Sequence[dict[str, Any]],
     api: dict[str, Any],
+    name: str = TARGET,
 ) -> None:
     print(
         "\nphase 1 (no draft, D1): level  requests  seconds  intervals  engine steps  req/s  "
@@ -463,7 +465,7 @@ def report(
             f"epoch {e['epoch']}: speculation {e['speculation']}, k {e['chain_length']}, "
             f"{e['reason']}, {e['generated_tokens']} tokens, {e['scrapes']} intervals"
         )
-    window = next(w for w in api[TARGET]["models"][0]["windows"] if w["window"] == WINDOW)
+    window = next(w for w in api[name]["models"][0]["windows"] if w["window"] == WINDOW)
     answer = window.get("verdict") or {}
     print(f"verdict's basis now: {answer.get('basis')} ({answer.get('state')}); "
           f"{answer.get('against_detail')}; {answer.get('detail')}")  # fmt: skip
@@ -530,6 +532,81 @@ def test_history_basis_survives_a_port_change_and_a_reload(
         report(driven, levels, after, api)
         report_rows(rows)
     assert any("address changed" in text for text in events), events
+    assert [e["epoch"] for e in after][:1] == [1], after
+    assert after[-1]["speculation"] and after[-1]["reason"] == "speculation_on", after
+    check_rows(rows)
+
+
+def test_history_basis_survives_an_address_change_in_file_sd(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 64's file_sd "Done when": the same as above with the target found through a
+    file_sd file (its name its ``host:port``, a ``group_labels`` label on its entry), the
+    address changed in that file only (specmon re-reads it; no reload, no restart): the new
+    ``host:port`` is a new target of the same group, which takes the group's past at its
+    first page, and its verdict's basis is ``history``, within 15 % of measure."""
+    target = models.ensure_shaped_gguf(models.LOAD_TARGET)
+    draft = models.ensure_shaped_gguf(models.LOAD_DRAFT)
+    port = servers.free_port()
+    sd_file = tmp_path / "targets.json"
+
+    def point(at: int) -> str:
+        entry = {"targets": [f"{servers.HOST}:{at}"],
+                 "labels": {"namespace": "llm", "deployment": "llama",
+                            "__specmon_model__": servers.TINY_GGUF_NAME}}  # fmt: skip
+        sd_file.with_suffix(".tmp").write_text(json.dumps([entry]))
+        sd_file.with_suffix(".tmp").replace(sd_file)
+        return f"{servers.HOST}:{at}"
+
+    first = point(port)
+    config = tmp_path / "specmon.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {INTERVAL:g}s\n  scrape_timeout: 2s\n"
+        f"  windows: [{WINDOW}]\n  draft_cost: 0.2\n"
+        f"file_sd_configs:\n  - files: [{sd_file}]\n    refresh_interval: 1s\n"
+        "    group_labels: [namespace, deployment]\n"
+    )
+    base = servers.llama_server(target, n_parallel=N_PARALLEL)
+    with base, daemon(config, tmp_path) as d:
+        driven: dict[int, Driven] = {}
+        plain = servers.llama_server(target, n_parallel=N_PARALLEL, port=port)
+        with plain:
+            wait_target_up(d, first)
+            with VerdictWatch(d, target=first, window=WINDOW):
+                for n in LEVELS:
+                    time.sleep(INTERVAL + 0.5)
+                    driven[n] = drive_for(plain, concurrency=n)
+                after_scrape(d, first)
+            before = epochs_of(d, first)
+        assert [(e["epoch"], e["speculation"]) for e in before] == [(1, False)], before
+        moved = servers.free_port()
+        assert moved != port
+        levels: list[ProfileLevel] = []
+        spans: list[float] = []
+        spec = servers.llama_server(
+            target, draft=draft, n_max=len(RATES), synth_rates=RATES, n_parallel=N_PARALLEL,
+            port=moved,
+        )  # fmt: skip
+        with spec:
+            name = point(moved)
+            d.wait_for(lambda: name in d.targets() and first not in d.targets(), timeout=30)
+            wait_target_up(d, name)
+            d.wait_for(lambda: epochs_of(d, name), timeout=30)
+            carried = epochs_of(d, name)
+            assert [e["epoch"] for e in carried][:1] == [1], carried
+            watch = watched_levels(d, base, spec, tmp_path, driven, levels, spans, name=name)
+            capsys.readouterr()
+            after = epochs_of(d, name)
+            api = d.targets()
+            events = [e["text"] for m in api[name]["epochs"] for e in m["events"]]
+
+    rows = history_rows(watch, driven, levels, spans)
+    with capsys.disabled():
+        print(f"\nfile_sd {first} -> {name}; events: {events}")
+        report(driven, levels, after, api, name=name)
+        report_rows(rows)
+    group = "namespace=llm,deployment=llama"
+    assert any(t == f"joined group {group}: its past taken from {first}" for t in events), events
     assert [e["epoch"] for e in after][:1] == [1], after
     assert after[-1]["speculation"] and after[-1]["reason"] == "speculation_on", after
     check_rows(rows)
