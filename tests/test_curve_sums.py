@@ -193,3 +193,40 @@ def test_the_drift_read_from_lists_is_the_drift_of_pairs_bit_for_bit() -> None:
         rho = _reference_rho(pairs)
         shrink = max(1.0 - ar1_mean_factor(float(m), rho), 0.2)
         assert got == SlotDrift(total / m / shrink, rho, m, 60.0, tokens_variance, tokens_rho)
+
+
+def test_the_slot_drift_kept_between_intervals_is_the_drift_made_afresh() -> None:
+    """Each read keeps a bucket's logs before its newest slot (only the newest changes from
+    one interval to the next): after intervals in order, out-of-order ones and slots expiring
+    among them, every bucket's drift equals, bit for bit, the drift read as first written."""
+    rng = random.Random(11)
+    acc = CurveAccumulator(retention=1800.0, slot_seconds=60.0)
+    end = 0.0
+    for step in range(1500):
+        late = rng.random() < 0.03 and end > 300.0  # an interval ending in an older slot
+        at = end - rng.uniform(60.0, 240.0) if late else end + rng.uniform(4.0, 6.0)
+        end = end if late else at
+        acc.add(at, interval(rng, rng.choice((2, 4, 8, 16)), speculative=True))
+        if step % 7 and step < 1400:
+            continue
+        for bucket in range(8):
+            assert acc.slot_drift(bucket) == _drift_as_first_read(acc, bucket), (step, bucket)
+    assert any(acc.slot_drift(b) is not None for b in range(8))
+
+
+def _drift_as_first_read(acc: CurveAccumulator, index: int) -> object:
+    """:meth:`CurveAccumulator.slot_drift` as first written: every slot looked up and its
+    logs taken again at each read."""
+    from specmon.load.curve_sums import _DS, _DT, _RS, _drift
+
+    last = acc._last.get(index)
+    if last is None or not acc._slots:
+        return None
+    first = next(iter(acc._slots))[0]
+    steps, tokens = [], []
+    for slot in range(min(first, last[0]), last[0] + 1):
+        values = acc._slots.get((slot, index))
+        if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+            steps.append((slot, math.log(values[_DS] / values[_RS])))
+            tokens.append(math.log(values[_DT] / values[_RS]))
+    return _drift(steps, tokens, acc._slot)

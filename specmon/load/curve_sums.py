@@ -213,8 +213,8 @@ class CurveAccumulator:
     """One model's intervals summed per time slot and concurrency bucket, kept for
     ``retention`` seconds (see the module's API)."""
 
-    __slots__ = ("_buckets", "_drift", "_last", "_measured", "_memo", "_prefix", "_retention",
-                 "_scheme", "_slot", "_slots", "_sums", "version")  # fmt: skip
+    __slots__ = ("_buckets", "_closed", "_drift", "_last", "_measured", "_memo", "_prefix",
+                 "_retention", "_scheme", "_slot", "_slots", "_sums", "version")  # fmt: skip
 
     def __init__(
         self,
@@ -247,6 +247,12 @@ class CurveAccumulator:
         self._memo: tuple[object, Any] | None = None
         #: Per bucket, its slot drift (:meth:`slot_drift`) and the version it was made at.
         self._drift: dict[int, tuple[int, SlotDrift | None]] = {}
+        #: Per bucket, the logs :meth:`slot_drift` reads off its slots before the newest (made
+        #: at the newest's key and the oldest slot's index; slot indices, log step times, log
+        #: tokens per step): only the newest slot changes from one interval to the next.
+        #: Dropped when an older slot changes.
+        self._closed: dict[int, tuple[tuple[tuple[int, int], int], array[int], array[float],
+                                      array[float]]] = {}  # fmt: skip
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
@@ -287,6 +293,7 @@ class CurveAccumulator:
             self._newest(bucket, key)
         elif self._last[bucket] != key:  # an older slot than the bucket's newest: sum again
             self._prefix.pop(bucket, None)
+            self._closed.pop(bucket, None)
         sums[_I] += 1.0
         width = len(row)
         for i, column in _ADDED:
@@ -334,6 +341,7 @@ class CurveAccumulator:
                 del self._last[bucket]
             self._prefix.pop(bucket, None)
             self._sums.pop(bucket, None)
+            self._closed.pop(bucket, None)
             dropped.add(bucket)
         if dropped:
             self._changed(None)
@@ -420,17 +428,29 @@ class CurveAccumulator:
         if self._slot < EPOCH_SPAN and last is not None and self._slots:
             # The bucket's slots, oldest first: a look-up per slot of the retention (60 at an
             # hour of minutes), not a pass over every bucket's.
+            closed = self._closed.get(index)
             first = next(iter(self._slots))[0]
-            slots: list[int] = []
-            steps: list[float] = []
-            tokens: list[float] = []
-            get, log = self._slots.get, math.log
-            for slot in range(min(first, last[0]), last[0] + 1):
-                values = get((slot, index))
-                if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
-                    slots.append(slot)
-                    steps.append(log(values[_DS] / values[_RS]))
-                    tokens.append(log(values[_DT] / values[_RS]))
+            if closed is None or closed[0] != (last, first):  # the slots before the newest
+                slots, steps, tokens = array("q"), array("d"), array("d")
+                get, log = self._slots.get, math.log
+                for slot in range(min(first, last[0]), last[0]):
+                    values = get((slot, index))
+                    if (
+                        values is not None
+                        and values[_RS] > 0
+                        and values[_DT] > 0
+                        and (values[_DS] > 0)
+                    ):
+                        slots.append(slot)
+                        steps.append(log(values[_DS] / values[_RS]))
+                        tokens.append(log(values[_DT] / values[_RS]))
+                closed = self._closed[index] = ((last, first), slots, steps, tokens)
+            _, slots, steps, tokens = closed
+            values = self._slots[last]
+            if values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+                slots = slots + array("q", (last[0],))
+                steps = steps + array("d", (math.log(values[_DS] / values[_RS]),))
+                tokens = tokens + array("d", (math.log(values[_DT] / values[_RS]),))
             found = _drift_of(slots, steps, tokens, self._slot)
         self._drift[index] = (self.version, found)
         return found
