@@ -240,14 +240,18 @@ def _demo_report(draft_cost: float) -> AcceptanceReport:
         (0.976, 0.69, (0.66, 0.72), 0),
         # 8 requests (c 0.4, the load model's best k 2 at 1.44x): a usual interval keeps it.
         (0.4, 1.31, (1.25, 1.37), 2),
+        # ... and so does TGI's wide one there: the chain pays by measure (1.28x), so some
+        # chain does; "off" beside it would contradict the verdict.
+        (0.4, 1.28, (0.65, 2.5), 2),
     ],
 )
 def test_best_k_is_off_unless_a_chain_pays_at_the_pessimistic_c(
     cost: float, speedup: float, interval: tuple[float, float], best: int
 ) -> None:
-    """The verdict's best k is above 0 only when some chain still pays at the c that the
-    speed-up's 95 % lower bound implies (the demo's 4 reads of k 1 at 32 requests, where
-    its load model says 0, came from a c measured a few intervals into the load)."""
+    """Where the chain runs slower than without speculation, the verdict's best k is above 0
+    only when some chain still pays at the c that the speed-up's 95 % lower bound implies
+    (the demo's 4 reads of k 1 at 32 requests, where its load model says 0, came from a c
+    measured a few intervals into the load); where it pays, the point c's best k."""
     report = _demo_report(0.1)
     read = Read("measured", 32.0, "32", speedup, interval, cost, 0.01, CROSSING, PER_LOAD)
     got = decide(report, setting=CONFIGURED, comparison=Comparison(Evidence.TWIN, "b", read))
