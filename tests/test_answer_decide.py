@@ -217,3 +217,55 @@ def test_a_target_says_whether_its_cost_is_a_guess(configured: bool) -> None:
     assert window.report is not None and window.answer is not None
     assert window.answer.basis is (Evidence.CONFIGURED if configured else Evidence.DEFAULT)
     assert window.answer.speedup == window.report.expected_speedup
+
+
+def _demo_report(draft_cost: float) -> AcceptanceReport:
+    """The demo's draft model: survival 0.9, 0.7, 0.5, 0.3 at k = 4."""
+    counters = SpecCounters(
+        drafts=1000, draft_tokens=4000, accepted_tokens=2400,
+        accepted_per_position=(900, 700, 500, 300),
+    )  # fmt: skip
+    return report_from_counters(counters, draft_cost=draft_cost)
+
+
+@pytest.mark.parametrize(
+    ("cost", "speedup", "interval", "best"),
+    [
+        # 32 requests a few intervals in: c read 0.7 (truth 0.976, k 1 at 0.96x); the
+        # interval's low end implies c ~ 1.06, where no chain pays: off, not k 1.
+        (0.7, 0.885, (0.63, 1.24), 0),
+        # The same c measured tightly: k 1 pays at its pessimistic end too, so it stays.
+        (0.7, 0.885, (0.87, 0.90), 1),
+        # 32 requests settled (c 0.976): off either way.
+        (0.976, 0.69, (0.66, 0.72), 0),
+        # 8 requests (c 0.4, the load model's best k 2 at 1.44x): a usual interval keeps it.
+        (0.4, 1.31, (1.25, 1.37), 2),
+        # ... and so does TGI's wide one there: the chain pays by measure (1.28x), so some
+        # chain does; "off" beside it would contradict the verdict.
+        (0.4, 1.28, (0.65, 2.5), 2),
+    ],
+)
+def test_best_k_is_off_unless_a_chain_pays_at_the_pessimistic_c(
+    cost: float, speedup: float, interval: tuple[float, float], best: int
+) -> None:
+    """Where the chain runs slower than without speculation, the verdict's best k is above 0
+    only when some chain still pays at the c that the speed-up's 95 % lower bound implies
+    (the demo's 4 reads of k 1 at 32 requests, where its load model says 0, came from a c
+    measured a few intervals into the load); where it pays, the point c's best k."""
+    report = _demo_report(0.1)
+    read = Read("measured", 32.0, "32", speedup, interval, cost, 0.01, CROSSING, PER_LOAD)
+    got = decide(report, setting=CONFIGURED, comparison=Comparison(Evidence.TWIN, "b", read))
+    assert got is not None and got.draft_cost == cost
+    assert got.best_chain_length == best
+    unguarded = at_cost(report, cost)
+    if best == 0:
+        assert got.best_speedup == 1.0
+        assert got.speedup == speedup and got.alpha_margin == unguarded.alpha_margin
+    else:  # kept: the figures at the point c, untouched
+        assert (got.best_chain_length, got.best_speedup) == (
+            unguarded.best_chain_length, unguarded.best_speedup,
+        )  # fmt: skip
+    # Without an interval nothing is known of c's spread: the point c's k.
+    bare = decide(report, setting=CONFIGURED, comparison=Comparison(
+        Evidence.TWIN, "b", Read("measured", 32.0, "32", speedup, None, cost)))  # fmt: skip
+    assert bare is not None and bare.best_chain_length == unguarded.best_chain_length

@@ -5,12 +5,14 @@ slot, a row landing in an older slot (the clock went back), a slot expiring, a r
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 
 import pytest
 
 from specmon.load.curve import CurveAccumulator, state_from_dict, state_to_dict
-from specmon.load.curve_sums import CurveState
+from specmon.load.curve_sums import CurveState, ar1_mean_factor
 from tests.test_curve import interval
 
 LEVELS = (1, 2, 4, 8, 16)
@@ -144,3 +146,87 @@ def test_the_ar1_factor_of_a_mean_and_the_slot_drift() -> None:
     assert ar1_mean_factor(100.0, 0.9) > 10 * ar1_mean_factor(100.0, 0.0)
     epoch = CurveAccumulator.for_epoch()
     assert epoch.slot_drift(3) is None
+
+
+def _reference_rho(series: list[tuple[int, float]]) -> float:
+    """The slot drift's autocorrelation as first written (pairs of (slot, value))."""
+    from specmon.load.curve_sums import MIN_DRIFT_SLOTS
+
+    m = len(series)
+    mean = sum(x for _, x in series) / m
+    dev = [(i, x - mean) for i, x in series]
+    total = sum(d * d for _, d in dev)
+    pairs = [(a[1], b[1]) for a, b in itertools.pairwise(dev) if b[0] == a[0] + 1]
+    if total <= 0 or len(pairs) < MIN_DRIFT_SLOTS - 1:
+        return 0.0
+    rho = min(max(sum(a * b for a, b in pairs) / len(pairs) / (total / m), 0.0), 0.97)
+    return min(rho + 1.96 * math.sqrt((1.0 - rho * rho) / len(pairs)), 0.97)
+
+
+def test_the_drift_read_from_lists_is_the_drift_of_pairs_bit_for_bit() -> None:
+    """The slot drift read from parallel lists (each read of each scrape) equals, bit for
+    bit, the computation as first written on (slot, value) pairs: gaps between slots, flat
+    series, short ones."""
+    from specmon.load.curve_sums import MIN_DRIFT_SLOTS, SlotDrift, _drift_of, _rho
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        m = rng.randint(1, 40)
+        slots = sorted(rng.sample(range(60), m)) if rng.random() < 0.5 else list(range(m))
+        steps = [rng.gauss(0.0, rng.choice([0.0, 0.01, 0.3])) for _ in range(m)]
+        tokens = [rng.gauss(1.0, 0.05) for _ in range(m)]
+        pairs = list(zip(slots, steps, strict=True))
+        assert _rho(pairs) == _reference_rho(pairs)
+        got = _drift_of(slots, steps, tokens, 60.0)
+        if m < MIN_DRIFT_SLOTS:
+            assert got is None
+            continue
+        differences = sorted(abs(b - a) for a, b in itertools.pairwise(tokens))
+        middle = differences[len(differences) // 2]
+        tokens_variance = (middle / (0.6745 * math.sqrt(2.0))) ** 2
+        tokens_rho = _reference_rho(list(zip(slots, tokens, strict=True)))
+        mean = sum(steps) / m
+        total = sum((x - mean) ** 2 for x in steps)
+        if total <= 0:
+            assert got == SlotDrift(0.0, 0.0, m, 60.0, tokens_variance, tokens_rho)
+            continue
+        rho = _reference_rho(pairs)
+        shrink = max(1.0 - ar1_mean_factor(float(m), rho), 0.2)
+        assert got == SlotDrift(total / m / shrink, rho, m, 60.0, tokens_variance, tokens_rho)
+
+
+def test_the_slot_drift_kept_between_intervals_is_the_drift_made_afresh() -> None:
+    """Each read keeps a bucket's logs before its newest slot (only the newest changes from
+    one interval to the next): after intervals in order, out-of-order ones and slots expiring
+    among them, every bucket's drift equals, bit for bit, the drift read as first written."""
+    rng = random.Random(11)
+    acc = CurveAccumulator(retention=1800.0, slot_seconds=60.0)
+    end = 0.0
+    for step in range(1500):
+        late = rng.random() < 0.03 and end > 300.0  # an interval ending in an older slot
+        at = end - rng.uniform(60.0, 240.0) if late else end + rng.uniform(4.0, 6.0)
+        end = end if late else at
+        acc.add(at, interval(rng, rng.choice((2, 4, 8, 16)), speculative=True))
+        if step % 7 and step < 1400:
+            continue
+        for bucket in range(8):
+            assert acc.slot_drift(bucket) == _drift_as_first_read(acc, bucket), (step, bucket)
+    assert any(acc.slot_drift(b) is not None for b in range(8))
+
+
+def _drift_as_first_read(acc: CurveAccumulator, index: int) -> object:
+    """:meth:`CurveAccumulator.slot_drift` as first written: every slot looked up and its
+    logs taken again at each read."""
+    from specmon.load.curve_sums import _DS, _DT, _RS, _drift
+
+    last = acc._last.get(index)
+    if last is None or not acc._slots:
+        return None
+    first = next(iter(acc._slots))[0]
+    steps, tokens = [], []
+    for slot in range(min(first, last[0]), last[0] + 1):
+        values = acc._slots.get((slot, index))
+        if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+            steps.append((slot, math.log(values[_DS] / values[_RS])))
+            tokens.append(math.log(values[_DT] / values[_RS]))
+    return _drift(steps, tokens, acc._slot)

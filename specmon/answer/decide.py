@@ -152,6 +152,14 @@ def _compared(
         if report is not None and cost is not None
         else AtCost(None, None, None, None, None)
     )
+    if (
+        report is not None
+        and cost is not None
+        and figures.best_chain_length
+        and read.speedup is not None
+        and read.speedup < 1.0
+    ):
+        figures = _best_that_pays(report, figures, cost, read.speedup, read.interval)
     return Answer(
         comparison.basis, state, read.speedup, read.interval, cost, figures.breakeven_alpha,
         figures.alpha_margin, figures.best_chain_length, figures.best_speedup,
@@ -162,6 +170,35 @@ def _compared(
         mean_concurrency=mean, refused=refused, earlier=earlier if measuring else None,
         progress=read.progress, notes=(*notes, *comparison.notes, *read.notes), cut=cut,
     )  # fmt: skip
+
+
+def _best_that_pays(
+    report: AcceptanceReport,
+    figures: AtCost,
+    cost: float,
+    speedup: float | None,
+    interval: tuple[float, float] | None,
+) -> AtCost:
+    """For a window whose chain runs slower than without speculation: ``figures`` with the
+    best chain length 0 ("off") unless some shorter chain pays at the measured c's
+    pessimistic end, the c that the speed-up's 95 % lower bound implies by the cost model's
+    S = L / (1 + c d): 1 + c_hi d = (1 + c d) S / S_low. A shorter chain that pays is then
+    the cost model's extrapolation from the k that was measured (its c linear in k, where
+    an engine's need not be), from a c that a few intervals into a new load is noisy: the
+    demo at 32 requests (c 0.98, k 1 at 0.96x) read k 1 from a c of 0.87 (bench/RESULTS.md,
+    "The demo's answer"). Where the chain pays (S >= 1) some chain does by measure, and the
+    best is the point c's (a wide interval must not say "off" beside a verdict of 1.3x).
+    No interval: unchanged."""
+    if speedup is None or interval is None or speedup <= 0 or interval[0] <= 0:
+        return figures
+    drafted = report.mean_draft_length or float(report.chain_length or 1)
+    pessimistic = ((1.0 + cost * drafted) * speedup / interval[0] - 1.0) / drafted
+    if pessimistic <= cost:
+        return figures
+    chosen = best_at_cost(report, pessimistic)
+    if chosen is None or chosen.chain_length > 0:
+        return figures
+    return AtCost(figures.speedup, figures.breakeven_alpha, figures.alpha_margin, 0, 1.0)
 
 
 def standing(speedup: float | None, margin: float | None) -> Standing:

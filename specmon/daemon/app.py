@@ -34,7 +34,7 @@ from specmon.daemon.config import (
 )
 from specmon.daemon.exposition import Exposition
 from specmon.daemon.file_sd import FileSD
-from specmon.daemon.governor import Governor, Period
+from specmon.daemon.governor import Governor, Period, defers
 from specmon.daemon.history import History
 from specmon.daemon.ingest import Ingest
 from specmon.daemon.own_metrics import OwnMetrics
@@ -645,6 +645,7 @@ class Daemon:
         metrics.scrape_limit.set(governor.limit)
         if period.busy is not None:
             metrics.loop_busy.set(period.busy)
+        self.exposition.defer = defers(period, governor.policy)
         if period.deferred or len(
             gate(governor)
         ):  # the limit may have grown: start whom it now lets in

@@ -4,9 +4,11 @@ A target's new view (its scrape, a failure, a reload) is turned into text (one s
 sample lines per family) when it arrives, or, with :attr:`Exposition.defer` set, when
 ``/metrics`` is next fetched: a target scraped every 5 s under a Prometheus fetching every
 15 s is then rendered once in three scrapes (side by side at 1,000 targets every 5 s: 0.858
-of the CPU per scrape; bench/results/HISTORY.md, 2026-12-05). A fetch renders the views that
-waited, in slices with the event loop turning between them (:meth:`Exposition.refresh`),
-then joins the ready strings under each family's HELP and TYPE lines, in the metric table's
+of the CPU per scrape; bench/results/HISTORY.md, 2026-12-05). The daemon defers while the
+overload governor's last period had every target on schedule with room to spare
+(:func:`specmon.daemon.governor.defers`), and renders at each scrape otherwise. A fetch
+renders the views that waited, in slices with the event loop turning between them
+(:meth:`Exposition.refresh`), then joins the ready strings under each family's HELP and TYPE lines, in the metric table's
 order; the compressed target half (gzip, either format) is kept until the next change. The
 bytes are those prometheus_client would write for the same samples: sample lines are the
 same in both formats (label names sorted, values with prometheus_client's own number
@@ -47,8 +49,9 @@ from specmon.daemon.target import TargetView
 __all__ = ["GZIP_LEVEL", "Exposition", "render_target"]
 
 #: Views rendered between two turns of the event loop when a fetch renders the changed ones
-#: (about 0.05-0.1 ms each: a slice holds the loop for 10-25 ms).
-RENDER_SLICE = 250
+#: (0.1-0.25 ms each with the default windows: a slice holds the loop for 10-25 ms, where
+#: 1,000 targets rendered in one turn held it for about a quarter of a second).
+RENDER_SLICE = 100
 
 #: Fast compression: the page is mostly repeated label text, and level 1 keeps a 6 MB page
 #: well under a tenth of a second.

@@ -115,7 +115,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["SLOT", "Governor", "Period", "Policy"]
+__all__ = ["SLOT", "Governor", "Period", "Policy", "defers"]
 
 #: Width, seconds, of the slots in which the worst lateness is kept for :meth:`excuses`.
 SLOT = 0.1
@@ -566,6 +566,18 @@ class Governor:
         for interval in gone:
             del self.achieved[interval]
         return gone
+
+
+def defers(period: Period, policy: Policy) -> bool:
+    """Whether a target's series may wait to be rendered until ``/metrics`` is fetched
+    (:attr:`specmon.daemon.exposition.Exposition.defer`) after ``period``: only while every
+    target is on schedule (stretch 1) and the loop idled for more than ``1 - room_below`` of
+    the period, measured. Deferred, a target scraped every 5 s under a Prometheus fetching
+    every 15 s is rendered once in three scrapes, but a fetch then renders every target that
+    changed since the last one; past the core those renders, in slices, starved scrapes in
+    flight and healthy targets were reported down (bench/results/HISTORY.md, 2026-12-05), so
+    a loop short of CPU, or unmeasured, renders at each scrape."""
+    return period.stretch <= 1.0 and period.busy is not None and period.busy < policy.room_below
 
 
 def _keep(slots: deque[tuple[int, float]], *, at: float, lag: float) -> None:

@@ -127,17 +127,20 @@ def _gauges(g: SpecGauges, limits: PageLimits) -> tuple[RejectReason, str] | Non
     return None
 
 
+_CONTEXT_FIELDS = tuple(f.name for f in dataclasses.fields(Context))
+
+
 def _context(model: str, context: Context) -> tuple[Context, list[Rejection]]:
     """Every float of the context must be finite and non-negative (requests running, seconds
     sums); one that is not is dropped alone. Integer counters were checked by the adapter."""
     changes: dict[str, None] = {}
     dropped: list[Rejection] = []
-    for f in dataclasses.fields(context):
-        value = getattr(context, f.name)
+    for name in _CONTEXT_FIELDS:  # (each model of each scrape: not dataclasses.fields())
+        value = getattr(context, name)
         if not isinstance(value, float) or (math.isfinite(value) and 0.0 <= value <= 1e15):
             continue
         reason = RejectReason.NON_FINITE if not math.isfinite(value) else RejectReason.GAUGE_RANGE
-        label = f.name.replace("_", " ")
-        changes[f.name] = None
+        label = name.replace("_", " ")
+        changes[name] = None
         dropped.append(Rejection(model, reason, f"{label} is {value:g}", whole_model=False))
     return (dataclasses.replace(context, **changes) if changes else context), dropped

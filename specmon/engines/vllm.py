@@ -107,18 +107,24 @@ class VllmAdapter:
         """Per model, the load series (summed over the ``engine`` label). A load counter that
         cannot be used is dropped alone (a Rejection in ``dropped``): a broken neighbour series
         must not hide the acceptance counters."""
-        series = {name: sum_by(page.get(prefix + name), "model_name") for name in _CONTEXT}
-        models = {model for values in series.values() for model in values}
-        # Data parallel: one series per engine replica (its ``engine`` label), summed above;
-        # their engine time adds up (specmon.load.laws).
+        # Each series summed per model over the ``engine`` label, in one pass with the
+        # engines seen: data parallel is one series per engine replica, and their engine
+        # time adds up (specmon.load.laws).
+        series: dict[str, dict[str, float]] = {}
         engines: dict[str, set[str]] = {}
         for name in _CONTEXT:
+            sums: dict[str, float] = {}
             for sample in page.get(prefix + name):
-                engines.setdefault(sample.labels.get("model_name", ""), set()).add(
-                    sample.labels.get("engine", "")
-                )
+                labels = sample.labels
+                model = labels.get("model_name", "")
+                sums[model] = sums.get(model, 0.0) + sample.value
+                found = engines.get(model)
+                if found is None:
+                    found = engines[model] = set()
+                found.add(labels.get("engine", ""))
+            series[name] = sums
         out: dict[str, Context] = {}
-        for model in models:
+        for model in engines:
             out[model] = Context(
                 engine_replicas=len(engines.get(model, ())) or None,
                 requests_running=series["num_requests_running"].get(model),

@@ -213,8 +213,8 @@ class CurveAccumulator:
     """One model's intervals summed per time slot and concurrency bucket, kept for
     ``retention`` seconds (see the module's API)."""
 
-    __slots__ = ("_buckets", "_drift", "_last", "_measured", "_memo", "_prefix", "_retention",
-                 "_scheme", "_slot", "_slots", "_sums", "version")  # fmt: skip
+    __slots__ = ("_buckets", "_closed", "_drift", "_last", "_measured", "_memo", "_prefix",
+                 "_retention", "_scheme", "_slot", "_slots", "_sums", "version")  # fmt: skip
 
     def __init__(
         self,
@@ -247,6 +247,12 @@ class CurveAccumulator:
         self._memo: tuple[object, Any] | None = None
         #: Per bucket, its slot drift (:meth:`slot_drift`) and the version it was made at.
         self._drift: dict[int, tuple[int, SlotDrift | None]] = {}
+        #: Per bucket, the logs :meth:`slot_drift` reads off its slots before the newest (made
+        #: at the newest's key and the oldest slot's index; slot indices, log step times, log
+        #: tokens per step): only the newest slot changes from one interval to the next.
+        #: Dropped when an older slot changes.
+        self._closed: dict[int, tuple[tuple[tuple[int, int], int], array[int], array[float],
+                                      array[float]]] = {}  # fmt: skip
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
@@ -287,6 +293,7 @@ class CurveAccumulator:
             self._newest(bucket, key)
         elif self._last[bucket] != key:  # an older slot than the bucket's newest: sum again
             self._prefix.pop(bucket, None)
+            self._closed.pop(bucket, None)
         sums[_I] += 1.0
         width = len(row)
         for i, column in _ADDED:
@@ -334,6 +341,7 @@ class CurveAccumulator:
                 del self._last[bucket]
             self._prefix.pop(bucket, None)
             self._sums.pop(bucket, None)
+            self._closed.pop(bucket, None)
             dropped.add(bucket)
         if dropped:
             self._changed(None)
@@ -420,14 +428,30 @@ class CurveAccumulator:
         if self._slot < EPOCH_SPAN and last is not None and self._slots:
             # The bucket's slots, oldest first: a look-up per slot of the retention (60 at an
             # hour of minutes), not a pass over every bucket's.
+            closed = self._closed.get(index)
             first = next(iter(self._slots))[0]
-            steps, tokens = [], []
-            for slot in range(min(first, last[0]), last[0] + 1):
-                values = self._slots.get((slot, index))
-                if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
-                    steps.append((slot, math.log(values[_DS] / values[_RS])))
-                    tokens.append(math.log(values[_DT] / values[_RS]))
-            found = _drift(steps, tokens, self._slot)
+            if closed is None or closed[0] != (last, first):  # the slots before the newest
+                slots, steps, tokens = array("q"), array("d"), array("d")
+                get, log = self._slots.get, math.log
+                for slot in range(min(first, last[0]), last[0]):
+                    values = get((slot, index))
+                    if (
+                        values is not None
+                        and values[_RS] > 0
+                        and values[_DT] > 0
+                        and (values[_DS] > 0)
+                    ):
+                        slots.append(slot)
+                        steps.append(log(values[_DS] / values[_RS]))
+                        tokens.append(log(values[_DT] / values[_RS]))
+                closed = self._closed[index] = ((last, first), slots, steps, tokens)
+            _, slots, steps, tokens = closed
+            values = self._slots[last]
+            if values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+                slots = slots + array("q", (last[0],))
+                steps = steps + array("d", (math.log(values[_DS] / values[_RS]),))
+                tokens = tokens + array("d", (math.log(values[_DT] / values[_RS]),))
+            found = _drift_of(slots, steps, tokens, self._slot)
         self._drift[index] = (self.version, found)
         return found
 
@@ -545,22 +569,31 @@ def _drift(
 ) -> SlotDrift | None:
     """:class:`SlotDrift` of (slot index, log step time) pairs in time order and the slots'
     log tokens per step."""
-    m = len(series)
+    return _drift_of([i for i, _ in series], [x for _, x in series], tokens, slot)
+
+
+def _drift_of(
+    slots: Sequence[int], steps: Sequence[float], tokens: Sequence[float], slot: float
+) -> SlotDrift | None:
+    """:func:`_drift` of the slot indices, their log step times and log tokens per step as
+    three lists (each bucket's read of each scrape: no pairs built)."""
+    m = len(steps)
     if m < MIN_DRIFT_SLOTS:
         return None
     # Adjacent slots' differences of log tokens per step: their median absolute value over
     # 0.6745 sqrt(2) is a slot's standard deviation, robust to a few level shifts.
-    steps = sorted(abs(b - a) for a, b in itertools.pairwise(tokens))
-    middle = steps[len(steps) // 2] if steps else 0.0
+    differences = sorted(abs(b - a) for a, b in itertools.pairwise(tokens))
+    middle = differences[len(differences) // 2] if differences else 0.0
     tokens_variance = (middle / (0.6745 * math.sqrt(2.0))) ** 2
     # Requests outlive a slot: their persistence, as an AR(1)'s (its upper point), widens a
     # window's mean of that robust variance as it does the step time's.
-    tokens_rho = _rho([(i, x) for (i, _), x in zip(series, tokens, strict=True)])
-    mean = sum(x for _, x in series) / m
-    total = sum((x - mean) ** 2 for _, x in series)
+    adjacent = [j for j in range(1, m) if slots[j] == slots[j - 1] + 1]
+    tokens_rho = _rho_of(tokens, adjacent)
+    mean = sum(steps) / m
+    total = sum((x - mean) ** 2 for x in steps)
     if total <= 0:
         return SlotDrift(0.0, 0.0, m, slot, tokens_variance, tokens_rho)
-    rho = _rho(series)
+    rho = _rho_of(steps, adjacent)
     # The sample variance about the series' own mean misses that mean's variance: under an
     # AR(1) its expectation is variance x (1 - ar1_mean_factor(m, rho)) x m / (m - 1).
     shrink = max(1.0 - ar1_mean_factor(float(m), rho), 0.2)
@@ -571,15 +604,22 @@ def _rho(series: Sequence[tuple[int, float]]) -> float:
     """The lag-1 autocorrelation of adjacent slots at its upper 95 % point (the estimate's
     standard error sqrt((1 - rho^2) / pairs)): a short series of a persistent drift reads its
     correlation low, and a window's variance with it; 0 with fewer than 5 adjacent pairs."""
-    m = len(series)
-    mean = sum(x for _, x in series) / m
-    dev = [(i, x - mean) for i, x in series]
-    total = sum(d * d for _, d in dev)
-    pairs = [(a[1], b[1]) for a, b in itertools.pairwise(dev) if b[0] == a[0] + 1]
-    if total <= 0 or len(pairs) < MIN_DRIFT_SLOTS - 1:
+    indices = [i for i, _ in series]
+    adjacent = [j for j in range(1, len(series)) if indices[j] == indices[j - 1] + 1]
+    return _rho_of([x for _, x in series], adjacent)
+
+
+def _rho_of(values: Sequence[float], adjacent: Sequence[int]) -> float:
+    """:func:`_rho` of ``values``, ``adjacent`` the positions j whose slot follows j - 1's."""
+    m = len(values)
+    mean = sum(values) / m
+    dev = [x - mean for x in values]
+    total = sum(d * d for d in dev)
+    if total <= 0 or len(adjacent) < MIN_DRIFT_SLOTS - 1:
         return 0.0
-    rho = min(max(sum(a * b for a, b in pairs) / len(pairs) / (total / m), 0.0), _MAX_RHO)
-    return min(rho + _RHO_Z * math.sqrt((1.0 - rho * rho) / len(pairs)), _MAX_RHO)
+    pairs = len(adjacent)
+    rho = min(max(sum(dev[j - 1] * dev[j] for j in adjacent) / pairs / (total / m), 0.0), _MAX_RHO)
+    return min(rho + _RHO_Z * math.sqrt((1.0 - rho * rho) / pairs), _MAX_RHO)
 
 
 def _add_into(into: list[float], values: Sequence[float]) -> None:

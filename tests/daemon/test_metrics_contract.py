@@ -30,6 +30,7 @@ from prometheus_client.utils import floatToGoString
 from specmon.daemon import metrics, metrics_doc
 from specmon.daemon.collector import Sample
 from specmon.daemon.exposition import Exposition, Prefixes, _go_float, _numbers, _prefix, _Text
+from specmon.daemon.governor import Period, Policy, defers
 from specmon.daemon.target import TargetView
 from tests.support.reference import TargetCollector
 from tests.support.views import fleet_views
@@ -424,3 +425,78 @@ def test_a_series_without_its_target_is_refused_even_with_a_cached_prefix() -> N
     _Text({}, prefixes).add(metrics.ALPHA, ("t", "vllm", "m", "5m"), 0.5)
     with pytest.raises(ValueError, match="required label"):
         _Text({}, prefixes).add(metrics.ALPHA, (None, "vllm", "m", "5m"), 0.5)
+
+
+def _calm(busy: float | None, stretch: float = 1.0) -> Period:
+    return Period(
+        scrapes=100, median=0.0, p90=0.0, slip=1.0, excused=0, stall=0.0, state="calm",
+        stretch=stretch, changed=False, busy=busy,
+    )  # fmt: skip
+
+
+def test_the_daemon_defers_only_while_on_schedule_with_room() -> None:
+    """Rendering at the fetch only while the governor's last period had every target on
+    schedule and the loop idle most of the time: past the core it reported healthy targets
+    down (bench/results/HISTORY.md, 2026-12-05)."""
+    policy = Policy()
+    assert defers(_calm(0.2), policy)
+    assert not defers(_calm(policy.room_below), policy)  # short of room: at the scrape
+    assert not defers(_calm(0.95), policy)
+    assert not defers(_calm(0.2, stretch=1.25), policy)  # overloaded: at the scrape
+    assert not defers(_calm(None), policy)  # the loop's idle time unmeasured
+    from specmon.daemon.app import Daemon
+
+    daemon = Daemon(config_path=None)
+    assert not daemon.exposition.defer  # until a period measured room
+    daemon._governed(_calm(0.2))
+    assert daemon.exposition.defer
+    daemon._governed(_calm(0.95))
+    assert not daemon.exposition.defer
+
+
+def test_the_fetched_page_is_an_eager_render_of_the_same_views_and_follows_changes() -> None:
+    """Through the daemon's own ``/metrics`` handler, deferring: the target half of the page
+    is byte for byte the page of an exposition that rendered each view as it arrived, and a
+    target's new view after a fetch is on the next fetch (plain and gzip)."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from specmon.daemon.app import Daemon
+
+    daemon = Daemon(config_path=None)
+    daemon._governed(_calm(0.2))
+    assert daemon.exposition.defer
+    views = fleet_views()
+
+    async def fetch(*, compressed: bool) -> bytes:
+        headers = {"Accept": "application/openmetrics-text; version=1.0.0"}
+        if compressed:
+            headers["Accept-Encoding"] = "gzip"
+        response = await daemon._metrics(make_mocked_request("GET", "/metrics", headers=headers))
+        body = response.body
+        assert isinstance(body, bytes)
+        return gzip.decompress(body) if compressed else body
+
+    def eager(of: list[TargetView]) -> bytes:
+        return _exposition(of).text(openmetrics=True)
+
+    async def scenario() -> None:
+        for view in views:
+            daemon.exposition.update(view)
+        assert daemon.exposition.render_pending(limit=0) == len(views)  # none rendered yet
+        for compressed in (False, True):
+            page = await fetch(compressed=compressed)
+            expected = eager(views)
+            assert page.startswith(expected)
+            assert page[len(expected) :].startswith(b"# HELP ")  # specmon's own follow
+        changed = replace(views[0], last_duration=7.25)
+        daemon.exposition.update(changed)
+        now = [changed, *views[1:]]
+        assert eager(now) != eager(views)
+        for compressed in (True, False):
+            page = await fetch(compressed=compressed)
+            assert page.startswith(eager(now))
+        daemon.exposition.remove(views[1].name)
+        page = await fetch(compressed=False)
+        assert page.startswith(eager([changed, *views[2:]]))
+
+    asyncio.run(scenario())
