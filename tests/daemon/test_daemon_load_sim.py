@@ -134,7 +134,14 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
         # scrapes per level: 0.135 instead of 0.122). Under a loaded machine (a clean-clone
         # CI run, three tiers on two cores) scrapes drift and one run measured 0.437 for 0.400
         # at n = 8: the same 12 % the concurrency above is allowed for the same straddle.
-        assert bucket["draft_cost"] == pytest.approx(MODEL.draft_cost(n, K), rel=0.12, abs=0.015)
+        # The straddling interval can be any level's: the cycle wraps from 32 (c = 0.98) to 1
+        # (c = 0.07), and that interval's mean concurrency lands it in bucket 1 or 2 with up
+        # to 1/30 of its steps at 32: c moved by up to 0.03 (a loaded run of the fast tier
+        # measured 0.090 for 0.067). The bound: 1/30 of the farthest level's difference.
+        straddle = max(abs(MODEL.draft_cost(m, K) - MODEL.draft_cost(n, K)) for m in LEVELS) / 30
+        assert bucket["draft_cost"] == pytest.approx(
+            MODEL.draft_cost(n, K), rel=0.12, abs=max(0.015, straddle)
+        ), (n, bucket)
         assert bucket["speedup"] == pytest.approx(MODEL.speedup(n, K, tokens_per_step), rel=0.08)
         pays = MODEL.speedup(n, K, 1 + sum(SURVIVAL)) > 1
         assert (bucket["speedup"] > 1) is pays, (n, bucket)
