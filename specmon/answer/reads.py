@@ -317,7 +317,6 @@ def _measured_interval(
     else:
         variance += 0.01**2  # a profile states no spread: 1 %, as its curve points do
     now = window.curve.slot_drift(index) if window.curve is not None else None
-    here_now = next((b.totals for b in window.buckets if b.bucket.index == index), None)
     for side, speculative in sides:
         mine = next((b.totals for b in side.buckets if b.bucket.index == index), None)
         here = mine.intervals if mine is not None else 1
@@ -339,14 +338,16 @@ def _measured_interval(
             and (side.curve.whole_life)
         ):
             # A past epoch of this server (the history basis): its whole-life mean against a
-            # window now differs by the server's own drift in between, at most its stationary
-            # variance, measured by the window's side (issue 63: "the past, honestly").
+            # window now differs by the server's own drift in between: its stationary
+            # variance, measured by the window's side, or its walk over the gap where larger
+            # (a slow drift looks like a walk over the slots since the change; issue 63).
             wandering = now.variance
             walk = window.curve.slot_walk(index) if window.curve is not None else None
             # An epoch's sums keep no wall seconds: its decoding time, request-seconds over
             # its mean concurrency there.
             n_past = mine.concurrency if mine is not None else None
             past = mine.decode_seconds / n_past if mine is not None and n_past else None
+            here_now = next((b.totals for b in window.buckets if b.bucket.index == index), None)
             if walk is not None and past and here_now is not None and here_now.seconds:
                 wandering = max(wandering, _walked(walk, here_now.seconds, past))
         variance += max(independent, wandering)
