@@ -247,8 +247,9 @@ class CurveAccumulator:
         self._memo: tuple[object, Any] | None = None
         #: Per bucket, its slot drift (:meth:`slot_drift`) and the version it was made at.
         self._drift: dict[int, tuple[int, SlotDrift | None]] = {}
-        #: Per bucket, its slot walk (:meth:`slot_walk`) and the version it was made at.
-        self._walk: dict[int, tuple[int, SlotWalk | None]] = {}
+        #: Per bucket, its slot walk (:meth:`slot_walk`) and the (first, newest) slots it was
+        #: made at.
+        self._walk: dict[int, tuple[tuple[int, int], SlotWalk | None]] = {}
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
@@ -435,23 +436,25 @@ class CurveAccumulator:
 
     def slot_walk(self, index: int) -> SlotWalk | None:
         """How far bucket ``index``'s step time wanders with time, read as a walk off its
-        slots' variogram (:class:`SlotWalk`; None: fewer than :data:`MIN_DRIFT_SLOTS` slots
-        with decoded tokens, or an epoch's single slot). For the ``history`` basis only (a
-        past epoch against now): O(slots x lags), made at most once per change of the sums."""
-        made = self._walk.get(index)
-        if made is not None and made[0] == self.version:
-            return made[1]
-        found: SlotWalk | None = None
+        complete slots (the newest, still filling, left out) (:class:`SlotWalk`; None: fewer
+        than :data:`MIN_DRIFT_SLOTS` of them with decoded tokens, or an epoch's single slot).
+        For the ``history`` basis only (a past epoch against now): O(slots x lags), made
+        once per new slot (about 150 us for an hour of minutes), not at every scrape."""
         last = self._last.get(index)
-        if self._slot < EPOCH_SPAN and last is not None and self._slots:
-            first = next(iter(self._slots))[0]
-            series = []
-            for slot in range(min(first, last[0]), last[0] + 1):
-                values = self._slots.get((slot, index))
-                if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
-                    series.append((slot, math.log(values[_DS] / values[_RS])))
-            found = _walk(series, self._slot)
-        self._walk[index] = (self.version, found)
+        if self._slot >= EPOCH_SPAN or last is None or not self._slots:
+            return None
+        first = next(iter(self._slots))[0]
+        key = (min(first, last[0]), last[0])
+        made = self._walk.get(index)
+        if made is not None and made[0] == key:
+            return made[1]
+        series = []
+        for slot in range(key[0], last[0]):
+            values = self._slots.get((slot, index))
+            if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+                series.append((slot, math.log(values[_DS] / values[_RS])))
+        found = _walk(series, self._slot, newest=last[0])
+        self._walk[index] = (key, found)
         return found
 
     def _sum_before(self, index: int, last: tuple[int, int]) -> list[float] | None:
@@ -623,9 +626,11 @@ class SlotWalk:
     slot_seconds: float
 
 
-def _walk(series: Sequence[tuple[int, float]], slot: float) -> SlotWalk | None:
+def _walk(
+    series: Sequence[tuple[int, float]], slot: float, *, newest: int | None = None
+) -> SlotWalk | None:
     """:class:`SlotWalk` of (slot index, log step time) pairs in time order (None: fewer
-    than :data:`MIN_DRIFT_SLOTS`)."""
+    than :data:`MIN_DRIFT_SLOTS`); its span reaches ``newest`` (a slot left out: filling)."""
     m = len(series)
     if m < MIN_DRIFT_SLOTS:
         return None
@@ -640,7 +645,8 @@ def _walk(series: Sequence[tuple[int, float]], slot: float) -> SlotWalk | None:
     mx = sum(h for h, _ in points) / len(points)
     my = sum(g for _, g in points) / len(points)
     slope = sum((h - mx) * (g - my) for h, g in points) / sum((h - mx) ** 2 for h, _ in points)
-    return SlotWalk(max(slope, 0.0), series[-1][0] - series[0][0] + 1, slot)
+    end = series[-1][0] if newest is None else max(newest, series[-1][0])
+    return SlotWalk(max(slope, 0.0), end - series[0][0] + 1, slot)
 
 
 def _add_into(into: list[float], values: Sequence[float]) -> None:
