@@ -230,3 +230,32 @@ def _drift_as_first_read(acc: CurveAccumulator, index: int) -> object:
             steps.append((slot, math.log(values[_DS] / values[_RS])))
             tokens.append(math.log(values[_DT] / values[_RS]))
     return _drift(steps, tokens, acc._slot)
+
+
+def test_the_slot_walk_tells_a_walk_from_noise() -> None:
+    """Issue 63's drift between epochs: the slope of the mean squared difference per slot of
+    lag is the variance a walk gains per slot, near 0 for independent noise; an epoch has
+    none."""
+    from specmon.load.curve_sums import _walk
+
+    rng = random.Random(7)
+    walks, noises = [], []
+    for _ in range(200):
+        level, series, noise = 0.0, [], []
+        for i in range(30):
+            level += rng.gauss(0, 0.01)
+            series.append((i, level))
+            noise.append((i, rng.gauss(0, 0.01)))
+        walk, flat = _walk(series, 60.0), _walk(noise, 60.0)
+        assert walk is not None and flat is not None and walk.span == 30
+        walks.append(walk.slope)
+        noises.append(flat.slope)
+    walks.sort()
+    noises.sort()
+    # The walk's increments have variance 1e-4 a slot: read within a factor of 2 mostly
+    # (30 slots of a walk carry few independent long differences).
+    assert 0.5e-4 < walks[100] < 1.5e-4 and walks[20] > 0.2e-4
+    # Noise of variance 1e-4 a slot: a slope of a few percent of that at the median.
+    assert noises[100] < 0.1e-4
+    assert _walk([(i, 0.0) for i in range(5)], 60.0) is None
+    assert CurveAccumulator.for_epoch().slot_walk(3) is None

@@ -38,6 +38,7 @@ from specmon.load import (
 )
 from specmon.load import curve as cost_curve
 from specmon.load.compare import BucketComparison
+from specmon.load.curve_sums import SlotWalk
 from specmon.records import record
 from specmon.report import best_chain
 
@@ -337,14 +338,39 @@ def _measured_interval(
             and (side.curve.whole_life)
         ):
             # A past epoch of this server (the history basis): its whole-life mean against a
-            # window now differs by the server's own drift in between, at most its stationary
-            # variance, measured by the window's side (issue 63: "the past, honestly").
+            # window now differs by the server's own drift in between: its stationary
+            # variance, measured by the window's side, or its walk over the gap where larger
+            # (a slow drift looks like a walk over the slots since the change; issue 63).
             wandering = now.variance
+            walk = window.curve.slot_walk(index) if window.curve is not None else None
+            # An epoch's sums keep no wall seconds: its decoding time, request-seconds over
+            # its mean concurrency there.
+            n_past = mine.concurrency if mine is not None else None
+            past = mine.decode_seconds / n_past if mine is not None and n_past else None
+            here_now = next((b.totals for b in window.buckets if b.bucket.index == index), None)
+            if walk is not None and past and here_now is not None and here_now.seconds:
+                wandering = max(wandering, _walked(walk, here_now.seconds, past))
         variance += max(independent, wandering)
     return cost_curve.speedup_interval(
         comparison.realized_speedup * factor, math.sqrt(variance),
         chain_length=comparison.chain_length,
     )  # fmt: skip
+
+
+#: How far a walk is carried (slots): past it the drift is taken as stationary at that level.
+_MAX_WALK = 60.0
+
+
+def _walked(walk: SlotWalk, window_seconds: float, past_seconds: float) -> float:
+    """The variance between a past epoch's mean (``past_seconds`` in the bucket) and a
+    window's (``window_seconds``) when the step time walks at ``walk.slope`` per slot: for a
+    walk, slope x (the gap between the two + a third of each's length), the gap the window
+    curve's span before the window (the series since the change: its lower bound), the
+    distance carried at most :data:`_MAX_WALK` slots."""
+    slot = walk.slot_seconds
+    after = window_seconds / slot
+    gap = max(walk.span - after, 0.0)
+    return walk.slope * min(gap + past_seconds / slot / 3 + after / 3, _MAX_WALK)
 
 
 def _per_load(

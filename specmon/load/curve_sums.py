@@ -69,7 +69,7 @@ _Made = TypeVar("_Made")
 # fmt: off
 __all__ = [
     "COLUMNS", "MIN_DRIFT_SLOTS", "SLOTS_PER_RETENTION", "SLOT_BYTES", "BucketSums",
-    "CurveAccumulator", "CurveState", "SlotDrift", "SlotSums", "ar1_mean_factor",
+    "CurveAccumulator", "CurveState", "SlotDrift", "SlotSums", "SlotWalk", "ar1_mean_factor",
     "retention_bytes", "slot_seconds_for", "state_from_dict",
     "state_to_dict",
 ]
@@ -214,7 +214,8 @@ class CurveAccumulator:
     ``retention`` seconds (see the module's API)."""
 
     __slots__ = ("_buckets", "_closed", "_drift", "_last", "_measured", "_memo", "_prefix",
-                 "_retention", "_scheme", "_slot", "_slots", "_sums", "version")  # fmt: skip
+                 "_retention", "_scheme", "_slot", "_slots", "_sums", "_walk",
+                 "version")  # fmt: skip
 
     def __init__(
         self,
@@ -253,6 +254,9 @@ class CurveAccumulator:
         #: Dropped when an older slot changes.
         self._closed: dict[int, tuple[tuple[tuple[int, int], int], array[int], array[float],
                                       array[float]]] = {}  # fmt: skip
+        #: Per bucket, its slot walk (:meth:`slot_walk`) and the (first, newest) slots it was
+        #: made at.
+        self._walk: dict[int, tuple[tuple[int, int], SlotWalk | None]] = {}
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
@@ -455,6 +459,29 @@ class CurveAccumulator:
         self._drift[index] = (self.version, found)
         return found
 
+    def slot_walk(self, index: int) -> SlotWalk | None:
+        """How far bucket ``index``'s step time wanders with time, read as a walk off its
+        complete slots (the newest, still filling, left out) (:class:`SlotWalk`; None: fewer
+        than :data:`MIN_DRIFT_SLOTS` of them with decoded tokens, or an epoch's single slot).
+        For the ``history`` basis only (a past epoch against now): O(slots x lags), made
+        once per new slot (about 150 us for an hour of minutes), not at every scrape."""
+        last = self._last.get(index)
+        if self._slot >= EPOCH_SPAN or last is None or not self._slots:
+            return None
+        first = next(iter(self._slots))[0]
+        key = (min(first, last[0]), last[0])
+        made = self._walk.get(index)
+        if made is not None and made[0] == key:
+            return made[1]
+        series = []
+        for slot in range(key[0], last[0]):
+            values = self._slots.get((slot, index))
+            if values is not None and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+                series.append((slot, math.log(values[_DS] / values[_RS])))
+        found = _walk(series, self._slot, newest=last[0])
+        self._walk[index] = (key, found)
+        return found
+
     def _sum_before(self, index: int, last: tuple[int, int]) -> list[float] | None:
         """The sum of bucket ``index``'s slots before ``last``, in order (None: none)."""
         summed: list[float] | None = None
@@ -620,6 +647,47 @@ def _rho_of(values: Sequence[float], adjacent: Sequence[int]) -> float:
     pairs = len(adjacent)
     rho = min(max(sum(dev[j - 1] * dev[j] for j in adjacent) / pairs / (total / m), 0.0), _MAX_RHO)
     return min(rho + _RHO_Z * math.sqrt((1.0 - rho * rho) / pairs), _MAX_RHO)
+
+
+#: The lags fitted for a walk: up to a third of the series, at most this many slots.
+_WALK_LAGS = 10
+
+
+@record
+class SlotWalk:
+    """A bucket's step time as a walk between time slots, for the ``history`` basis (a past
+    epoch's mean against a window now): ``slope``, the variance of log step time the series
+    gains per slot of lag (a least-squares line through the mean squared difference of
+    slots h apart, h from 1 to a third of the series, at most :data:`_WALK_LAGS`; its
+    intercept is the per-slot noise; 0 for a stationary noise, the increment's variance for
+    a random walk); and the span of the series (slots, oldest to newest)."""
+
+    slope: float
+    span: int
+    slot_seconds: float
+
+
+def _walk(
+    series: Sequence[tuple[int, float]], slot: float, *, newest: int | None = None
+) -> SlotWalk | None:
+    """:class:`SlotWalk` of (slot index, log step time) pairs in time order (None: fewer
+    than :data:`MIN_DRIFT_SLOTS`); its span reaches ``newest`` (a slot left out: filling)."""
+    m = len(series)
+    if m < MIN_DRIFT_SLOTS:
+        return None
+    values = dict(series)
+    points = []
+    for h in range(1, max(2, min(_WALK_LAGS, m // 3)) + 1):
+        diffs = [values[i + h] - x for i, x in series if i + h in values]
+        if diffs:
+            points.append((float(h), sum(d * d for d in diffs) / len(diffs)))
+    if len(points) < 2:
+        return None
+    mx = sum(h for h, _ in points) / len(points)
+    my = sum(g for _, g in points) / len(points)
+    slope = sum((h - mx) * (g - my) for h, g in points) / sum((h - mx) ** 2 for h, _ in points)
+    end = series[-1][0] if newest is None else max(newest, series[-1][0])
+    return SlotWalk(max(slope, 0.0), end - series[0][0] + 1, slot)
 
 
 def _add_into(into: list[float], values: Sequence[float]) -> None:

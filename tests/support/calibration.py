@@ -75,6 +75,8 @@ class Scenario:
     warmup_loads: tuple[float, ...] = (3.0, 16.0)
     #: The step time's factor on the speculating side (1.1: a change that costs 10 %).
     slowdown: float = 1.0
+    #: The history basis: how long the server has speculated since its past epoch.
+    since: float = 1800.0
 
 
 @dataclass
@@ -272,7 +274,7 @@ def replicate_history(
 ) -> dict[float, tuple[float | None, tuple[float, float] | None, str | None]]:
     """One replication on the ``history`` basis: an hour of this server without speculation
     (its epoch's sums laid out as specmon.daemon.epoch_curves.EpochCurves.past lays them),
-    then 30 minutes with it, the drift of its step time carrying on across the change; each
+    then ``scenario.since`` (30 minutes) with it, the drift of its step time carrying on across the change; each
     window's read at the end."""
     from specmon.answer import read_comparison
     from specmon.load import DEFAULT_SCHEME, BucketTotals, LoadWindow
@@ -295,7 +297,7 @@ def replicate_history(
     spec = Engine(side, LoadHistory(retention=3600.0), engine.now)
     spec.history.add(spec.now, side.reading(scenario.load))
     snaps = [(spec.now, side.spec_counters())]
-    for _ in range(round(1800 / scrape)):
+    for _ in range(round(scenario.since / scrape)):
         spec.scrape(scrape, scenario.load)
         snaps.append((spec.now, side.spec_counters()))
     out: dict[float, tuple[float | None, tuple[float, float] | None, str | None]] = {}
@@ -317,6 +319,14 @@ HISTORY_SCENARIOS = (
     Scenario("history: drift sd 3 %", drift_sd=0.03, drift_rho=0.995, warmup_loads=()),
     Scenario("history: drift sd 5 %", drift_sd=0.05, drift_rho=0.98, warmup_loads=()),
     Scenario("history: classes 0.9 / 0.5", classes=(0.9, 0.5), warmup_loads=()),
+    # The change longer ago than the window curve's hour: the gap is past what it sees.
+    Scenario(
+        "history: drift sd 3 %, 90 minutes since",
+        drift_sd=0.03,
+        drift_rho=0.995,
+        warmup_loads=(),
+        since=5400.0,
+    ),
 )
 
 
