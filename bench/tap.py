@@ -39,6 +39,8 @@ from typing import Any
 
 import aiohttp
 
+from specmon.cli.tap import loop_factory
+
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = (
     "one two three four one two three four one two three four",
@@ -111,11 +113,12 @@ def llama(tmp: Path) -> Iterator[str]:
 
 
 @contextmanager
-def tap(upstream: str, tmp: Path) -> Iterator[tuple[str, int]]:
+def tap(upstream: str, tmp: Path, event_loop: str = "auto") -> Iterator[tuple[str, int]]:
     port = _free_port()
     argv = [sys.executable, "-m", "specmon", "tap", "--upstream", upstream,
             "--listen", f"127.0.0.1:{port}", "--class-header", "x-class",
-            "--classes", "a,b", "--log.format", "json", "--log.level", "warning"]  # fmt: skip
+            "--classes", "a,b", "--log.format", "json", "--log.level", "warning",
+            "--event-loop", event_loop]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     with _process(argv, base + "/healthz", "the tap", tmp / f"tap-{port}.log") as proc:
         yield base, proc.pid
@@ -280,6 +283,54 @@ async def _memory_run(url: str, total: int, pid: int) -> list[tuple[int, int]]:
     return samples
 
 
+async def _heap_run(upstream: str, total: int, event_loop: str) -> dict[str, Any]:
+    """The tap in this process (tracemalloc sees only this process), ``total`` requests as
+    the memory run sends them after 2,000 to warm up (connections pooled, caches filled):
+    the Python heap it grew by, and the largest growths by where they were allocated."""
+    import gc
+    import tracemalloc
+
+    from specmon.tap.app import Tap
+    from specmon.tap.config import parse_tap_config
+
+    overrides = {"upstream": upstream, "class_header": "x-class", "classes": ["a", "b"]}
+    proxy = Tap(parse_tap_config(None, overrides=overrides), listen=("127.0.0.1", 0))
+    port = await proxy.start()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        await _memory_run(url, 2000, os.getpid())
+        gc.collect()
+        tracemalloc.start(8)
+        before = tracemalloc.take_snapshot()
+        await _memory_run(url, total, os.getpid())
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+    finally:
+        await proxy.stop()
+    stats = after.compare_to(before, "lineno")
+    growth = sum(s.size_diff for s in stats)
+    return {
+        "requests": total,
+        "event_loop": event_loop,
+        "heap_growth_bytes": growth,
+        "heap_growth_bytes_per_request": growth / total,
+        "top": [
+            {"where": str(s.traceback), "bytes": s.size_diff, "blocks": s.count_diff}
+            for s in stats[:8]
+        ],
+    }
+
+
+def _loop_used(choice: str) -> str:
+    """The loop the tap runs on (the tap subprocess sees the same packages as this one)."""
+    if choice != "auto":
+        return choice
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench tap", description=__doc__)
     parser.add_argument("--upstream", default="sim,llama")
@@ -289,13 +340,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--step-seconds", type=float, default=0.004)
     parser.add_argument("--memory", type=int, default=10_000)
+    parser.add_argument("--heap", type=int, default=0,
+                        help="requests through a tap in this process, traced by tracemalloc "
+                        "(Python heap growth after a 2,000-request warm-up); 0: none")  # fmt: skip
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                        help="the tap's --event-loop (auto: uvloop when installed)")  # fmt: skip
     args = parser.parse_args(argv)
     levels = [int(s) for s in args.streams.split(",")]
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loadavg_start": os.getloadavg(),
         "args": {k: str(v) for k, v in vars(args).items()},
+        "tap_event_loop": _loop_used(args.event_loop),
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="specmon-bench-tap-") as tmp_name, ExitStack() as stack:
@@ -307,7 +364,7 @@ def main(argv: list[str]) -> int:
             else:
                 base = stack.enter_context(llama(tmp))
                 model = "tiny-llama"
-            tapped, pid = stack.enter_context(tap(base, tmp))
+            tapped, pid = stack.enter_context(tap(base, tmp, args.event_loop))
             for streams in levels:
                 run = compare(
                     base + "/v1/chat/completions", tapped + "/v1/chat/completions", pid,
@@ -327,8 +384,20 @@ def main(argv: list[str]) -> int:
                     "rss_kib_before": rss_before,
                     "rss_kib": samples,
                     "growth_kib_after_first_thousand": samples[-1][1] - samples[1][1],
+                    # After a warm-up of 2,000 (as the heap run): bytes a request, slope.
+                    "growth_bytes_per_request_after_2000": (
+                        (samples[-1][1] - samples[2][1]) * 1024 / (samples[-1][0] - samples[2][0])
+                        if len(samples) > 3
+                        else None
+                    ),
                 }
                 print(json.dumps(result["memory"]), flush=True)
+            if upstream == "sim" and args.heap:
+                loop = _loop_used(args.event_loop)
+                factory = loop_factory(loop)
+                with asyncio.Runner(loop_factory=factory) as runner:
+                    result["heap"] = runner.run(_heap_run(base, args.heap, loop))
+                print(json.dumps(result["heap"]), flush=True)
     result["loadavg_end"] = os.getloadavg()
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(result, indent=1) + "\n")

@@ -212,16 +212,21 @@ class Proxy:
         except (ConnectionError, aiohttp.ClientConnectionResetError):
             counts.client_disconnects += 1
             return response
+        # The hot loop: one upstream read, one write (aiohttp drains only past 64 KiB
+        # buffered), the chunk kept by reference; nothing parsed until the end.
+        next_chunk = upstream.content.readany
+        write = response.write
+        feed = keeper.feed if keeper is not None else None
         try:
-            async for chunk in upstream.content.iter_any():
+            while chunk := await next_chunk():
                 try:
-                    await response.write(chunk)
+                    await write(chunk)
                 except (ConnectionError, aiohttp.ClientConnectionResetError):
                     counts.client_disconnects += 1
                     upstream.close()  # the engine stops generating for nobody
                     return self._incomplete(keeper, response)
-                if keeper is not None:
-                    keeper.feed(chunk)
+                if feed is not None:
+                    feed(chunk)
         except asyncio.CancelledError:
             counts.client_disconnects += 1
             upstream.close()
