@@ -284,9 +284,11 @@ async def _memory_run(url: str, total: int, pid: int) -> list[tuple[int, int]]:
 
 
 async def _heap_run(upstream: str, total: int, event_loop: str) -> dict[str, Any]:
-    """The tap in this process (tracemalloc sees only this process), ``total`` requests as
-    the memory run sends them after 2,000 to warm up (connections pooled, caches filled):
-    the Python heap it grew by, and the largest growths by where they were allocated."""
+    """The tap in this process (tracemalloc sees only this process): 2,000 requests to warm
+    up (connections pooled, caches filled), then ``total`` in two halves as the memory run
+    sends them, a snapshot after each (the connections of each half closed and settled): what
+    the Python heap grew by over the second half, by where it was allocated. Anything held
+    per request grows there; what a run leaves in flight is in both snapshots alike."""
     import gc
     import tracemalloc
 
@@ -297,24 +299,30 @@ async def _heap_run(upstream: str, total: int, event_loop: str) -> dict[str, Any
     proxy = Tap(parse_tap_config(None, overrides=overrides), listen=("127.0.0.1", 0))
     port = await proxy.start()
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    half = total // 2
+
+    async def settled() -> tracemalloc.Snapshot:
+        await asyncio.sleep(0.5)
+        gc.collect()
+        return tracemalloc.take_snapshot()
+
     try:
         await _memory_run(url, 2000, os.getpid())
-        gc.collect()
         tracemalloc.start(8)
-        before = tracemalloc.take_snapshot()
-        await _memory_run(url, total, os.getpid())
-        gc.collect()
-        after = tracemalloc.take_snapshot()
+        await _memory_run(url, half, os.getpid())
+        middle = await settled()
+        await _memory_run(url, half, os.getpid())
+        end = await settled()
         tracemalloc.stop()
     finally:
         await proxy.stop()
-    stats = after.compare_to(before, "lineno")
+    stats = end.compare_to(middle, "lineno")
     growth = sum(s.size_diff for s in stats)
     return {
         "requests": total,
         "event_loop": event_loop,
-        "heap_growth_bytes": growth,
-        "heap_growth_bytes_per_request": growth / total,
+        "heap_growth_bytes_second_half": growth,
+        "heap_growth_bytes_per_request": growth / half,
         "top": [
             {"where": str(s.traceback), "bytes": s.size_diff, "blocks": s.count_diff}
             for s in stats[:8]
@@ -347,7 +355,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
                         help="the tap's --event-loop (auto: uvloop when installed)")  # fmt: skip
     args = parser.parse_args(argv)
-    levels = [int(s) for s in args.streams.split(",")]
+    levels = [int(s) for s in args.streams.split(",") if s]  # "": memory only
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loadavg_start": os.getloadavg(),
