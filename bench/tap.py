@@ -197,6 +197,20 @@ async def _round(
         return out
 
 
+def _tap_counters(url: str) -> dict[str, float]:
+    """The tap's own retries and upstream errors so far (its /metrics), by sample."""
+    base = url.split("/v1/", 1)[0]
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:  # noqa: S310 - loopback
+        page = resp.read().decode()
+    wanted = ("specmon_tap_upstream_retries_total", "specmon_tap_upstream_errors_total")
+    out: dict[str, float] = {}
+    for line in page.splitlines():
+        if line.startswith(wanted):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -243,6 +257,7 @@ def compare(
         "first_event_p99_ms": t["first_event_p99_ms"] - d["first_event_p99_ms"],
     }
     out["retried_requests"] = {"direct": RETRIES.get(direct, 0), "tap": RETRIES.get(tapped, 0)}
+    out["tap_counters"] = _tap_counters(tapped)
     events = sum(r[2] for r in sides["tap"])
     out["tap_cpu_us_per_event"] = cpu / events * 1e6 if events else None
     out["goals_met"] = (
