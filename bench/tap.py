@@ -124,6 +124,17 @@ def tap(upstream: str, tmp: Path, event_loop: str = "auto") -> Iterator[tuple[st
         yield base, proc.pid
 
 
+@contextmanager
+def relay(upstream: str, tmp: Path, event_loop: str = "auto") -> Iterator[tuple[str, int]]:
+    """bench/relay.py in front of ``upstream``: the control (one bare process hop)."""
+    port = _free_port()
+    argv = [sys.executable, "-m", "bench.relay", "--upstream", upstream.split("//", 1)[1],
+            "--listen", str(port), "--event-loop", event_loop]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with _process(argv, base + "/health", "the relay", tmp / f"relay-{port}.log") as proc:
+        yield base, proc.pid
+
+
 def _rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -218,7 +229,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def compare(
     direct: str, tapped: str, tap_pid: int, *, streams: int, rounds: int, per_round: int,
-    model: str, tokens: int,
+    model: str, tokens: int, counters: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Rounds alternating direct and tapped; the figures of each side and what the tap adds."""
     sides: dict[str, list[tuple[float, float, int, float]]] = {"direct": [], "tap": []}
@@ -257,7 +268,8 @@ def compare(
         "first_event_p99_ms": t["first_event_p99_ms"] - d["first_event_p99_ms"],
     }
     out["retried_requests"] = {"direct": RETRIES.get(direct, 0), "tap": RETRIES.get(tapped, 0)}
-    out["tap_counters"] = _tap_counters(tapped)
+    if counters:
+        out["tap_counters"] = _tap_counters(tapped)
     events = sum(r[2] for r in sides["tap"])
     out["tap_cpu_us_per_event"] = cpu / events * 1e6 if events else None
     out["goals_met"] = (
@@ -363,6 +375,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--step-seconds", type=float, default=0.004)
     parser.add_argument("--memory", type=int, default=10_000)
+    parser.add_argument("--relay", action="store_true",
+                        help="also direct against a bare TCP relay (bench/relay.py) in the "
+                        "tap's place, the control: what one more process hop costs")  # fmt: skip
     parser.add_argument("--heap", type=int, default=0,
                         help="requests through a tap in this process, traced by tracemalloc "
                         "(Python heap growth after a 2,000-request warm-up); 0: none")  # fmt: skip
@@ -397,6 +412,19 @@ def main(argv: list[str]) -> int:
                 run["upstream"] = upstream
                 result["runs"].append(run)
                 print(json.dumps(run), flush=True)
+            if args.relay:
+                relayed, relay_pid = stack.enter_context(relay(base, tmp, args.event_loop))
+                for streams in levels:
+                    run = compare(
+                        base + "/v1/chat/completions", relayed + "/v1/chat/completions",
+                        relay_pid, streams=streams, rounds=args.rounds,
+                        per_round=max(args.per_round, streams), model=model, tokens=args.tokens,
+                        counters=False,
+                    )  # fmt: skip
+                    run["upstream"] = upstream
+                    run["through"] = "relay"
+                    result["runs"].append(run)
+                    print(json.dumps(run), flush=True)
             if upstream == "sim" and args.memory:
                 rss_before = _rss_kib(pid)
                 samples = asyncio.run(
@@ -424,4 +452,4 @@ def main(argv: list[str]) -> int:
     result["loadavg_end"] = os.getloadavg()
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0 if all(r["goals_met"] for r in result["runs"]) else 1
+    return 0 if all(r["goals_met"] for r in result["runs"] if "through" not in r) else 1
