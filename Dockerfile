@@ -25,8 +25,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 # The dependencies first, listed from pyproject.toml alone: a layer that a builder's cache
 # keeps until they change (a change to specmon's code then rebuilds in seconds, not a minute).
+# With the "tap" extra (uvloop: the tap's event loop, about half its CPU per streamed chunk).
 RUN python -m venv "$VIRTUAL_ENV" \
-    && python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' > requirements.txt \
+    && python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(*p["dependencies"], *p["optional-dependencies"]["tap"], sep="\n")' > requirements.txt \
     && "$VIRTUAL_ENV/bin/pip" install --requirement requirements.txt
 COPY specmon/ specmon/
 COPY deploy/systemd/specmon.yml specmon.yml

@@ -39,6 +39,8 @@ from typing import Any
 
 import aiohttp
 
+from specmon.cli.tap import loop_factory
+
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = (
     "one two three four one two three four one two three four",
@@ -111,13 +113,25 @@ def llama(tmp: Path) -> Iterator[str]:
 
 
 @contextmanager
-def tap(upstream: str, tmp: Path) -> Iterator[tuple[str, int]]:
+def tap(upstream: str, tmp: Path, event_loop: str = "auto") -> Iterator[tuple[str, int]]:
     port = _free_port()
     argv = [sys.executable, "-m", "specmon", "tap", "--upstream", upstream,
             "--listen", f"127.0.0.1:{port}", "--class-header", "x-class",
-            "--classes", "a,b", "--log.format", "json", "--log.level", "warning"]  # fmt: skip
+            "--classes", "a,b", "--log.format", "json", "--log.level", "warning",
+            "--event-loop", event_loop]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     with _process(argv, base + "/healthz", "the tap", tmp / f"tap-{port}.log") as proc:
+        yield base, proc.pid
+
+
+@contextmanager
+def relay(upstream: str, tmp: Path, event_loop: str = "auto") -> Iterator[tuple[str, int]]:
+    """bench/relay.py in front of ``upstream``: the control (one bare process hop)."""
+    port = _free_port()
+    argv = [sys.executable, "-m", "bench.relay", "--upstream", upstream.split("//", 1)[1],
+            "--listen", str(port), "--event-loop", event_loop]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with _process(argv, base + "/health", "the relay", tmp / f"relay-{port}.log") as proc:
         yield base, proc.pid
 
 
@@ -194,6 +208,20 @@ async def _round(
         return out
 
 
+def _tap_counters(url: str) -> dict[str, float]:
+    """The tap's own retries and upstream errors so far (its /metrics), by sample."""
+    base = url.split("/v1/", 1)[0]
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as resp:  # noqa: S310 - loopback
+        page = resp.read().decode()
+    wanted = ("specmon_tap_upstream_retries_total", "specmon_tap_upstream_errors_total")
+    out: dict[str, float] = {}
+    for line in page.splitlines():
+        if line.startswith(wanted):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -201,7 +229,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def compare(
     direct: str, tapped: str, tap_pid: int, *, streams: int, rounds: int, per_round: int,
-    model: str, tokens: int,
+    model: str, tokens: int, counters: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Rounds alternating direct and tapped; the figures of each side and what the tap adds."""
     sides: dict[str, list[tuple[float, float, int, float]]] = {"direct": [], "tap": []}
@@ -240,6 +268,8 @@ def compare(
         "first_event_p99_ms": t["first_event_p99_ms"] - d["first_event_p99_ms"],
     }
     out["retried_requests"] = {"direct": RETRIES.get(direct, 0), "tap": RETRIES.get(tapped, 0)}
+    if counters:
+        out["tap_counters"] = _tap_counters(tapped)
     events = sum(r[2] for r in sides["tap"])
     out["tap_cpu_us_per_event"] = cpu / events * 1e6 if events else None
     out["goals_met"] = (
@@ -280,6 +310,62 @@ async def _memory_run(url: str, total: int, pid: int) -> list[tuple[int, int]]:
     return samples
 
 
+async def _heap_run(upstream: str, total: int, event_loop: str) -> dict[str, Any]:
+    """The tap in this process (tracemalloc sees only this process): 2,000 requests to warm
+    up (connections pooled, caches filled), then ``total`` in two halves as the memory run
+    sends them, a snapshot after each (the connections of each half closed and settled): what
+    the Python heap grew by over the second half, by where it was allocated. Anything held
+    per request grows there; what a run leaves in flight is in both snapshots alike."""
+    import gc
+    import tracemalloc
+
+    from specmon.tap.app import Tap
+    from specmon.tap.config import parse_tap_config
+
+    overrides = {"upstream": upstream, "class_header": "x-class", "classes": ["a", "b"]}
+    proxy = Tap(parse_tap_config(None, overrides=overrides), listen=("127.0.0.1", 0))
+    port = await proxy.start()
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    half = total // 2
+
+    async def settled() -> tracemalloc.Snapshot:
+        await asyncio.sleep(0.5)
+        gc.collect()
+        return tracemalloc.take_snapshot()
+
+    try:
+        await _memory_run(url, 2000, os.getpid())
+        tracemalloc.start(8)
+        await _memory_run(url, half, os.getpid())
+        middle = await settled()
+        await _memory_run(url, half, os.getpid())
+        end = await settled()
+        tracemalloc.stop()
+    finally:
+        await proxy.stop()
+    stats = end.compare_to(middle, "lineno")
+    growth = sum(s.size_diff for s in stats)
+    return {
+        "requests": total,
+        "event_loop": event_loop,
+        "heap_growth_bytes_second_half": growth,
+        "heap_growth_bytes_per_request": growth / half,
+        "top": [
+            {"where": str(s.traceback), "bytes": s.size_diff, "blocks": s.count_diff}
+            for s in stats[:8]
+        ],
+    }
+
+
+def _loop_used(choice: str) -> str:
+    """The loop the tap runs on (the tap subprocess sees the same packages as this one)."""
+    if choice != "auto":
+        return choice
+    import importlib.util
+
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench tap", description=__doc__)
     parser.add_argument("--upstream", default="sim,llama")
@@ -289,13 +375,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--step-seconds", type=float, default=0.004)
     parser.add_argument("--memory", type=int, default=10_000)
+    parser.add_argument("--relay", action="store_true",
+                        help="also direct against a bare TCP relay (bench/relay.py) in the "
+                        "tap's place, the control: what one more process hop costs")  # fmt: skip
+    parser.add_argument("--heap", type=int, default=0,
+                        help="requests through a tap in this process, traced by tracemalloc "
+                        "(Python heap growth after a 2,000-request warm-up); 0: none")  # fmt: skip
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"), default="auto",
+                        help="the tap's --event-loop (auto: uvloop when installed)")  # fmt: skip
     args = parser.parse_args(argv)
-    levels = [int(s) for s in args.streams.split(",")]
+    levels = [int(s) for s in args.streams.split(",") if s]  # "": memory only
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loadavg_start": os.getloadavg(),
         "args": {k: str(v) for k, v in vars(args).items()},
+        "tap_event_loop": _loop_used(args.event_loop),
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="specmon-bench-tap-") as tmp_name, ExitStack() as stack:
@@ -307,7 +402,7 @@ def main(argv: list[str]) -> int:
             else:
                 base = stack.enter_context(llama(tmp))
                 model = "tiny-llama"
-            tapped, pid = stack.enter_context(tap(base, tmp))
+            tapped, pid = stack.enter_context(tap(base, tmp, args.event_loop))
             for streams in levels:
                 run = compare(
                     base + "/v1/chat/completions", tapped + "/v1/chat/completions", pid,
@@ -317,6 +412,19 @@ def main(argv: list[str]) -> int:
                 run["upstream"] = upstream
                 result["runs"].append(run)
                 print(json.dumps(run), flush=True)
+            if args.relay:
+                relayed, relay_pid = stack.enter_context(relay(base, tmp, args.event_loop))
+                for streams in levels:
+                    run = compare(
+                        base + "/v1/chat/completions", relayed + "/v1/chat/completions",
+                        relay_pid, streams=streams, rounds=args.rounds,
+                        per_round=max(args.per_round, streams), model=model, tokens=args.tokens,
+                        counters=False,
+                    )  # fmt: skip
+                    run["upstream"] = upstream
+                    run["through"] = "relay"
+                    result["runs"].append(run)
+                    print(json.dumps(run), flush=True)
             if upstream == "sim" and args.memory:
                 rss_before = _rss_kib(pid)
                 samples = asyncio.run(
@@ -327,9 +435,21 @@ def main(argv: list[str]) -> int:
                     "rss_kib_before": rss_before,
                     "rss_kib": samples,
                     "growth_kib_after_first_thousand": samples[-1][1] - samples[1][1],
+                    # After a warm-up of 2,000 (as the heap run): bytes a request, slope.
+                    "growth_bytes_per_request_after_2000": (
+                        (samples[-1][1] - samples[2][1]) * 1024 / (samples[-1][0] - samples[2][0])
+                        if len(samples) > 3
+                        else None
+                    ),
                 }
                 print(json.dumps(result["memory"]), flush=True)
+            if upstream == "sim" and args.heap:
+                loop = _loop_used(args.event_loop)
+                factory = loop_factory(loop)
+                with asyncio.Runner(loop_factory=factory) as runner:
+                    result["heap"] = runner.run(_heap_run(base, args.heap, loop))
+                print(json.dumps(result["heap"]), flush=True)
     result["loadavg_end"] = os.getloadavg()
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0 if all(r["goals_met"] for r in result["runs"]) else 1
+    return 0 if all(r["goals_met"] for r in result["runs"] if "through" not in r) else 1

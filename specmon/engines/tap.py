@@ -27,6 +27,7 @@ __all__ = [
     "STEPS",
     "UNPARSED",
     "UPSTREAM_ERRORS",
+    "UPSTREAM_RETRIES",
     "WANTED",
     "NotATap",
     "read_tap_page",
@@ -41,6 +42,7 @@ ACCEPTANCE = "specmon_tap_request_acceptance_ratio"
 LONG_ACCEPTANCE = "specmon_tap_long_request_acceptance_ratio"
 UNPARSED = "specmon_tap_unparsed_responses_total"
 UPSTREAM_ERRORS = "specmon_tap_upstream_errors_total"
+UPSTREAM_RETRIES = "specmon_tap_upstream_retries_total"
 CLIENT_DISCONNECTS = "specmon_tap_client_disconnects_total"
 IN_FLIGHT = "specmon_tap_requests_in_flight"
 INFO = "specmon_tap_info"

@@ -31,7 +31,7 @@ from specmon.config_values import ConfigError
 from specmon.logs import Logger, get_logger
 from specmon.tap.config import TapConfig, read_tap_config
 from specmon.tap.metrics import TapCollector, TapCounts
-from specmon.tap.proxy import Proxy
+from specmon.tap.proxy import Proxy, reuse_trace
 from specmon.web import WebOptions, WebServer
 from specmon.web.server import WebMetrics
 
@@ -44,6 +44,16 @@ _PROBES = frozenset({"/healthz"})
 KEEPALIVE_SECONDS = 2.0
 #: Seconds a stop waits for responses in flight before it closes them.
 STOP_GRACE = 10.0
+
+
+def _upstream_session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=aiohttp.ClientTimeout(total=None),
+        trace_configs=[reuse_trace()],
+    )
 
 
 def _only_own(middleware: Middleware) -> Middleware:
@@ -114,11 +124,16 @@ class Tap:
         )
         self.reload_ok.set(1)
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
         self.bound_port: int | None = None
         self.proxy = Proxy(
-            config=lambda: self.config, counts=self.counts, session=self._get_session, log=self.log
+            config=lambda: self.config,
+            counts=self.counts,
+            session=self._get_session,
+            fresh=self._get_fresh_session,
+            log=self.log,
         )
 
     # -- HTTP -------------------------------------------------------------------------------
@@ -134,13 +149,20 @@ class Tap:
                 # be retried after.
                 keepalive_timeout=KEEPALIVE_SECONDS,
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                auto_decompress=False,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
+            self._session = _upstream_session(connector)
         return self._session
+
+    def _get_fresh_session(self) -> aiohttp.ClientSession:
+        """The session of retries: a new connection for each request, closed after it."""
+        if self._fresh is None or self._fresh.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.max_upstream_connections,
+                limit_per_host=0,
+                force_close=True,
+                enable_cleanup_closed=True,
+            )
+            self._fresh = _upstream_session(connector)
+        return self._fresh
 
     def build_app(self) -> web.Application:
         deadline, headers, auth = self.web.middlewares()
@@ -191,9 +213,10 @@ class Tap:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._runner.cleanup(), STOP_GRACE)
             self._runner = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
 
     def reload(self) -> bool:
         """Re-read the config file and the web config; keep what runs when either fails."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from specmon.tap.fields import Unparsed
@@ -88,10 +89,12 @@ class Keeper:
         return self.head() + self.tail() if self.whole else None
 
 
-def documents(keeper: Keeper, *, stream: bool) -> list[Any] | Unparsed:
+def documents(keeper: Keeper, *, stream: bool) -> Iterable[Any] | Unparsed:
     """The documents newest first, or why there are none: ``too_large`` when the final
     document could not be read whole from what was kept, ``malformed`` when what should be
-    JSON is not."""
+    JSON is not. A stream's events are decoded as they are asked for: the final one at once
+    (it decides ``malformed``), the earlier ones only when the newer ones lacked a field (a
+    usage chunk with every field costs one decode, not sixteen)."""
     if stream:
         return _events(keeper.tail(), cut=not keeper.whole)
     body = keeper.body()
@@ -103,31 +106,50 @@ def documents(keeper: Keeper, *, stream: bool) -> list[Any] | Unparsed:
     return _scan(keeper.head(), keeper.tail())
 
 
-def _events(tail: bytes, *, cut: bool) -> list[Any] | Unparsed:
-    """The ``data:`` payloads of a stream's tail, newest first. A first line that was cut by
-    the trimming is skipped; ``[DONE]`` and comments are not documents."""
-    lines = tail.split(b"\n")
-    if cut and lines:
-        lines = lines[1:]  # may start mid-line
-    found: list[Any] = []
-    for raw in reversed(lines):
-        line = raw.rstrip(b"\r")
+def _payloads(tail: bytes, *, cut: bool) -> Iterator[bytes]:
+    """The ``data:`` payloads of a stream's tail, newest first, found from its end without
+    splitting the rest. A first line that was cut by the trimming is skipped; ``[DONE]`` and
+    comments are not documents."""
+    end = len(tail)
+    while end >= 0:
+        newline = tail.rfind(b"\n", 0, end)
+        if newline < 0 and cut:
+            return  # the first line may start mid-line
+        line = tail[newline + 1 : end].rstrip(b"\r")
+        end = newline if newline >= 0 else -1
         if not line.startswith(b"data:"):
             continue
         payload = line[5:].strip()
-        if not payload or payload == b"[DONE]":
-            continue
+        if payload and payload != b"[DONE]":
+            yield payload
+
+
+def _events(tail: bytes, *, cut: bool) -> Iterable[Any] | Unparsed:
+    """The ``data:`` documents of a stream's tail, newest first (at most
+    :data:`MAX_EVENTS`); the final one decoded now, the rest as they are read."""
+    payloads = _payloads(tail, cut=cut)
+    final = next(payloads, None)
+    if final is None:
+        return Unparsed.TOO_LARGE if cut else []  # cut: the last event was larger than kept
+    try:
+        newest = json.loads(final)
+    except (ValueError, RecursionError):
+        return Unparsed.MALFORMED  # the final event, where the fields are, is broken
+    return _decoded(newest, payloads)
+
+
+def _decoded(newest: Any, payloads: Iterator[bytes]) -> Iterator[Any]:
+    yield newest
+    count = 1
+    for payload in payloads:
+        if count >= MAX_EVENTS:
+            return
         try:
-            found.append(json.loads(payload))
+            document = json.loads(payload)
         except (ValueError, RecursionError):
-            if not found:
-                return Unparsed.MALFORMED  # the final event, where the fields are, is broken
-            continue
-        if len(found) >= MAX_EVENTS:
-            break
-    if not found and cut:
-        return Unparsed.TOO_LARGE  # the last event was larger than what is kept
-    return found
+            continue  # an earlier broken event: the newer ones had what they had
+        count += 1
+        yield document
 
 
 def _scan(head: bytes, tail: bytes) -> list[Any] | Unparsed:

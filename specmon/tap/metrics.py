@@ -35,7 +35,8 @@ SAMPLE_NAMES = (
     names.REQUESTS, names.DRAFT_TOKENS, names.ACCEPTED, names.STEPS,
     *(f"{h}{s}" for h in (names.ACCEPTANCE, names.LONG_ACCEPTANCE)
       for s in ("_bucket", "_sum", "_count")),
-    names.UNPARSED, names.UPSTREAM_ERRORS, names.CLIENT_DISCONNECTS, names.IN_FLIGHT, names.INFO,
+    names.UNPARSED, names.UPSTREAM_ERRORS, names.UPSTREAM_RETRIES, names.CLIENT_DISCONNECTS,
+    names.IN_FLIGHT, names.INFO,
 )  # fmt: skip
 #: The ``kind`` label of upstream errors.
 UPSTREAM_ERRORS = ("connect", "timeout", "reset", "http")
@@ -84,6 +85,8 @@ class TapCounts:
         self.unparsed = dict.fromkeys(Unparsed, 0)
         self.upstream_errors = dict.fromkeys(UPSTREAM_ERRORS, 0)
         self.client_disconnects = 0
+        #: Requests sent again after the engine closed a kept-alive connection unanswered.
+        self.upstream_retries = 0
         self.in_flight = 0
         #: The engine whose fields the tap read last ("unknown" before any).
         self.engine = "unknown"
@@ -206,6 +209,13 @@ class TapCollector(Collector):
             "response), http (the client's request could not be sent).",
             "kind",
             c.upstream_errors,
+        )
+        yield CounterMetricFamily(
+            names.UPSTREAM_RETRIES.removesuffix("_total"),
+            "Requests sent again, once, on a new connection: the engine closed the kept-alive "
+            "connection they went out on before answering (its idle timeout crossing the "
+            "tap's reuse); bodies of at most 64 KiB only, the rest answered 502.",
+            value=c.upstream_retries,
         )
         yield CounterMetricFamily(
             names.CLIENT_DISCONNECTS.removesuffix("_total"),

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Final
 
 import aiohttp
@@ -35,7 +36,7 @@ from specmon.tap.config import TapConfig
 from specmon.tap.fields import Unparsed, figures_from
 from specmon.tap.metrics import TapCounts
 
-__all__ = ["GENERATION_PATHS", "HOP_BY_HOP", "Proxy", "is_generation"]
+__all__ = ["GENERATION_PATHS", "HOP_BY_HOP", "Proxy", "is_generation", "reuse_trace"]
 
 #: Headers that describe one connection, not the message (RFC 9110 7.6.1), and Host (the
 #: client library sets the upstream's).
@@ -102,11 +103,13 @@ class Proxy:
         config: Callable[[], TapConfig],
         counts: TapCounts,
         session: Callable[[], aiohttp.ClientSession],
+        fresh: Callable[[], aiohttp.ClientSession],
         log: Logger,
     ) -> None:
         self._config = config
         self._counts = counts
         self._session = session
+        self._fresh = fresh
         self._log = log
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -129,15 +132,20 @@ class Proxy:
                 length = request.content_length
                 small = length is not None and length <= SMALL_BODY
                 data = await request.read() if small else request.content
-            upstream = await self._session().request(
-                request.method,
-                url,
-                headers=_forwarded(request.headers),
-                data=data,
-                allow_redirects=False,
-                skip_auto_headers=_NO_AUTO_HEADERS,
-                timeout=_timeout(config),
-            )
+            headers = _forwarded(request.headers)
+            attempt = _Attempt()
+            try:
+                upstream = await self._send(request.method, url, headers, data, config, attempt)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if not _stale(exc, attempt, data):
+                    raise
+                # The engine closed a kept-alive connection as the request went out (its
+                # idle timer and our reuse crossed): nothing was answered and the whole body
+                # is in hand, so it goes again, once, on a fresh connection.
+                counts.upstream_retries += 1
+                upstream = await self._send(
+                    request.method, url, headers, data, config, _Attempt(fresh=True)
+                )
         except asyncio.CancelledError:
             counts.client_disconnects += 1
             raise
@@ -156,6 +164,29 @@ class Proxy:
             return _error(502, "the tap could not pass the request on")
         async with upstream:
             return await self._relay(request, upstream, config, generation, decided)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        headers: CIMultiDict[str],
+        data: bytes | aiohttp.StreamReader | None,
+        config: TapConfig,
+        attempt: _Attempt,
+    ) -> aiohttp.ClientResponse:
+        # A retry goes out on a connection of its own (the fresh session pools nothing), never
+        # on another pooled one that may be as stale as the first.
+        session = self._fresh() if attempt.fresh else self._session()
+        return await session.request(
+            method,
+            url,
+            headers=headers,
+            data=data,
+            allow_redirects=False,
+            skip_auto_headers=_NO_AUTO_HEADERS,
+            timeout=_timeout(config),
+            trace_request_ctx=attempt,
+        )
 
     async def _relay(
         self,
@@ -181,16 +212,21 @@ class Proxy:
         except (ConnectionError, aiohttp.ClientConnectionResetError):
             counts.client_disconnects += 1
             return response
+        # The hot loop: one upstream read, one write (aiohttp drains only past 64 KiB
+        # buffered), the chunk kept by reference; nothing parsed until the end.
+        next_chunk = upstream.content.readany
+        write = response.write
+        feed = keeper.feed if keeper is not None else None
         try:
-            async for chunk in upstream.content.iter_any():
+            while chunk := await next_chunk():
                 try:
-                    await response.write(chunk)
+                    await write(chunk)
                 except (ConnectionError, aiohttp.ClientConnectionResetError):
                     counts.client_disconnects += 1
                     upstream.close()  # the engine stops generating for nobody
                     return self._incomplete(keeper, response)
-                if keeper is not None:
-                    keeper.feed(chunk)
+                if feed is not None:
+                    feed(chunk)
         except asyncio.CancelledError:
             counts.client_disconnects += 1
             upstream.close()
@@ -247,6 +283,48 @@ class Proxy:
         if name not in counts.classes():
             name = _fallback(counts)
         counts.record(name, result)
+
+
+class _Attempt:
+    """One try at sending a request upstream; ``reused`` is set (by :func:`reuse_trace`'s
+    callback) when it went out on a kept-alive connection."""
+
+    __slots__ = ("fresh", "reused")
+
+    def __init__(self, *, fresh: bool = False) -> None:
+        self.fresh = fresh
+        self.reused = False
+
+
+async def _mark_reused(
+    session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.TraceConnectionReuseconnParams,
+) -> None:
+    attempt = context.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.reused = True
+
+
+def reuse_trace() -> aiohttp.TraceConfig:
+    """The trace the upstream sessions carry: it tells a request sent on a kept-alive
+    connection from one on a new connection (the only kind the tap sends again)."""
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_mark_reused)
+    return trace
+
+
+def _stale(
+    exc: BaseException, attempt: _Attempt, data: bytes | aiohttp.StreamReader | None
+) -> bool:
+    """True when a failed request may go again: it went out on a kept-alive connection that
+    the engine closed before answering anything (a connection error, not a refused connect:
+    ``ClientConnectorError`` is a new connection that failed), on its first try, and its body
+    is in hand whole (none, or a small one read before sending; a streamed body was consumed
+    from the client and cannot be sent again)."""
+    if isinstance(exc, aiohttp.ClientConnectorError) or attempt.fresh or not attempt.reused:
+        return False
+    return data is None or isinstance(data, bytes)
 
 
 @functools.lru_cache(maxsize=8)

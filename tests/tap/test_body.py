@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specmon.tap.body import Keeper, documents
+from specmon.tap.body import MAX_EVENTS, Keeper, documents
 from specmon.tap.fields import Figures, Unparsed, figures_from
 
 SPEC = {"num_draft_tokens": 12, "num_accepted_draft_tokens": 7, "num_spec_steps": 4}
@@ -48,8 +48,10 @@ def test_a_stream_gives_its_last_events_newest_first() -> None:
              "metrics": {"speculative_decoding": SPEC}}  # fmt: skip
     keeper = Keeper(limit=4096, stream=True)
     _feed(keeper, _sse(*chunks, usage), 37)
-    docs = documents(keeper, stream=True)
-    assert isinstance(docs, list) and docs[0] == usage
+    found = documents(keeper, stream=True)
+    assert not isinstance(found, Unparsed)
+    docs = list(found)
+    assert docs[0] == usage and docs[1:] == chunks[::-1][: MAX_EVENTS - 1]
     got = figures_from(docs)
     assert isinstance(got, Figures) and (got.draft_tokens, got.accepted_tokens) == (12, 7)
 
