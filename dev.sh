@@ -34,7 +34,7 @@ ensure_venv() {
     # Reinstall only when the project metadata changed since the last install.
     if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
         "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
-        "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test,dashboards]"
+        "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test,dashboards,tap]"
         touch "$stamp"
     fi
 }
