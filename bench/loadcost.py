@@ -32,7 +32,10 @@ Variants, each fed the same pages in order with fresh state (the CPU time of eve
 20 drafts a second, one load level throughout, the pair a speculating target and its twin):
 its per-scrape path in-process, without the network, the fleet or the other daemon.
 ``--only NAME`` (repeatable) runs only the variants whose name contains NAME (``--only
-"twin pair"``: the pair alone, the variant a compared target's cost curve shows in). The
+"twin pair"``: the pair alone, the variant a compared target's cost curve shows in).
+``--parts``: each variant's CPU per target scrape split over the parts of ``observe``
+(:data:`PARTS`, each timed with ``time.process_time`` around its calls; a part's time holds
+the parts it calls, and each timed call adds about a microsecond). The
 variants run ``--rounds`` times in rotating order (drift on a shared machine hits all
 alike); the table gives the median and the best round, and the load signals' share as
 (on - off) / off from the medians.
@@ -117,6 +120,70 @@ def simulated_pages(*, speculation: bool, scrapes: int, interval: float, seed: i
     return pages
 
 
+#: The parts ``--parts`` times: (module, class or None, function, label). The render is
+#: timed at each scrape here; ``specmon run`` defers it to the ``/metrics`` fetch when idle.
+PARTS: tuple[tuple[str, str | None, str, str], ...] = (
+    ("bench.loadcost", None, "read_page", "read_page (the page read)"),
+    ("specmon.daemon.target", "TargetState", "observe", "observe (all below)"),
+    ("specmon.daemon.target", "TargetState", "_record", "  _record (counter history)"),
+    ("specmon.daemon.target", "TargetState", "_record_load", "  _record_load (load history)"),
+    ("specmon.state.epoch_book", "EpochBook", "observe", "  epochs.observe (issue 64)"),
+    ("specmon.daemon.epoch_curves", "EpochCurves", "feed", "  curves.feed (issue 64)"),
+    ("specmon.daemon.epoch_curves", "EpochCurves", "changes", "  curves.changes (issue 64)"),
+    ("specmon.daemon.target", "TargetState", "_model_view", "  _model_view (windows, answers)"),
+    ("specmon.daemon.target", None, "report_from_counters", "    report_from_counters"),
+    ("specmon.daemon.target", "TargetState", "_live", "    _live (load figures)"),
+    ("specmon.daemon.target", "TargetState", "_answer", "    _answer (compare + decide)"),
+    ("specmon.daemon.answers", "WindowAnswers", "_compare", "      _compare"),
+    ("specmon.daemon.answers", None, "read_comparison", "        read_comparison"),
+    ("specmon.answer.reads", None, "_measured_interval", "          _measured_interval"),
+    ("specmon.load.curve_sums", "CurveAccumulator", "slot_drift", "            slot_drift"),
+    ("specmon.daemon.answers", None, "decide", "      decide"),
+    # ef4fdb1's names (issue 62's baseline): the load figures with the twin's comparison,
+    # and the verdict at the configured c.
+    ("specmon.daemon.target", "TargetState", "_load", "    _load (ef4fdb1: figures, compare)"),
+    ("specmon.daemon.target", None, "verdict", "    verdict (ef4fdb1)"),
+    ("specmon.daemon.exposition", "Exposition", "update", "  render (exposition.update)"),
+)
+
+
+@contextmanager
+def timed_parts(spent: dict[str, float]) -> Iterator[None]:
+    """Each of :data:`PARTS` (those this revision has) timed into ``spent`` (CPU seconds by
+    label), put back on leaving."""
+    import importlib
+
+    undo: list[tuple[Any, str, Any]] = []
+
+    def timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.process_time() - start
+
+        return run
+
+    try:
+        for module_name, owner_name, name, label in PARTS:
+            try:
+                owner: Any = importlib.import_module(module_name)
+            except ImportError:  # another revision's layout (ef4fdb1 has no specmon.state)
+                continue
+            if owner_name is not None:
+                owner = getattr(owner, owner_name, None)
+            function = owner.__dict__.get(name) if owner is not None else None
+            if function is None:
+                continue
+            undo.append((owner, name, function))
+            setattr(owner, name, timed(function, label))
+        yield
+    finally:
+        for owner, name, function in reversed(undo):
+            setattr(owner, name, function)
+
+
 @contextmanager
 def load_off() -> Iterator[None]:
     """The daemon without its load processing: no reading yields load counters."""
@@ -193,6 +260,9 @@ def main(argv: list[str]) -> int:
         metavar="NAME",
         help="run only the variants whose name contains NAME (repeatable)",
     )
+    parser.add_argument(
+        "--parts", action="store_true", help="split each variant's CPU over observe's parts"
+    )
     args = parser.parse_args(argv)
     windows = tuple(parse_duration(w) for w in args.windows.split(","))
     make = simulated_pages if args.pages == "cycle" else fleet_pages
@@ -218,6 +288,8 @@ def main(argv: list[str]) -> int:
         f"{args.rounds} rounds",
         flush=True,
     )
+    if args.parts:
+        return print_parts(variants, windows=windows, interval=args.interval, rounds=args.rounds)
     results: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(args.rounds):
         order = variants[r % len(variants) :] + variants[: r % len(variants)]
@@ -247,6 +319,32 @@ def main(argv: list[str]) -> int:
     ]
     if found:
         print("load signals' share of the CPU per scrape (medians): " + "; ".join(found))
+    return 0
+
+
+def print_parts(
+    variants: Sequence[Variant], *, windows: tuple[float, ...], interval: float, rounds: int
+) -> int:
+    """``--parts``: per variant, the median over ``rounds`` of each part's CPU per target
+    scrape (ms), in :data:`PARTS`' order."""
+    for variant in variants:
+        scrapes = len(variant.feeds[0][2]) * len(variant.feeds)
+        per_round: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            spent: dict[str, float] = {}
+            with timed_parts(spent):
+                total = run_variant(variant, windows=windows, interval=interval)
+            per_round.setdefault("all (timed parts included)", []).append(total)
+            for label, seconds in spent.items():
+                per_round.setdefault(label, []).append(seconds / scrapes)
+        print(f"\n| {variant.name}: part | CPU per target scrape, ms (median of {rounds}) |")
+        print("|---|---|")
+        order = ["all (timed parts included)"] + [label for *_, label in PARTS]
+        for label in order:
+            if label in per_round:
+                value = statistics.median(per_round[label]) * 1e3
+                print(f"| {label.replace(' ', '&nbsp;', len(label) - len(label.lstrip()))} "
+                      f"| {value:.4f} |")  # fmt: skip
     return 0
 
 

@@ -35,6 +35,7 @@ slot older than the bucket's newest (the clock went back).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import operator
@@ -252,8 +253,7 @@ class CurveAccumulator:
         #: at the newest's key and the oldest slot's index; slot indices, log step times, log
         #: tokens per step): only the newest slot changes from one interval to the next.
         #: Dropped when an older slot changes.
-        self._closed: dict[int, tuple[tuple[tuple[int, int], int], array[int], array[float],
-                                      array[float]]] = {}  # fmt: skip
+        self._closed: dict[int, tuple[tuple[tuple[int, int], int], _Closed]] = {}
         #: Per bucket, its slot walk (:meth:`slot_walk`) and the (first, newest) slots it was
         #: made at.
         self._walk: dict[int, tuple[tuple[int, int], SlotWalk | None]] = {}
@@ -448,14 +448,15 @@ class CurveAccumulator:
                         slots.append(slot)
                         steps.append(log(values[_DS] / values[_RS]))
                         tokens.append(log(values[_DT] / values[_RS]))
-                closed = self._closed[index] = ((last, first), slots, steps, tokens)
-            _, slots, steps, tokens = closed
+                closed = self._closed[index] = ((last, first), _Closed(slots, steps, tokens))
             values = self._slots[last]
             if values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
-                slots = slots + array("q", (last[0],))
-                steps = steps + array("d", (math.log(values[_DS] / values[_RS]),))
-                tokens = tokens + array("d", (math.log(values[_DT] / values[_RS]),))
-            found = _drift_of(slots, steps, tokens, self._slot)
+                found = closed[1].with_newest(
+                    last[0], math.log(values[_DS] / values[_RS]),
+                    math.log(values[_DT] / values[_RS]), self._slot,
+                )  # fmt: skip
+            else:
+                found = closed[1].alone(self._slot)
         self._drift[index] = (self.version, found)
         return found
 
@@ -625,6 +626,112 @@ def _drift_of(
     # AR(1) its expectation is variance x (1 - ar1_mean_factor(m, rho)) x m / (m - 1).
     shrink = max(1.0 - ar1_mean_factor(float(m), rho), 0.2)
     return SlotDrift(total / m / shrink, rho, m, slot, tokens_variance, tokens_rho)
+
+
+#: A series' squared deviations per value below this (logs of O(1) values: 1e-10 is an sd of
+#: 0.001 %) read as a flat series (variance 0, no correlation): below, the sums' rounding.
+_FLAT = 1e-10
+
+
+class _Sums:
+    """One series' sums about its own mean (m values, their sum and mean, the squared
+    deviations' sum; over the adjacent pairs: how many, the sum of the deviations' products
+    and of the pairs' deviations), to which a newer value is added in O(1)."""
+
+    __slots__ = ("adjacent", "count", "cross", "ends", "last", "mean", "squares", "total")
+
+    def __init__(self, values: Sequence[float], adjacent: Sequence[int]) -> None:
+        self.count = m = len(values)
+        self.total = sum(values)
+        self.mean = mean = self.total / m if m else 0.0
+        dev = [x - mean for x in values]
+        self.squares = sum(d * d for d in dev)
+        self.adjacent = len(adjacent)
+        self.cross = sum(dev[j - 1] * dev[j] for j in adjacent)
+        self.ends = sum(dev[j - 1] + dev[j] for j in adjacent)
+        self.last = values[-1] if m else 0.0
+
+    def with_value(self, x: float, adjacent: bool) -> tuple[int, float, float, int]:
+        """(m, squared deviations about the new mean, the adjacent pairs' products of
+        deviations, pairs) with ``x`` added (``adjacent``: its slot follows the last)."""
+        m = self.count + 1
+        mean = (self.total + x) / m
+        shift = mean - self.mean
+        squares = self.squares + self.count * shift * shift + (x - mean) ** 2
+        cross = self.cross - shift * self.ends + self.adjacent * shift * shift
+        pairs = self.adjacent
+        if adjacent and self.count:
+            cross += (self.last - mean) * (x - mean)
+            pairs += 1
+        return m, squares, cross, pairs
+
+
+def _rho_from(m: int, squares: float, cross: float, pairs: int) -> float:
+    """:func:`_rho_of` from a series' sums (:class:`_Sums`)."""
+    if squares <= 0 or pairs < MIN_DRIFT_SLOTS - 1:
+        return 0.0
+    rho = min(max(cross / pairs / (squares / m), 0.0), _MAX_RHO)
+    return min(rho + _RHO_Z * math.sqrt((1.0 - rho * rho) / pairs), _MAX_RHO)
+
+
+class _Closed:
+    """A bucket's slots before its newest, as :meth:`CurveAccumulator.slot_drift` keeps
+    them: their indices and logs, the sums of each series, and the sorted absolute
+    differences of adjacent log tokens per step; a read adds the newest slot to them in
+    O(1) (the median by bisection) instead of passing over every slot (issue 62's cost)."""
+
+    __slots__ = (
+        "differences",
+        "last_slot",
+        "slots",
+        "step_sums",
+        "steps",
+        "token_sums",
+        "tokens",
+    )  # fmt: skip
+
+    def __init__(self, slots: array[int], steps: array[float], tokens: array[float]) -> None:
+        self.slots, self.steps, self.tokens = slots, steps, tokens
+        adjacent = [j for j in range(1, len(slots)) if slots[j] == slots[j - 1] + 1]
+        self.step_sums = _Sums(steps, adjacent)
+        self.token_sums = _Sums(tokens, adjacent)
+        self.differences = sorted(abs(b - a) for a, b in itertools.pairwise(tokens))
+        self.last_slot = slots[-1] if slots else None
+
+    def alone(self, slot: float) -> SlotDrift | None:
+        """The drift of these slots without a newer one."""
+        return _drift_of(self.slots, self.steps, self.tokens, slot)
+
+    def with_newest(self, index: int, step: float, tokens: float, slot: float) -> SlotDrift | None:
+        """:func:`_drift_of` of these slots and the newest (slot ``index``, its log step time
+        and log tokens per step), from the sums (equal to a few units in the last place; a
+        flat series, :data:`_FLAT`, as flat)."""
+        m = len(self.steps) + 1
+        if m < MIN_DRIFT_SLOTS:
+            return None
+        differences = self.differences
+        new = abs(tokens - self.tokens[-1])
+        at = bisect.bisect_right(differences, new)
+        middle_at = (len(differences) + 1) // 2
+        if middle_at < at:
+            middle = differences[middle_at]
+        elif middle_at == at:
+            middle = new
+        else:
+            middle = differences[middle_at - 1]
+        tokens_variance = (middle / (0.6745 * math.sqrt(2.0))) ** 2
+        adjacent = self.last_slot is not None and index == self.last_slot + 1
+        by_tokens = self.token_sums.with_value(tokens, adjacent)
+        # A flat series (squared deviations at its sums' rounding, as a simulated engine's
+        # fixed step time) reads as flat: no variance, no correlation (what the pass's
+        # ``total <= 0`` says; its rounding left a variance below 1e-10 a slot).
+        tokens_rho = _rho_from(*by_tokens) if by_tokens[1] >= _FLAT * m else 0.0
+        m, squares, cross, pairs = self.step_sums.with_value(step, adjacent)
+        if squares < _FLAT * m:
+            return SlotDrift(0.0, 0.0, m, slot, tokens_variance, tokens_rho)
+        rho = _rho_from(m, squares, cross, pairs)
+        shrink = max(1.0 - ar1_mean_factor(float(m), rho), 0.2)
+        return SlotDrift(squares / m / shrink, rho, m, slot, tokens_variance, tokens_rho)
 
 
 def _rho(series: Sequence[tuple[int, float]]) -> float:
