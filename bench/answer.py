@@ -51,6 +51,7 @@ from specmon.cli.demo import (
     FAST_LOAD_MODEL,
     LOAD_CYCLE,
     LOAD_PHASE,
+    NOISE_CHOICES,
     NOISE_CLASSES,
     NOISE_DRIFT,
     NOISE_SURVIVAL,
@@ -62,9 +63,9 @@ from specmon.sim.noise import mean_survival
 
 TARGETS = ("vllm-loaded", "tgi-loaded")
 K = 4
-#: The speculating side's expected per-position survival: the demo's, or with its noise (the
-#: default) the two classes' mix at its mean share; set by main() from --no-noise.
-SURVIVAL: tuple[float, ...] = mean_survival(NOISE_SURVIVAL, NOISE_CLASSES)
+#: The speculating side's expected per-position survival: the demo's, or with its request
+#: classes the two classes' mix at its mean share; set by main() from --noise.
+SURVIVAL: tuple[float, ...] = PLAIN_SURVIVAL
 #: Its expected tokens per step (3.4 either way, by construction).
 TOKENS = 1.0 + sum(SURVIVAL)
 SETTLED = 15.0
@@ -314,17 +315,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--cycles", type=int, default=3, help="load cycles to run (default 3)")
     p.add_argument("--poll", type=float, default=2.0)
     p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--no-noise", action="store_true", help="run the demo with --no-noise")
+    p.add_argument("--noise", choices=NOISE_CHOICES, default="none", help="the demo's --noise")
     args = p.parse_args(argv)
     global SURVIVAL, TOKENS
-    SURVIVAL = PLAIN_SURVIVAL if args.no_noise else mean_survival(NOISE_SURVIVAL, NOISE_CLASSES)
+    classes = args.noise in ("classes", "both")
+    SURVIVAL = mean_survival(NOISE_SURVIVAL, NOISE_CLASSES) if classes else PLAIN_SURVIVAL
     TOKENS = 1.0 + sum(SURVIVAL)
     cycle = LOAD_PHASE * len(LOAD_CYCLE)
     duration = args.cycles * cycle + 10
     port = _free_port()
     command = [sys.executable, "-m", "specmon", "demo", "--no-tui", "--duration",
                f"{duration:g}", "--listen", f"127.0.0.1:{port}",
-               *(["--no-noise"] if args.no_noise else [])]  # fmt: skip
+               "--noise", args.noise]  # fmt: skip
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     reads: list[dict[str, Any]] = []
     disagreements: list[str] = []
@@ -371,12 +373,15 @@ def main(argv: list[str]) -> int:
         "python": platform.python_version(), "load_average": os.getloadavg(),
         "cycles": args.cycles, "cycle_seconds": cycle, "levels": LOAD_CYCLE,
         "step_noise": STEP_NOISE,
-        "noise": None if args.no_noise else {
-            "drift_sd": NOISE_DRIFT.sd, "drift_seconds": NOISE_DRIFT.seconds,
-            "class_survival": NOISE_CLASSES.survival, "class_share": NOISE_CLASSES.share,
-            "class_swing": NOISE_CLASSES.swing, "class_period": NOISE_CLASSES.period,
-            "survival": NOISE_SURVIVAL, "mean_survival": SURVIVAL, "tokens_per_step": TOKENS,
-        },
+        "noise": args.noise,
+        "drift": {"sd": NOISE_DRIFT.sd, "seconds": NOISE_DRIFT.seconds}
+        if args.noise in ("drift", "both") else None,
+        "classes": {
+            "survival": NOISE_SURVIVAL, "class_survival": NOISE_CLASSES.survival,
+            "class_share": NOISE_CLASSES.share, "class_swing": NOISE_CLASSES.swing,
+            "class_period": NOISE_CLASSES.period,
+        } if classes else None,
+        "mean_survival": SURVIVAL, "tokens_per_step": TOKENS,
         "poll_seconds": args.poll, "snapshots": snapshots,
         "snapshots_retried": retried, "truth_crossover": FAST_LOAD_MODEL.crossover(K, TOKENS),
         "children_cpu_seconds": round((cpu_after.children_user + cpu_after.children_system)
