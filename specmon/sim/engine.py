@@ -89,6 +89,8 @@ class SimSettings:
             raise ValueError("step_noise must be within [0, 1]")
         if self.drift is not None:
             self.drift.validate()
+            if self.load_model is None:
+                raise ValueError("a step-time drift needs a load model (the step time it moves)")
         if self.classes is not None:
             self.classes.validate(self.chain_length)
 

@@ -157,6 +157,8 @@ def test_noise_settings_are_checked() -> None:
         SimSettings(drift=Drift(sd=-0.1)).validate()
     with pytest.raises(ValueError, match="drift seconds"):
         SimSettings(drift=Drift(sd=0.1, seconds=0.0)).validate()
+    with pytest.raises(ValueError, match="needs a load model"):
+        SimSettings(drift=Drift(sd=0.03)).validate()
     with pytest.raises(ValueError, match="survival rates, the chain"):
         SimSettings(survival=(0.8, 0.6), classes=Classes(survival=OTHER, share=0.3)).validate()
     with pytest.raises(ValueError, match="within"):
@@ -181,6 +183,8 @@ def test_simulate_command_line_noise() -> None:
     assert s.classes == Classes(survival=OTHER, share=0.3, swing=0.1, period=120.0)
     [plain] = build_targets(build_parser().parse_args(argv[:11]), None)
     assert plain.engine.settings.drift is None and plain.engine.settings.classes is None
+    with pytest.raises(ValueError, match="needs a load model"):
+        build_targets(build_parser().parse_args([*argv[:7], "--drift-sd", "0.03"]), None)
     bad = [*argv[:11], "--class-alpha", "0.5", "--class-share", "0.9", "--class-swing", "0.2"]
     with pytest.raises(ValueError, match="within"):
         build_targets(build_parser().parse_args(bad), None)
