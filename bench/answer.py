@@ -2,7 +2,13 @@
 load-aware verdict read every 2 s through the JSON API, /metrics, the status page and the
 target pages, against the truth it was built from.
 
-Run: ./dev.sh bench answer [--cycles 3] [--poll 2] [--out bench/results/DATE-answer.json]
+Run: ./dev.sh bench answer [--cycles 3] [--poll 2] [--noise none|drift|classes|both]
+[--out bench/results/DATE-answer.json]
+
+``--noise`` runs the demo with its realistic noise (``specmon demo --noise``,
+specmon/sim/noise.py); the truth is then the expectation under it: the drift's factor has
+mean 1, and the request classes' mix is judged at its mean survival (3.4 tokens per step
+either way, so the crossover's truth stays 10.88).
 
 Starts ``specmon demo`` (default options: load levels 1, 4, 16, 8, 2, 32 requests for 20 s
 each, windows 10s, 30s, 2m) as a child process on a free loopback port. Every ``--poll``
