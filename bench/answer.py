@@ -2,7 +2,13 @@
 load-aware verdict read every 2 s through the JSON API, /metrics, the status page and the
 target pages, against the truth it was built from.
 
-Run: ./dev.sh bench answer [--cycles 3] [--poll 2] [--out bench/results/DATE-answer.json]
+Run: ./dev.sh bench answer [--cycles 3] [--poll 2] [--noise none|drift|classes|both]
+[--out bench/results/DATE-answer.json]
+
+``--noise`` runs the demo with its realistic noise (``specmon demo --noise``,
+specmon/sim/noise.py); the truth is then the expectation under it: the drift's factor has
+mean 1, and the request classes' mix is judged at its mean survival (3.4 tokens per step
+either way, so the crossover's truth stays 10.88).
 
 Starts ``specmon demo`` (default options: load levels 1, 4, 16, 8, 2, 32 requests for 20 s
 each, windows 10s, 30s, 2m) as a child process on a free loopback port. Every ``--poll``
@@ -47,11 +53,27 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specmon.cli.demo import FAST_LOAD_MODEL, LOAD_CYCLE, LOAD_PHASE, STEP_NOISE
+from specmon.cli.demo import (
+    FAST_LOAD_MODEL,
+    LOAD_CYCLE,
+    LOAD_PHASE,
+    NOISE_CHOICES,
+    NOISE_CLASSES,
+    NOISE_DRIFT,
+    NOISE_SURVIVAL,
+    PLAIN_SURVIVAL,
+    STEP_NOISE,
+)
 from specmon.load import DEFAULT_SCHEME
+from specmon.sim.noise import mean_survival
 
 TARGETS = ("vllm-loaded", "tgi-loaded")
-K, TOKENS = 4, 3.4
+K = 4
+#: The speculating side's expected per-position survival: the demo's, or with its request
+#: classes the two classes' mix at its mean share; set by main() from --noise.
+SURVIVAL: tuple[float, ...] = PLAIN_SURVIVAL
+#: Its expected tokens per step (3.4 either way, by construction).
+TOKENS = 1.0 + sum(SURVIVAL)
 SETTLED = 15.0
 CROSSOVER_BAND = (10.5, 11.3)
 #: The status page's window (the demo's middle one).
@@ -222,7 +244,7 @@ def _true_best(n: float) -> set[int]:
     """The best chain lengths at load ``n`` under the demo's load model (within 2 % of the
     best speed-up: a near tie is either)."""
     cost = FAST_LOAD_MODEL.draft_cost(n, K)
-    survival = (0.9, 0.7, 0.5, 0.3)
+    survival = SURVIVAL
     speedups = [(1 + sum(survival[:j])) / (1 + j * cost) for j in range(K + 1)]
     top = max(speedups)
     return {j for j, s in enumerate(speedups) if s >= top * 0.98}
@@ -299,12 +321,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--cycles", type=int, default=3, help="load cycles to run (default 3)")
     p.add_argument("--poll", type=float, default=2.0)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--noise", choices=NOISE_CHOICES, default="none", help="the demo's --noise")
     args = p.parse_args(argv)
+    global SURVIVAL, TOKENS
+    classes = args.noise in ("classes", "both")
+    SURVIVAL = mean_survival(NOISE_SURVIVAL, NOISE_CLASSES) if classes else PLAIN_SURVIVAL
+    TOKENS = 1.0 + sum(SURVIVAL)
     cycle = LOAD_PHASE * len(LOAD_CYCLE)
     duration = args.cycles * cycle + 10
     port = _free_port()
     command = [sys.executable, "-m", "specmon", "demo", "--no-tui", "--duration",
-               f"{duration:g}", "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+               f"{duration:g}", "--listen", f"127.0.0.1:{port}",
+               "--noise", args.noise]  # fmt: skip
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     reads: list[dict[str, Any]] = []
     disagreements: list[str] = []
@@ -350,7 +378,17 @@ def main(argv: list[str]) -> int:
         "benchmark": "answer", "date": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         "python": platform.python_version(), "load_average": os.getloadavg(),
         "cycles": args.cycles, "cycle_seconds": cycle, "levels": LOAD_CYCLE,
-        "step_noise": STEP_NOISE, "poll_seconds": args.poll, "snapshots": snapshots,
+        "step_noise": STEP_NOISE,
+        "noise": args.noise,
+        "drift": {"sd": NOISE_DRIFT.sd, "seconds": NOISE_DRIFT.seconds}
+        if args.noise in ("drift", "both") else None,
+        "classes": {
+            "survival": NOISE_SURVIVAL, "class_survival": NOISE_CLASSES.survival,
+            "class_share": NOISE_CLASSES.share, "class_swing": NOISE_CLASSES.swing,
+            "class_period": NOISE_CLASSES.period,
+        } if classes else None,
+        "mean_survival": SURVIVAL, "tokens_per_step": TOKENS,
+        "poll_seconds": args.poll, "snapshots": snapshots,
         "snapshots_retried": retried, "truth_crossover": FAST_LOAD_MODEL.crossover(K, TOKENS),
         "children_cpu_seconds": round((cpu_after.children_user + cpu_after.children_system)
                                       - (cpu_before.children_user + cpu_before.children_system), 1),

@@ -31,6 +31,7 @@ from specmon.daemon.target import TargetView
 from specmon.logs import configure_logging
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import DEMO_LOAD_MODEL, LoadModel
+from specmon.sim.noise import Classes, Drift, share_for_tokens
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import Phase, Scenario
 from specmon.sim.server import SimServer, VirtualTarget, make_target
@@ -90,6 +91,15 @@ def add_parser(sub: Any) -> None:
         f"{LOAD_PHASE:g}; levels {', '.join(map(str, LOAD_CYCLE))} requests, repeated)",
     )
     p.add_argument(
+        "--noise",
+        choices=NOISE_CHOICES,
+        default="none",
+        help="realistic noise on the loaded pairs (specmon.sim.noise): 'drift', each engine's "
+        "step time drifting (sd 3 %%, about a minute's persistence); 'classes', traffic "
+        "mixing acceptance 0.9 and 0.5 requests in a moving share; 'both'; default 'none' "
+        "(off by default: with it the crossover strays past 10.5-11.3, bench/RESULTS.md)",
+    )
+    p.add_argument(
         "--switch-at",
         type=positive_float,
         default=SWITCH_AT,
@@ -127,16 +137,44 @@ FAST_LOAD_MODEL = LoadModel(
 )  # fmt: skip
 
 
+#: The loaded pairs' survival without the realistic noise (K = 3.4 tokens per step).
+PLAIN_SURVIVAL = (0.9, 0.7, 0.5, 0.3)
+#: With it (``noise`` "classes" or "both"; off by default, see bench/RESULTS.md): two request classes, per-token acceptance 0.9 and 0.5,
+#: the second's share of the drafts set so that the mix keeps K = 3.4 (0.322) and swinging
+#: by 0.1 either side over NOISE_CLASS_PERIOD seconds (not a multiple of the 120 s load
+#: cycle, so every level meets every mix); and (``noise`` "drift" or "both") each engine's step time drifting by
+#: NOISE_DRIFT (sd 3 %, correlation time 60 s), the twins independently: in the story a
+#: twin pair is two engines on separate hardware, and independent drifts are the harder case
+#: (a shared drift would cancel in the ratio).
+NOISE_SURVIVAL = tuple(0.9**i for i in range(1, 5))
+NOISE_CLASS_SURVIVAL = tuple(0.5**i for i in range(1, 5))
+NOISE_CLASS_PERIOD = 90.0
+NOISE_DRIFT = Drift(sd=0.03, seconds=60.0)
+#: The demo's --noise choices.
+NOISE_CHOICES = ("none", "drift", "classes", "both")
+NOISE_CLASSES = Classes(
+    survival=NOISE_CLASS_SURVIVAL,
+    share=share_for_tokens(NOISE_SURVIVAL, NOISE_CLASS_SURVIVAL, tokens_per_step=3.4),
+    swing=0.1,
+    period=NOISE_CLASS_PERIOD,
+)
+
+
 def demo_fleet(
     *, seed: int = 7, drop_at: float = DROP_AT, load_phase: float = LOAD_PHASE,
-    switch_at: float = SWITCH_AT,
+    switch_at: float = SWITCH_AT, noise: str = "none",
 ) -> list[VirtualTarget]:  # fmt: skip
     """The demo's engines. ``vllm-degrading`` loses acceptance at ``drop_at`` seconds;
     ``vllm-switched`` runs without speculation until ``switch_at``, then is restarted with its
     draft (a new configuration epoch, its own past the baseline);
     ``vllm-loaded`` and its twin without speculation ``vllm-baseline`` run the same traffic,
     whose concurrency cycles through LOAD_CYCLE, on a bandwidth-bound load model: speculation
-    pays at low load and costs time above about 11 requests (specmon/sim/load_model.py)."""
+    pays at low load and costs time above about 11 requests (specmon/sim/load_model.py).
+    ``noise`` (NOISE_CHOICES): the loaded pairs' step times drift (NOISE_DRIFT), their traffic
+    mixes two request classes (NOISE_CLASSES; the same expected tokens per step), or both."""
+    if noise not in NOISE_CHOICES:
+        raise ValueError(f"noise must be one of {', '.join(NOISE_CHOICES)}")
+    drift, classes = noise in ("drift", "both"), noise in ("classes", "both")
     degrading = Scenario(
         phases=(
             Phase(at=0.0, changes={"survival": (0.85, 0.7, 0.55, 0.4)}),
@@ -153,8 +191,9 @@ def demo_fleet(
     )
     # Each step's time varies by 30 % (STEP_NOISE), as real steps do (specmon.load.Thresholds).
     loaded = SimSettings(
-        survival=(0.9, 0.7, 0.5, 0.3), requests_running=1, load_model=FAST_LOAD_MODEL,
-        step_noise=STEP_NOISE,
+        survival=NOISE_SURVIVAL if classes else PLAIN_SURVIVAL, requests_running=1,
+        load_model=FAST_LOAD_MODEL, step_noise=STEP_NOISE,
+        drift=NOISE_DRIFT if drift else None, classes=NOISE_CLASSES if classes else None,
     )  # fmt: skip
     pairs = [
         make_target(
@@ -401,7 +440,10 @@ def _load_line(answer: Answer, paint: Callable[[str, str], str]) -> str:
 
 
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    fleet = demo_fleet(drop_at=args.drop_at, load_phase=args.load_phase, switch_at=args.switch_at)
+    fleet = demo_fleet(
+        drop_at=args.drop_at, load_phase=args.load_phase, switch_at=args.switch_at,
+        noise=args.noise,
+    )  # fmt: skip
     server = SimServer(fleet)
     await server.start_each("127.0.0.1")
     workdir = Path(tempfile.mkdtemp(prefix="specmon-demo-"))

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specmon.cli._args import chain_length, command, unit_ratio
+from specmon.cli._args import chain_length, command, positive_float, unit_ratio
 from specmon.config_values import ConfigError, parse_listen_address
 from specmon.sim.engine import SimSettings
 from specmon.sim.load_model import load_model_from
+from specmon.sim.noise import Classes, Drift
 from specmon.sim.pages import PageKind
 from specmon.sim.scenario import Scenario, load_scenario
 from specmon.sim.server import SimServer, VirtualTarget, make_target
@@ -131,6 +132,52 @@ def add_parser(sub: Any) -> None:
         metavar="X",
         help="with --load-model: wall seconds per simulated second for chat completions",
     )
+    p.add_argument(
+        "--drift-sd",
+        type=float,
+        default=0.0,
+        metavar="SD",
+        help="with --load-model: each engine's step time drifts by a factor of mean 1 whose "
+        "log has this standard deviation (e.g. 0.03), each target independently "
+        "(specmon.sim.noise; default 0: no drift)",
+    )
+    p.add_argument(
+        "--drift-seconds",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="the drift's correlation time: AR(1) per simulated second with coefficient "
+        "exp(-1/S) (default 60)",
+    )
+    p.add_argument(
+        "--class-alpha",
+        type=unit_ratio,
+        default=None,
+        metavar="A",
+        help="a second request class with per-token acceptance A (survival A^i) drafting "
+        "--class-share of the drafts (default: one class)",
+    )
+    p.add_argument(
+        "--class-share",
+        type=unit_ratio,
+        default=0.3,
+        metavar="F",
+        help="the second class's mean share of the drafts (default 0.3)",
+    )
+    p.add_argument(
+        "--class-swing",
+        type=unit_ratio,
+        default=0.0,
+        metavar="F",
+        help="the share moves by F either side, a sine over --class-period (default 0)",
+    )
+    p.add_argument(
+        "--class-period",
+        type=positive_float,
+        default=300.0,
+        metavar="S",
+        help="seconds per swing of the class share (default 300)",
+    )
     p.add_argument("--no-usage", action="store_true", help="omit usage from chat responses")
     p.add_argument(
         "--per-request-spec-decode-metrics",
@@ -177,6 +224,15 @@ def build_targets(args: argparse.Namespace, scenario: Scenario | None) -> list[V
         speculation=not args.no_speculation,
         requests_running=running,
         load_model=load_model,
+        drift=Drift(sd=args.drift_sd, seconds=args.drift_seconds) if args.drift_sd else None,
+        classes=None
+        if args.class_alpha is None
+        else Classes(
+            survival=tuple(args.class_alpha**i for i in range(1, len(settings.survival) + 1)),
+            share=args.class_share,
+            swing=args.class_swing,
+            period=args.class_period,
+        ),
     )
     settings.validate()
     kind = ENGINES[args.engine]

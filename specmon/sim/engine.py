@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from specmon.sim.load_model import LoadModel
-from specmon.sim.sampling import draw_positions, poisson
+from specmon.sim.noise import Classes, Drift, drift_step
+from specmon.sim.sampling import binomial, draw_positions, poisson
 
 __all__ = ["Counters", "Histogram", "Mode", "SimEngine", "SimSettings"]
 
@@ -48,6 +49,12 @@ class SimSettings:
     #: without spread would leave an interval's timing part unexercised. 0: every step the
     #: model's time exactly.
     step_noise: float = 0.0
+    #: A persistent multiplicative drift of the step time (with a load model; mean 1), each
+    #: engine its own process (specmon.sim.noise). None: no drift.
+    drift: Drift | None = None
+    #: A second request class with its own acceptance and a share of the drafts that moves
+    #: with time (specmon.sim.noise). None: one class.
+    classes: Classes | None = None
 
     @property
     def chain_length(self) -> int:
@@ -80,6 +87,12 @@ class SimSettings:
             self.load_model.validate()
         if not 0.0 <= self.step_noise <= 1.0:
             raise ValueError("step_noise must be within [0, 1]")
+        if self.drift is not None:
+            self.drift.validate()
+            if self.load_model is None:
+                raise ValueError("a step-time drift needs a load model (the step time it moves)")
+        if self.classes is not None:
+            self.classes.validate(self.chain_length)
 
 
 @dataclass(slots=True)
@@ -158,8 +171,14 @@ class SimEngine:
         self._pending = Counters(per_pos=[0] * settings.chain_length)
         self._pending_drafts_target = self._next_request_size()
         self._last = now
+        #: When the engine was made: the class mix's clock starts here.
+        self._born = now
         self._carry = 0.0
         self._step_carry = 0.0
+        #: The drift process's state (its log factor is this less sd^2 / 2).
+        self.drift_state = 0.0
+        if settings.drift is not None and settings.drift.sd > 0:
+            self.drift_state = self.rng.gauss(0.0, settings.drift.sd)  # stationary from t = 0
         #: Chat requests in flight (the batcher's), counted into the concurrency.
         self.active_requests = 0
         #: Wall-clock time of the (simulated) process start, for ``_created`` samples.
@@ -201,9 +220,16 @@ class SimEngine:
         """The simulated time of one engine step at ``concurrency`` sequences."""
         s = self.settings
         if s.load_model is not None:
-            return s.load_model.step_seconds(concurrency, self.step_chain_length)
+            step = s.load_model.step_seconds(concurrency, self.step_chain_length)
+            return step * self.drift_factor
         rate = s.drafts_per_second * (1.0 if s.speculation else 1.0 + sum(s.survival))
         return max(concurrency, 1.0) / rate if rate > 0 else 0.0
+
+    @property
+    def drift_factor(self) -> float:
+        """The step-time drift's factor now (1 without drift)."""
+        drift = self.settings.drift
+        return 1.0 if drift is None else drift.factor(self.drift_state)
 
     def advance(self, now: float) -> None:
         """Let simulated time pass up to ``now`` (monotonic seconds)."""
@@ -212,6 +238,10 @@ class SimEngine:
             return
         self._last = now
         s = self.settings
+        if s.drift is not None:
+            self.drift_state = drift_step(
+                self.rng, self.drift_state, drift=s.drift, elapsed=elapsed
+            )
         if s.load_model is not None:
             self._advance_modelled(elapsed)
             return
@@ -295,8 +325,19 @@ class SimEngine:
     def draw_step(self) -> tuple[int, int, list[int]]:
         """One request's verification step for the batcher: (draft tokens, accepted,
         per-position counts), without touching the counters."""
-        positions = draw_positions(self.rng, 1, self.settings.survival)
+        positions = self._draw(1)
         return self.settings.chain_length, sum(positions), positions
+
+    def _draw(self, drafts: int) -> list[int]:
+        """Per-position counts of ``drafts`` drafts, each from the second class with its
+        share now, else from the first."""
+        s = self.settings
+        if s.classes is None or drafts <= 0:
+            return draw_positions(self.rng, drafts, s.survival)
+        other = binomial(self.rng, drafts, s.classes.share_at(self._last - self._born))
+        first = draw_positions(self.rng, drafts - other, s.survival)
+        second = draw_positions(self.rng, other, s.classes.survival)
+        return [a + b for a, b in zip(first, second, strict=True)]
 
     def add_drafts(self, drafts: int, *, finish_request: bool = False) -> tuple[int, int]:
         """Draw ``drafts`` verification steps; returns (draft tokens, accepted tokens).
@@ -305,7 +346,7 @@ class SimEngine:
         s = self.settings
         if drafts <= 0 and not finish_request:
             return 0, 0
-        positions = draw_positions(self.rng, drafts, s.survival)
+        positions = self._draw(drafts)
         accepted = sum(positions)
         if s.draft_tokens_per_draft is None:
             draft_tokens = drafts * s.chain_length
