@@ -305,6 +305,7 @@ def fleet_series() -> list[dict[str, str]]:
             add(f"{family}_sum", c, _counter(high / 2))
     add("specmon_tap_unparsed_responses_total", {**tap, "reason": "no_fields"}, _counter(0.1))
     add("specmon_tap_upstream_errors_total", {**tap, "kind": "connect"}, _const(0))
+    add("specmon_tap_upstream_retries_total", tap, _counter(0.02))
     add("specmon_tap_client_disconnects_total", tap, _counter(0.01))
     add("specmon_tap_requests_in_flight", tap, _const(3))
     add("specmon_tap_info", {**tap, "engine": "vllm", "version": "0.1.0"}, _const(1))
