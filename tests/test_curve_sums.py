@@ -168,7 +168,7 @@ def test_the_drift_read_from_lists_is_the_drift_of_pairs_bit_for_bit() -> None:
     """The slot drift read from parallel lists (each read of each scrape) equals, bit for
     bit, the computation as first written on (slot, value) pairs: gaps between slots, flat
     series, short ones."""
-    from specmon.load.curve_sums import MIN_DRIFT_SLOTS, SlotDrift, _drift_of, _rho
+    from specmon.load.slot_drift import MIN_DRIFT_SLOTS, SlotDrift, _drift_of, _rho
 
     rng = random.Random(3)
     for _ in range(2000):
@@ -221,7 +221,7 @@ def test_the_newest_slot_added_to_the_sums_is_the_drift_of_the_whole_series() ->
     """A read adds the newest slot to the closed slots' sums (O(1), issue 62's cost): the
     same drift as the pass over every slot, over gaps between slots, flat series (read with
     the pass) and short ones; the median of the differences exactly."""
-    from specmon.load.curve_sums import _Closed, _drift_of
+    from specmon.load.slot_drift import _Closed, _drift_of
 
     rng = random.Random(5)
     for _ in range(3000):
@@ -242,7 +242,7 @@ def _same_drift(got: object, first: object) -> bool:
     flat, its variance and correlations to a few units in the last place (the newest slot
     added to the closed slots' sums: a different order of the same additions); a flat one
     (below ``_FLAT`` a slot: rounding) reads as flat."""
-    from specmon.load.curve_sums import _FLAT, SlotDrift
+    from specmon.load.slot_drift import _FLAT, SlotDrift
 
     if not isinstance(got, SlotDrift) or not isinstance(first, SlotDrift):
         return got == first
@@ -263,7 +263,8 @@ def _same_drift(got: object, first: object) -> bool:
 def _drift_as_first_read(acc: CurveAccumulator, index: int) -> object:
     """:meth:`CurveAccumulator.slot_drift` as first written: every slot looked up and its
     logs taken again at each read."""
-    from specmon.load.curve_sums import _DS, _DT, _RS, _drift
+    from specmon.load.curve_sums import _DS, _DT, _RS
+    from specmon.load.slot_drift import _drift
 
     last = acc._last.get(index)
     if last is None or not acc._slots:
@@ -282,7 +283,7 @@ def test_the_slot_walk_tells_a_walk_from_noise() -> None:
     """Issue 63's drift between epochs: the slope of the mean squared difference per slot of
     lag is the variance a walk gains per slot, near 0 for independent noise; an epoch has
     none."""
-    from specmon.load.curve_sums import _walk
+    from specmon.load.slot_drift import _walk
 
     rng = random.Random(7)
     walks, noises = [], []
