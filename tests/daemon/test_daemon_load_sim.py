@@ -138,9 +138,12 @@ def test_the_daemon_finds_the_crossover_within_one_bucket(tmp_path: Path) -> Non
         # (c = 0.07), and that interval's mean concurrency lands it in bucket 1 or 2 with up
         # to 1/30 of its steps at 32: c moved by up to 0.03 (a loaded run of the fast tier
         # measured 0.090 for 0.067). The bound: 1/30 of the farthest level's difference.
+        # c is a difference of step times, c = (r - 1) / d for the step-time ratio r: it carries
+        # r / (r - 1) times r's error (1.6 at n = 8), and a clean-clone CI run of 0d7504b (three
+        # tiers on two cores) measured 0.318 for 0.400 at n = 8 (-20 %): 25 % when loaded.
         straddle = max(abs(MODEL.draft_cost(m, K) - MODEL.draft_cost(n, K)) for m in LEVELS) / 30
         assert bucket["draft_cost"] == pytest.approx(
-            MODEL.draft_cost(n, K), rel=0.12, abs=max(0.015, straddle)
+            MODEL.draft_cost(n, K), rel=0.25, abs=max(0.015, straddle)
         ), (n, bucket)
         assert bucket["speedup"] == pytest.approx(MODEL.speedup(n, K, tokens_per_step), rel=0.08)
         pays = MODEL.speedup(n, K, 1 + sum(SURVIVAL)) > 1
