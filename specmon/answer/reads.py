@@ -38,7 +38,8 @@ from specmon.load import (
 )
 from specmon.load import curve as cost_curve
 from specmon.load.compare import BucketComparison
-from specmon.load.curve_sums import SlotWalk
+from specmon.load.curve_sums import CurveAccumulator, SlotWalk
+from specmon.load.slot_drift import SlotDrift
 from specmon.records import record
 from specmon.report import best_chain
 
@@ -147,7 +148,8 @@ def read_comparison(
     if curve is not None and per_step is not None:
         read = read_curve(curve, at, tokens_per_step=per_step, acceptance_sd=sd or 0.0,
                           chain_length=chain_length,
-                          drafted_per_step=_assumed_drafted(window, chain_length))  # fmt: skip
+                          drafted_per_step=_assumed_drafted(window, chain_length),
+                          drift_variance=_curve_drift(window, base, at))  # fmt: skip
         if read is not None:
             cost = read.draft_cost
             return Read(
@@ -241,12 +243,14 @@ def read_curve(
     acceptance_sd: float,
     chain_length: int | None = None,
     drafted_per_step: float | None = None,
+    drift_variance: float = 0.0,
 ) -> CurveReading | None:
     """The curve's speed-up, interval and draft cost at ``at``, only in a bucket both sides'
     retained hour measured (None elsewhere: the shape is not believed where nothing was
     measured, between buckets or past them; nor where the speed-up breaks a bound).
     ``drafted_per_step``: the drafted tokens per step to charge where the curve counted none
-    (an engine that counts no drafted tokens: TGI)."""
+    (an engine that counts no drafted tokens: TGI); ``drift_variance``: what the two sides'
+    drifts add to log(speed-up) there (:func:`_curve_drift`)."""
     index = curve.scheme.index_of(at)
     if not any(p.bucket == index for p in curve.measured) or not any(
         p.bucket == index for p in curve.base_points
@@ -258,9 +262,8 @@ def read_curve(
     k = chain_bound(configured=chain_length)
     if speedup_refusal(speedup, chain_length=k, measured=True) is not None:
         return None
-    interval = cost_curve.speedup_interval(
-        speedup, curve.log_sd(at, acceptance_sd), chain_length=chain_length
-    )
+    log_sd = math.sqrt(curve.log_sd(at, acceptance_sd) ** 2 + drift_variance)
+    interval = cost_curve.speedup_interval(speedup, log_sd, chain_length=chain_length)
     cost = None
     drafted = curve.drafted_per_step or drafted_per_step
     if drafted:
@@ -316,7 +319,7 @@ def _measured_interval(
         sides.append((base, False))
     else:
         variance += 0.01**2  # a profile states no spread: 1 %, as its curve points do
-    now = window.curve.slot_drift(index) if window.curve is not None else None
+    now = _drift(window.curve, index) if window.curve is not None else None
     for side, speculative in sides:
         mine = next((b.totals for b in side.buckets if b.bucket.index == index), None)
         here = mine.intervals if mine is not None else 1
@@ -328,7 +331,7 @@ def _measured_interval(
             elif side.curve is not None:
                 tokens = cost_curve.interval_spread(side.curve, index, here, tokens=True)
                 independent += (tokens if tokens is not None else _UNKNOWN_SPREAD) ** 2
-        drift = side.curve.slot_drift(index) if side.curve is not None else None
+        drift = _drift(side.curve, index) if side.curve is not None else None
         seconds = mine.seconds if mine is not None else None
         wandering = drift.window_log_var(seconds) if drift is not None and seconds else 0.0
         if (
@@ -355,6 +358,38 @@ def _measured_interval(
         comparison.realized_speedup * factor, math.sqrt(variance),
         chain_length=comparison.chain_length,
     )  # fmt: skip
+
+
+def _curve_drift(window: LoadWindow, base: LoadWindow | Profile, at: float) -> float:
+    """What both sides' drift adds to the variance of log(speed-up) read off the curve at
+    ``at``: per side, its drift (:func:`_drift`) for a mean over the seconds its retained
+    hour holds in that bucket (a curve's point is that mean: a drift that outlasts them
+    is in the point)."""
+    index = DEFAULT_SCHEME.index_of(at)
+    variance = 0.0
+    for side in (window, base):
+        accumulator = side.curve if isinstance(side, LoadWindow) else None
+        if accumulator is None:
+            continue
+        sums = accumulator.bucket(index)
+        drift = _drift(accumulator, index)
+        # The sums keep no wall seconds: decoding time, request-seconds over concurrency.
+        totals = sums.totals if sums is not None else None
+        n = totals.concurrency if totals is not None else None
+        seconds = totals.decode_seconds / n if totals is not None and n else None
+        if drift is not None and seconds:
+            variance += drift.window_log_var(seconds)
+    return variance
+
+
+def _drift(curve: CurveAccumulator, index: int) -> SlotDrift | None:
+    """Bucket ``index``'s slot drift, or where it has too few slots of its own (a load that
+    cycles visits a bucket once a cycle) the server's drift pooled over its buckets: a
+    machine's speed drifts at every load, and a window's mean carries it (issue 63). None
+    while no bucket has enough complete slots (a target's first minutes: the independent
+    terms alone), and on an epoch's accumulator (the history basis reads the window's).
+    An assumed drift until one is measured was tried and not adopted: bench/RESULTS.md."""
+    return curve.slot_drift(index) or curve.pooled_drift()
 
 
 #: How far a walk is carried (slots): past it the drift is taken as stationary at that level.

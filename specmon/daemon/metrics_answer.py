@@ -147,7 +147,8 @@ VERDICT_SPEEDUP = _g(
 _BOUND = (
     "bound of the 95 % interval of specmon_verdict_speedup_ratio: on twin, profile, history: "
     "the acceptance's uncertainty (a chain per draft) and the step times' spread, or where "
-    "larger their drift between the cost curve's minute slots, a baseline read at the "
+    "larger their drift between the cost curve's minute slots (the bucket's, else pooled "
+    "over the buckets), a baseline read at the "
     "target's load off its curve, and (off the cost curve) its fit; on engine, configured or "
     "default, the acceptance alone. " + _VERDICT
 )

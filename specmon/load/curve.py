@@ -143,8 +143,10 @@ def side_points(
 
 @record
 class Shape:
-    """T(n) = fixed + slope max(knee, n), fitted; ``residual``: the weighted root mean square
-    of the relative residuals (None when the fit has no degree of freedom)."""
+    """T(n) = fixed + slope max(knee, n), fitted; ``residual``: the root mean square of the
+    relative residuals over the fit's degrees of freedom, unweighted (a relative spread, added
+    to a read's log variance as one; the fit itself is weighted), None when the fit has no
+    degree of freedom. Issue 63's review found it documented as weighted."""
 
     fixed: float
     slope: float

@@ -65,6 +65,7 @@ from specmon.load.slot_drift import (
     _Closed,
     _walk,
     ar1_mean_factor,
+    pooled_drift,
 )
 from specmon.records import record
 
@@ -101,6 +102,8 @@ COLUMNS = (
 _I, _RS, _DS, _DT, _ES, _SS, _DR, _DTK, _AC, _T1, _T2, _K1, _K2 = range(len(COLUMNS))
 _WIDTH = len(COLUMNS)
 _MAX_SLOTS = 10_000
+#: The fewest intervals a slot needs to count in the pooled drift (:meth:`pooled_drift`).
+_MIN_SLOT_INTERVALS = 2
 _MAX_POSITIONS = 64
 #: The (thresholds, side) pairs :meth:`CurveAccumulator.measured` keeps up to date (the daemon
 #: asks one per accumulator); past this many they are all made again from the buckets.
@@ -109,6 +112,10 @@ _ZEROS = bytes(8 * _WIDTH)
 #: At most this many slots a bucket over the retention: a slot is a minute, or a 1,440th of
 #: a retention longer than a day (7d: 7-minute slots), so a week costs what a day does.
 SLOTS_PER_RETENTION = 1440
+#: At least this many slots over a retention shorter than an hour (its 60th: 2 s at 2m), so
+#: the drift terms, which read slots, scale with a retention scaled down (the end-to-end
+#: test runs the shipped durations at 1/30, its curve's hour at 2m).
+MIN_SLOTS_PER_RETENTION = 60
 #: What one slot costs in memory at k = 4 (its sums, 25 doubles, the array holding them,
 #: its key and its entry): 397 bytes measured with tracemalloc over 10,000 slots
 #: (bench/state.py --slots; 325 at k = 0, 813 at k = 64). A list of floats took 773.
@@ -116,8 +123,9 @@ SLOT_BYTES = 400
 
 
 def slot_seconds_for(retention: float) -> float:
-    """A slot's length for ``retention``: a minute, or a SLOTS_PER_RETENTION-th of it."""
-    return max(60.0, retention / SLOTS_PER_RETENTION)
+    """A slot's length for ``retention``: a minute, or a SLOTS_PER_RETENTION-th of a
+    retention past a day, or a MIN_SLOTS_PER_RETENTION-th of one under an hour."""
+    return min(max(60.0, retention / SLOTS_PER_RETENTION), retention / MIN_SLOTS_PER_RETENTION)
 
 
 def retention_bytes(retention: float, *, buckets: int = 1) -> int:
@@ -220,7 +228,7 @@ class CurveAccumulator:
     """One model's intervals summed per time slot and concurrency bucket, kept for
     ``retention`` seconds (see the module's API)."""
 
-    __slots__ = ("_buckets", "_closed", "_drift", "_last", "_measured", "_memo", "_prefix",
+    __slots__ = ("_buckets", "_closed", "_drift", "_last", "_measured", "_memo", "_pooled", "_prefix",
                  "_retention", "_scheme", "_slot", "_slots", "_sums", "_walk",
                  "version")  # fmt: skip
 
@@ -263,6 +271,8 @@ class CurveAccumulator:
         #: Per bucket, its slot walk (:meth:`slot_walk`) and the (first, newest) slots it was
         #: made at.
         self._walk: dict[int, tuple[tuple[int, int], SlotWalk | None]] = {}
+        #: The drift pooled over buckets (:meth:`pooled_drift`) and the key it was made at.
+        self._pooled: tuple[tuple[int, int, int], SlotDrift | None] | None = None
         #: Per (thresholds, side) asked of :meth:`measured`, its measured buckets.
         self._measured: dict[tuple[Thresholds, bool], _Signature] = {}
         #: Rises at every change (a cache of what was read from it is good while it stays).
@@ -279,6 +289,11 @@ class CurveAccumulator:
         if not (retention > 0 and math.isfinite(retention)):
             raise ValueError("retention must be positive")
         self._retention = retention
+
+    @property
+    def slot_seconds(self) -> float:
+        """A time slot's length (seconds)."""
+        return self._slot
 
     @property
     def whole_life(self) -> bool:
@@ -464,6 +479,38 @@ class CurveAccumulator:
             else:
                 found = closed[1].alone(self._slot)
         self._drift[index] = (self.version, found)
+        return found
+
+    def pooled_drift(self) -> SlotDrift | None:
+        """The server's drift pooled over its buckets' complete slots (the newest minute,
+        still filling, left out; :func:`specmon.load.slot_drift.pooled_drift`): what a
+        bucket with fewer than :data:`MIN_DRIFT_SLOTS` slots of its own takes (None: too few
+        slots anywhere, or an epoch's single slot). Made once per new slot: O(slots)."""
+        if self._slot >= EPOCH_SPAN or not self._slots:
+            return None
+        first, newest = next(iter(self._slots))[0], next(reversed(self._slots))[0]
+        key = (first, newest, len(self._slots))
+        if self._pooled is not None and self._pooled[0] == key:
+            return self._pooled[1]
+        complete: dict[int, list[tuple[int, array[float]]]] = {}
+        for (slot, bucket), values in sorted(self._slots.items()):
+            if slot < newest and values[_RS] > 0 and values[_DT] > 0 and values[_DS] > 0:
+                complete.setdefault(bucket, []).append((slot, values))
+        per: list[tuple[list[int], list[float], list[float]]] = []
+        for kept in complete.values():
+            # A slot holding a sliver of a visit (a phase's last seconds past the minute, an
+            # interval straddling a change of load) is no batch mean: only slots with at least
+            # half the intervals of the bucket's fullest count. In the demo without noise the
+            # slivers made a pooled sd of 14-35 %.
+            least = max(_MIN_SLOT_INTERVALS, 0.5 * max(v[_I] for _, v in kept))
+            full = [(slot, v) for slot, v in kept if v[_I] >= least]
+            per.append((
+                [slot for slot, _ in full],
+                [math.log(v[_DS] / v[_RS]) for _, v in full],
+                [math.log(v[_DT] / v[_RS]) for _, v in full],
+            ))  # fmt: skip
+        found = pooled_drift(per, self._slot)
+        self._pooled = (key, found)
         return found
 
     def slot_walk(self, index: int) -> SlotWalk | None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from specmon.records import record
 
 # fmt: off
-__all__ = ["MIN_DRIFT_SLOTS", "SlotDrift", "SlotWalk", "ar1_mean_factor"]
+__all__ = ["MIN_DRIFT_SLOTS", "SlotDrift", "SlotWalk", "ar1_mean_factor", "pooled_drift"]
 # fmt: on
 
 
@@ -277,3 +277,63 @@ def _walk(
     slope = sum((h - mx) * (g - my) for h, g in points) / sum((h - mx) ** 2 for h, _ in points)
     end = series[-1][0] if newest is None else max(newest, series[-1][0])
     return SlotWalk(max(slope, 0.0), end - series[0][0] + 1, slot)
+
+
+def pooled_drift(
+    series: Sequence[tuple[Sequence[int], Sequence[float], Sequence[float]]], slot: float
+) -> SlotDrift | None:
+    """The server's drift pooled over its load buckets, for a bucket with too few slots of
+    its own (a load that cycles visits each bucket once a cycle): ``series`` per bucket its
+    slot indices, log step times and log tokens per step in time order. A machine's speed
+    drifts at every load alike, so each bucket's slots about that bucket's own mean pool into
+    one variance (their squared deviations over the buckets' degrees of freedom), the lag-1
+    correlation of adjacent slots likewise (its upper point, 0 with fewer than 5 pairs), and
+    tokens per step's robust variance from the median absolute difference of a bucket's
+    consecutive slots. None: fewer than ``MIN_DRIFT_SLOTS - 1`` degrees of freedom."""
+    squares = cross = 0.0
+    freedom = pairs = count = 0
+    differences: list[float] = []
+    token_squares = token_cross = 0.0
+    token_pairs = 0
+    for slots, steps, tokens in series:
+        m = len(steps)
+        if m < 2:
+            continue
+        mean = sum(steps) / m
+        dev = [x - mean for x in steps]
+        token_mean = sum(tokens) / m
+        token_dev = [x - token_mean for x in tokens]
+        squares += sum(d * d for d in dev)
+        token_squares += sum(d * d for d in token_dev)
+        freedom += m - 1
+        count += m
+        for j in range(1, m):
+            differences.append(abs(tokens[j] - tokens[j - 1]))
+            if slots[j] == slots[j - 1] + 1:
+                pairs += 1
+                cross += dev[j - 1] * dev[j]
+                token_cross += token_dev[j - 1] * token_dev[j]
+                token_pairs += 1
+    if freedom < MIN_DRIFT_SLOTS - 1:
+        return None
+    differences.sort()
+    middle = differences[len(differences) // 2]
+    tokens_variance = (middle / (0.6745 * math.sqrt(2.0))) ** 2
+    tokens_rho = _pooled_rho(token_squares, token_cross, token_pairs, count)
+    if squares < _FLAT * count:
+        return SlotDrift(0.0, 0.0, count, slot, tokens_variance, tokens_rho)
+    rho = _pooled_rho(squares, cross, pairs, count)
+    # Deviations about each bucket's own mean: the squares over the degrees of freedom, as for
+    # independent slots. Not widened for an AR(1) as one long series is (:func:`_drift_of`):
+    # at two or three slots a bucket, 1 - f(m, rho) at rho's upper point sat at its 0.2 floor
+    # and made the variance five times what the slots said. A drift that outlasts a bucket's
+    # few visits reads short here; a bucket's own slots take over at 6.
+    return SlotDrift(squares / freedom, rho, count, slot, tokens_variance, tokens_rho)
+
+
+def _pooled_rho(squares: float, cross: float, pairs: int, count: int) -> float:
+    """The pooled lag-1 correlation at its upper 95 % point (:func:`_rho_from`'s)."""
+    if squares <= 0 or pairs < MIN_DRIFT_SLOTS - 1:
+        return 0.0
+    rho = min(max(cross / pairs / (squares / count), 0.0), _MAX_RHO)
+    return min(rho + _RHO_Z * math.sqrt((1.0 - rho * rho) / pairs), _MAX_RHO)

@@ -77,6 +77,12 @@ class Scenario:
     slowdown: float = 1.0
     #: The history basis: how long the server has speculated since its past epoch.
     since: float = 1800.0
+    #: A load that cycles (the demo's, a diurnal pattern in small): after the warm-up, these
+    #: loads in turn for ``phase`` seconds each, ``cycles`` times, both sides (the read is at
+    #: the last load's bucket; its 1m read is off the cost curve).
+    cycle: tuple[float, ...] = ()
+    phase: float = 30.0
+    cycles: int = 4
 
 
 @dataclass
@@ -184,6 +190,20 @@ SCENARIOS = (
     Scenario("twin at 8.3, target at 8, no other load", load=8.0, twin_load=8.3, warmup_loads=()),
     Scenario("load on a bucket edge (6 +- 0.4)", load=6.0, jitter=0.4),
     Scenario(
+        "load cycling 30 s a level, drift sd 3 % (1-minute memory)",
+        drift_sd=0.03,
+        drift_rho=0.78,
+        cycle=(2.0, 4.0, 16.0, 8.0),
+        warmup_loads=(),
+    ),
+    Scenario(
+        "load cycling 30 s a level, drift sd 3 % (5-minute memory)",
+        drift_sd=0.03,
+        drift_rho=0.95,
+        cycle=(2.0, 4.0, 16.0, 8.0),
+        warmup_loads=(),
+    ),
+    Scenario(
         "drift, classes and twin",
         drift_sd=0.05,
         drift_rho=0.98,
@@ -222,7 +242,8 @@ class Tally:
 
 def _window_counters(snaps: list[tuple[float, SpecCounters]], seconds: float) -> SpecCounters:
     now, last = snaps[-1]
-    first = next(c for t, c in reversed(snaps) if t <= now - seconds + 1e-9)
+    # A window longer than the run so far reads the whole run (as the daemon's would).
+    first = next((c for t, c in reversed(snaps) if t <= now - seconds + 1e-9), snaps[0][1])
     return SpecCounters(
         last.drafts - first.drafts, last.draft_tokens - first.draft_tokens,
         last.accepted_tokens - first.accepted_tokens,
@@ -242,7 +263,10 @@ def replicate(
     spec, twin = Engine.make(True, scenario, rng), Engine.make(False, scenario, rng)
     snaps = [(0.0, spec.side.spec_counters())]
     phases = [(w, w, 600.0) for w in scenario.warmup_loads]
-    phases.append((scenario.load, scenario.twin_load or scenario.load, 1200.0))
+    if scenario.cycle:
+        phases += [(x, x, scenario.phase) for _ in range(scenario.cycles) for x in scenario.cycle]
+    else:
+        phases.append((scenario.load, scenario.twin_load or scenario.load, 1200.0))
     n = scenario.load
     for mine, theirs, span in phases:
         for _ in range(round(span / scrape)):
