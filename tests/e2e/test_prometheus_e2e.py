@@ -1592,6 +1592,29 @@ def test_load_alerts_fire_for_the_loaded_target_only(stack: Stack, load_cycle: L
             assert "realized speed-up at this load: 0.7" in text, text
 
 
+def _verdict_history(prom: Any, target: str) -> list[tuple[float, str, str, str]]:
+    """The target's FAST verdict over the run, one sample in five (time, speed-up, its upper
+    bound, basis): what a failure needs to tell a flake from an interval that moved."""
+    found: list[tuple[float, str, str, str]] = []
+    try:
+        now = time.time()
+        series = {}
+        for name in ("specmon_verdict_speedup_ratio", "specmon_verdict_speedup_upper_ratio"):
+            result = prom.query_range(
+                f'{name}{{target="{target}",window="{FAST}"}}', now - 600, now, "5s"
+            )
+            series[name] = result[0]["values"] if result else []
+        for (t, point), (_, upper) in zip(
+            series["specmon_verdict_speedup_ratio"],
+            series["specmon_verdict_speedup_upper_ratio"],
+            strict=False,
+        ):
+            found.append((float(t), point, upper, ""))
+    except Exception as error:
+        found.append((0.0, "", "", repr(error)))
+    return found
+
+
 def test_one_situation_pages_once_on_each_basis(stack: Stack, load_cycle: LoadCycle) -> None:
     """Speculation slower than none, sustained, on each basis of the verdict: realized against
     the twin (the loaded target at 16 requests per step), against the cost profile (the same
@@ -1662,7 +1685,13 @@ def test_one_situation_pages_once_on_each_basis(stack: Stack, load_cycle: LoadCy
         for alert in note.alerts():
             labels = alert["labels"]
             if labels.get("target") in BASES and note.path == "/tickets":
-                assert labels["alertname"] not in (ALERT, *LOAD_ALERTS), (note.path, labels)
+                assert labels["alertname"] not in (ALERT, *LOAD_ALERTS), (
+                    note.path,
+                    {k: labels.get(k) for k in ("alertname", "target", "severity", "window")},
+                    alert.get("startsAt"),
+                    alert["annotations"].get("summary"),
+                    _verdict_history(prom, labels["target"]),
+                )
     assert load_cycle.delivered == {}
     timings = {}
     for target in (LOADED, PROFILED):
