@@ -30,6 +30,7 @@ from specmon.load import (
     DEFAULT_SCHEME,
     BucketVerdict,
     CompareMemo,
+    LoadInterval,
     LoadWindow,
     Profile,
     compare_with_profile,
@@ -149,7 +150,8 @@ def read_comparison(
         read = read_curve(curve, at, tokens_per_step=per_step, acceptance_sd=sd or 0.0,
                           chain_length=chain_length,
                           drafted_per_step=_assumed_drafted(window, chain_length),
-                          drift_variance=_curve_drift(window, base, at))  # fmt: skip
+                          drift_variance=_curve_drift(window, base,
+                                                      curve.scheme.index_of(at)))  # fmt: skip
         if read is not None:
             cost = read.draft_cost
             return Read(
@@ -346,10 +348,7 @@ def _measured_interval(
             # (a slow drift looks like a walk over the slots since the change; issue 63).
             wandering = now.variance
             walk = window.curve.slot_walk(index) if window.curve is not None else None
-            # An epoch's sums keep no wall seconds: its decoding time, request-seconds over
-            # its mean concurrency there.
-            n_past = mine.concurrency if mine is not None else None
-            past = mine.decode_seconds / n_past if mine is not None and n_past else None
+            past = _decoding_seconds(mine)
             here_now = next((b.totals for b in window.buckets if b.bucket.index == index), None)
             if walk is not None and past and here_now is not None and here_now.seconds:
                 wandering = max(wandering, _walked(walk, here_now.seconds, past))
@@ -360,12 +359,18 @@ def _measured_interval(
     )  # fmt: skip
 
 
-def _curve_drift(window: LoadWindow, base: LoadWindow | Profile, at: float) -> float:
-    """What both sides' drift adds to the variance of log(speed-up) read off the curve at
-    ``at``: per side, its drift (:func:`_drift`) for a mean over the seconds its retained
-    hour holds in that bucket (a curve's point is that mean: a drift that outlasts them
-    is in the point)."""
-    index = DEFAULT_SCHEME.index_of(at)
+def _decoding_seconds(totals: LoadInterval | None) -> float | None:
+    """A bucket's decoding time: its request-seconds over its mean concurrency (an epoch's
+    or a curve's sums keep no wall seconds)."""
+    n = totals.concurrency if totals is not None else None
+    return totals.decode_seconds / n if totals is not None and n else None
+
+
+def _curve_drift(window: LoadWindow, base: LoadWindow | Profile, index: int) -> float:
+    """What both sides' drift adds to the variance of log(speed-up) read off the curve in
+    bucket ``index``: per side, its drift (:func:`_drift`) for a mean over the seconds its
+    retained hour holds in that bucket (a curve's point is that mean: a drift that outlasts
+    them is in the point)."""
     variance = 0.0
     for side in (window, base):
         accumulator = side.curve if isinstance(side, LoadWindow) else None
@@ -373,10 +378,7 @@ def _curve_drift(window: LoadWindow, base: LoadWindow | Profile, at: float) -> f
             continue
         sums = accumulator.bucket(index)
         drift = _drift(accumulator, index)
-        # The sums keep no wall seconds: decoding time, request-seconds over concurrency.
-        totals = sums.totals if sums is not None else None
-        n = totals.concurrency if totals is not None else None
-        seconds = totals.decode_seconds / n if totals is not None and n else None
+        seconds = _decoding_seconds(sums.totals if sums is not None else None)
         if drift is not None and seconds:
             variance += drift.window_log_var(seconds)
     return variance
